@@ -1,0 +1,157 @@
+// gradlane — reliable connections and the data path.
+//
+// A Connection is one RC queue pair to one peer, set up through librdmacm (resolve address →
+// resolve route → connect) from the device's own source address. It carries:
+//   - one-sided RDMA WRITE, WRITE_WITH_IMM and READ between registered regions, zero-copy;
+//   - SEND/RECV control messages (copied through small registered rings — control traffic,
+//     not gradients), including the one-time exchange of region descriptors.
+//
+// The push of an update is the protocol the design card describes: an unsignalled WRITE of
+// the payload, then a WRITE_WITH_IMM doorbell whose immediate names the slot. RC delivers in
+// order, so when the receiver sees the doorbell's completion the payload is in place.
+//
+// Completions are reaped by poll() (the progress engine); every wait_* drives poll() itself
+// and is bounded by a timeout. A Connection is used by one thread at a time.
+//
+// Failure: a peer that disconnects or dies, an access the peer's NIC refuses, a malformed
+// control message — each moves the connection to the failed state. The failure handler (if
+// set) is called once with the Error, failure() returns it, and every later call rethrows it.
+// Nothing aborts the process.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gradlane/device.hpp"
+#include "gradlane/error.hpp"
+#include "gradlane/memory.hpp"
+#include "gradlane/options.hpp"
+
+namespace gradlane {
+
+namespace detail { class ConnectionState; class ListenerState; }
+
+using Millis = std::chrono::milliseconds;
+
+// Whether a send-queue operation asks for its own completion.
+enum class Signal {
+  automatic,  // unsignalled, except one in every `signal_interval` so the send queue drains
+  always,     // signalled: wait(op) can wait for exactly this operation
+};
+
+// Identifies a posted operation on its connection (increasing from 1).
+using OpId = std::uint64_t;
+
+// A WRITE_WITH_IMM doorbell seen by the receiver.
+struct Doorbell {
+  std::uint32_t imm = 0;
+  std::uint32_t bytes = 0;  // payload length of the write that carried the immediate
+};
+
+struct ConnectionStats {
+  std::uint64_t posted = 0;
+  std::uint64_t completed = 0;
+  std::uint64_t signalled = 0;
+  std::uint64_t messages_received = 0;
+  std::uint64_t doorbells_received = 0;
+};
+
+class Connection {
+ public:
+  Connection(Connection&&) noexcept;
+  Connection& operator=(Connection&&) noexcept;
+  ~Connection();  // disconnects and releases the QP; never throws
+
+  // ---- one-sided operations (zero-copy between registered regions) ----
+  // Each checks both slices against their regions first and throws Error(out_of_range) naming
+  // the operation, without posting anything, when a slice does not fit.
+  OpId write(const MemoryRegion& src, std::size_t src_offset, const RegionDescriptor& dst,
+             std::uint64_t dst_offset, std::size_t length, Signal signal = Signal::automatic);
+  OpId write_with_imm(const MemoryRegion& src, std::size_t src_offset, const RegionDescriptor& dst,
+                      std::uint64_t dst_offset, std::size_t length, std::uint32_t imm,
+                      Signal signal = Signal::always);
+  // READs are always signalled: the data is only usable once the completion arrives.
+  OpId read(const MemoryRegion& dst, std::size_t dst_offset, const RegionDescriptor& src,
+            std::uint64_t src_offset, std::size_t length);
+
+  // ---- two-sided control messages ----
+  // Copies `message` (≤ max_message_bytes) into a registered send slot and posts a SEND.
+  OpId send(std::span<const std::byte> message);
+  // The next message, or nullopt when none has arrived (drives progress once).
+  std::optional<std::vector<std::byte>> try_receive();
+  std::vector<std::byte> receive(Millis timeout);
+
+  // ---- doorbells (receiver side of WRITE_WITH_IMM) ----
+  std::optional<Doorbell> try_doorbell();
+  Doorbell wait_doorbell(Millis timeout);
+
+  // ---- region descriptors, exchanged once per (region, peer) ----
+  void advertise(std::uint32_t region_id, const RegionDescriptor& region);
+  RegionDescriptor wait_region(std::uint32_t region_id, Millis timeout);
+
+  // ---- progress ----
+  // Reaps completions and connection events; returns how many completions it reaped.
+  // Throws the connection's failure once failed.
+  int poll();
+  // Waits until operation `op` (and, RC being ordered, everything posted before it) completed.
+  // `op` must have been posted signalled, or be followed by a signalled operation.
+  void wait(OpId op, Millis timeout);
+  // Waits until every operation posted so far completed (posts nothing extra: the last
+  // operation must be signalled or followed by one, as with wait()).
+  void flush(Millis timeout);
+  // Operations posted but not yet known complete.
+  std::uint64_t outstanding() const;
+
+  // ---- state ----
+  bool failed() const;
+  // The error that failed the connection, or nullptr.
+  const Error* failure() const;
+  // Called once, from inside poll()/wait*, when the connection fails.
+  void on_failure(std::function<void(const Error&)> handler);
+  // "198.18.0.1:7471 -> 198.18.0.1:45012" (local -> remote), for messages.
+  const std::string& describe() const;
+  const TransportOptions& options() const;
+  const ConnectionStats& stats() const;
+
+ private:
+  friend class Listener;
+  friend Connection connect(const Device&, const std::string&, std::uint16_t, const TransportOptions&);
+  explicit Connection(std::unique_ptr<detail::ConnectionState> state);
+  std::unique_ptr<detail::ConnectionState> state_;
+};
+
+// Accepts connections on the device's address (or an explicit local address) and port.
+class Listener {
+ public:
+  // port 0 picks a free port (see port()). `address` empty = the device's own address.
+  Listener(const Device& device, std::uint16_t port, const TransportOptions& options = {},
+           const std::string& address = {});
+  Listener(Listener&&) noexcept;
+  Listener& operator=(Listener&&) noexcept;
+  ~Listener();
+
+  std::uint16_t port() const;
+  const std::string& address() const;
+  // Waits up to `timeout` for a peer, completes the handshake, returns the connection.
+  // Throws Error(timeout) when no peer came.
+  Connection accept(Millis timeout);
+
+ private:
+  std::unique_ptr<detail::ListenerState> state_;
+};
+
+// Connects from `device`'s address to a Listener at address:port. Errors, each within
+// options.connect_timeout: address_unresolved (not an RDMA-reachable address),
+// route_unresolved, connection_rejected (nothing listens on that port, or the peer refused),
+// unreachable (no answer).
+Connection connect(const Device& device, const std::string& address, std::uint16_t port,
+                   const TransportOptions& options = {});
+
+}  // namespace gradlane

@@ -1,0 +1,9 @@
+// gradlane — the embedding API. Include this one header and link gradlane::gradlane.
+#pragma once
+
+#include "gradlane/connection.hpp"
+#include "gradlane/device.hpp"
+#include "gradlane/error.hpp"
+#include "gradlane/memory.hpp"
+#include "gradlane/options.hpp"
+#include "gradlane/registration_cache.hpp"

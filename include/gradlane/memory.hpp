@@ -1,0 +1,146 @@
+// gradlane — buffers and memory registration.
+//
+// Gradient buffers live in page-aligned memory (2 MiB hugepages when the system has them) and
+// are registered once with the access rights they need and no more: a buffer that is only
+// written into remotely gets REMOTE_WRITE, not REMOTE_READ. A RegionDescriptor (addr, rkey,
+// length) is what a peer needs to access a region; it is exchanged once per (region, peer).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+struct ibv_mr;
+
+namespace gradlane {
+
+class Device;
+namespace detail { struct DeviceState; }
+
+// ---- page-aligned buffers ------------------------------------------------------------------
+
+class Buffer {
+ public:
+  enum class Pages { any, huge_only, small_only };
+  // Allocates `bytes` rounded up to whole pages. With Pages::any, sizes of at least 2 MiB try
+  // MAP_HUGETLB first and fall back to 4 KiB pages when no hugepage is free.
+  static Buffer allocate(std::size_t bytes, Pages pages = Pages::any);
+
+  Buffer(Buffer&&) noexcept;
+  Buffer& operator=(Buffer&&) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer();
+
+  std::byte* data() const { return data_; }
+  std::size_t size() const { return size_; }              // requested size
+  std::size_t mapped_size() const { return mapped_; }      // whole pages
+  bool on_hugepages() const { return huge_; }
+  std::span<std::byte> bytes() const { return {data_, size_}; }
+
+ private:
+  Buffer(std::byte* data, std::size_t size, std::size_t mapped, bool huge)
+      : data_(data), size_(size), mapped_(mapped), huge_(huge) {}
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+  std::size_t mapped_ = 0;
+  bool huge_ = false;
+};
+
+// ---- access rights -------------------------------------------------------------------------
+
+enum class Access : unsigned {
+  local = 0,             // used only as a local source (the NIC reads it for WRITE/SEND)
+  local_write = 1u << 0, // the NIC writes it locally (READ destination, RECV buffer)
+  remote_write = 1u << 1,// peers RDMA WRITE into it (implies local_write, as verbs requires)
+  remote_read = 1u << 2, // peers RDMA READ from it
+};
+constexpr Access operator|(Access a, Access b) {
+  return static_cast<Access>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
+}
+constexpr bool has(Access set, Access bit) {
+  return (static_cast<unsigned>(set) & static_cast<unsigned>(bit)) != 0;
+}
+// The ibv_access_flags for `access` (REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE).
+int to_ibv_access(Access access);
+
+// ---- region descriptors --------------------------------------------------------------------
+
+// What a peer needs to address a registered region: plain data, fixed 20-byte little-endian
+// wire format so it can travel in a control message.
+struct RegionDescriptor {
+  std::uint64_t addr = 0;
+  std::uint64_t length = 0;
+  std::uint32_t rkey = 0;
+
+  static constexpr std::size_t kWireSize = 20;
+  void encode(std::span<std::byte, kWireSize> out) const;
+  static RegionDescriptor decode(std::span<const std::byte, kWireSize> in);
+  // True when [offset, offset+len) lies inside the region (overflow-safe).
+  bool contains(std::uint64_t offset, std::uint64_t len) const {
+    return offset <= length && len <= length - offset;
+  }
+  bool operator==(const RegionDescriptor&) const = default;
+};
+
+// ---- memory regions ------------------------------------------------------------------------
+
+// A registered memory region (RAII over ibv_mr). Keeps its Device alive.
+class MemoryRegion {
+ public:
+  // Registers [addr, addr+length) with exactly `access`. Throws Error(memlock_too_low) with
+  // what to raise when pinning fails for lack of RLIMIT_MEMLOCK, Error(registration_failed)
+  // otherwise.
+  static MemoryRegion register_memory(const Device& device, void* addr, std::size_t length,
+                                      Access access);
+  static MemoryRegion register_buffer(const Device& device, const Buffer& buffer, Access access) {
+    return register_memory(device, buffer.data(), buffer.size(), access);
+  }
+
+  MemoryRegion(MemoryRegion&&) noexcept = default;
+  // Releases the old MR before the device it belongs to (a PD cannot go while MRs use it).
+  MemoryRegion& operator=(MemoryRegion&& other) noexcept {
+    mr_ = std::move(other.mr_);
+    device_ = std::move(other.device_);
+    access_ = other.access_;
+    return *this;
+  }
+  ~MemoryRegion();
+
+  std::byte* data() const;
+  std::size_t length() const;
+  std::uint32_t lkey() const;
+  std::uint32_t rkey() const;
+  Access access() const { return access_; }
+  RegionDescriptor descriptor() const { return {reinterpret_cast<std::uintptr_t>(data()), length(), rkey()}; }
+  // True when [offset, offset+len) lies inside the region (overflow-safe).
+  bool contains(std::size_t offset, std::size_t len) const {
+    return offset <= length() && len <= length() - offset;
+  }
+
+ private:
+  struct Deregister { void operator()(ibv_mr* mr) const noexcept; };
+  MemoryRegion(std::shared_ptr<const detail::DeviceState> device, std::unique_ptr<ibv_mr, Deregister> mr,
+               Access access)
+      : device_(std::move(device)), mr_(std::move(mr)), access_(access) {}
+  std::shared_ptr<const detail::DeviceState> device_;  // declared first: destroyed after mr_
+  std::unique_ptr<ibv_mr, Deregister> mr_;
+  Access access_;
+};
+
+// ---- RLIMIT_MEMLOCK ------------------------------------------------------------------------
+
+// Pure verdict: given the soft memlock limit (bytes, nullopt = unlimited), whether the process
+// has CAP_IPC_LOCK (which lifts the limit) and the bytes it wants pinned, returns the
+// actionable message when pinning would fail, nullopt when it is fine.
+std::optional<std::string> memlock_problem(std::optional<std::uint64_t> limit_bytes,
+                                           bool has_cap_ipc_lock, std::uint64_t bytes_to_pin);
+// Reads RLIMIT_MEMLOCK and CAP_IPC_LOCK of this process and throws Error(memlock_too_low)
+// with that message when `bytes_to_pin` cannot be pinned. Call it at start-up with the total
+// size of the buffers the job will register.
+void check_memlock(std::uint64_t bytes_to_pin);
+
+}  // namespace gradlane

@@ -1,0 +1,98 @@
+// Memory regions: ibv_reg_mr with the minimal access flags, and their descriptors.
+#include <infiniband/verbs.h>
+#include <sys/resource.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <fmt/format.h>
+
+#include "gradlane/device.hpp"
+#include "gradlane/error.hpp"
+#include "gradlane/memory.hpp"
+#include "transport/device_state.hpp"
+#include "transport/syscall_error.hpp"
+
+namespace gradlane {
+
+int to_ibv_access(Access access) {
+  int flags = 0;
+  // Verbs rejects REMOTE_WRITE without LOCAL_WRITE (EINVAL), so remote_write implies it.
+  if (has(access, Access::local_write) || has(access, Access::remote_write)) flags |= IBV_ACCESS_LOCAL_WRITE;
+  if (has(access, Access::remote_write)) flags |= IBV_ACCESS_REMOTE_WRITE;
+  if (has(access, Access::remote_read)) flags |= IBV_ACCESS_REMOTE_READ;
+  return flags;
+}
+
+namespace {
+
+void put_le(std::byte* out, std::uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+}
+std::uint64_t get_le(const std::byte* in, int bytes) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  return v;
+}
+
+std::string access_text(Access access) {
+  std::string s;
+  if (has(access, Access::local_write)) s += "local_write|";
+  if (has(access, Access::remote_write)) s += "remote_write|";
+  if (has(access, Access::remote_read)) s += "remote_read|";
+  if (s.empty()) return "local";
+  s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+void RegionDescriptor::encode(std::span<std::byte, kWireSize> out) const {
+  put_le(out.data(), addr, 8);
+  put_le(out.data() + 8, length, 8);
+  put_le(out.data() + 16, rkey, 4);
+}
+
+RegionDescriptor RegionDescriptor::decode(std::span<const std::byte, kWireSize> in) {
+  return {get_le(in.data(), 8), get_le(in.data() + 8, 8), static_cast<std::uint32_t>(get_le(in.data() + 16, 4))};
+}
+
+void MemoryRegion::Deregister::operator()(ibv_mr* mr) const noexcept {
+  if (int rc = ibv_dereg_mr(mr); rc != 0) {
+    // Only fails while the MR is bound to a memory window; report, never throw from cleanup.
+    std::fprintf(stderr, "gradlane: %s\n", detail::call_failed("ibv_dereg_mr", rc).c_str());
+  }
+}
+
+MemoryRegion MemoryRegion::register_memory(const Device& device, void* addr, std::size_t length,
+                                           Access access) {
+  if (addr == nullptr || length == 0) {
+    throw Error(Errc::invalid_argument, "register_memory: empty range");
+  }
+  errno = 0;
+  ibv_mr* mr = ibv_reg_mr(device.pd(), addr, length, to_ibv_access(access));
+  if (mr == nullptr) {
+    const int err = detail::last_errno_or(EINVAL);
+    const std::string call = fmt::format("ibv_reg_mr({}, {} bytes at {}, {})", device.info().name,
+                                         length, addr, access_text(access));
+    if (err == ENOMEM || err == EPERM || err == EAGAIN) {
+      // Pinning beyond RLIMIT_MEMLOCK fails with ENOMEM/EPERM: say what to raise.
+      rlimit limit{};
+      std::optional<std::uint64_t> soft;
+      if (::getrlimit(RLIMIT_MEMLOCK, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) soft = limit.rlim_cur;
+      if (auto problem = memlock_problem(soft, false, length)) {
+        throw Error(Errc::memlock_too_low, detail::call_failed(call, err) + ". " + *problem, err);
+      }
+    }
+    detail::throw_call_failed(Errc::registration_failed, call, err);
+  }
+  return MemoryRegion(device.state(), std::unique_ptr<ibv_mr, Deregister>(mr), access);
+}
+
+MemoryRegion::~MemoryRegion() = default;
+
+std::byte* MemoryRegion::data() const { return static_cast<std::byte*>(mr_->addr); }
+std::size_t MemoryRegion::length() const { return mr_->length; }
+std::uint32_t MemoryRegion::lkey() const { return mr_->lkey; }
+std::uint32_t MemoryRegion::rkey() const { return mr_->rkey; }
+
+}  // namespace gradlane

@@ -1,0 +1,389 @@
+// Connection setup and teardown over librdmacm: resolve address → resolve route → connect on
+// the active side; listen → connect request → accept on the passive side. Every step waits on
+// a non-blocking event channel with a deadline, so setup never hangs.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fmt/format.h>
+
+#include "gradlane/connection.hpp"
+#include "transport/connection_state.hpp"
+#include "transport/syscall_error.hpp"
+#include "transport/wire.hpp"
+
+namespace gradlane {
+namespace detail {
+
+using Clock = std::chrono::steady_clock;
+
+void DestroyChannel::operator()(rdma_event_channel* channel) const noexcept { rdma_destroy_event_channel(channel); }
+
+void DestroyCq::operator()(ibv_cq* cq) const noexcept {
+  if (int rc = ibv_destroy_cq(cq); rc != 0) {
+    std::fprintf(stderr, "gradlane: %s\n", call_failed("ibv_destroy_cq", rc).c_str());
+  }
+}
+
+void DestroyId::operator()(rdma_cm_id* id) const noexcept {
+  if (id->qp != nullptr) rdma_destroy_qp(id);
+  if (rdma_destroy_id(id) != 0) {
+    std::fprintf(stderr, "gradlane: %s\n", call_failed("rdma_destroy_id", errno).c_str());
+  }
+}
+
+ChannelPtr make_channel() {
+  ChannelPtr channel(rdma_create_event_channel());
+  if (!channel) {
+    throw_call_failed(Errc::system,
+                      "rdma_create_event_channel (is /dev/infiniband/rdma_cm present? load rdma_ucm)",
+                      last_errno_or(ENODEV));
+  }
+  const int flags = ::fcntl(channel->fd, F_GETFL);
+  if (flags < 0 || ::fcntl(channel->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+    throw_call_failed(Errc::system, "fcntl(rdma_cm channel, O_NONBLOCK)", errno);
+  }
+  return channel;
+}
+
+std::optional<CmEvent> next_cm_event(rdma_event_channel* channel, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    rdma_cm_event* event = nullptr;
+    if (rdma_get_cm_event(channel, &event) == 0) {
+      CmEvent copy;
+      copy.type = event->event;
+      copy.status = event->status;
+      copy.id = event->id;
+      const auto& conn = event->param.conn;
+      if (conn.private_data != nullptr && conn.private_data_len > 0 &&
+          (event->event == RDMA_CM_EVENT_CONNECT_REQUEST || event->event == RDMA_CM_EVENT_REJECTED ||
+           event->event == RDMA_CM_EVENT_ESTABLISHED)) {
+        const auto* p = static_cast<const std::byte*>(conn.private_data);
+        copy.private_data.assign(p, p + conn.private_data_len);
+      }
+      // Acked at once: rdma_destroy_id and rdma_migrate_id wait for every reported event's ack.
+      if (rdma_ack_cm_event(event) != 0) throw_call_failed(Errc::system, "rdma_ack_cm_event", errno);
+      return copy;
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK) throw_call_failed(Errc::system, "rdma_get_cm_event", errno);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return std::nullopt;
+    pollfd pfd{channel->fd, POLLIN, 0};
+    const int rc = ::poll(&pfd, 1, static_cast<int>(left.count()) + 1);
+    if (rc < 0 && errno != EINTR) throw_call_failed(Errc::system, "poll(rdma_cm channel)", errno);
+  }
+}
+
+std::string address_text(const sockaddr* addr) {
+  if (addr == nullptr) return "?";
+  char host[INET6_ADDRSTRLEN] = "?";
+  std::uint16_t port = 0;
+  if (addr->sa_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(addr);
+    ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+    port = ntohs(in->sin_port);
+  } else if (addr->sa_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(addr);
+    ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+    port = ntohs(in6->sin6_port);
+  }
+  return fmt::format("{}:{}", host, port);
+}
+
+namespace {
+
+// IPv4 literal + port → sockaddr. Names are resolved with getaddrinfo, IPv4 only: rxe and
+// RoCE v2 GIDs used here are IPv4-mapped.
+sockaddr_in make_address(const std::string& host, std::uint16_t port, const char* role) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) == 1) return addr;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* result = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &result); rc != 0 || result == nullptr) {
+    throw Error(Errc::address_unresolved,
+                fmt::format("{} address '{}' is neither an IPv4 address nor a resolvable host name ({})", role, host,
+                            rc != 0 ? ::gai_strerror(rc) : "no IPv4 address"));
+  }
+  addr.sin_addr = reinterpret_cast<const sockaddr_in*>(result->ai_addr)->sin_addr;
+  ::freeaddrinfo(result);
+  return addr;
+}
+
+std::string source_address_of(const Device& dev) {
+  const DeviceInfo& info = dev.info();
+  if (info.ipv4_address.empty()) {
+    throw Error(Errc::no_usable_gid,
+                fmt::format("{} GID {} ({}) carries no IPv4 address, which rdma_cm needs as the source; pick "
+                            "an IPv4-mapped RoCE v2 GID with -x / GRADLANE_GID_INDEX",
+                            info.name, info.gid_index, info.gid));
+  }
+  return info.ipv4_address;
+}
+
+void require_device(const rdma_cm_id* id, const Device& device, const std::string& address) {
+  if (id->verbs == nullptr || id->verbs != device.context()) {
+    const char* other = id->verbs ? ibv_get_device_name(id->verbs->device) : "no RDMA device";
+    throw Error(Errc::invalid_argument,
+                fmt::format("address {} belongs to {}, not to the selected device {}: choose the device that "
+                            "owns the address (or the address of that device)",
+                            address, other, device.info().name));
+  }
+}
+
+rdma_conn_param connection_parameters(const Device& device, const TransportOptions& options,
+                                      std::span<const std::byte> private_data) {
+  rdma_conn_param param{};
+  param.private_data = private_data.data();
+  param.private_data_len = static_cast<std::uint8_t>(private_data.size());
+  const auto depth = static_cast<std::uint8_t>(device.state()->max_rd_atomic);
+  param.responder_resources = depth;
+  param.initiator_depth = depth;
+  param.retry_count = options.retry_count;
+  param.rnr_retry_count = options.rnr_retry;
+  return param;
+}
+
+std::unique_ptr<ConnectionState> new_state(const Device& device, const TransportOptions& options) {
+  options.validate();
+  auto state = std::make_unique<ConnectionState>(device, options);
+  state->channel = make_channel();
+  return state;
+}
+
+void describe(ConnectionState& state) {
+  state.description = fmt::format("{} {} -> {}", state.device.info().name, address_text(rdma_get_local_addr(state.id.get())),
+                                  address_text(rdma_get_peer_addr(state.id.get())));
+}
+
+}  // namespace
+
+void ConnectionState::create_queue_pair() {
+  const auto& info = device.info();
+  const int cq_entries = static_cast<int>(options.send_queue_depth + options.recv_queue_depth);
+  cq.reset(ibv_create_cq(device.context(), cq_entries, nullptr, nullptr, 0));
+  if (!cq) {
+    throw_call_failed(Errc::system, fmt::format("ibv_create_cq({}, {} entries)", info.name, cq_entries),
+                      last_errno_or(ENOMEM));
+  }
+  ibv_qp_init_attr attr{};
+  attr.send_cq = cq.get();
+  attr.recv_cq = cq.get();
+  attr.qp_type = IBV_QPT_RC;
+  attr.sq_sig_all = 0;  // we choose per request which ones are signalled
+  attr.cap.max_send_wr = options.send_queue_depth;
+  attr.cap.max_recv_wr = options.recv_queue_depth;
+  attr.cap.max_send_sge = 1;
+  attr.cap.max_recv_sge = 1;
+  attr.cap.max_inline_data = options.max_inline;
+  if (rdma_create_qp(id.get(), device.pd(), &attr) != 0) {
+    throw_call_failed(Errc::system,
+                      fmt::format("rdma_create_qp({}, send {} / recv {} WRs, inline {}) — lower GRADLANE_SQ_DEPTH / "
+                                  "GRADLANE_RQ_DEPTH / GRADLANE_MAX_INLINE if the device limits them (max_qp_wr {})",
+                                  info.name, options.send_queue_depth, options.recv_queue_depth, options.max_inline,
+                                  info.max_qp_wr),
+                      last_errno_or(EINVAL));
+  }
+  options.max_inline = attr.cap.max_inline_data;  // what the provider actually granted
+
+  std::uint8_t timeout = options.ack_timeout;
+  if (rdma_set_option(id.get(), RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof timeout) != 0) {
+    throw_call_failed(Errc::system, fmt::format("rdma_set_option(ACK_TIMEOUT={})", timeout), errno);
+  }
+
+  // Control-message rings: registered once, copied through (control traffic, not gradients).
+  const std::size_t slot = options.max_message_bytes;
+  const std::uint32_t send_slots = std::min<std::uint32_t>(32, options.send_queue_depth);
+  recv_ring_memory = Buffer::allocate(slot * options.recv_queue_depth, Buffer::Pages::small_only);
+  send_ring_memory = Buffer::allocate(slot * send_slots, Buffer::Pages::small_only);
+  recv_ring = MemoryRegion::register_memory(device, recv_ring_memory->data(),
+                                            recv_ring_memory->size(), Access::local_write);
+  send_ring = MemoryRegion::register_memory(device, send_ring_memory->data(),
+                                            send_ring_memory->size(), Access::local);
+  send_slot_op.assign(send_slots, 0);
+  ops.assign(options.send_queue_depth, OpRecord{});
+  for (std::uint32_t i = 0; i < options.recv_queue_depth; ++i) post_receive(i);
+}
+
+ConnectionState::~ConnectionState() {
+  if (established && id) {
+    // Tells the peer at once (it sees DISCONNECTED) instead of letting it time out.
+    (void)rdma_disconnect(id.get());
+  }
+}
+
+}  // namespace detail
+
+// ---- active side ----------------------------------------------------------------------------
+
+Connection connect(const Device& device, const std::string& address, std::uint16_t port,
+                   const TransportOptions& options) {
+  using detail::CmPhase;
+  auto state = detail::new_state(device, options);
+  const Device& dev = state->device;
+  const std::string peer = fmt::format("{}:{}", address, port);
+  const auto timeout = options.connect_timeout;
+  const auto deadline = detail::Clock::now() + timeout;
+  auto left = [&] {
+    return std::max(std::chrono::milliseconds(1),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - detail::Clock::now()));
+  };
+
+  rdma_cm_id* raw_id = nullptr;
+  if (rdma_create_id(state->channel.get(), &raw_id, nullptr, RDMA_PS_TCP) != 0) {
+    detail::throw_call_failed(Errc::system, "rdma_create_id", errno);
+  }
+  state->id.reset(raw_id);
+
+  sockaddr_in src = detail::make_address(detail::source_address_of(dev), 0, "source");
+  sockaddr_in dst = detail::make_address(address, port, "destination");
+  // Binding the source address matters when several devices share a host: without it rdma_cm
+  // picks the device that owns the *destination* and the traffic never leaves that device.
+  if (rdma_resolve_addr(state->id.get(), reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
+                        static_cast<int>(left().count())) != 0) {
+    detail::throw_call_failed(Errc::address_unresolved, fmt::format("rdma_resolve_addr({} -> {})", dev.info().ipv4_address, peer),
+                              errno);
+  }
+  auto expect = [&](rdma_cm_event_type wanted, CmPhase phase) {
+    auto event = detail::next_cm_event(state->channel.get(), left());
+    if (!event) {
+      throw Error(Errc::unreachable, fmt::format("no answer from {} within {} ms while {}: the host is down or "
+                                                 "the address is wrong (GRADLANE_CONNECT_TIMEOUT_MS)",
+                                                 peer, timeout.count(),
+                                                 phase == CmPhase::connect ? "connecting" : "resolving"));
+    }
+    if (event->type != wanted) throw detail::cm_event_error(event->type, event->status, phase, peer);
+    return *event;
+  };
+  expect(RDMA_CM_EVENT_ADDR_RESOLVED, CmPhase::resolve_address);
+  detail::require_device(state->id.get(), dev, dev.info().ipv4_address);
+  if (rdma_resolve_route(state->id.get(), static_cast<int>(left().count())) != 0) {
+    detail::throw_call_failed(Errc::route_unresolved, fmt::format("rdma_resolve_route({})", peer), errno);
+  }
+  expect(RDMA_CM_EVENT_ROUTE_RESOLVED, CmPhase::resolve_route);
+
+  state->create_queue_pair();
+  const auto handshake = detail::encode_handshake();
+  rdma_conn_param param = detail::connection_parameters(dev, state->options, handshake);
+  if (rdma_connect(state->id.get(), &param) != 0) {
+    detail::throw_call_failed(Errc::unreachable, fmt::format("rdma_connect({})", peer), errno);
+  }
+  expect(RDMA_CM_EVENT_ESTABLISHED, CmPhase::connect);
+  state->established = true;
+  detail::describe(*state);
+  return Connection(std::move(state));
+}
+
+// ---- passive side ---------------------------------------------------------------------------
+
+namespace detail {
+
+class ListenerState {
+ public:
+  explicit ListenerState(const Device& dev) : device(dev) {}
+  Device device;
+  TransportOptions options;
+  ChannelPtr channel;
+  IdPtr id;
+  std::string address;
+  std::uint16_t port = 0;
+};
+
+}  // namespace detail
+
+Listener::Listener(const Device& device, std::uint16_t port, const TransportOptions& options,
+                   const std::string& address)
+    : state_(std::make_unique<detail::ListenerState>(device)) {
+  options.validate();
+  auto& s = *state_;
+  s.options = options;
+  s.channel = detail::make_channel();
+  rdma_cm_id* raw_id = nullptr;
+  if (rdma_create_id(s.channel.get(), &raw_id, nullptr, RDMA_PS_TCP) != 0) {
+    detail::throw_call_failed(Errc::system, "rdma_create_id", errno);
+  }
+  s.id.reset(raw_id);
+  s.address = address.empty() ? detail::source_address_of(s.device) : address;
+  sockaddr_in addr = detail::make_address(s.address, port, "listen");
+  if (rdma_bind_addr(s.id.get(), reinterpret_cast<sockaddr*>(&addr)) != 0) {
+    const int err = errno;
+    detail::throw_call_failed(
+        err == EADDRINUSE ? Errc::invalid_argument : Errc::address_unresolved,
+        fmt::format("rdma_bind_addr({}:{}){}", s.address, port,
+                    err == EADDRINUSE ? " — the port is taken" : " — is the address assigned to an RDMA interface?"),
+        err);
+  }
+  detail::require_device(s.id.get(), s.device, s.address);
+  if (rdma_listen(s.id.get(), 64) != 0) {
+    detail::throw_call_failed(Errc::system, fmt::format("rdma_listen({}:{})", s.address, port), errno);
+  }
+  s.port = ntohs(rdma_get_src_port(s.id.get()));
+}
+
+Listener::Listener(Listener&&) noexcept = default;
+Listener& Listener::operator=(Listener&&) noexcept = default;
+Listener::~Listener() = default;
+std::uint16_t Listener::port() const { return state_->port; }
+const std::string& Listener::address() const { return state_->address; }
+
+Connection Listener::accept(Millis timeout) {
+  auto& s = *state_;
+  const auto deadline = detail::Clock::now() + timeout;
+  auto left = [&] {
+    return std::max(std::chrono::milliseconds(0),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - detail::Clock::now()));
+  };
+  const std::string here = fmt::format("{}:{}", s.address, s.port);
+  for (;;) {
+    auto event = detail::next_cm_event(s.channel.get(), left());
+    if (!event) {
+      throw Error(Errc::timeout, fmt::format("no peer connected to {} within {} ms", here, timeout.count()));
+    }
+    if (event->type != RDMA_CM_EVENT_CONNECT_REQUEST) continue;  // e.g. a late event of an old id
+
+    auto state = std::make_unique<detail::ConnectionState>(s.device, s.options);
+    state->id.reset(event->id);
+    const std::string peer = detail::address_text(rdma_get_peer_addr(event->id));
+    try {
+      detail::check_handshake(event->private_data);
+    } catch (const Error& e) {
+      // A stranger or an incompatible peer: refuse it and keep listening.
+      std::fprintf(stderr, "gradlane: refused connection from %s on %s: %s\n", peer.c_str(), here.c_str(), e.what());
+      (void)rdma_reject(state->id.get(), nullptr, 0);
+      continue;
+    }
+    // Each connection gets its own event channel so it sees only its own events.
+    state->channel = detail::make_channel();
+    if (rdma_migrate_id(state->id.get(), state->channel.get()) != 0) {
+      detail::throw_call_failed(Errc::system, "rdma_migrate_id", errno);
+    }
+    state->create_queue_pair();
+    const auto handshake = detail::encode_handshake();
+    rdma_conn_param param = detail::connection_parameters(s.device, state->options, handshake);
+    if (rdma_accept(state->id.get(), &param) != 0) {
+      detail::throw_call_failed(Errc::system, fmt::format("rdma_accept({})", peer), errno);
+    }
+    // The handshake completes when the peer's RTU arrives; bound it by connect_timeout.
+    auto established = detail::next_cm_event(state->channel.get(), s.options.connect_timeout);
+    if (!established) {
+      throw Error(Errc::unreachable, fmt::format("{} sent a connect request to {} but did not complete the "
+                                                 "handshake within {} ms",
+                                                 peer, here, s.options.connect_timeout.count()));
+    }
+    if (established->type != RDMA_CM_EVENT_ESTABLISHED) {
+      throw detail::cm_event_error(established->type, established->status, detail::CmPhase::accept, peer);
+    }
+    state->established = true;
+    detail::describe(*state);
+    return Connection(std::move(state));
+  }
+}
+
+}  // namespace gradlane

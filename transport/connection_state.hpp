@@ -1,0 +1,102 @@
+// Internal: everything one Connection owns, in the order it must be torn down.
+#pragma once
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gradlane/connection.hpp"
+#include "gradlane/memory.hpp"
+#include "transport/device_state.hpp"
+#include "transport/error_text.hpp"
+
+namespace gradlane::detail {
+
+struct DestroyChannel { void operator()(rdma_event_channel* channel) const noexcept; };
+struct DestroyCq { void operator()(ibv_cq* cq) const noexcept; };
+// Destroys the id's QP (if any) first: rdma_destroy_id does not.
+struct DestroyId { void operator()(rdma_cm_id* id) const noexcept; };
+
+using ChannelPtr = std::unique_ptr<rdma_event_channel, DestroyChannel>;
+using CqPtr = std::unique_ptr<ibv_cq, DestroyCq>;
+using IdPtr = std::unique_ptr<rdma_cm_id, DestroyId>;
+
+// An event channel whose fd is non-blocking, so every wait on it is a bounded poll().
+ChannelPtr make_channel();
+// Waits up to `timeout` for the next rdma_cm event on `channel`; acks it and returns a copy of
+// what matters. nullopt on timeout.
+struct CmEvent {
+  rdma_cm_event_type type{};
+  int status = 0;
+  rdma_cm_id* id = nullptr;  // the id the event is for (a new id for CONNECT_REQUEST)
+  std::vector<std::byte> private_data;
+};
+std::optional<CmEvent> next_cm_event(rdma_event_channel* channel, std::chrono::milliseconds timeout);
+
+std::string address_text(const sockaddr* addr);
+
+class ConnectionState {
+ public:
+  // Members in construction order; destruction runs bottom-up: QP+id, then CQ, then the
+  // registered rings, then the channel, then our reference on the device.
+  Device device;
+  TransportOptions options;
+  ChannelPtr channel;
+  std::optional<Buffer> recv_ring_memory;
+  std::optional<Buffer> send_ring_memory;
+  std::optional<MemoryRegion> recv_ring;
+  std::optional<MemoryRegion> send_ring;
+  CqPtr cq;
+  IdPtr id;
+
+  std::string description;
+  bool established = false;
+
+  // ---- send queue accounting ----
+  std::vector<OpRecord> ops;          // indexed by op id % send_queue_depth
+  OpId next_op = 1;                   // id the next post gets
+  OpId completed = 0;                 // every op ≤ this is known complete (RC completes in order)
+  OpId last_signalled = 0;            // newest signalled op posted
+  std::uint32_t unsignalled_run = 0;  // unsignalled ops since the last signalled one
+  std::vector<OpId> send_slot_op;     // control-message send slot → op that uses it (0 = free)
+  std::uint32_t next_send_slot = 0;
+
+  // ---- receive side ----
+  std::deque<std::vector<std::byte>> messages;
+  std::deque<Doorbell> doorbells;
+  std::map<std::uint32_t, RegionDescriptor> regions;
+
+  std::optional<Error> failure_error;
+  std::function<void(const Error&)> failure_handler;
+  std::uint32_t idle_polls = 0;
+  ConnectionStats stats;
+
+  ConnectionState(const Device& dev, const TransportOptions& opts) : device(dev), options(opts) {}
+  ~ConnectionState();
+
+  // Creates CQ, QP and the control rings on `id`, posts every receive, sets the ACK timeout.
+  void create_queue_pair();
+  void post_receive(std::uint32_t slot);
+  // Records the failure (first one wins), calls the handler once, returns the error to throw.
+  const Error& fail(Error error);
+  void throw_if_failed() const {
+    if (failure_error) throw *failure_error;
+  }
+  void handle_completion(const ibv_wc& wc);
+  void handle_cm_events();
+  // Posts one send-queue work request, choosing whether to signal it.
+  OpId post(ibv_send_wr& wr, const OpRecord& record, bool force_signal);
+  void wait_for_send_queue_space(std::chrono::steady_clock::time_point deadline);
+  int poll_once();
+};
+
+}  // namespace gradlane::detail

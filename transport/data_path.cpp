@@ -1,0 +1,368 @@
+// The data path: posting work requests, reaping completions, and the waits built on them.
+//
+// Send-queue accounting: every posted operation gets an increasing OpId (its wr_id). Most
+// writes are unsignalled — a completion per write would cost a CQE and a poll each — and one
+// in every `signal_interval` is signalled. RC completes in order, so the completion of op N
+// proves every op ≤ N done; `completed` tracks that and frees send-queue space.
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fmt/format.h>
+
+#include "gradlane/connection.hpp"
+#include "transport/connection_state.hpp"
+#include "transport/syscall_error.hpp"
+#include "transport/wire.hpp"
+
+namespace gradlane {
+namespace detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Receive work requests carry this bit in wr_id, send-queue ones never do.
+constexpr std::uint64_t kRecvTag = 1ull << 63;
+// How many empty CQ polls between looks at the rdma_cm channel (a syscall): often enough to
+// see a DISCONNECTED within microseconds of idling, rare enough to stay off the hot path.
+constexpr std::uint32_t kPollsPerEventCheck = 256;
+
+// How long a full send queue may make no progress before we give up: the QP itself fails
+// after ack timeout × (retries + 1) when the peer is gone, so twice that plus a second.
+std::chrono::milliseconds stall_limit(const TransportOptions& o) {
+  const double ack_seconds = 4.096e-6 * static_cast<double>(1ull << o.ack_timeout);
+  return std::chrono::milliseconds(static_cast<long>(ack_seconds * (o.retry_count + 1) * 2 * 1000) + 1000);
+}
+
+}  // namespace
+
+const Error& ConnectionState::fail(Error error) {
+  if (!failure_error) {
+    failure_error = std::move(error);
+    if (failure_handler) failure_handler(*failure_error);
+  }
+  return *failure_error;
+}
+
+void ConnectionState::post_receive(std::uint32_t slot) {
+  ibv_sge sge{};
+  sge.addr = reinterpret_cast<std::uintptr_t>(recv_ring->data()) + std::uint64_t{slot} * options.max_message_bytes;
+  sge.length = options.max_message_bytes;
+  sge.lkey = recv_ring->lkey();
+  ibv_recv_wr wr{};
+  wr.wr_id = kRecvTag | slot;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  if (int rc = ibv_post_recv(id->qp, &wr, &bad); rc != 0) {
+    throw fail(Error(Errc::system, call_failed(fmt::format("ibv_post_recv on {}", description), rc), rc));
+  }
+}
+
+void ConnectionState::handle_completion(const ibv_wc& wc) {
+  if (wc.wr_id & kRecvTag) {
+    const auto slot = static_cast<std::uint32_t>(wc.wr_id & ~kRecvTag);
+    if (wc.status != IBV_WC_SUCCESS) {
+      // A flushed receive just means the QP failed; the send side or the cm event says why.
+      if (wc.status != IBV_WC_WR_FLUSH_ERR) {
+        fail(completion_error(wc.status, wc.vendor_err, "receive", description));
+      }
+      return;
+    }
+    if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+      doorbells.push_back({ntohl(wc.imm_data), wc.byte_len});
+      ++stats.doorbells_received;
+    } else {
+      const auto* base = recv_ring->data() + std::uint64_t{slot} * options.max_message_bytes;
+      try {
+        const Frame frame = decode_frame({base, wc.byte_len});
+        if (frame.kind == FrameKind::region) {
+          const RegionAdvert advert = decode_region_advert(frame.payload);
+          regions[advert.id] = advert.region;
+        } else {
+          messages.emplace_back(frame.payload.begin(), frame.payload.end());
+          ++stats.messages_received;
+        }
+      } catch (const Error& e) {
+        fail(Error(Errc::protocol, fmt::format("malformed control message from {}: {}", description, e.what())));
+        return;
+      }
+    }
+    if (!failure_error) post_receive(slot);
+    return;
+  }
+  if (wc.status != IBV_WC_SUCCESS) {
+    const OpRecord& op = ops[wc.wr_id % ops.size()];
+    fail(completion_error(wc.status, wc.vendor_err, fmt::format("{} (op {})", describe_op(op), wc.wr_id), description));
+    return;
+  }
+  completed = std::max<OpId>(completed, wc.wr_id);
+  stats.completed = completed;
+}
+
+void ConnectionState::handle_cm_events() {
+  while (auto event = next_cm_event(channel.get(), std::chrono::milliseconds(0))) {
+    if (event->type == RDMA_CM_EVENT_ESTABLISHED) continue;
+    fail(cm_event_error(event->type, event->status, CmPhase::established, description));
+  }
+}
+
+int ConnectionState::poll_once() {
+  throw_if_failed();
+  ibv_wc wcs[16];
+  const int n = ibv_poll_cq(cq.get(), 16, wcs);
+  if (n < 0) throw fail(Error(Errc::system, fmt::format("ibv_poll_cq on {} failed ({})", description, n)));
+  for (int i = 0; i < n; ++i) handle_completion(wcs[i]);
+  if (n == 0 && ++idle_polls % kPollsPerEventCheck == 0) handle_cm_events();
+  throw_if_failed();
+  return n;
+}
+
+void ConnectionState::wait_for_send_queue_space(Clock::time_point deadline) {
+  while (next_op - 1 - completed >= options.send_queue_depth) {
+    if (poll_once() == 0 && Clock::now() > deadline) {
+      throw fail(Error(Errc::timeout,
+                       fmt::format("send queue of {} stayed full ({} ops outstanding) for {} ms: the peer "
+                                   "stopped acknowledging",
+                                   description, next_op - 1 - completed, stall_limit(options).count())));
+    }
+  }
+}
+
+OpId ConnectionState::post(ibv_send_wr& wr, const OpRecord& record, bool force_signal) {
+  throw_if_failed();
+  wait_for_send_queue_space(Clock::now() + stall_limit(options));
+  const OpId op = next_op;
+  const bool signal = force_signal || unsignalled_run + 1 >= options.signal_interval;
+  wr.wr_id = op;
+  wr.send_flags |= signal ? IBV_SEND_SIGNALED : 0;
+  ops[op % ops.size()] = record;
+  ibv_send_wr* bad = nullptr;
+  if (int rc = ibv_post_send(id->qp, &wr, &bad); rc != 0) {
+    throw Error(Errc::system, call_failed(fmt::format("ibv_post_send({}) on {}", describe_op(record), description), rc),
+                rc);
+  }
+  ++next_op;
+  ++stats.posted;
+  if (signal) {
+    unsignalled_run = 0;
+    last_signalled = op;
+    ++stats.signalled;
+  } else {
+    ++unsignalled_run;
+  }
+  return op;
+}
+
+}  // namespace detail
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void check_slices(const char* op, const MemoryRegion& local, std::size_t local_offset, const RegionDescriptor& remote,
+                  std::uint64_t remote_offset, std::size_t length) {
+  if (length == 0) throw Error(Errc::invalid_argument, fmt::format("{} of 0 bytes", op));
+  if (!local.contains(local_offset, length)) {
+    throw Error(Errc::out_of_range, fmt::format("{} of {} bytes at local offset {} exceeds the local region ({} bytes)",
+                                                op, length, local_offset, local.length()));
+  }
+  if (!remote.contains(remote_offset, length)) {
+    throw Error(Errc::out_of_range,
+                fmt::format("{} of {} bytes at remote offset {} exceeds the remote region ({} bytes at {:#x}, rkey "
+                            "{:#x}); nothing was sent",
+                            op, length, remote_offset, remote.length, remote.addr, remote.rkey));
+  }
+}
+
+}  // namespace
+
+Connection::Connection(std::unique_ptr<detail::ConnectionState> state) : state_(std::move(state)) {}
+Connection::Connection(Connection&&) noexcept = default;
+Connection& Connection::operator=(Connection&&) noexcept = default;
+Connection::~Connection() = default;
+
+namespace {
+
+ibv_send_wr one_sided(ibv_wr_opcode opcode, ibv_sge& sge, const MemoryRegion& local, std::size_t local_offset,
+                      const RegionDescriptor& remote, std::uint64_t remote_offset, std::size_t length,
+                      std::uint32_t max_inline) {
+  sge.addr = reinterpret_cast<std::uintptr_t>(local.data()) + local_offset;
+  sge.length = static_cast<std::uint32_t>(length);
+  sge.lkey = local.lkey();
+  ibv_send_wr wr{};
+  wr.opcode = opcode;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = remote.addr + remote_offset;
+  wr.wr.rdma.rkey = remote.rkey;
+  // Inline: the driver copies the payload into the WQE, sparing the NIC a DMA read of it.
+  if (opcode != IBV_WR_RDMA_READ && length <= max_inline) wr.send_flags = IBV_SEND_INLINE;
+  return wr;
+}
+
+}  // namespace
+
+OpId Connection::write(const MemoryRegion& src, std::size_t src_offset, const RegionDescriptor& dst,
+                       std::uint64_t dst_offset, std::size_t length, Signal signal) {
+  check_slices("RDMA WRITE", src, src_offset, dst, dst_offset, length);
+  ibv_sge sge{};
+  auto wr = one_sided(IBV_WR_RDMA_WRITE, sge, src, src_offset, dst, dst_offset, length, state_->options.max_inline);
+  return state_->post(wr, {IBV_WR_RDMA_WRITE, length, wr.wr.rdma.remote_addr, dst.rkey}, signal == Signal::always);
+}
+
+OpId Connection::write_with_imm(const MemoryRegion& src, std::size_t src_offset, const RegionDescriptor& dst,
+                                std::uint64_t dst_offset, std::size_t length, std::uint32_t imm, Signal signal) {
+  check_slices("RDMA WRITE_WITH_IMM", src, src_offset, dst, dst_offset, length);
+  ibv_sge sge{};
+  auto wr = one_sided(IBV_WR_RDMA_WRITE_WITH_IMM, sge, src, src_offset, dst, dst_offset, length,
+                      state_->options.max_inline);
+  wr.imm_data = htonl(imm);
+  return state_->post(wr, {IBV_WR_RDMA_WRITE_WITH_IMM, length, wr.wr.rdma.remote_addr, dst.rkey},
+                      signal == Signal::always);
+}
+
+OpId Connection::read(const MemoryRegion& dst, std::size_t dst_offset, const RegionDescriptor& src,
+                      std::uint64_t src_offset, std::size_t length) {
+  check_slices("RDMA READ", dst, dst_offset, src, src_offset, length);
+  if (!has(dst.access(), Access::local_write) && !has(dst.access(), Access::remote_write)) {
+    throw Error(Errc::invalid_argument,
+                "RDMA READ destination region was registered without local_write access; the NIC cannot write it");
+  }
+  ibv_sge sge{};
+  auto wr = one_sided(IBV_WR_RDMA_READ, sge, dst, dst_offset, src, src_offset, length, 0);
+  return state_->post(wr, {IBV_WR_RDMA_READ, length, wr.wr.rdma.remote_addr, src.rkey}, true);
+}
+
+namespace {
+
+OpId send_frame(detail::ConnectionState& s, detail::FrameKind kind, std::span<const std::byte> payload) {
+  s.throw_if_failed();
+  const std::size_t slot_bytes = s.options.max_message_bytes;
+  const std::uint32_t slot = s.next_send_slot;
+  // The slot is free once the SEND that last used it completed (sends are always signalled).
+  const auto deadline = Clock::now() + std::chrono::milliseconds(10'000);
+  while (s.send_slot_op[slot] != 0 && s.send_slot_op[slot] > s.completed) {
+    if (s.poll_once() == 0 && Clock::now() > deadline) {
+      throw Error(Errc::timeout, fmt::format("no free control-message slot on {}: the peer stopped acknowledging",
+                                             s.description));
+    }
+  }
+  std::byte* out = s.send_ring->data() + std::uint64_t{slot} * slot_bytes;
+  const std::size_t length = detail::encode_frame(kind, payload, {out, slot_bytes});
+  ibv_sge sge{reinterpret_cast<std::uintptr_t>(out), static_cast<std::uint32_t>(length), s.send_ring->lkey()};
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  if (length <= s.options.max_inline) wr.send_flags = IBV_SEND_INLINE;
+  const OpId op = s.post(wr, {IBV_WR_SEND, length, 0, 0}, true);
+  s.send_slot_op[slot] = op;
+  s.next_send_slot = (slot + 1) % static_cast<std::uint32_t>(s.send_slot_op.size());
+  return op;
+}
+
+template <class Result, class Take>
+Result wait_until(detail::ConnectionState& s, Millis timeout, const char* what, Take take) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    if (auto got = take()) return std::move(*got);
+    if (s.poll_once() == 0 && Clock::now() > deadline) {
+      throw Error(Errc::timeout, fmt::format("no {} on {} within {} ms", what, s.description, timeout.count()));
+    }
+  }
+}
+
+}  // namespace
+
+OpId Connection::send(std::span<const std::byte> message) {
+  return send_frame(*state_, detail::FrameKind::message, message);
+}
+
+std::optional<std::vector<std::byte>> Connection::try_receive() {
+  auto& s = *state_;
+  if (s.messages.empty()) s.poll_once();
+  if (s.messages.empty()) return std::nullopt;
+  auto message = std::move(s.messages.front());
+  s.messages.pop_front();
+  return message;
+}
+
+std::vector<std::byte> Connection::receive(Millis timeout) {
+  auto& s = *state_;
+  return wait_until<std::vector<std::byte>>(s, timeout, "control message", [&]() -> std::optional<std::vector<std::byte>> {
+    if (s.messages.empty()) return std::nullopt;
+    auto message = std::move(s.messages.front());
+    s.messages.pop_front();
+    return message;
+  });
+}
+
+std::optional<Doorbell> Connection::try_doorbell() {
+  auto& s = *state_;
+  if (s.doorbells.empty()) s.poll_once();
+  if (s.doorbells.empty()) return std::nullopt;
+  const Doorbell d = s.doorbells.front();
+  s.doorbells.pop_front();
+  return d;
+}
+
+Doorbell Connection::wait_doorbell(Millis timeout) {
+  auto& s = *state_;
+  return wait_until<Doorbell>(s, timeout, "WRITE_WITH_IMM doorbell", [&]() -> std::optional<Doorbell> {
+    if (s.doorbells.empty()) return std::nullopt;
+    const Doorbell d = s.doorbells.front();
+    s.doorbells.pop_front();
+    return d;
+  });
+}
+
+void Connection::advertise(std::uint32_t region_id, const RegionDescriptor& region) {
+  const auto advert = detail::encode_region_advert(region_id, region);
+  send_frame(*state_, detail::FrameKind::region, advert);
+}
+
+RegionDescriptor Connection::wait_region(std::uint32_t region_id, Millis timeout) {
+  auto& s = *state_;
+  const std::string what = fmt::format("advertisement of region {}", region_id);
+  return wait_until<RegionDescriptor>(s, timeout, what.c_str(), [&]() -> std::optional<RegionDescriptor> {
+    auto it = s.regions.find(region_id);
+    if (it == s.regions.end()) return std::nullopt;
+    return it->second;
+  });
+}
+
+int Connection::poll() { return state_->poll_once(); }
+
+void Connection::wait(OpId op, Millis timeout) {
+  auto& s = *state_;
+  if (op >= s.next_op) throw Error(Errc::invalid_argument, fmt::format("wait: op {} was never posted", op));
+  if (op > s.last_signalled) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("wait: op {} was posted unsignalled and no signalled op follows it, so no completion "
+                            "will report it; post it (or a later op) with Signal::always",
+                            op));
+  }
+  const auto deadline = Clock::now() + timeout;
+  while (s.completed < op) {
+    if (s.poll_once() == 0 && Clock::now() > deadline) {
+      throw Error(Errc::timeout, fmt::format("{} (op {}) not complete on {} after {} ms",
+                                             detail::describe_op(s.ops[op % s.ops.size()]), op, s.description,
+                                             timeout.count()));
+    }
+  }
+}
+
+void Connection::flush(Millis timeout) {
+  if (state_->next_op > 1) wait(state_->next_op - 1, timeout);
+}
+
+std::uint64_t Connection::outstanding() const { return state_->next_op - 1 - state_->completed; }
+bool Connection::failed() const { return state_->failure_error.has_value(); }
+const Error* Connection::failure() const { return state_->failure_error ? &*state_->failure_error : nullptr; }
+void Connection::on_failure(std::function<void(const Error&)> handler) { state_->failure_handler = std::move(handler); }
+const std::string& Connection::describe() const { return state_->description; }
+const TransportOptions& Connection::options() const { return state_->options; }
+const ConnectionStats& Connection::stats() const { return state_->stats; }
+
+}  // namespace gradlane
