@@ -45,7 +45,16 @@ struct RdmaDeviceList {
   RdmaDeviceList& operator=(const RdmaDeviceList&) = delete;
 };
 
-std::string port_state_name(ibv_port_state state) { return ibv_port_state_str(state); }
+std::string port_state_name(ibv_port_state state) {
+  switch (state) {
+    case IBV_PORT_DOWN: return "DOWN";
+    case IBV_PORT_INIT: return "INIT";
+    case IBV_PORT_ARMED: return "ARMED";
+    case IBV_PORT_ACTIVE: return "ACTIVE";
+    case IBV_PORT_ACTIVE_DEFER: return "ACTIVE_DEFER";
+    default: return "NOP";
+  }
+}
 
 std::vector<detail::GidEntry> read_gid_table(ibv_context* ctx, std::uint8_t port, int table_len) {
   std::vector<ibv_gid_entry> raw(static_cast<std::size_t>(std::max(table_len, 1)));

@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "gradlane/error.hpp"
 #include "gradlane/memory.hpp"
 
 namespace gradlane::detail {

@@ -13,6 +13,8 @@
 #include <optional>
 #include <string>
 
+#include "gradlane/error.hpp"
+
 namespace gradlane {
 
 struct TransportOptions {

@@ -1,0 +1,242 @@
+// Bad input over real rxe: every case gets a clear error within a bounded time, and the
+// process survives.
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include "../common/pattern.hpp"
+#include "harness.hpp"
+
+namespace gradlane::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+TEST_F(PeerTest, WritePastTheRegionEndIsRefusedBeforePosting) {
+  start_peer(4096);
+  Buffer src = Buffer::allocate(8192);
+  MemoryRegion mr = MemoryRegion::register_buffer(*device, src, Access::local);
+  try {
+    conn->write(mr, 0, peer_region, 4000, 200);
+    FAIL() << "out-of-range write was posted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::out_of_range);
+    EXPECT_NE(std::string(e.what()).find("RDMA WRITE"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("nothing was sent"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(conn->read(mr, 8000, peer_region, 0, 500), Error) << "local slice past the end";
+  // Offsets near 2^64 must not wrap around the bounds check.
+  EXPECT_THROW(conn->write(mr, 0, peer_region, ~std::uint64_t{0} - 10, 100), Error);
+  EXPECT_FALSE(conn->failed());
+  // The connection is unharmed.
+  fill_pattern({src.data(), 96}, 9);
+  conn->wait(conn->write(mr, 0, peer_region, 4000, 96, Signal::always), 30s);
+  EXPECT_EQ(command("verify 4000 96 9"), "ok");
+  stop_peer();
+}
+
+TEST_F(PeerTest, WriteBeyondWhatThePeerRegisteredFailsTheConnectionAndTellsItsOwner) {
+  start_peer(4096);
+  Buffer src = Buffer::allocate(1u << 20);
+  MemoryRegion mr = MemoryRegion::register_buffer(*device, src, Access::local);
+  std::optional<Error> told;
+  conn->on_failure([&](const Error& e) { told = e; });
+  // A descriptor that claims more than the peer registered: only the peer's NIC can refuse.
+  RegionDescriptor forged = peer_region;
+  forged.length = 1u << 20;
+  const auto start = Clock::now();
+  try {
+    conn->wait(conn->write(mr, 0, forged, 64 * 1024, 4096, Signal::always), 30s);
+    FAIL() << "write outside the peer's region completed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::remote_access) << e.what();
+    EXPECT_NE(std::string(e.what()).find("RDMA WRITE of 4096 bytes"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("remote access error"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(seconds_since(start), 10.0);
+  ASSERT_TRUE(told.has_value()) << "the failure handler was not called";
+  EXPECT_EQ(told->code(), Errc::remote_access);
+  EXPECT_TRUE(conn->failed());
+  EXPECT_THROW(conn->poll(), Error) << "a failed connection keeps reporting its failure";
+  conn.reset();  // disconnects; the peer sees its connection end and exits by itself
+  const auto status = peer->wait_exit(20s);
+  ASSERT_TRUE(status.has_value()) << "peer hung after the remote access error";
+  EXPECT_TRUE(WIFEXITED(*status)) << "peer crashed: status " << *status;
+}
+
+TEST_F(PeerTest, WrongRkeyIsARemoteAccessError) {
+  start_peer(4096);
+  Buffer src = Buffer::allocate(4096);
+  MemoryRegion mr = MemoryRegion::register_buffer(*device, src, Access::local);
+  RegionDescriptor forged = peer_region;
+  forged.rkey ^= 0x5a5a00;
+  try {
+    conn->wait(conn->write(mr, 0, forged, 0, 128, Signal::always), 30s);
+    FAIL() << "write with a wrong rkey completed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::remote_access) << e.what();
+  }
+  conn.reset();
+  ASSERT_TRUE(peer->wait_exit(20s).has_value());
+}
+
+TEST(SoftRoceConnect, NoListenerIsAClearRejectionWithinTheTimeout) {
+  const Device device = Device::open(selector_from_env());
+  TransportOptions o = test_options();
+  o.connect_timeout = 5s;
+  const auto start = Clock::now();
+  try {
+    connect(device, softroce_env().address, 1, o);
+    FAIL() << "connected to a port nobody listens on";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::connection_rejected) << e.what();
+    EXPECT_NE(std::string(e.what()).find("nothing is listening"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(seconds_since(start), 6.0);
+}
+
+TEST(SoftRoceConnect, AddressWithNoHostFailsWithinTheTimeout) {
+  const Device device = Device::open(selector_from_env());
+  TransportOptions o = test_options();
+  o.connect_timeout = 3s;
+  const auto start = Clock::now();
+  try {
+    // In the device's subnet, but no host answers ARP for it.
+    connect(device, "198.18.0.77", 7471, o);
+    FAIL() << "connected to an address with no host";
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.code() == Errc::address_unresolved || e.code() == Errc::unreachable ||
+                e.code() == Errc::route_unresolved)
+        << errc_name(e.code()) << ": " << e.what();
+    EXPECT_NE(std::string(e.what()).find("198.18.0.77"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(seconds_since(start), 4.5);
+}
+
+TEST(SoftRoceConnect, MalformedAddressIsRejectedAtOnce) {
+  const Device device = Device::open(selector_from_env());
+  try {
+    connect(device, "not an address!", 7471, test_options());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::address_unresolved);
+    EXPECT_NE(std::string(e.what()).find("not an address!"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SoftRoceConnect, AcceptWithNoPeerTimesOut) {
+  const Device device = Device::open(selector_from_env());
+  Listener listener(device, 0, test_options());
+  const auto start = Clock::now();
+  try {
+    listener.accept(500ms);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::timeout);
+  }
+  EXPECT_LT(seconds_since(start), 2.0);
+}
+
+TEST_F(PeerTest, PeerKilledMidTransferIsAnErrorWithinAboutTwoSeconds) {
+  constexpr std::size_t kChunk = 64 * 1024;
+  start_peer(kChunk * 16);
+  Buffer src = Buffer::allocate(kChunk);
+  MemoryRegion mr = MemoryRegion::register_buffer(*device, src, Access::local);
+  std::optional<Error> told;
+  conn->on_failure([&](const Error& e) { told = e; });
+  for (int i = 0; i < 64; ++i) conn->write(mr, 0, peer_region, (i % 16) * kChunk, kChunk);
+  peer->kill_hard();
+  const auto killed = Clock::now();
+  double detected = -1;
+  try {
+    // Keep streaming as a trainer would; the failure must surface, not hang.
+    for (int i = 0; seconds_since(killed) < 15.0; ++i) {
+      conn->write(mr, 0, peer_region, (i % 16) * kChunk, kChunk);
+      conn->poll();
+    }
+  } catch (const Error& e) {
+    detected = seconds_since(killed);
+    EXPECT_EQ(e.code(), Errc::peer_gone) << e.what();
+  }
+  ASSERT_GE(detected, 0.0) << "no error 15 s after the peer was killed";
+  EXPECT_LT(detected, 3.0) << "dead peer detected only after " << detected << " s";
+  RecordProperty("dead_peer_detection_s", std::to_string(detected));
+  ASSERT_TRUE(told.has_value());
+  const auto status = peer->wait_exit(5s);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL);
+}
+
+TEST_F(PeerTest, PeerThatExitsIsSeenAsGone) {
+  start_peer(4096);
+  stop_peer();
+  const auto start = Clock::now();
+  try {
+    while (seconds_since(start) < 10.0) conn->poll();
+    FAIL() << "no error after the peer exited";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::peer_gone) << e.what();
+    EXPECT_NE(std::string(e.what()).find("disconnected"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(seconds_since(start), 2.0);
+  EXPECT_THROW(send_text(*conn, "x"), Error);
+}
+
+TEST(SoftRoceMemory, MemlockTooLowGivesTheActionableMessage) {
+  // In a separate process: it gives up CAP_IPC_LOCK and lowers its own limit.
+  PeerProcess child({"memlock"});
+  const auto status = child.wait_exit(60s);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "status " << *status;
+}
+
+TEST_F(PeerTest, RegistrationCacheMustBeInvalidatedWhenMemoryIsReplaced) {
+  // The ps-lite failure: a buffer is freed and another one appears at the same address. An
+  // MR pins the *old* pages, so a cached registration that is not invalidated sends the
+  // peer's writes to memory the program no longer sees.
+  constexpr std::size_t kBytes = 64 * 1024;
+  start_peer(kBytes);
+  RegistrationCache cache(*device);
+  auto map = [](void* hint) {
+    void* p = ::mmap(hint, kBytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | (hint ? MAP_FIXED_NOREPLACE : 0), -1, 0);
+    EXPECT_NE(p, MAP_FAILED);
+    return static_cast<std::byte*>(p);
+  };
+  std::byte* first = map(nullptr);
+  const MemoryRegion& mr1 = cache.get(first, kBytes, Access::remote_write);
+  conn->advertise(2, mr1.descriptor());
+  ASSERT_EQ(command("push 2 0 65536 1"), "ok");
+  EXPECT_EQ(check_pattern({first, kBytes}, 1), std::nullopt);
+
+  // Replace the memory without telling the cache: it still hands out the stale MR...
+  ASSERT_EQ(::munmap(first, kBytes), 0);
+  std::byte* second = map(first);
+  ASSERT_EQ(second, first);
+  const MemoryRegion& stale = cache.get(second, kBytes, Access::remote_write);
+  EXPECT_EQ(&stale, &mr1);
+  EXPECT_EQ(cache.stats().hits, 1u);
+  conn->advertise(3, stale.descriptor());
+  ASSERT_EQ(command("push 3 0 65536 2"), "ok");
+  // ...and the write lands in the old pinned pages, not in the memory now at that address.
+  EXPECT_NE(check_pattern({second, kBytes}, 2), std::nullopt);
+  EXPECT_EQ(second[0], std::byte{0});
+
+  // With invalidation the next get() registers the new pages and the data arrives.
+  EXPECT_EQ(cache.invalidate(second, kBytes), 1u);
+  const MemoryRegion& fresh = cache.get(second, kBytes, Access::remote_write);
+  EXPECT_EQ(cache.stats().misses, 2u);
+  conn->advertise(4, fresh.descriptor());
+  ASSERT_EQ(command("push 4 0 65536 3"), "ok");
+  EXPECT_EQ(check_pattern({second, kBytes}, 3), std::nullopt);
+  stop_peer();
+  cache.clear();
+  ::munmap(second, kBytes);
+}
+
+}  // namespace
+}  // namespace gradlane::testing

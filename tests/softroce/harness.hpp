@@ -1,0 +1,81 @@
+// Soft-RoCE test harness: the device the VM set up, and a peer process to talk to.
+//
+// Every test talks to a real second process over rxe. The peer is this same executable
+// started with --peer (one exec per test: cheap next to connection setup, even under TCG). It
+// connects back to the test's Listener, registers a region, advertises it as region 1, and
+// then executes text commands sent as control messages (see peer.cpp), so each side checks
+// the data: the test verifies what it reads, the peer verifies what the test wrote.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gradlane/gradlane.hpp"
+
+namespace gradlane::testing {
+
+using namespace std::chrono_literals;
+
+// GRADLANE_DEVICE / GRADLANE_GID_INDEX / GRADLANE_ADDR, as set by ci/softroce.sh.
+struct SoftRoceEnv {
+  std::string device;
+  int gid_index = -1;
+  std::string address;
+};
+// Throws (failing the test, never skipping it) when not run under ci/softroce.sh.
+SoftRoceEnv softroce_env();
+DeviceSelector selector_from_env();
+
+// Options for tests: generous connect timeout for a slow emulated machine.
+TransportOptions test_options();
+
+class PeerProcess {
+ public:
+  // Starts `/proc/self/exe --peer ARGS...`.
+  explicit PeerProcess(const std::vector<std::string>& args);
+  PeerProcess(const PeerProcess&) = delete;
+  PeerProcess& operator=(const PeerProcess&) = delete;
+  ~PeerProcess();  // kills and reaps it if still running
+
+  pid_t pid() const { return pid_; }
+  void kill_hard();
+  // Exit status as from waitpid, or nullopt if it did not exit within `timeout`.
+  std::optional<int> wait_exit(std::chrono::milliseconds timeout);
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+};
+
+// Opens the device, listens, starts a peer that connects back and advertises its region.
+class PeerTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  // Starts the peer with a region of `region_bytes` and accepts its connection.
+  void start_peer(std::size_t region_bytes, const TransportOptions& options = test_options());
+  // Sends a text command to the peer over `conn` and returns its one-line reply.
+  std::string command(Connection& conn, const std::string& text, std::chrono::milliseconds timeout = 60s);
+  std::string command(const std::string& text) { return command(*conn, text); }
+  // Sends "exit" and expects a clean exit.
+  void stop_peer();
+
+  std::optional<Device> device;
+  std::optional<Listener> listener;
+  std::optional<PeerProcess> peer;
+  std::optional<Connection> conn;
+  RegionDescriptor peer_region;
+};
+
+// Control messages as text.
+void send_text(Connection& conn, std::string_view text);
+std::string text_of(const std::vector<std::byte>& bytes);
+
+int peer_main(int argc, char** argv);
+
+}  // namespace gradlane::testing

@@ -1,0 +1,199 @@
+// The peer process of the softroce suite: connects to the test, registers one region,
+// advertises it as region 1, then runs text commands until "exit" or until its connection
+// fails. Exit status: 0 after "exit"; 10 when a connection failed (the test decides whether
+// that was expected); 2 for bad arguments; 3 for an unexpected error.
+//
+// Commands (one control message each, one reply each):
+//   verify OFF LEN SEED     check region[OFF, OFF+LEN) byte for byte → "ok" | "mismatch ..."
+//   fill OFF LEN SEED       write the pattern into the region (for the test to READ) → "ok"
+//   doorbells N SLOT SLOTS  receive N WRITE_WITH_IMM doorbells; doorbell i must carry imm i and
+//                           slot i % SLOTS (SLOT bytes each) must already hold pattern seed i;
+//                           sends "credit" after every SLOTS doorbells → "ok N" | error
+//   echo BYTES              reply with BYTES verbatim (SEND/RECV round trip)
+//   push ID OFF LEN SEED    RDMA WRITE pattern SEED from our region into the test's region ID
+//                           at OFF (waits for its completion) → "ok"
+//   connect_again           open a second connection to the same listener (region 1 again)
+//   exit                    → "bye", exit 0
+#include <linux/capability.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../common/pattern.hpp"
+#include "harness.hpp"
+
+namespace gradlane::testing {
+namespace {
+
+void reply(Connection& c, const std::string& s) { send_text(c, s); }
+
+struct Peer {
+  Device device;
+  std::string address;
+  std::uint16_t port;
+  Buffer buffer;
+  MemoryRegion region;
+  std::vector<Connection> connections;
+
+  Peer(Device dev, std::string addr, std::uint16_t p, std::size_t bytes)
+      : device(std::move(dev)),
+        address(std::move(addr)),
+        port(p),
+        buffer(Buffer::allocate(bytes)),
+        region(MemoryRegion::register_buffer(device, buffer, Access::remote_write | Access::remote_read)) {}
+
+  void connect_once() {
+    connections.push_back(connect(device, address, port, test_options()));
+    connections.back().advertise(1, region.descriptor());
+  }
+
+  std::string run(Connection& c, const std::string& line) {
+    std::istringstream in(line);
+    std::string verb;
+    in >> verb;
+    if (verb == "verify" || verb == "fill") {
+      std::uint64_t off = 0, len = 0, seed = 0;
+      in >> off >> len >> seed;
+      if (!region.contains(off, len)) return "bad range";
+      std::span<std::byte> bytes(buffer.data() + off, len);
+      if (verb == "fill") {
+        fill_pattern(bytes, seed);
+        return "ok";
+      }
+      return check_pattern(bytes, seed).value_or("ok");
+    }
+    if (verb == "doorbells") {
+      std::uint64_t n = 0, slot = 0, slots = 0;
+      in >> n >> slot >> slots;
+      if (slots == 0 || slot * slots > buffer.size()) return "bad doorbells arguments";
+      for (std::uint64_t i = 0; i < n; ++i) {
+        const Doorbell d = c.wait_doorbell(std::chrono::seconds(30));
+        if (d.imm != static_cast<std::uint32_t>(i)) return "doorbell " + std::to_string(i) + " carried imm " + std::to_string(d.imm);
+        std::span<const std::byte> payload(buffer.data() + (i % slots) * slot, slot);
+        if (auto bad = check_pattern(payload, i)) return "payload of doorbell " + std::to_string(i) + " not in place: " + *bad;
+        if ((i + 1) % slots == 0) reply(c, "credit");
+      }
+      return "ok " + std::to_string(n);
+    }
+    if (verb == "echo") return line.size() > 5 ? line.substr(5) : std::string();
+    if (verb == "push") {
+      std::uint32_t id = 0;
+      std::uint64_t off = 0, len = 0, seed = 0;
+      in >> id >> off >> len >> seed;
+      if (!region.contains(0, len)) return "bad length";
+      fill_pattern({buffer.data(), len}, seed);
+      const RegionDescriptor target = c.wait_region(id, std::chrono::seconds(30));
+      c.wait(c.write(region, 0, target, off, len, Signal::always), std::chrono::seconds(30));
+      return "ok";
+    }
+    if (verb == "connect_again") {
+      connect_once();
+      return "ok";
+    }
+    return "unknown command: " + verb;
+  }
+
+  int serve() {
+    const auto idle_limit = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+    for (;;) {
+      for (auto& c : connections) {
+        auto message = c.try_receive();
+        if (!message) continue;
+        const std::string line = text_of(*message);
+        if (line == "exit") {
+          reply(c, "bye");
+          for (auto& other : connections) other.flush(std::chrono::seconds(10));
+          return 0;
+        }
+        reply(c, run(c, line));
+      }
+      if (std::chrono::steady_clock::now() > idle_limit) {
+        std::fprintf(stderr, "peer: no exit command within 5 minutes, giving up\n");
+        return 3;
+      }
+    }
+  }
+};
+
+// Drops CAP_IPC_LOCK (root has it, and it lifts RLIMIT_MEMLOCK) and lowers the limit to
+// 64 KiB, then checks both the up-front check and a real registration report the problem.
+int memlock_scenario() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3]{};
+  if (::syscall(SYS_capget, &header, data) != 0) {
+    std::perror("peer: capget");
+    return 3;
+  }
+  data[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
+  data[CAP_IPC_LOCK / 32].permitted &= ~(1u << (CAP_IPC_LOCK % 32));
+  if (::syscall(SYS_capset, &header, data) != 0) {
+    std::perror("peer: dropping CAP_IPC_LOCK");
+    return 3;
+  }
+  rlimit limit{64 * 1024, 64 * 1024};
+  if (::setrlimit(RLIMIT_MEMLOCK, &limit) != 0) {
+    std::perror("peer: setrlimit");
+    return 3;
+  }
+  int failures = 0;
+  try {
+    check_memlock(8u << 20);
+    std::fprintf(stderr, "peer: check_memlock(8 MiB) passed under a 64 KiB limit\n");
+    ++failures;
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (e.code() != Errc::memlock_too_low || what.find("ulimit -l") == std::string::npos ||
+        what.find("64 KiB") == std::string::npos) {
+      std::fprintf(stderr, "peer: check_memlock message not actionable: %s\n", e.what());
+      ++failures;
+    }
+  }
+  try {
+    Device device = Device::open(selector_from_env());
+    Buffer buffer = Buffer::allocate(8u << 20, Buffer::Pages::small_only);
+    MemoryRegion mr = MemoryRegion::register_buffer(device, buffer, Access::remote_write);
+    std::fprintf(stderr, "peer: registering 8 MiB succeeded under a 64 KiB limit\n");
+    ++failures;
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (e.code() != Errc::memlock_too_low || what.find("ibv_reg_mr") == std::string::npos ||
+        what.find("ulimit -l") == std::string::npos) {
+      std::fprintf(stderr, "peer: registration error not actionable (%s): %s\n",
+                   std::string(errc_name(e.code())).c_str(), e.what());
+      ++failures;
+    }
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int peer_main(int argc, char** argv) {
+  if (argc >= 3 && std::string(argv[2]) == "memlock") return memlock_scenario();
+  if (argc != 5) {
+    std::fprintf(stderr, "usage: %s --peer ADDRESS PORT REGION_BYTES | --peer memlock\n", argv[0]);
+    return 2;
+  }
+  try {
+    Peer peer(Device::open(selector_from_env()), argv[2], static_cast<std::uint16_t>(std::atoi(argv[3])),
+              std::strtoull(argv[4], nullptr, 10));
+    peer.connect_once();
+    return peer.serve();
+  } catch (const Error& e) {
+    const bool connection_failed = e.code() == Errc::peer_gone || e.code() == Errc::remote_access ||
+                                   e.code() == Errc::operation_failed || e.code() == Errc::protocol;
+    std::fprintf(stderr, "peer: %s: %s\n", std::string(errc_name(e.code())).c_str(), e.what());
+    return connection_failed ? 10 : 3;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "peer: %s\n", e.what());
+    return 3;
+  }
+}
+
+}  // namespace gradlane::testing

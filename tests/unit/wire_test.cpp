@@ -1,0 +1,106 @@
+// Control-message framing: a peer is untrusted, so every malformed frame must be refused
+// with an Error(protocol) that says what is wrong.
+#include <gtest/gtest.h>
+
+#include "transport/wire.hpp"
+
+namespace gradlane::detail {
+namespace {
+
+std::vector<std::byte> frame(FrameKind kind, std::string_view payload) {
+  std::vector<std::byte> out(kFrameHeaderSize + payload.size());
+  encode_frame(kind, std::as_bytes(std::span(payload)), out);
+  return out;
+}
+
+void expect_protocol_error(std::span<const std::byte> bytes, const std::string& fragment) {
+  try {
+    decode_frame(bytes);
+    FAIL() << "accepted a malformed frame";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::protocol);
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(Wire, MessageRoundTrips) {
+  const auto bytes = frame(FrameKind::message, "hello");
+  const Frame f = decode_frame(bytes);
+  EXPECT_EQ(f.kind, FrameKind::message);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(f.payload.data()), f.payload.size()), "hello");
+}
+
+TEST(Wire, EmptyPayloadIsValid) { EXPECT_TRUE(decode_frame(frame(FrameKind::message, "")).payload.empty()); }
+
+TEST(Wire, ShortFrameIsRefused) {
+  const auto bytes = frame(FrameKind::message, "x");
+  expect_protocol_error(std::span(bytes).first(5), "shorter than");
+}
+
+TEST(Wire, BadMagicIsRefused) {
+  auto bytes = frame(FrameKind::message, "x");
+  bytes[0] = std::byte{0};
+  expect_protocol_error(bytes, "magic");
+}
+
+TEST(Wire, LengthMismatchIsRefused) {
+  auto bytes = frame(FrameKind::message, "abcd");
+  bytes.pop_back();
+  expect_protocol_error(bytes, "says 4 payload bytes but 3 arrived");
+  auto longer = frame(FrameKind::message, "abcd");
+  longer.push_back(std::byte{0});
+  expect_protocol_error(longer, "but 5 arrived");
+}
+
+TEST(Wire, UnknownKindIsRefused) {
+  auto bytes = frame(FrameKind::message, "x");
+  bytes[4] = std::byte{99};
+  expect_protocol_error(bytes, "unknown kind 99");
+}
+
+TEST(Wire, OversizedPayloadIsRefusedWhenEncoding) {
+  std::vector<std::byte> out(kFrameHeaderSize + 3);
+  const std::string big = "four";
+  EXPECT_THROW(encode_frame(FrameKind::message, std::as_bytes(std::span(big)), out), Error);
+}
+
+TEST(Wire, RegionAdvertRoundTripsAndChecksItsSize) {
+  const RegionDescriptor d{0x7f0000001000ull, 1u << 20, 0x1234};
+  const auto advert = encode_region_advert(42, d);
+  const RegionAdvert back = decode_region_advert(advert);
+  EXPECT_EQ(back.id, 42u);
+  EXPECT_EQ(back.region, d);
+  EXPECT_THROW(decode_region_advert(std::span(advert).first(10)), Error);
+}
+
+TEST(Wire, RegionAdvertThatWrapsTheAddressSpaceIsRefused) {
+  const RegionDescriptor d{~std::uint64_t{0} - 100, 4096, 1};
+  const auto advert = encode_region_advert(1, d);
+  try {
+    decode_region_advert(advert);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::protocol);
+  }
+}
+
+TEST(Wire, HandshakeChecksMagicAndVersion) {
+  auto hs = encode_handshake();
+  std::vector<std::byte> padded(hs.begin(), hs.end());
+  padded.resize(56);  // rdma_cm pads private data
+  EXPECT_NO_THROW(check_handshake(padded));
+  EXPECT_THROW(check_handshake(std::span(hs).first(4)), Error);
+  auto wrong_version = hs;
+  wrong_version[4] = std::byte{9};
+  try {
+    check_handshake(wrong_version);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("version 9"), std::string::npos) << e.what();
+  }
+  std::array<std::byte, 8> stranger{};
+  EXPECT_THROW(check_handshake(stranger), Error);
+}
+
+}  // namespace
+}  // namespace gradlane::detail
