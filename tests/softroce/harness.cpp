@@ -39,18 +39,27 @@ TransportOptions test_options() {
   return o;
 }
 
-PeerProcess::PeerProcess(const std::vector<std::string>& args) {
-  std::vector<std::string> argv_storage{"/proc/self/exe", "--peer"};
-  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+namespace {
+std::vector<std::string> peer_argv(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{"/proc/self/exe", "--peer"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+}  // namespace
+
+PeerProcess::PeerProcess(const std::vector<std::string>& args) : ExternalProcess(peer_argv(args)) {}
+
+ExternalProcess::ExternalProcess(const std::vector<std::string>& argv_strings) {
+  std::vector<std::string> argv_storage = argv_strings;
   std::vector<char*> argv;
   for (auto& a : argv_storage) argv.push_back(a.data());
   argv.push_back(nullptr);
-  if (int rc = posix_spawn(&pid_, "/proc/self/exe", nullptr, nullptr, argv.data(), environ); rc != 0) {
-    throw std::runtime_error(std::string("posix_spawn(peer) failed: ") + std::strerror(rc));
+  if (int rc = posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ); rc != 0) {
+    throw std::runtime_error("posix_spawn(" + argv_storage[0] + ") failed: " + std::strerror(rc));
   }
 }
 
-PeerProcess::~PeerProcess() {
+ExternalProcess::~ExternalProcess() {
   if (!reaped_) {
     if (!wait_exit(5s)) {
       kill_hard();
@@ -59,9 +68,9 @@ PeerProcess::~PeerProcess() {
   }
 }
 
-void PeerProcess::kill_hard() { ::kill(pid_, SIGKILL); }
+void ExternalProcess::kill_hard() { ::kill(pid_, SIGKILL); }
 
-std::optional<int> PeerProcess::wait_exit(std::chrono::milliseconds timeout) {
+std::optional<int> ExternalProcess::wait_exit(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     int status = 0;

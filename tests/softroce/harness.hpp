@@ -35,13 +35,14 @@ DeviceSelector selector_from_env();
 // Options for tests: generous connect timeout for a slow emulated machine.
 TransportOptions test_options();
 
-class PeerProcess {
+// A child process, killed and reaped (bounded) when it goes out of scope.
+class ExternalProcess {
  public:
-  // Starts `/proc/self/exe --peer ARGS...`.
-  explicit PeerProcess(const std::vector<std::string>& args);
-  PeerProcess(const PeerProcess&) = delete;
-  PeerProcess& operator=(const PeerProcess&) = delete;
-  ~PeerProcess();  // kills and reaps it if still running
+  // argv[0] is the executable's path.
+  explicit ExternalProcess(const std::vector<std::string>& argv);
+  ExternalProcess(const ExternalProcess&) = delete;
+  ExternalProcess& operator=(const ExternalProcess&) = delete;
+  ~ExternalProcess();
 
   pid_t pid() const { return pid_; }
   void kill_hard();
@@ -51,6 +52,12 @@ class PeerProcess {
  private:
   pid_t pid_ = -1;
   bool reaped_ = false;
+};
+
+// This executable in its peer role: `/proc/self/exe --peer ARGS...`.
+class PeerProcess : public ExternalProcess {
+ public:
+  explicit PeerProcess(const std::vector<std::string>& args);
 };
 
 // Opens the device, listens, starts a peer that connects back and advertises its region.

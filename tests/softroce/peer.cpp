@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <deque>
 #include <cstdlib>
 #include <sstream>
 #include <string>
@@ -39,7 +40,7 @@ struct Peer {
   std::uint16_t port;
   Buffer buffer;
   MemoryRegion region;
-  std::vector<Connection> connections;
+  std::deque<Connection> connections;  // deque: push_back keeps references to the others valid
 
   Peer(Device dev, std::string addr, std::uint16_t p, std::size_t bytes)
       : device(std::move(dev)),
@@ -102,7 +103,9 @@ struct Peer {
   int serve() {
     const auto idle_limit = std::chrono::steady_clock::now() + std::chrono::minutes(5);
     for (;;) {
-      for (auto& c : connections) {
+      // Indexing, not iterators: a command may open another connection while we loop.
+      for (std::size_t i = 0; i < connections.size(); ++i) {
+        Connection& c = connections[i];
         auto message = c.try_receive();
         if (!message) continue;
         const std::string line = text_of(*message);

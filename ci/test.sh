@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The project's test command (README, .ci/run): install dependencies, build, run the unit
+# suite natively and the softroce suite over a real Soft-RoCE device (ci/softroce.sh boots a
+# VM with rdma_rxe where the kernel has none). The last two lines are the summaries:
+#   unit: N passed, M failed
+#   softroce: N passed, M failed
+# Exits non-zero if anything failed or if either suite did not run.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${GRADLANE_BUILD_DIR:-$ROOT/build}
+REPORTS=${GRADLANE_REPORTS:-$BUILD/test-reports}
+JOBS=${JOBS:-$(nproc)}
+
+bash "$ROOT/ci/install-deps.sh"
+
+cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${GRADLANE_CMAKE_ARGS:-}
+cmake --build "$BUILD" -j"$JOBS"
+
+rm -rf "$REPORTS"
+mkdir -p "$REPORTS/unit" "$REPORTS/softroce"
+
+# Test executables follow one naming rule: gradlane_*_tests; those needing RDMA end in
+# softroce_tests.
+mapfile -t unit_bins < <(find "$BUILD/tests" -type f -perm -u+x -name 'gradlane_*_tests' ! -name '*softroce_tests' | sort)
+mapfile -t softroce_bins < <(find "$BUILD/tests" -type f -perm -u+x -name '*softroce_tests' | sort)
+
+echo "=== unit suite (native): ${#unit_bins[@]} executables"
+for bin in "${unit_bins[@]}"; do
+  echo "=== $(basename "$bin")"
+  "$bin" --gtest_output="json:$REPORTS/unit/$(basename "$bin").json" || true
+done
+
+echo "=== softroce suite (over rxe): ${#softroce_bins[@]} executables"
+SOFTROCE_OUT="$REPORTS/softroce" bash "$ROOT/ci/softroce.sh" -- sh "$ROOT/ci/softroce-suite.sh" "${softroce_bins[@]}" || true
+
+names() { for b in "$@"; do basename "$b"; done; }
+unit_ok=0; softroce_ok=0
+# shellcheck disable=SC2046
+python3 "$ROOT/ci/gtest_summary.py" unit $(names "${unit_bins[@]}") -- "$REPORTS/unit" > "$REPORTS/unit.summary" || unit_ok=1
+# shellcheck disable=SC2046
+python3 "$ROOT/ci/gtest_summary.py" softroce $(names "${softroce_bins[@]}") -- "$REPORTS/softroce" > "$REPORTS/softroce.summary" || softroce_ok=1
+cat "$REPORTS/unit.summary" "$REPORTS/softroce.summary"
+exit $(( unit_ok | softroce_ok ))

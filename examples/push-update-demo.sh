@@ -1,0 +1,9 @@
+#!/bin/sh
+# Runs the README example inside a Soft-RoCE environment: a server and a worker process on
+# $GRADLANE_DEVICE (set by ci/softroce.sh). Usage: examples/push-update-demo.sh BUILD_DIR
+set -eu
+bin="$1/examples/push_update"
+"$bin" "$GRADLANE_DEVICE" &
+server=$!
+"$bin" "$GRADLANE_DEVICE" "$GRADLANE_ADDR"
+wait "$server"

@@ -1,0 +1,30 @@
+// The README shows examples/push_update.cpp; this keeps the two identical so the example a
+// reader copies is the one the softroce suite compiles and runs.
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+namespace {
+
+std::string slurp(const char* path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(Readme, EmbeddingExampleIsExamplesPushUpdateVerbatim) {
+  const std::string readme = slurp(GRADLANE_SOURCE_DIR "/README.md");
+  const std::string example = slurp(GRADLANE_SOURCE_DIR "/examples/push_update.cpp");
+  ASSERT_FALSE(example.empty());
+  const std::string fence = "```cpp\n// Push one 4 MiB gradient update";
+  const auto start = readme.find(fence);
+  ASSERT_NE(start, std::string::npos) << "README has no embedding example block";
+  const auto body = start + std::string("```cpp\n").size();
+  const auto end = readme.find("```", body);
+  ASSERT_NE(end, std::string::npos);
+  EXPECT_EQ(readme.substr(body, end - body), example) << "README example drifted from examples/push_update.cpp";
+}
+
+}  // namespace
