@@ -34,11 +34,14 @@ done
 echo "=== softroce suite (over rxe): ${#softroce_bins[@]} executables"
 SOFTROCE_OUT="$REPORTS/softroce" bash "$ROOT/ci/softroce.sh" -- sh "$ROOT/ci/softroce-suite.sh" "${softroce_bins[@]}" || true
 
+install_ok=0
+bash "$ROOT/ci/check-install.sh" "$BUILD" > "$REPORTS/install.summary" || install_ok=1
+
 names() { for b in "$@"; do basename "$b"; done; }
 unit_ok=0; softroce_ok=0
 # shellcheck disable=SC2046
 python3 "$ROOT/ci/gtest_summary.py" unit $(names "${unit_bins[@]}") -- "$REPORTS/unit" > "$REPORTS/unit.summary" || unit_ok=1
 # shellcheck disable=SC2046
 python3 "$ROOT/ci/gtest_summary.py" softroce $(names "${softroce_bins[@]}") -- "$REPORTS/softroce" > "$REPORTS/softroce.summary" || softroce_ok=1
-cat "$REPORTS/unit.summary" "$REPORTS/softroce.summary"
-exit $(( unit_ok | softroce_ok ))
+cat "$REPORTS/install.summary" "$REPORTS/unit.summary" "$REPORTS/softroce.summary"
+exit $(( install_ok | unit_ok | softroce_ok ))
