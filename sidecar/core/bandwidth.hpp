@@ -1,0 +1,96 @@
+// BandwidthEstimator: measured egress/ingress rate of every NIC, kept up to date from observed
+// transfers with an exponentially weighted moving average.
+//
+// Why per NIC direction and not per pair: a transfer runs at the rate of its bottleneck,
+// min(sender egress, receiver ingress), and with 1,000 workers a per-pair table would never
+// warm up. A straggler is a slow egress; a hot server is a slow ingress.
+//
+// Published rates. rate() returns an estimate that is republished only when the EWMA has
+// moved more than `republish_fraction` away from it. Transfer-time predictions do not need
+// sub-percent precision, and every republish makes the scheduler recompute the transfer time
+// of every pending candidate: with a completion per decision that would cost more than the
+// decision itself.
+//
+// Attribution of one observed transfer (observe_transfer): the observed rate x is a lower
+// bound on both sides' capacity, so any side estimated below x is raised towards x. If x is
+// below both estimates, only the side currently believed to be the bottleneck (the lower
+// estimate) is lowered. On a tie (within 5%; the usual case when the daemon declared equal
+// line rates) the sender is blamed: a straggler's slow transfers must not drag down the
+// estimate of the healthy server it sends to, which would stretch every slot at that server.
+// A genuinely slow server is still found: every sender's transfers to it are slow, and once
+// they are believed slow their next slow transfers fall below the server's estimate only.
+//
+// Bad news travels fast: a sample more than `gross_error` times slower than the blamed side's
+// estimate replaces the estimate instead of being averaged in. A slot sized from an optimistic
+// estimate overruns and delays every slot booked after it, so one clear sample of a straggler
+// is believed at once; good news is averaged in at ewma_weight.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+
+#include "sidecar/core/types.hpp"
+
+namespace gradlane::sched {
+
+enum class Direction : std::uint8_t { egress, ingress };
+
+struct BandwidthConfig {
+  // Assumed rate of a NIC never measured nor declared: 100 Gb/s (a common RoCE NIC). The
+  // daemon should declare real line rates with set_rate(); this only matters until then.
+  double default_bytes_per_sec = 12.5e9;
+  // EWMA weight of a new sample. 0.25 follows a step change within ~8 samples while one odd
+  // sample moves the estimate by a quarter at most.
+  double ewma_weight = 0.25;
+  // Estimates never fall below this, so a broken sample cannot make transfer times explode.
+  double min_bytes_per_sec = 1e6;
+  // A new estimate is published once the EWMA drifts more than 1% from the published one.
+  double republish_fraction = 0.01;
+  // A sample this many times slower than the estimate replaces it outright.
+  double gross_error = 2.0;
+};
+
+class BandwidthEstimator {
+ public:
+  explicit BandwidthEstimator(BandwidthConfig config = {}) : config_(config) {}
+
+  // Declares a rate (e.g. the NIC's line rate, or a configured cap). Replaces the estimate.
+  void set_rate(EndpointId endpoint, Direction direction, double bytes_per_sec);
+  // One sample for one side (e.g. from NIC counters). Ignored if duration <= 0 or bytes == 0.
+  void observe(EndpointId endpoint, Direction direction, Bytes bytes, Nanos duration);
+  // One completed transfer sender -> receiver; attributed as described above.
+  void observe_transfer(EndpointId sender, EndpointId receiver, Bytes bytes, Nanos duration);
+
+  double rate(EndpointId endpoint, Direction direction) const;
+  // Rate of the path sender -> receiver: its bottleneck.
+  double path_rate(EndpointId sender, EndpointId receiver) const;
+  // Predicted time to move `bytes` over that path, rounded up to whole nanoseconds.
+  Nanos transfer_time(EndpointId sender, EndpointId receiver, Bytes bytes) const;
+
+  // Changes whenever any estimate changes, so callers can cache derived transfer times.
+  std::uint64_t generation() const noexcept { return generation_; }
+  const BandwidthConfig& config() const noexcept { return config_; }
+
+ private:
+  struct Estimate {
+    double ewma;       // follows every sample
+    double published;  // what rate() reports
+  };
+  struct Link {
+    Estimate egress;
+    Estimate ingress;
+  };
+  Link& link(EndpointId endpoint);
+  Estimate& side(EndpointId endpoint, Direction direction);
+  void blend(Estimate& estimate, double sample);
+  void lower(Estimate& estimate, double sample);
+
+  BandwidthConfig config_;
+  std::unordered_map<EndpointId, Link> links_;
+  std::uint64_t generation_ = 0;
+};
+
+// bytes at bytes_per_sec, rounded up to whole nanoseconds (never zero for bytes > 0).
+Nanos transfer_time(Bytes bytes, double bytes_per_sec) noexcept;
+
+}  // namespace gradlane::sched

@@ -1,0 +1,65 @@
+// SchedulerConfig: every knob of the scheduling core, declared once with its default and why.
+// The daemon fills it from its flags/environment; validate() names the first bad field.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "sidecar/core/aggregation.hpp"
+#include "sidecar/core/bandwidth.hpp"
+#include "sidecar/core/types.hpp"
+
+namespace gradlane::sched {
+
+enum class Ordering : std::uint8_t {
+  // MLfabric: among the transfers that could go next, the one that would finish first
+  // (network-aware shortest job first), with staleness drops and aggregation.
+  mlfabric,
+  // Arrival order (lowest request id first), no aggregation: the baseline parameter server.
+  fifo,
+};
+
+struct SchedulerConfig {
+  Ordering ordering = Ordering::mlfabric;
+
+  // tau: the largest delay an applied update may have (staleness.hpp); nullopt = unbounded.
+  // Set it from the job: with n asynchronous workers the natural delay is about n updates per
+  // round, and the point of the bound is to cut the tail a straggler would add to it.
+  std::optional<std::uint32_t> staleness_bound = 64;
+
+  // B: how far sequence numbers may run ahead of the replica's acknowledgement;
+  // nullopt = the server has no replica. 64 keeps a failover's loss to 64 updates while
+  // leaving room for the replica's acks to arrive a few round trips late.
+  std::optional<std::uint64_t> replica_bound = 64;
+
+  // ByteScheduler's starting point: ~4 MiB parts (partition.hpp), boundaries on cache lines.
+  Bytes partition_bytes = Bytes{4} << 20;
+  Bytes partition_align = 64;
+
+  // Credit: bytes a NIC may have granted and not yet completed (ByteScheduler/P3). Two parts:
+  // one on the wire and the next one granted, so the NIC never idles between parts, while a
+  // newly arrived high-priority tensor waits behind at most one part.
+  Bytes credit_bytes = Bytes{8} << 20;
+
+  // Share of a host NIC each backlogged job is guaranteed despite shortest-remaining-job-first
+  // (tenant_arbiter.hpp). 10%: up to ten co-located jobs can all be guaranteed progress.
+  double tenant_floor_share = 0.10;
+
+  // Only slots starting within this much of `now` are granted; the rest wait for a later
+  // schedule() call. Granting far ahead fixes the order before shorter jobs that arrive
+  // meanwhile could be placed in front (SJF needs to see them), and grants updates one by one
+  // that could have been summed had they waited together (aggregation needs a queue). Too
+  // short, and the grant reaches the sender after its slot began. 200 us: many control-message
+  // round trips, and about half a 4 MiB part at 100 Gb/s. perf/sched's simulator shows fewer
+  // aggregates and more drops under load with 1 ms.
+  Nanos grant_horizon{200'000};
+
+  AggregationConfig aggregation{};
+  BandwidthConfig bandwidth{};
+
+  // A message naming the first invalid field, or nullopt if the configuration is usable.
+  std::optional<std::string> validate() const;
+};
+
+}  // namespace gradlane::sched

@@ -1,0 +1,95 @@
+// Outcomes: what schedule() decides. Every part of every accepted request gets exactly one of
+// Grant, Redirect or Drop. Each group of Redirects is later followed by exactly one
+// AggregateGrant, addressed to the aggregator.
+//
+// Slot times are on the scheduler's local timeline (types.hpp). A slot is a reservation: the
+// sender should start the transfer at slot.start (not earlier: the previous slot's transfer
+// owns the link until then) and it is predicted to end at slot.end from the measured bandwidth.
+#pragma once
+
+#include <cstdint>
+#include <variant>
+#include <vector>
+
+#include "sidecar/core/types.hpp"
+
+namespace gradlane::sched {
+
+// Send this part straight to the server, starting at slot.start.
+struct Grant {
+  TransferId transfer{};       // pass to Scheduler::complete() when the transfer ends
+  RequestId request{};
+  std::uint32_t part = 0;      // part index, of part_count
+  std::uint32_t part_count = 1;
+  Bytes offset = 0;            // bytes [offset, offset + length) of the tensor
+  Bytes length = 0;
+  JobId job{};
+  TensorId tensor{};
+  EndpointId sender{};
+  EndpointId receiver{};
+  Slot slot{};                 // on the sender's egress and the receiver's ingress
+  Seq seq = 0;                 // the server applies it as update `seq`: version seq-1 -> seq
+  std::uint64_t delay = 0;     // its delay at apply (staleness.hpp); always <= tau
+};
+
+// Send this part to `aggregator` (at slot.start) instead; it will be summed with the other
+// members of `aggregate` and reach `receiver` as one update. The members of a group are booked
+// back to back on the aggregator's ingress when the group forms, so a member's slot may start
+// beyond the grant horizon (by at most max_group - 1 member transfers).
+struct Redirect {
+  TransferId transfer{};
+  RequestId request{};
+  std::uint32_t part = 0;
+  std::uint32_t part_count = 1;
+  Bytes offset = 0;
+  Bytes length = 0;
+  JobId job{};
+  TensorId tensor{};
+  EndpointId sender{};
+  EndpointId aggregator{};
+  EndpointId receiver{};       // where the aggregate will go
+  AggregateId aggregate{};
+  Slot slot{};                 // on the sender's egress and the aggregator's ingress
+};
+
+// The aggregator's sum of `members` goes to the server at slot.start (and not before all
+// members have arrived and been summed).
+struct AggregateGrant {
+  TransferId transfer{};
+  AggregateId aggregate{};
+  JobId job{};
+  TensorId tensor{};
+  Bytes offset = 0;
+  Bytes length = 0;
+  EndpointId aggregator{};
+  EndpointId receiver{};
+  std::vector<PartRef> members;  // in the order they were redirected
+  Slot slot{};
+  Seq seq = 0;
+  // The largest member delay at apply, counting only the own parts sequenced before the group
+  // formed (an upper bound: a member's later parts may have been applied since); <= tau.
+  std::uint64_t delay = 0;
+};
+
+enum class DropReason : std::uint8_t {
+  // Applied next, it would already be more than tau versions stale; versions only grow.
+  staleness_bound,
+};
+
+// Do not send this part; tell the application (it should pull a fresh model and recompute).
+struct Drop {
+  RequestId request{};
+  std::uint32_t part = 0;
+  std::uint32_t part_count = 1;
+  Bytes offset = 0;
+  Bytes length = 0;
+  JobId job{};
+  EndpointId sender{};
+  EndpointId receiver{};
+  DropReason reason = DropReason::staleness_bound;
+  std::uint64_t delay = 0;       // the delay it would have had if applied next (> tau)
+};
+
+using Outcome = std::variant<Grant, Redirect, AggregateGrant, Drop>;
+
+}  // namespace gradlane::sched

@@ -1,0 +1,599 @@
+#include "sidecar/core/scheduler.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <stdexcept>
+#include <tuple>
+
+#include "sidecar/core/aggregation.hpp"
+
+namespace gradlane::sched {
+namespace {
+
+SchedulerConfig checked(SchedulerConfig config) {
+  if (auto problem = config.validate()) {
+    throw std::invalid_argument("gradlane::sched::SchedulerConfig: " + *problem);
+  }
+  return config;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(SchedulerConfig config)
+    : config_(checked(config)),
+      partitioner_(config_.partition_bytes, config_.partition_align),
+      bandwidth_(config_.bandwidth),
+      bandwidth_generation_(bandwidth_.generation()) {}
+
+// ---------------------------------------------------------------------------------------------
+// Endpoints
+
+Scheduler::Index Scheduler::endpoint(EndpointId id) {
+  const auto [it, inserted] = index_.try_emplace(id, static_cast<Index>(endpoints_.size()));
+  if (inserted) {
+    EndpointState e;
+    e.id = id;
+    e.queue = TenantArbiter(config_.tenant_floor_share, config_.partition_bytes);
+    e.window = ReplicationWindow(config_.replica_bound);
+    endpoints_.push_back(std::move(e));
+    hot_.emplace_back();
+  }
+  return it->second;
+}
+
+const Scheduler::EndpointState* Scheduler::find(EndpointId id) const {
+  const auto it = index_.find(id);
+  return it == index_.end() ? nullptr : &endpoints_[it->second];
+}
+
+Nanos Scheduler::path_time(Index sender, Index receiver, Bytes bytes) const {
+  return bandwidth_.transfer_time(endpoints_[sender].id, endpoints_[receiver].id, bytes);
+}
+
+void Scheduler::set_rate(EndpointId endpoint_id, Direction direction, double bytes_per_sec) {
+  endpoint(endpoint_id);
+  bandwidth_.set_rate(endpoint_id, direction, bytes_per_sec);
+}
+
+bool Scheduler::open_receiver(EndpointId receiver, Version current) {
+  EndpointState& r = endpoints_[endpoint(receiver)];
+  if (r.sequenced || !r.reservations.empty()) return false;
+  r.window = ReplicationWindow(config_.replica_bound, current);
+  sync_receiver(index_.at(receiver));
+  return true;
+}
+
+void Scheduler::add_aggregator(JobId job, EndpointId endpoint_id) {
+  const Index i = endpoint(endpoint_id);
+  auto& list = aggregators_[job];
+  const auto at = std::lower_bound(list.begin(), list.end(), i);
+  if (at == list.end() || *at != i) list.insert(at, i);
+}
+
+void Scheduler::remove_aggregator(JobId job, EndpointId endpoint_id) {
+  const auto e = index_.find(endpoint_id);
+  const auto j = aggregators_.find(job);
+  if (e == index_.end() || j == aggregators_.end()) return;
+  std::erase(j->second, e->second);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inputs
+
+SubmitStatus Scheduler::submit(const Request& request, Instant now) {
+  last_now_ = std::max(last_now_, now);
+  if (request.bytes == 0) return SubmitStatus::empty_request;
+  if (request.sender == request.receiver) return SubmitStatus::sender_is_receiver;
+  if (requests_.contains(request.id)) return SubmitStatus::duplicate_id;
+  const Index sender = endpoint(request.sender);
+  const Index receiver = endpoint(request.receiver);
+  if (request.computed_on > endpoints_[receiver].window.granted()) {
+    return SubmitStatus::version_from_future;
+  }
+
+  const std::uint32_t parts = partitioner_.count(request.bytes);
+  requests_.emplace(request.id, RequestState{request, sender, receiver, parts, 0});
+  for (std::uint32_t i = 0; i < parts; ++i) {
+    const Partition p = partitioner_.part(request.bytes, i);
+    endpoints_[sender].queue.push(
+        request.job, QueuedPart{request.priority, request.id, p.index, p.count, p.offset, p.length});
+  }
+  pending_parts_ += parts;
+  ++stats_.requests;
+  stats_.parts += parts;
+  // A new part may preempt the current head (higher priority, or a shorter job): re-ask.
+  refresh_head(sender);
+  return SubmitStatus::accepted;
+}
+
+std::vector<Outcome> Scheduler::schedule(Instant now) {
+  std::vector<Outcome> out;
+  schedule(now, out);
+  return out;
+}
+
+void Scheduler::schedule(Instant now, std::vector<Outcome>& out) {
+  now = std::max(now, last_now_);
+  last_now_ = now;
+  if (bandwidth_.generation() != bandwidth_generation_) refresh_durations();
+
+  std::vector<std::uint32_t>& hopeless = scratch_hopeless_;
+  for (;;) {
+    hopeless.clear();
+    const Pick pick = scan(now, hopeless);
+    if (!hopeless.empty()) {
+      // Drops change heads (and so candidates): decide them first, then look again.
+      drop(hopeless, out);
+      continue;
+    }
+    if (pick.index == kNone) break;
+    if (candidates_[static_cast<std::size_t>(pick.index)].aggregate) {
+      grant_aggregate(pick, now, out);
+    } else {
+      grant_part(pick, now, out);
+    }
+  }
+}
+
+bool Scheduler::complete(TransferId transfer, Instant now, Nanos measured, TransferResult result) {
+  const auto it = transfers_.find(transfer);
+  if (it == transfers_.end()) return false;
+  last_now_ = std::max(last_now_, now);
+  const TransferRecord rec = it->second;
+  transfers_.erase(it);
+  EndpointState& s = endpoints_[rec.sender];
+  if (rec.counts_credit) hot_[rec.sender].in_flight -= rec.bytes;
+  if (result == TransferResult::ok) {
+    bandwidth_.observe_transfer(s.id, endpoints_[rec.receiver].id, rec.bytes, measured);
+  }
+  // Finished early: hand the rest of the slot back if nothing was booked after it.
+  s.egress.finish(rec.slot, now);
+  sync_egress(rec.sender);
+  endpoints_[rec.receiver].ingress.finish(rec.slot, now);
+  sync_receiver(rec.receiver);
+  return true;
+}
+
+bool Scheduler::replica_ack(EndpointId receiver, Seq seq) {
+  const auto it = index_.find(receiver);
+  if (it == index_.end()) return false;
+  const bool ok = endpoints_[it->second].window.ack(seq);
+  sync_receiver(it->second);
+  return ok;
+}
+
+void Scheduler::observe_transfer(EndpointId sender, EndpointId receiver, Bytes bytes,
+                                 Nanos duration) {
+  bandwidth_.observe_transfer(sender, receiver, bytes, duration);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inspection
+
+Version Scheduler::server_version(EndpointId receiver) const {
+  const EndpointState* r = find(receiver);
+  return r ? r->window.granted() : 0;
+}
+
+Seq Scheduler::replica_acked(EndpointId receiver) const {
+  const EndpointState* r = find(receiver);
+  return r ? r->window.acked() : 0;
+}
+
+Bytes Scheduler::in_flight(EndpointId endpoint_id) const {
+  const auto it = index_.find(endpoint_id);
+  return it == index_.end() ? 0 : hot_[it->second].in_flight;
+}
+
+const SlotBook* Scheduler::ingress(EndpointId endpoint_id) const {
+  const EndpointState* e = find(endpoint_id);
+  return e ? &e->ingress : nullptr;
+}
+
+const SlotBook* Scheduler::egress(EndpointId endpoint_id) const {
+  const EndpointState* e = find(endpoint_id);
+  return e ? &e->egress : nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// One decision
+
+Scheduler::Pick Scheduler::scan(Instant now, std::vector<std::uint32_t>& hopeless) {
+  const Instant horizon_end = now + config_.grant_horizon;
+  const Bytes credit = config_.credit_bytes;
+  Pick best;
+  Instant best_finish{};
+  wake_.reset();
+  for (std::uint32_t i = 0; i < candidates_.size(); ++i) {
+    const Candidate& c = candidates_[i];
+    const NicHot& r = hot_[c.receiver];
+    const NicHot& s = hot_[c.sender];
+    if (!c.aggregate) {
+      if (r.version > c.deadline) {  // can never make tau any more: drop
+        hopeless.push_back(i);
+        continue;
+      }
+      if (!r.plain_ok) continue;  // the server's next versions are reserved for aggregates
+      if (s.in_flight > 0 && s.in_flight + c.length > credit) continue;
+    } else if (!endpoints_[c.receiver].reservations.allows(AggregateId{c.id}, r.version)) {
+      continue;
+    }
+    if (!r.can_grant) continue;  // B ahead of the replica: wait for its ack
+    // Pairwise max: std::max({...}) compiles to a loop over an array here, and this line
+    // runs once per candidate per decision.
+    const Instant start =
+        std::max(std::max(now, c.not_before), std::max(s.egress_tail, r.ingress_tail));
+    if (start > horizon_end) {
+      const Instant wake = start - config_.grant_horizon;
+      if (!wake_ || wake < *wake_) wake_ = wake;
+      continue;
+    }
+    const Instant finish = start + c.duration;
+    // Fast path: under MLfabric ordering an earlier finish decides; the full tie-break only
+    // runs on equal finish times (and always under FIFO).
+    const bool sjf = config_.ordering == Ordering::mlfabric;
+    if (best.index == kNone || (sjf && finish < best_finish) ||
+        ((!sjf || finish == best_finish) &&
+         better(c, finish, candidates_[static_cast<std::size_t>(best.index)], best_finish))) {
+      best = Pick{static_cast<std::int32_t>(i), start};
+      best_finish = finish;
+    }
+  }
+  return best;
+}
+
+bool Scheduler::better(const Candidate& c, Instant finish, const Candidate& best,
+                       Instant best_finish) const {
+  // Aggregates before parts on a full tie: they carry several updates' worth of progress.
+  const int c_kind = c.aggregate ? 0 : 1;
+  const int b_kind = best.aggregate ? 0 : 1;
+  if (config_.ordering == Ordering::fifo) {
+    return std::tuple(c_kind, c.id, c.part) < std::tuple(b_kind, best.id, best.part);
+  }
+  return std::tuple(finish, -c.norm, c_kind, c.id, c.part) <
+         std::tuple(best_finish, -best.norm, b_kind, best.id, best.part);
+}
+
+void Scheduler::drop(const std::vector<std::uint32_t>& hopeless, std::vector<Outcome>& out) {
+  // Resolve indices to requests first: removing candidates reorders the array.
+  struct Doomed {
+    RequestId request;
+    Index sender;
+  };
+  std::vector<Doomed> doomed;
+  doomed.reserve(hopeless.size());
+  for (const std::uint32_t i : hopeless) {
+    doomed.push_back(Doomed{RequestId{candidates_[i].id}, candidates_[i].sender});
+  }
+  std::sort(doomed.begin(), doomed.end(),
+            [](const Doomed& a, const Doomed& b) { return to_int(a.request) < to_int(b.request); });
+
+  for (const Doomed& d : doomed) {
+    const auto it = requests_.find(d.request);
+    RequestState& q = it->second;
+    EndpointState& s = endpoints_[d.sender];
+    const Version applied_to = endpoints_[q.receiver].window.granted();
+    const std::uint64_t would_be = delay(applied_to, q.request.computed_on, q.parts_sequenced);
+    // The request's later parts are just as hopeless (same version, same own count, and the
+    // server version only grows): drop them now so the sender hears it once.
+    for (const QueuedPart& p : s.queue.remove_request(q.request.job, q.request.id)) {
+      out.emplace_back(Drop{q.request.id, p.index, p.count, p.offset, p.length, q.request.job,
+                            q.request.sender, q.request.receiver, DropReason::staleness_bound,
+                            would_be});
+      ++stats_.drops;
+      ++stats_.decisions;
+      --pending_parts_;
+      --q.parts_open;
+    }
+    assert(q.parts_open == 0);
+    requests_.erase(it);
+    remove_candidate(s.head);
+    s.head = kNone;
+    refresh_head(d.sender);
+  }
+}
+
+void Scheduler::grant_part(const Pick& pick, Instant now, std::vector<Outcome>& out) {
+  const Candidate c = candidates_[static_cast<std::size_t>(pick.index)];
+  EndpointState& s = endpoints_[c.sender];
+  EndpointState& r = endpoints_[c.receiver];
+  RequestState& q = requests_.at(RequestId{c.id});
+
+  const QueuedPart part = s.queue.pop(c.job);
+  assert(part.request == q.request.id && part.index == c.part);
+  s.queue.served(c.job, part.length);
+
+  const Version applied_to = r.window.granted();
+  const Seq seq = r.window.grant();
+  r.sequenced = true;
+  const std::uint64_t d = delay(applied_to, q.request.computed_on, q.parts_sequenced);
+
+  s.egress.retire_before(now);
+  r.ingress.retire_before(now);
+  const Slot slot = r.ingress.grant(pick.start, c.duration);
+  [[maybe_unused]] const bool booked = s.egress.reserve(slot);
+  assert(booked && slot.start == pick.start);
+  sync_egress(c.sender);
+  hot_[c.sender].in_flight += part.length;
+
+  out.emplace_back(Grant{record_transfer(c.sender, c.receiver, part.length, slot, true),
+                         q.request.id, part.index, part.count, part.offset, part.length,
+                         q.request.job, q.request.tensor, q.request.sender, q.request.receiver,
+                         slot, seq, d});
+  ++stats_.grants;
+  ++stats_.decisions;
+  finish_request_part(q, /*sequenced=*/true);  // may erase q
+
+  remove_candidate(pick.index);
+  s.head = kNone;
+  refresh_head(c.sender);
+  sync_receiver(c.receiver);
+  try_aggregate(c, now, out);
+}
+
+void Scheduler::grant_aggregate(const Pick& pick, Instant now, std::vector<Outcome>& out) {
+  const Candidate c = candidates_[static_cast<std::size_t>(pick.index)];
+  const AggregateId id{c.id};
+  const auto it = aggregates_.find(id);
+  PendingAggregate& g = it->second;
+  EndpointState& a = endpoints_[g.aggregator];
+  EndpointState& r = endpoints_[g.receiver];
+
+  const Version applied_to = r.window.granted();
+  const Seq seq = r.window.grant();
+  r.sequenced = true;
+
+  a.egress.retire_before(now);
+  r.ingress.retire_before(now);
+  const Slot slot = r.ingress.grant(pick.start, c.duration);
+  [[maybe_unused]] const bool booked = a.egress.reserve(slot);
+  assert(booked);
+  sync_egress(g.aggregator);
+
+  // The aggregate is one of each member request's own parts (staleness.hpp): members that
+  // still have parts queued get one more version of allowance.
+  for (const PartRef& m : g.members) {
+    const auto q = requests_.find(m.request);
+    if (q == requests_.end()) continue;
+    ++q->second.parts_sequenced;
+    EndpointState& sender = endpoints_[q->second.sender];
+    if (sender.head != kNone) {
+      Candidate& h = candidates_[static_cast<std::size_t>(sender.head)];
+      if (h.id == to_int(m.request)) {
+        h.deadline = deadline(q->second.request.computed_on, q->second.parts_sequenced,
+                              config_.staleness_bound);
+      }
+    }
+  }
+
+  out.emplace_back(AggregateGrant{record_transfer(g.aggregator, g.receiver, g.length, slot, false),
+                                  id, g.job, g.tensor, g.offset, g.length, a.id, r.id,
+                                  std::move(g.members), slot, seq, applied_to - g.base});
+  ++stats_.aggregates;
+  ++stats_.decisions;
+
+  const Index receiver = g.receiver;
+  r.reservations.erase(id);
+  aggregates_.erase(it);
+  remove_candidate(pick.index);
+  sync_receiver(receiver);
+}
+
+void Scheduler::try_aggregate(const Candidate& granted, Instant now, std::vector<Outcome>& out) {
+  if (!config_.aggregation.enabled || config_.ordering != Ordering::mlfabric) return;
+  const auto job_aggregators = aggregators_.find(granted.job);
+  if (job_aggregators == aggregators_.end() || job_aggregators->second.empty()) return;
+
+  const Index receiver = granted.receiver;
+  const Instant server_free = endpoints_[receiver].ingress.tail();
+  const Version next_applied_to = endpoints_[receiver].window.granted();
+  const Bytes credit = config_.credit_bytes;
+
+  // Candidates for the same slice of the same tensor that would now queue behind the server.
+  std::vector<GroupCandidate> waiting;
+  for (const Candidate& m : candidates_) {
+    if (m.aggregate || m.receiver != receiver || m.job != granted.job ||
+        m.tensor != granted.tensor || m.offset != granted.offset || m.length != granted.length) {
+      continue;
+    }
+    const NicHot& s = hot_[m.sender];
+    if (next_applied_to > m.deadline) continue;  // hopeless: the next scan drops it
+    if (s.in_flight > 0 && s.in_flight + m.length > credit) continue;
+    const Instant ready = std::max(now, s.egress_tail);
+    if (ready >= server_free || server_free - ready < config_.aggregation.min_wait) continue;
+    const EndpointId sender_id = endpoints_[m.sender].id;
+    waiting.push_back(GroupCandidate{m.sender, sender_id, RequestId{m.id}, m.part, ready,
+                                     bandwidth_.rate(sender_id, Direction::egress), m.duration,
+                                     m.deadline});
+  }
+  if (waiting.size() < config_.aggregation.min_group) return;
+  const std::vector<GroupCandidate> members =
+      choose_members(config_.aggregation, std::move(waiting), endpoints_[receiver].reservations,
+                     next_applied_to);
+  if (members.empty()) return;
+
+  // Shortlist the least busy aggregators of the job; members and the server cannot aggregate.
+  std::vector<std::pair<Instant, Index>> shortlist;
+  for (const Index a : job_aggregators->second) {
+    if (a == receiver) continue;
+    if (std::any_of(members.begin(), members.end(),
+                    [a](const GroupCandidate& m) { return m.tag == a; })) {
+      continue;
+    }
+    const EndpointState& e = endpoints_[a];
+    shortlist.emplace_back(std::max({now, e.ingress.tail(), e.egress.tail(), e.forwards_done}), a);
+  }
+  const std::size_t k = std::min<std::size_t>(shortlist.size(), config_.aggregation.shortlist);
+  std::partial_sort(shortlist.begin(), shortlist.begin() + static_cast<std::ptrdiff_t>(k),
+                    shortlist.end(), [this](const auto& x, const auto& y) {
+                      return std::tuple(x.first, to_int(endpoints_[x.second].id)) <
+                             std::tuple(y.first, to_int(endpoints_[y.second].id));
+                    });
+  std::vector<AggregatorOption> options;
+  options.reserve(k);
+  for (std::size_t i = 0; i < k; ++i) {
+    const EndpointState& e = endpoints_[shortlist[i].second];
+    options.push_back(AggregatorOption{e.id, e.ingress.tail(),
+                                       std::max(e.egress.tail(), e.forwards_done),
+                                       bandwidth_.rate(e.id, Direction::ingress),
+                                       bandwidth_.rate(e.id, Direction::egress)});
+  }
+  const std::optional<GroupPlan> plan =
+      choose_aggregator(config_.aggregation, now, members, granted.length, options, server_free,
+                        bandwidth_.rate(endpoints_[receiver].id, Direction::ingress));
+  if (!plan) return;
+
+  // Commit: redirect every member, then offer the aggregate as a candidate of its own.
+  const AggregateId id{next_aggregate_++};
+  const Index aggregator = index_.at(plan->aggregator);
+  EndpointState& a = endpoints_[aggregator];
+  a.ingress.retire_before(now);
+  a.forwards_done = std::max(a.forwards_done, plan->predicted_done);
+  // (a's ingress tail is mirrored below, once every member's slot is booked)
+  PendingAggregate g{aggregator, receiver, granted.job, granted.tensor, granted.offset,
+                     granted.length, {}, kNoDeadline, kNone};
+  Version group_deadline_version = kNoDeadline;
+  for (std::size_t i = 0; i < plan->members.size(); ++i) {
+    const GroupCandidate& m = plan->members[i];
+    const Slot& slot = plan->member_slots[i];
+    const Index sender = static_cast<Index>(m.tag);
+    EndpointState& s = endpoints_[sender];
+    const Candidate mc = candidates_[static_cast<std::size_t>(s.head)];
+    RequestState& q = requests_.at(m.request);
+
+    const QueuedPart part = s.queue.pop(mc.job);
+    assert(part.request == m.request && part.index == m.part);
+    s.queue.served(mc.job, part.length);
+    s.egress.retire_before(now);
+    [[maybe_unused]] const bool booked_out = s.egress.reserve(slot);
+    [[maybe_unused]] const bool booked_in = a.ingress.reserve(slot);
+    assert(booked_out && booked_in);
+    sync_egress(sender);
+    hot_[sender].in_flight += part.length;
+
+    g.members.push_back(PartRef{m.request, part.index});
+    g.base = std::min(g.base, q.request.computed_on + q.parts_sequenced);
+    group_deadline_version = std::min(group_deadline_version, mc.deadline);
+    out.emplace_back(Redirect{record_transfer(sender, aggregator, part.length, slot, true),
+                              q.request.id, part.index, part.count, part.offset, part.length,
+                              q.request.job, q.request.tensor, q.request.sender, a.id,
+                              endpoints_[receiver].id, id, slot});
+    ++stats_.redirects;
+    ++stats_.decisions;
+    finish_request_part(q, /*sequenced=*/false);  // may erase q
+
+    remove_candidate(s.head);
+    s.head = kNone;
+    refresh_head(sender);
+  }
+
+  Candidate ac;
+  ac.not_before = plan->sum_ready;
+  ac.duration = path_time(aggregator, receiver, granted.length);
+  ac.deadline = group_deadline_version;
+  ac.sender = aggregator;
+  ac.receiver = receiver;
+  ac.length = granted.length;
+  ac.id = to_int(id);
+  ac.aggregate = true;
+  ac.job = granted.job;
+  ac.tensor = granted.tensor;
+  ac.offset = granted.offset;
+  g.candidate = add_candidate(ac);
+  aggregates_.emplace(id, std::move(g));
+  endpoints_[receiver].reservations.insert(group_deadline_version, id);
+  sync_receiver(aggregator);
+  sync_receiver(receiver);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bookkeeping
+
+void Scheduler::refresh_head(Index sender) {
+  EndpointState& s = endpoints_[sender];
+  const std::optional<TenantArbiter::Head> head = s.queue.head();
+  if (!head) {
+    if (s.head != kNone) remove_candidate(s.head);
+    s.head = kNone;
+    return;
+  }
+  if (s.head != kNone) {
+    const Candidate& cur = candidates_[static_cast<std::size_t>(s.head)];
+    if (cur.id == to_int(head->part.request) && cur.part == head->part.index) return;
+    candidates_[static_cast<std::size_t>(s.head)] = part_candidate(sender, head->job, head->part);
+    return;
+  }
+  s.head = add_candidate(part_candidate(sender, head->job, head->part));
+}
+
+Scheduler::Candidate Scheduler::part_candidate(Index sender, JobId job,
+                                               const QueuedPart& part) const {
+  const RequestState& q = requests_.at(part.request);
+  Candidate c;
+  c.duration = path_time(sender, q.receiver, part.length);
+  c.deadline = deadline(q.request.computed_on, q.parts_sequenced, config_.staleness_bound);
+  c.sender = sender;
+  c.receiver = q.receiver;
+  c.length = part.length;
+  c.norm = q.request.gradient_norm;
+  c.id = to_int(part.request);
+  c.part = part.index;
+  c.job = job;
+  c.tensor = q.request.tensor;
+  c.offset = part.offset;
+  return c;
+}
+
+void Scheduler::sync_receiver(Index endpoint) {
+  const EndpointState& e = endpoints_[endpoint];
+  NicHot& h = hot_[endpoint];
+  h.ingress_tail = e.ingress.tail();
+  h.version = e.window.granted();
+  h.can_grant = e.window.can_grant();
+  h.plain_ok = e.reservations.allows_other(h.version);
+}
+
+void Scheduler::refresh_durations() {
+  for (Candidate& c : candidates_) c.duration = path_time(c.sender, c.receiver, c.length);
+  bandwidth_generation_ = bandwidth_.generation();
+}
+
+std::int32_t Scheduler::add_candidate(const Candidate& c) {
+  candidates_.push_back(c);
+  return static_cast<std::int32_t>(candidates_.size() - 1);
+}
+
+void Scheduler::remove_candidate(std::int32_t index) {
+  // Swap-remove: O(1), and the scan's result does not depend on array order (total tie-break).
+  const auto i = static_cast<std::size_t>(index);
+  const std::size_t last = candidates_.size() - 1;
+  if (i != last) {
+    candidates_[i] = candidates_[last];
+    const Candidate& moved = candidates_[i];
+    if (moved.aggregate) {
+      aggregates_.at(AggregateId{moved.id}).candidate = index;
+    } else {
+      endpoints_[moved.sender].head = index;
+    }
+  }
+  candidates_.pop_back();
+}
+
+TransferId Scheduler::record_transfer(Index sender, Index receiver, Bytes bytes, Slot slot,
+                                      bool credit) {
+  const TransferId id{next_transfer_++};
+  transfers_.emplace(id, TransferRecord{sender, receiver, bytes, slot, credit});
+  return id;
+}
+
+void Scheduler::finish_request_part(RequestState& request, bool sequenced) {
+  --pending_parts_;
+  --request.parts_open;
+  if (sequenced) ++request.parts_sequenced;
+  if (request.parts_open == 0) {
+    const RequestId id = request.request.id;  // erase(key) must not read the dying element
+    requests_.erase(id);
+  }
+}
+
+}  // namespace gradlane::sched

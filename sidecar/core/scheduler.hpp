@@ -1,0 +1,286 @@
+// Scheduler: the scheduling core of the sidecar, as one deterministic state machine.
+//
+// Inputs are explicit calls with the time passed in; outputs are Outcomes (outcome.hpp):
+//   submit(request, now)      an application asks to send a gradient (batched until schedule)
+//   schedule(now)             one batch decision: grants, redirects, drops, aggregate grants
+//   complete(transfer, now, measured)   a granted transfer finished (feeds bandwidth + credit)
+//   replica_ack(server, seq)  the replica applied everything up to seq (opens the window B)
+//
+// One schedule() pass, MLfabric's iterative ordering (seed 000):
+//   1. Each sender NIC offers one candidate: its head part, chosen by its TenantArbiter (job
+//      by shortest-remaining-job-first with a no-starvation floor, then layer priority, P3).
+//      A NIC whose bytes in flight would exceed the credit offers nothing this pass.
+//   2. Of all candidates, the one that would *finish* first goes next: start = max(now, the
+//      sender's egress tail, the receiver's ingress tail), finish = start + bytes / min(egress
+//      estimate, ingress estimate). That is shortest-job-first, network-aware: a straggler's
+//      slow egress makes its update a long job. Ties: larger gradient norm, then request id.
+//      (Ordering::fifo instead takes the lowest request id: the baseline.)
+//   3. Before that, any candidate that would exceed the staleness bound tau even if applied
+//      next is dropped, with the rest of its request (staleness.hpp): it never crosses the
+//      network and its sender is told. Nothing is dropped for any other reason.
+//   4. The winner gets the server's next sequence number, unless that would run more than B
+//      ahead of the replica's ack (replication_window.hpp); that server then waits.
+//   5. After a direct grant, other candidates with the same (job, server, tensor, part) that
+//      would now wait for the server are grouped and redirected to an aggregator
+//      (aggregation.hpp); the aggregate becomes a candidate of its own, with the server keeping a
+//      sequence number free for it by its deadline (DeadlineReservations), so a redirected
+//      update is never dropped after crossing the network.
+//   6. Repeat until no candidate can start within now + grant_horizon.
+//
+// Cost: one decision scans the candidates once (one per busy sender NIC plus pending
+// aggregates): O(senders). Measured by perf/sched (gradlane_sched_bench).
+//
+// Time. Slot times are on the caller's timeline: the daemon passes its CLOCK_MONOTONIC as
+// `now`, and a grant's slot.start is the moment on that same clock the transfer should begin.
+// A peer on another host is told (slot.start - now) as a relative delay, never the instant.
+// `now` passed to schedule()/complete() must not go backwards; a smaller value is treated
+// as the latest seen.
+//
+// Feeding completions. Call complete() once per Grant/Redirect/AggregateGrant transfer when
+// its last byte is known placed (the WRITE_WITH_IMM completion), with the measured wire time
+// (post to completion). It returns the credit, refines the bandwidth estimates, and, if the
+// transfer ended before its slot did, gives the rest of the slot back. A failed transfer
+// (TransferResult::failed) still returns its credit; its sequence number stays consumed, so
+// the server and the replica must apply it as an empty update to stay in lockstep.
+//
+// Not thread-safe by design (no threads in the core): the daemon owns one Scheduler per
+// scheduling domain and calls it from one thread. When to call schedule(): after submit(),
+// complete() and replica_ack() (each can unblock work) and at next_wakeup().
+//
+// Design decisions (where this goes beyond or departs from the design brief, and why):
+//  - Version == sequence number. Each server applies updates strictly in sequence order and
+//    every update or aggregate is one version, so the version a grant is applied to is known
+//    exactly when the sequence number is assigned: staleness is checked, not predicted.
+//  - A request's own earlier parts do not count as staleness (staleness.hpp); otherwise
+//    partitioning (needed for P3 priority) and a small tau could not coexist.
+//  - An aggregate is not booked at the server when its group forms. It becomes a candidate
+//    once its sum can be ready, so the server serves others while members travel to the
+//    aggregator; an earliest-deadline-first reservation keeps a version free for it, so a
+//    redirected update is never dropped after it crossed the network.
+//  - The aggregator is chosen by predicted completion among those with spare bandwidth (it
+//    can collect the group no later than the server could), not at random as in MLfabric:
+//    reproducible, and never a straggler. Members and the server itself never aggregate.
+//  - Timelines are append-only (slot_book.hpp): slot order = sequence order = apply order.
+//  - A sender NIC sends in its arbiter's strict order (tenant, then layer priority): the next
+//    part waits for a busy server even if another server is idle. That is the P3 semantics
+//    (earlier layers first); it costs head-of-line blocking across servers.
+//  - Credit is per NIC (not per job); an aggregator forwarding others' updates is not charged.
+//  - Slots are exclusive at a receiver, as the brief asks (no overlap). A server whose NIC is k
+//    times faster than its workers' therefore uses 1/k of it: 25 Gb/s workers into a 100 Gb/s
+//    server reach 25%. Running k lanes (k SlotBooks) per server would lift that, at the price
+//    of out-of-order arrival at the server (it must then buffer to apply in sequence order).
+//  - Bandwidth learning believes gross slowdowns at once and blames the sender on a tie
+//    (bandwidth.hpp), so one straggler neither overruns its slots nor slows a healthy server.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "sidecar/core/bandwidth.hpp"
+#include "sidecar/core/config.hpp"
+#include "sidecar/core/outcome.hpp"
+#include "sidecar/core/partition.hpp"
+#include "sidecar/core/replication_window.hpp"
+#include "sidecar/core/slot_book.hpp"
+#include "sidecar/core/staleness.hpp"
+#include "sidecar/core/tenant_arbiter.hpp"
+#include "sidecar/core/types.hpp"
+
+namespace gradlane::sched {
+
+enum class SubmitStatus : std::uint8_t {
+  accepted,
+  empty_request,         // bytes == 0
+  sender_is_receiver,    // a NIC cannot be both ends of a transfer
+  duplicate_id,          // a request with this id is still pending
+  version_from_future,   // computed_on is ahead of the server (re-pull: the server restarted?)
+};
+
+enum class TransferResult : std::uint8_t { ok, failed };
+
+struct SchedulerStats {
+  std::uint64_t requests = 0;    // accepted
+  std::uint64_t parts = 0;       // parts of accepted requests
+  std::uint64_t grants = 0;      // parts sent straight to a server
+  std::uint64_t redirects = 0;   // parts sent to an aggregator
+  std::uint64_t aggregates = 0;  // aggregates granted a server slot
+  std::uint64_t drops = 0;       // parts dropped (staleness bound)
+  std::uint64_t decisions = 0;   // grants + redirects + drops + aggregates
+};
+
+class Scheduler {
+ public:
+  // Throws std::invalid_argument with SchedulerConfig::validate()'s message on a bad config.
+  explicit Scheduler(SchedulerConfig config = {});
+
+  // --- setup (all optional) ---
+  // Declares a NIC's rate (its line rate), replacing the estimate until transfers refine it.
+  void set_rate(EndpointId endpoint, Direction direction, double bytes_per_sec);
+  // Starts a server's sequence at `current` (e.g. a replica taking over at its version).
+  // Only before the first sequence number for that server is granted; returns false otherwise.
+  bool open_receiver(EndpointId receiver, Version current);
+  // `endpoint` may aggregate updates of `job` (it registered aggregation regions).
+  void add_aggregator(JobId job, EndpointId endpoint);
+  void remove_aggregator(JobId job, EndpointId endpoint);
+
+  // --- inputs ---
+  [[nodiscard]] SubmitStatus submit(const Request& request, Instant now);
+  std::vector<Outcome> schedule(Instant now);
+  void schedule(Instant now, std::vector<Outcome>& out);  // appends to `out`
+  // Returns false for an unknown (or already completed) transfer id.
+  bool complete(TransferId transfer, Instant now, Nanos measured,
+                TransferResult result = TransferResult::ok);
+  // Returns false if `seq` was never granted at that server (a protocol error; ignored).
+  bool replica_ack(EndpointId receiver, Seq seq);
+  // A transfer the scheduler did not grant (e.g. a model pull) also measures the path.
+  void observe_transfer(EndpointId sender, EndpointId receiver, Bytes bytes, Nanos duration);
+
+  // --- inspection ---
+  // The version the server reaches once every update granted so far is applied; the next
+  // grant is applied to this version. Staleness is computed against it.
+  Version server_version(EndpointId receiver) const;
+  Seq replica_acked(EndpointId receiver) const;
+  // Bytes granted from this NIC's own requests and not yet completed (<= credit, or one part).
+  Bytes in_flight(EndpointId endpoint) const;
+  // When pending work next fits in the grant horizon, if the last schedule() left some that
+  // only the horizon held back. Work held by credit or the replica window waits for
+  // complete() or replica_ack() instead; call schedule() after those.
+  std::optional<Instant> next_wakeup() const noexcept { return wake_; }
+  std::size_t pending_parts() const noexcept { return pending_parts_; }
+  std::size_t pending_aggregates() const noexcept { return aggregates_.size(); }
+  // Timelines (nullptr for a NIC the scheduler has never seen).
+  const SlotBook* ingress(EndpointId endpoint) const;
+  const SlotBook* egress(EndpointId endpoint) const;
+  const BandwidthEstimator& bandwidth() const noexcept { return bandwidth_; }
+  const SchedulerStats& stats() const noexcept { return stats_; }
+  const SchedulerConfig& config() const noexcept { return config_; }
+
+ private:
+  using Index = std::uint32_t;  // dense endpoint index
+  static constexpr std::int32_t kNone = -1;
+
+  struct EndpointState {
+    EndpointId id{};
+    SlotBook egress;
+    SlotBook ingress;
+    TenantArbiter queue;              // as a sender: its queued parts
+    std::int32_t head = kNone;        // candidate offering queue.head()
+    ReplicationWindow window;         // as a server
+    DeadlineReservations reservations;  // as a server: pending aggregates' deadlines
+    bool sequenced = false;           // a sequence number was granted here
+    // As an aggregator: when the forwards of the aggregates planned here are predicted to be
+    // done. They are not on the egress book until granted, but they will use this egress.
+    Instant forwards_done{};
+  };
+
+  // What the scan needs of every NIC, packed apart from EndpointState (320 bytes) so that a
+  // decision over 1,000 candidates touches a few KiB. Mirrors of EndpointState are refreshed
+  // by sync_egress() / sync_receiver() after every change of the state they copy.
+  struct NicHot {
+    Instant egress_tail{};   // egress.tail()
+    Instant ingress_tail{};  // ingress.tail()
+    Bytes in_flight = 0;     // bytes of its own parts granted and not completed (the credit)
+    Version version = 0;     // window.granted(): the version the next grant is applied to
+    bool can_grant = true;   // window.can_grant(): within B of the replica
+    bool plain_ok = true;    // reservations.allows_other(version): no aggregate needs it
+  };
+
+  struct RequestState {
+    Request request;
+    Index sender = 0;
+    Index receiver = 0;
+    std::uint32_t parts_open = 0;       // parts without an outcome yet
+    std::uint32_t parts_sequenced = 0;  // parts with a sequence number: `own` in staleness.hpp
+  };
+
+  // What the scan looks at; hot fields first.
+  struct Candidate {
+    Instant not_before{};  // aggregates: when the sum is ready
+    Nanos duration{};
+    Version deadline = kNoDeadline;
+    Bytes length = 0;
+    Index sender = 0;      // for an aggregate: the aggregator
+    Index receiver = 0;
+    bool aggregate = false;
+    std::uint32_t part = 0;
+    std::uint64_t id = 0;  // RequestId or AggregateId
+    double norm = 0.0;
+    JobId job{};
+    TensorId tensor{};
+    Bytes offset = 0;
+  };
+
+  struct PendingAggregate {
+    Index aggregator = 0;
+    Index receiver = 0;
+    JobId job{};
+    TensorId tensor{};
+    Bytes offset = 0;
+    Bytes length = 0;
+    std::vector<PartRef> members;
+    Version base = 0;       // min over members of computed_on + own at grouping
+    std::int32_t candidate = kNone;
+  };
+
+  struct TransferRecord {
+    Index sender = 0;
+    Index receiver = 0;
+    Bytes bytes = 0;
+    Slot slot{};
+    bool counts_credit = false;  // the sender's own part (not an aggregate it forwards)
+  };
+
+  struct Pick {
+    std::int32_t index = kNone;
+    Instant start{};
+  };
+
+  Index endpoint(EndpointId id);
+  const EndpointState* find(EndpointId id) const;
+  Nanos path_time(Index sender, Index receiver, Bytes bytes) const;
+
+  void sync_egress(Index endpoint) { hot_[endpoint].egress_tail = endpoints_[endpoint].egress.tail(); }
+  void sync_receiver(Index endpoint);
+  Pick scan(Instant now, std::vector<std::uint32_t>& hopeless);
+  bool better(const Candidate& c, Instant finish, const Candidate& best, Instant best_finish) const;
+  void drop(const std::vector<std::uint32_t>& hopeless, std::vector<Outcome>& out);
+  void grant_part(const Pick& pick, Instant now, std::vector<Outcome>& out);
+  void grant_aggregate(const Pick& pick, Instant now, std::vector<Outcome>& out);
+  void try_aggregate(const Candidate& granted, Instant now, std::vector<Outcome>& out);
+
+  void refresh_head(Index sender);
+  void refresh_durations();
+  Candidate part_candidate(Index sender, JobId job, const QueuedPart& part) const;
+  std::int32_t add_candidate(const Candidate& c);
+  void remove_candidate(std::int32_t index);
+  TransferId record_transfer(Index sender, Index receiver, Bytes bytes, Slot slot, bool credit);
+  void finish_request_part(RequestState& request, bool sequenced);
+
+  SchedulerConfig config_;
+  Partitioner partitioner_;
+  BandwidthEstimator bandwidth_;
+  std::uint64_t bandwidth_generation_ = 0;
+
+  std::unordered_map<EndpointId, Index> index_;
+  std::vector<EndpointState> endpoints_;
+  std::vector<NicHot> hot_;  // parallel to endpoints_
+  std::unordered_map<RequestId, RequestState> requests_;
+  std::unordered_map<AggregateId, PendingAggregate> aggregates_;
+  std::unordered_map<TransferId, TransferRecord> transfers_;
+  std::map<JobId, std::vector<Index>> aggregators_;  // sorted endpoint indices per job
+  std::vector<Candidate> candidates_;
+
+  std::uint64_t next_transfer_ = 1;
+  std::uint64_t next_aggregate_ = 1;
+  std::size_t pending_parts_ = 0;
+  Instant last_now_{};
+  std::optional<Instant> wake_;
+  SchedulerStats stats_;
+  std::vector<std::uint32_t> scratch_hopeless_;
+};
+
+}  // namespace gradlane::sched

@@ -1,0 +1,113 @@
+#include "sidecar/core/tenant_arbiter.hpp"
+
+#include <algorithm>
+#include <tuple>
+#include <utility>
+
+namespace gradlane::sched {
+namespace {
+
+// std heap algorithms build max-heaps; "later" puts the most urgent part on top.
+struct Later {
+  bool operator()(const QueuedPart& a, const QueuedPart& b) const noexcept {
+    return std::tuple(a.priority, to_int(a.request), a.index) >
+           std::tuple(b.priority, to_int(b.request), b.index);
+  }
+};
+
+}  // namespace
+
+const TenantArbiter::JobQueue* TenantArbiter::find(JobId job) const noexcept {
+  const auto it = std::lower_bound(jobs_.begin(), jobs_.end(), job,
+                                   [](const JobQueue& q, JobId j) { return q.job < j; });
+  return it != jobs_.end() && it->job == job ? &*it : nullptr;
+}
+
+TenantArbiter::JobQueue* TenantArbiter::find(JobId job) noexcept {
+  return const_cast<JobQueue*>(std::as_const(*this).find(job));
+}
+
+void TenantArbiter::push(JobId job, const QueuedPart& part) {
+  auto it = std::lower_bound(jobs_.begin(), jobs_.end(), job,
+                             [](const JobQueue& q, JobId j) { return q.job < j; });
+  if (it == jobs_.end() || it->job != job) it = jobs_.insert(it, JobQueue{job, {}, 0, 0.0});
+  it->heap.push_back(part);
+  std::push_heap(it->heap.begin(), it->heap.end(), Later{});
+  it->remaining += part.length;
+}
+
+std::optional<TenantArbiter::Head> TenantArbiter::head() const {
+  const JobQueue* best = nullptr;
+  // Floor first: the job owed the most, if it is owed at least its next part.
+  for (const JobQueue& q : jobs_) {
+    if (q.owed >= static_cast<double>(q.heap.front().length) && (!best || q.owed > best->owed)) {
+      best = &q;
+    }
+  }
+  // Otherwise shortest remaining job first (jobs_ is sorted by id, so ties go to the lower id).
+  if (!best) {
+    for (const JobQueue& q : jobs_) {
+      if (!best || q.remaining < best->remaining) best = &q;
+    }
+  }
+  if (!best) return std::nullopt;
+  return Head{best->job, best->heap.front()};
+}
+
+QueuedPart TenantArbiter::pop(JobId job) {
+  JobQueue* q = find(job);
+  std::pop_heap(q->heap.begin(), q->heap.end(), Later{});
+  const QueuedPart part = q->heap.back();
+  q->heap.pop_back();
+  q->remaining -= part.length;
+  forget_if_idle(static_cast<std::size_t>(q - jobs_.data()));
+  return part;
+}
+
+void TenantArbiter::served(JobId job, Bytes bytes) {
+  const double b = static_cast<double>(bytes);
+  for (JobQueue& q : jobs_) {
+    q.owed += floor_share_ * b;
+    if (q.job == job) q.owed = std::max(q.owed - b, -burst_);
+  }
+}
+
+std::vector<QueuedPart> TenantArbiter::remove_request(JobId job, RequestId request) {
+  std::vector<QueuedPart> removed;
+  JobQueue* q = find(job);
+  if (!q) return removed;
+  for (const QueuedPart& p : q->heap) {
+    if (p.request == request) removed.push_back(p);
+  }
+  if (removed.empty()) return removed;
+  std::erase_if(q->heap, [request](const QueuedPart& p) { return p.request == request; });
+  std::make_heap(q->heap.begin(), q->heap.end(), Later{});
+  for (const QueuedPart& p : removed) q->remaining -= p.length;
+  std::sort(removed.begin(), removed.end(),
+            [](const QueuedPart& a, const QueuedPart& b) { return a.index < b.index; });
+  forget_if_idle(static_cast<std::size_t>(q - jobs_.data()));
+  return removed;
+}
+
+void TenantArbiter::forget_if_idle(std::size_t i) {
+  // An idle job leaves the arbiter and with it its debt or credit: no banking while idle.
+  if (jobs_[i].heap.empty()) jobs_.erase(jobs_.begin() + static_cast<std::ptrdiff_t>(i));
+}
+
+Bytes TenantArbiter::remaining(JobId job) const noexcept {
+  const JobQueue* q = find(job);
+  return q ? q->remaining : 0;
+}
+
+double TenantArbiter::owed(JobId job) const noexcept {
+  const JobQueue* q = find(job);
+  return q ? q->owed : 0.0;
+}
+
+std::size_t TenantArbiter::queued_parts() const noexcept {
+  std::size_t n = 0;
+  for (const JobQueue& q : jobs_) n += q.heap.size();
+  return n;
+}
+
+}  // namespace gradlane::sched

@@ -1,0 +1,84 @@
+// TenantArbiter: which queued part a host's NIC sends next, when several jobs share the host.
+//
+// Two levels, both from the seeds:
+//  - Between jobs (MLNet flow prioritization, seed 001): shortest remaining job first, where a
+//    job's remaining work is the bytes it still has queued on this NIC. Finishing short jobs
+//    first minimizes the average completion time; fair sharing delays every job.
+//  - Within a job (ByteScheduler / P3, seeds 002 and 004): lowest priority value first (the
+//    earlier layer, needed first by the next forward pass), then request id (arrival order),
+//    then part index.
+//
+// No-starvation floor. Pure SRJF starves a large job forever while small ones keep arriving.
+// Each backlogged job j is owed a share `floor` of everything this NIC sends while j is
+// backlogged: every grant of b bytes adds floor*b to what each backlogged job is owed and
+// subtracts b from the job that got it. A job owed at least its next part goes before SRJF
+// (the most-owed first). So a job that stays backlogged gets at least `floor` of the NIC's
+// bytes minus one part. A job that goes idle forgets its debt (no banking credit while idle),
+// and what a job can owe back is capped at `burst`, so a long SRJF run in its favour does not
+// lock it out of the floor later.
+//
+// Deterministic: every choice breaks ties by job id, then (priority, request id, part).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "sidecar/core/types.hpp"
+
+namespace gradlane::sched {
+
+struct QueuedPart {
+  std::uint32_t priority = 0;
+  RequestId request{};
+  std::uint32_t index = 0;
+  std::uint32_t count = 0;
+  Bytes offset = 0;
+  Bytes length = 0;
+};
+
+class TenantArbiter {
+ public:
+  // floor_share: the guaranteed share of each backlogged job, in [0, 1]. With n backlogged
+  // jobs the guarantee holds for each as long as n * floor_share <= 1.
+  // burst: cap on how far a job may be in credit (typically the largest part size).
+  explicit TenantArbiter(double floor_share = 0.0, Bytes burst = 0) noexcept
+      : floor_share_(floor_share), burst_(static_cast<double>(burst)) {}
+
+  void push(JobId job, const QueuedPart& part);
+
+  struct Head {
+    JobId job;
+    QueuedPart part;
+  };
+  // The part this NIC should send next, or nullopt when nothing is queued.
+  std::optional<Head> head() const;
+  // Removes the first part of `job`'s queue (what head() returned for that job) and returns it.
+  QueuedPart pop(JobId job);
+  // Accounts `bytes` just granted to `job` on this NIC (sent directly or to an aggregator).
+  void served(JobId job, Bytes bytes);
+  // Removes every queued part of `request` (it was dropped); returns them in part order.
+  std::vector<QueuedPart> remove_request(JobId job, RequestId request);
+
+  bool empty() const noexcept { return jobs_.empty(); }
+  Bytes remaining(JobId job) const noexcept;
+  double owed(JobId job) const noexcept;
+  std::size_t queued_parts() const noexcept;
+
+ private:
+  struct JobQueue {
+    JobId job{};
+    std::vector<QueuedPart> heap;  // min-heap by (priority, request, index)
+    Bytes remaining = 0;
+    double owed = 0.0;
+  };
+  const JobQueue* find(JobId job) const noexcept;
+  JobQueue* find(JobId job) noexcept;
+  void forget_if_idle(std::size_t i);
+
+  double floor_share_;
+  double burst_;
+  std::vector<JobQueue> jobs_;  // only backlogged jobs, sorted by job id
+};
+
+}  // namespace gradlane::sched

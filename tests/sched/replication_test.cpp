@@ -1,0 +1,89 @@
+// The replication hook: sequence numbers never more than B ahead of the replica's ack.
+#include <gtest/gtest.h>
+
+#include "sched_test_util.hpp"
+#include "sidecar/core/replication_window.hpp"
+#include "sidecar/core/scheduler.hpp"
+
+namespace gradlane::sched {
+namespace {
+
+using namespace testing;
+
+constexpr std::uint32_t kServer = 100;
+
+TEST(ReplicationWindow, GrantsUpToBAheadOfTheAck) {
+  ReplicationWindow w(2);
+  EXPECT_EQ(w.grant(), 1u);
+  EXPECT_EQ(w.grant(), 2u);
+  EXPECT_FALSE(w.can_grant());
+  EXPECT_EQ(w.lag(), 2u);
+  EXPECT_TRUE(w.ack(1));
+  EXPECT_TRUE(w.can_grant());
+  EXPECT_EQ(w.grant(), 3u);
+  EXPECT_FALSE(w.can_grant());
+  EXPECT_TRUE(w.ack(0));       // stale: harmless
+  EXPECT_EQ(w.acked(), 1u);
+  EXPECT_FALSE(w.ack(4));      // never granted: rejected
+  EXPECT_EQ(w.acked(), 1u);
+}
+
+TEST(ReplicationWindow, UnreplicatedNeverBlocks) {
+  ReplicationWindow w;
+  for (int i = 0; i < 1000; ++i) w.grant();
+  EXPECT_TRUE(w.can_grant());
+}
+
+TEST(ReplicationWindow, StartsAtTheGivenVersion) {
+  ReplicationWindow w(1, 41);
+  EXPECT_EQ(w.next(), 42u);
+  EXPECT_EQ(w.grant(), 42u);
+  EXPECT_FALSE(w.can_grant());
+}
+
+TEST(SchedulerReplication, TheServerWaitsForTheReplicaAtB) {
+  SchedulerConfig c = plain_config();
+  c.bandwidth = BandwidthConfig{10 * kGBps, 0.25, 1e6};
+  c.replica_bound = 2;
+  c.staleness_bound = 8;
+  Scheduler s(c);
+  for (std::uint32_t w = 1; w <= 5; ++w) {
+    ASSERT_EQ(s.submit(request(w, w, kServer, kMB), at_us(0)), SubmitStatus::accepted);
+  }
+  auto grants = only<Grant>(s.schedule(at_us(0)));
+  ASSERT_EQ(grants.size(), 2u);
+  EXPECT_EQ(grants[1].seq, 2u);
+  EXPECT_TRUE(s.schedule(at_us(10)).empty());  // blocked, nothing dropped
+  EXPECT_EQ(s.pending_parts(), 3u);
+
+  EXPECT_FALSE(s.replica_ack(ep(kServer), 3));  // never granted
+  EXPECT_FALSE(s.replica_ack(ep(555), 1));      // unknown server
+  EXPECT_TRUE(s.replica_ack(ep(kServer), 1));
+  grants = only<Grant>(s.schedule(at_us(150)));
+  ASSERT_EQ(grants.size(), 1u);
+  EXPECT_EQ(grants[0].seq, 3u);
+  EXPECT_EQ(grants[0].slot.start, at_us(200));
+
+  EXPECT_TRUE(s.replica_ack(ep(kServer), 3));
+  grants = only<Grant>(s.schedule(at_us(250)));
+  ASSERT_EQ(grants.size(), 2u);
+  EXPECT_EQ(grants[1].seq, 5u);
+  EXPECT_EQ(s.replica_acked(ep(kServer)), 3u);
+  EXPECT_EQ(s.stats().drops, 0u);
+}
+
+TEST(SchedulerReplication, AReplicaTakingOverContinuesTheSequence) {
+  SchedulerConfig c = plain_config();
+  c.replica_bound = 4;
+  Scheduler s(c);
+  ASSERT_TRUE(s.open_receiver(ep(kServer), 40));
+  ASSERT_EQ(s.submit(request(1, 1, kServer, kMB, 40), at_us(0)), SubmitStatus::accepted);
+  const auto grants = only<Grant>(s.schedule(at_us(0)));
+  ASSERT_EQ(grants.size(), 1u);
+  EXPECT_EQ(grants[0].seq, 41u);
+  EXPECT_EQ(grants[0].delay, 0u);
+  EXPECT_FALSE(s.open_receiver(ep(kServer), 7));  // too late: sequence numbers were granted
+}
+
+}  // namespace
+}  // namespace gradlane::sched
