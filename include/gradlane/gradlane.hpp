@@ -7,3 +7,4 @@
 #include "gradlane/memory.hpp"
 #include "gradlane/options.hpp"
 #include "gradlane/registration_cache.hpp"
+#include "gradlane/sidecar.hpp"

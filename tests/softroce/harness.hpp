@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "../common/external_process.hpp"
 #include "gradlane/gradlane.hpp"
 
 namespace gradlane::testing {
@@ -34,25 +35,6 @@ DeviceSelector selector_from_env();
 
 // Options for tests: generous connect timeout for a slow emulated machine.
 TransportOptions test_options();
-
-// A child process, killed and reaped (bounded) when it goes out of scope.
-class ExternalProcess {
- public:
-  // argv[0] is the executable's path.
-  explicit ExternalProcess(const std::vector<std::string>& argv);
-  ExternalProcess(const ExternalProcess&) = delete;
-  ExternalProcess& operator=(const ExternalProcess&) = delete;
-  ~ExternalProcess();
-
-  pid_t pid() const { return pid_; }
-  void kill_hard();
-  // Exit status as from waitpid, or nullopt if it did not exit within `timeout`.
-  std::optional<int> wait_exit(std::chrono::milliseconds timeout);
-
- private:
-  pid_t pid_ = -1;
-  bool reaped_ = false;
-};
 
 // This executable in its peer role: `/proc/self/exe --peer ARGS...`.
 class PeerProcess : public ExternalProcess {

@@ -1,0 +1,173 @@
+// gradlane — the sidecar client: how an application asks the host's gradlaned when each
+// gradient update may use the network.
+//
+//   auto sidecar = gradlane::sidecar::Client::attach({.job = 7, .endpoint = 1,
+//                                                     .region_bytes = grads.size()});
+//   auto id = sidecar.request({.tensor = 3, .receiver = 9, .bytes = n, .region_offset = off,
+//                              .computed_on = model_version, .gradient_norm = norm});
+//   gradlane::sidecar::Grant g = sidecar.wait(std::chrono::seconds(1));
+//   switch (g.kind) { case GrantKind::go: ... write part to g.target at g.slot_start ...
+//                     sidecar.complete(g.request, g.part_index, wire_time); }
+//
+// The client and gradlaned share a memory segment (name: AttachOptions::shm_name); requests
+// and grants cross it through lock-free queues, so a request/grant round trip costs a few
+// hundred nanoseconds, not a system call (perf/sidecar measures it).
+//
+// Every request gets answers, never silence: each part of it gets exactly one go / redirect /
+// drop, or the whole request gets one error. If gradlaned restarts, the client reattaches to
+// the new daemon on its next call and answers every request the old daemon still owed with a
+// Grant{kind = error, reason = sidecar_restarted}; the application resubmits them.
+//
+// Threading: a Client is one producer and one consumer of its queues — use it from one thread
+// at a time (one Client per thread that talks to the sidecar is fine; each takes an app slot).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "gradlane/error.hpp"
+
+namespace gradlane::sidecar {
+
+// GRADLANE_SIDECAR_SHM if set, else "/gradlane-<uid>" (one daemon per host and user).
+std::string default_shm_name();
+
+struct AttachOptions {
+  // Segment name (a POSIX shm name: "/name"). GRADLANE_SIDECAR_SHM overrides the default.
+  std::string shm_name = default_shm_name();
+  std::uint32_t job = 0;           // the training job (tenant) this application belongs to
+  std::uint32_t endpoint = 0;      // the host NIC it sends from (scheduler endpoint id)
+  std::uint64_t region_bytes = 0;  // size of its gradient region; request offsets must fit in it
+  // Bound on attach (and on a transparent reattach): how long to wait for a daemon that is
+  // starting or restarting before giving up with Error(sidecar_unavailable).
+  // from_env(): GRADLANE_SIDECAR_TIMEOUT_MS.
+  std::chrono::milliseconds attach_timeout{2000};
+  // How long wait() spins before sleeping on the futex. A grant usually arrives within a few
+  // microseconds of a request, so a short spin saves the ~5-20 us of a futex wake-up;
+  // 0 sleeps at once (lowest CPU). from_env(): GRADLANE_SIDECAR_SPIN_US.
+  std::chrono::microseconds spin{50};
+
+  // Defaults with the GRADLANE_SIDECAR_* overrides applied; throws Error(invalid_argument)
+  // naming the variable for a malformed value.
+  static AttachOptions from_env();
+};
+
+// One gradient update the application wants to send.
+struct Update {
+  std::uint32_t tensor = 0;
+  std::uint32_t receiver = 0;      // endpoint id of the server holding the tensor's shard
+  std::uint64_t bytes = 0;
+  std::uint64_t region_offset = 0;  // where the gradient starts in the registered region
+  std::uint64_t computed_on = 0;    // server model version the gradient was computed on
+  float gradient_norm = 0.0F;
+  std::uint32_t priority = 0;       // lower = earlier layer = needed first
+};
+
+enum class GrantKind : std::uint8_t {
+  go = 1,         // write the part to `target` (the server) starting at slot_start
+  drop = 2,       // do not send this part: it would be too stale (pull a fresh model)
+  redirect = 3,   // write the part to `target` (an aggregator) instead; sequence = aggregate id
+  aggregate = 4,  // this app aggregates: forward the sum of aggregate `request` to `target`
+  error = 5,      // the request was refused (reason says why); nothing of it was scheduled
+};
+
+enum class Reason : std::uint8_t {
+  none = 0,
+  stale = 1,                 // drop: applied next it would already exceed the staleness bound
+  unknown_job = 10,          // error: the entry names a job this app did not attach as
+  bad_size = 11,             // error: zero bytes, or more than the daemon's --max-update-bytes
+  bad_offset = 12,           // error: [region_offset, +bytes) is outside the app's region
+  bad_format = 13,           // error: unknown entry format or operation
+  unknown_fields = 14,       // error: reserved fields/flags are set (a newer client?)
+  bad_value = 15,            // error: e.g. a NaN gradient norm
+  duplicate_request = 16,    // error: that request id is still outstanding
+  unknown_request = 17,      // error: complete() for a request/part that was never granted
+  too_many_outstanding = 18,  // error: the app has too many unanswered/uncompleted requests
+  bad_receiver = 19,         // error: the receiver is the app's own endpoint
+  version_from_future = 20,  // error: computed_on is ahead of the server (re-pull the model)
+  sidecar_restarted = 30,    // error (made by the client): the daemon that owed this restarted
+  // Attach refusals / evictions (reported as exceptions, not grants):
+  bad_attach = 40,           // region_bytes == 0 or an unreadable identity
+  owner_mismatch = 41,       // the pid/start time in the slot is not the process that claimed it
+  corrupt_ring = 42,         // the app's queue indices were overwritten
+};
+std::string_view reason_name(Reason reason) noexcept;
+std::string_view kind_name(GrantKind kind) noexcept;
+
+// An answer from the sidecar. Slot times are CLOCK_MONOTONIC of this host, i.e. comparable
+// with std::chrono::steady_clock::now().time_since_epoch() in this process.
+struct Grant {
+  std::uint64_t request = 0;   // the id request() returned (aggregate: the aggregate id)
+  GrantKind kind = GrantKind::error;
+  Reason reason = Reason::none;
+  // go/aggregate: server endpoint; redirect: aggregator endpoint; error: which call was
+  // refused (1 request, 2 complete, 3 complete_aggregate).
+  std::uint32_t target = 0;
+  std::uint64_t sequence = 0;  // go/aggregate: the server applies it as update `sequence`
+  std::chrono::nanoseconds slot_start{0};
+  std::chrono::nanoseconds slot_length{0};
+  std::uint64_t part_offset = 0;  // bytes [part_offset, part_offset + part_bytes) of the tensor
+  std::uint64_t part_bytes = 0;
+  std::uint32_t part_index = 0;
+  std::uint32_t part_count = 1;   // aggregate: number of members summed
+};
+
+class Client {
+ public:
+  // Attaches to the daemon serving options.shm_name. Throws Error(sidecar_unavailable) within
+  // options.attach_timeout if no daemon serves it (naming the command that starts one),
+  // Error(resource_exhausted) if all its app slots are taken, Error(protocol) on a layout
+  // version mismatch, Error(invalid_argument) for unusable options.
+  static Client attach(AttachOptions options);
+
+  Client(Client&&) noexcept;
+  Client& operator=(Client&&) noexcept;
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+  ~Client();  // detaches
+
+  // Queues a request and returns its id (grants carry it). If the queue to the sidecar is
+  // full, waits up to `wait_for_space` for room, then throws Error(resource_exhausted): an
+  // entry is never dropped silently. Throws Error(sidecar_unavailable) if the daemon is gone
+  // and no new one answers within attach_timeout.
+  std::uint64_t request(const Update& update,
+                        std::chrono::nanoseconds wait_for_space = std::chrono::nanoseconds{0});
+  // Reports that granted part `part` of `request` (or aggregate `request`, for kind
+  // aggregate) reached its target; `wire_time` (post to completion) refines the daemon's
+  // bandwidth estimates. Same full-queue behaviour as request().
+  void complete(std::uint64_t request, std::uint32_t part, std::chrono::nanoseconds wire_time,
+                bool failed = false,
+                std::chrono::nanoseconds wait_for_space = std::chrono::nanoseconds{0});
+  void complete_aggregate(std::uint64_t aggregate, std::chrono::nanoseconds wire_time,
+                          bool failed = false);
+
+  // The next answer, if one is waiting. Never waits for one; it blocks only to reattach after
+  // gradlaned restarted (at most attach_timeout).
+  std::optional<Grant> poll();
+  // The next answer; spins for AttachOptions::spin, then sleeps without using a core.
+  // Throws Error(timeout) if none arrives in `timeout`. Notices a dead daemon within ~50 ms
+  // and reattaches (which may take up to attach_timeout, then Error(sidecar_unavailable)).
+  Grant wait(std::chrono::nanoseconds timeout);
+
+  // Leaves the sidecar (the daemon forgets this app's pending requests). Idempotent.
+  void detach() noexcept;
+
+  bool attached() const noexcept;
+  std::uint32_t slot() const noexcept;                // which app slot this client holds
+  std::uint64_t sidecar_generation() const noexcept;  // changes when gradlaned restarts
+  std::uint64_t reattachments() const noexcept;       // transparent reattaches so far
+  std::size_t outstanding() const noexcept;           // requests still owed an answer
+
+  struct State;  // the attachment (internal)
+
+ private:
+  friend struct ClientInternals;  // sidecar/client/internals.hpp: raw entries for tests
+  explicit Client(std::unique_ptr<State> state) noexcept;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace gradlane::sidecar

@@ -1,0 +1,209 @@
+// The lifecycle of app slots: accept an attach, reclaim a detach, evict a misbehaving app,
+// and sweep for apps (or half-finished claims) whose process died.
+//
+// Claim word transitions (layout.hpp), and who makes them:
+//   free -> claiming            app, CAS (the claim: state and pid in one word)
+//   claiming -> attaching       app, CAS, after writing its identity and attach arguments
+//   attaching -> active         daemon, CAS (the app may give up concurrently: attaching -> free)
+//   attaching -> rejected       daemon, CAS; the app reads `reason` and frees the slot
+//   active -> detaching         app, CAS; the daemon reclaims
+//   active -> evicted           daemon; the app sees it on its next call and detaches
+//   any held state -> free      daemon, when the owner is gone (sweep) or has detached
+// Only the daemon frees a slot that was active, and it resets the rings first, so a new owner
+// always starts with empty queues.
+#include <signal.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "sidecar/daemon/daemon.hpp"
+#include "sidecar/daemon/futex.hpp"
+#include "sidecar/daemon/process.hpp"
+
+namespace gradlane::sidecar {
+namespace {
+
+using shm::SlotState;
+
+// Entries an app left in its request ring (read from shared memory, so only a statistic).
+std::uint64_t queued_entries(const shm::AppSlot& s) {
+  const std::uint64_t tail = s.requests.tail.load(std::memory_order_acquire);
+  const std::uint64_t head = s.requests.head.load(std::memory_order_acquire);
+  return tail >= head ? std::min<std::uint64_t>(tail - head, shm::kRingCapacity) : 0;
+}
+
+// For slots the daemon has no session for: is the pid in the claim word still a process?
+// The start time guards against pid reuse once the app has written it (after `claiming`).
+bool holder_alive(const shm::AppSlot& s, std::uint64_t word) {
+  const auto pid = static_cast<pid_t>(shm::claim_pid(word));
+  if (shm::claim_state(word) == SlotState::claiming) {
+    return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM);
+  }
+  return process_alive(pid, s.owner_start_time);
+}
+
+}  // namespace
+
+std::size_t Daemon::scan_claims(sched::Instant now) {
+  std::size_t events = 0;
+  for (std::uint32_t i = 0; i < config_.max_apps; ++i) {
+    shm::AppSlot& s = slot_ref(i);
+    const std::uint64_t word = s.claim.load(std::memory_order_acquire);
+    switch (shm::claim_state(word)) {
+      case SlotState::attaching:
+        if (!apps_[i]) {
+          accept(i, word);
+          ++events;
+        }
+        break;
+      case SlotState::detaching:
+        if (apps_[i]) {
+          take_last_completions(*apps_[i], now);
+          forget(*apps_[i], now);
+          ++stats_.detached;
+        } else {
+          stats_.reclaimed_entries += queued_entries(s);
+        }
+        free_slot(i);
+        ++events;
+        break;
+      default:
+        break;
+    }
+  }
+  return events;
+}
+
+void Daemon::accept(std::uint32_t slot, std::uint64_t claim) {
+  shm::AppSlot& s = slot_ref(slot);
+  const auto pid = static_cast<pid_t>(shm::claim_pid(claim));
+  auto owner = ProcessWatch::open(pid, s.owner_start_time);
+  if (!owner) {
+    // Gone already: nobody to answer. Alive but another start time: not who claimed it.
+    if (::kill(pid, 0) != 0 && errno == ESRCH) {
+      free_slot(slot);
+    } else {
+      reject(slot, claim, Reason::owner_mismatch);
+    }
+    return;
+  }
+  if (s.region_bytes == 0) {
+    reject(slot, claim, Reason::bad_attach);
+    return;
+  }
+  AppSession app;
+  app.slot = slot;
+  app.pid = static_cast<std::uint32_t>(pid);
+  app.owner = std::move(owner);
+  app.limits = AppLimits{.job = s.job, .endpoint = s.endpoint, .region_bytes = s.region_bytes,
+                         .max_update_bytes = config_.max_update_bytes};
+  app.requests = shm::RingReader<shm::AppEntry, shm::kRingCapacity>(&s.requests);
+  app.grants = shm::RingWriter<shm::GrantEntry, shm::kRingCapacity>(&s.grants);
+
+  std::uint64_t expected = claim;
+  if (!s.claim.compare_exchange_strong(expected, shm::claim_word(SlotState::active, app.pid),
+                                       std::memory_order_acq_rel)) {
+    return;  // the app gave up waiting (it freed the slot itself) or died and was swept
+  }
+  apps_[slot].emplace(std::move(app));
+  active_.push_back(slot);
+  ++stats_.attached;
+  shm::ring_bell(s.app_sleeping, s.grant_bell);  // the app sleeps until it sees `active`
+}
+
+void Daemon::reject(std::uint32_t slot, std::uint64_t claim, Reason reason) {
+  shm::AppSlot& s = slot_ref(slot);
+  s.reason.store(static_cast<std::uint32_t>(reason), std::memory_order_relaxed);
+  std::uint64_t expected = claim;
+  if (s.claim.compare_exchange_strong(expected, shm::claim_word(SlotState::rejected, shm::claim_pid(claim)),
+                                      std::memory_order_acq_rel)) {
+    ++stats_.rejected;
+    shm::ring_bell(s.app_sleeping, s.grant_bell);
+  }
+}
+
+void Daemon::evict(AppSession& app, Reason reason, sched::Instant now) {
+  shm::AppSlot& s = slot_ref(app.slot);
+  const std::uint32_t pid = app.pid;
+  forget(app, now);
+  // The slot stays held (evicted) until its owner detaches or dies: it may still be writing.
+  s.reason.store(static_cast<std::uint32_t>(reason), std::memory_order_relaxed);
+  s.claim.store(shm::claim_word(SlotState::evicted, pid), std::memory_order_release);
+  ++stats_.evicted;
+  shm::ring_bell(s.app_sleeping, s.grant_bell);
+}
+
+void Daemon::reclaim(std::uint32_t slot, sched::Instant now) {
+  stats_.reclaimed_entries += queued_entries(slot_ref(slot));
+  forget(*apps_[slot], now);
+  free_slot(slot);
+  ++stats_.reclaimed;
+}
+
+void Daemon::take_last_completions(AppSession& app, sched::Instant now) {
+  // A detaching app is alive and finished: completions it queued before leaving still return
+  // credit and measure bandwidth. Its unanswered requests are moot (nobody will read a grant).
+  shm::AppEntry entry;
+  for (std::uint32_t n = 0; n < shm::kRingCapacity && app.requests.pop(entry) == shm::RingStatus::ok; ++n) {
+    if (!check_envelope(entry) && entry.op != shm::Op::submit) {
+      complete(app, entry, now);
+    } else {
+      ++stats_.reclaimed_entries;
+    }
+  }
+  app.outbox.clear();  // answers to a departed app (incl. errors from complete() above)
+}
+
+void Daemon::forget(AppSession& app, sched::Instant now) {
+  // Granted transfers that will never be completed give their credit back as failed. (Parts the
+  // policy has not decided yet come back later as orphaned outcomes: see route().)
+  for (auto& [app_request, owed] : app.owed) {
+    routes_.erase(owed.id);
+    owed.granted.for_each([&](sched::TransferId transfer) {
+      policy_->complete(transfer, now, sched::Nanos{0}, sched::TransferResult::failed);
+      ++inputs_;
+    });
+  }
+  for (const auto& [aggregate, transfer] : app.aggregates) {
+    policy_->complete(transfer, now, sched::Nanos{0}, sched::TransferResult::failed);
+    ++inputs_;
+  }
+  const std::uint32_t slot = app.slot;
+  active_.erase(std::find(active_.begin(), active_.end(), slot));
+  apps_[slot].reset();  // `app` dangles from here on
+}
+
+void Daemon::free_slot(std::uint32_t slot) {
+  shm::AppSlot& s = slot_ref(slot);
+  s.requests.reset();
+  s.grants.reset();
+  s.reason.store(0, std::memory_order_relaxed);
+  s.app_sleeping.store(0, std::memory_order_relaxed);
+  s.claim.store(shm::claim_word(SlotState::free, 0), std::memory_order_release);
+}
+
+void Daemon::sweep(sched::Instant now) {
+  for (std::size_t k = 0; k < active_.size();) {
+    const std::uint32_t slot = active_[k];
+    if (apps_[slot]->owner->alive()) {
+      ++k;
+    } else {
+      reclaim(slot, now);  // removes active_[k]
+    }
+  }
+  // Slots held without a session: a claim abandoned half-way, or a rejected / evicted /
+  // detaching app that died before it let go.
+  for (std::uint32_t i = 0; i < config_.max_apps; ++i) {
+    if (apps_[i]) continue;
+    shm::AppSlot& s = slot_ref(i);
+    const std::uint64_t word = s.claim.load(std::memory_order_acquire);
+    const SlotState state = shm::claim_state(word);
+    if (state == SlotState::free || state == SlotState::attaching) continue;  // attaching: scan_claims
+    if (holder_alive(s, word)) continue;
+    stats_.reclaimed_entries += queued_entries(s);
+    free_slot(i);
+    ++stats_.reclaimed;
+  }
+}
+
+}  // namespace gradlane::sidecar

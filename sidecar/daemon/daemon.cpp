@@ -1,0 +1,168 @@
+#include "sidecar/daemon/daemon.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <new>
+#include <random>
+#include <string>
+
+#include "gradlane/error.hpp"
+#include "sidecar/daemon/futex.hpp"
+#include "sidecar/daemon/process.hpp"
+
+namespace gradlane::sidecar {
+namespace {
+
+std::unique_ptr<Policy> require(std::unique_ptr<Policy> policy) {
+  if (!policy) throw Error(Errc::invalid_argument, "gradlaned needs a scheduling policy");
+  return policy;
+}
+
+std::uint64_t random_generation() {
+  std::random_device device;  // getrandom(2): distinct across restarts, unlike a counter
+  const std::uint64_t g = (std::uint64_t{device()} << 32) | device();
+  return g == 0 ? 1 : g;  // 0 reads as "never attached" in the client
+}
+
+}  // namespace
+
+void DaemonConfig::validate() const {
+  const auto bad = [](const std::string& what) { throw Error(Errc::invalid_argument, what); };
+  shm::check_shm_name(shm_name, "--shm-name");
+  if (max_apps == 0 || max_apps > shm::kMaxApps) {
+    bad("--max-apps " + std::to_string(max_apps) + " is out of range: use 1.." + std::to_string(shm::kMaxApps));
+  }
+  if (max_update_bytes == 0) bad("--max-update-bytes must be positive");
+  if (max_outstanding == 0) bad("--max-outstanding must be positive");
+  if (batch_per_app == 0) bad("batch_per_app must be positive");
+  if (heartbeat_every <= std::chrono::nanoseconds::zero() || liveness_every <= std::chrono::nanoseconds::zero() ||
+      idle_sleep <= std::chrono::nanoseconds::zero() || idle_spin < std::chrono::nanoseconds::zero()) {
+    bad("daemon intervals must be positive (idle spin may be 0)");
+  }
+}
+
+Daemon::Daemon(DaemonConfig config, std::unique_ptr<Policy> policy)
+    : config_((config.validate(), std::move(config))),
+      policy_(require(std::move(policy))),
+      segment_(shm::Segment::create(config_.shm_name, shm::segment_bytes(config_.max_apps))) {
+  void* base = segment_.base();
+  // The mapping is zero-filled by ftruncate; placement-new starts the objects' lifetimes.
+  header_ = new (base) shm::Header{};
+  for (std::uint32_t i = 0; i < config_.max_apps; ++i) {
+    new (shm::slot_at(base, i)) shm::AppSlot{};
+  }
+  apps_.resize(config_.max_apps);
+  const sched::Instant now = clock_now();
+  header_->layout_version = shm::kLayoutVersion;
+  header_->max_apps = config_.max_apps;
+  header_->ring_capacity = shm::kRingCapacity;
+  header_->daemon_pid = static_cast<std::uint32_t>(::getpid());
+  header_->daemon_start_time = process_start_time(::getpid()).value_or(0);
+  header_->generation = random_generation();
+  header_->segment_bytes = segment_.bytes();
+  header_->max_update_bytes = config_.max_update_bytes;
+  header_->state.store(static_cast<std::uint32_t>(shm::DaemonState::running), std::memory_order_relaxed);
+  header_->heartbeat_ns.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+  // Last, with release: an opener that sees the magic sees everything above.
+  header_->magic.store(shm::kMagic, std::memory_order_release);
+  next_heartbeat_ = now + config_.heartbeat_every;
+  next_sweep_ = now + config_.liveness_every;
+  outcomes_.reserve(256);
+  routes_.reserve(1024);
+}
+
+Daemon::~Daemon() {
+  header_->state.store(static_cast<std::uint32_t>(shm::DaemonState::stopped), std::memory_order_release);
+  // Clients asleep in wait() wake up, see `stopped`, and go looking for the next daemon.
+  for (std::uint32_t i = 0; i < config_.max_apps; ++i) {
+    shm::AppSlot& s = slot_ref(i);
+    s.grant_bell.fetch_add(1, std::memory_order_release);
+    shm::futex_wake(s.grant_bell);
+  }
+  // segment_'s destructor then unlinks the name: the next daemon creates a new segment.
+}
+
+sched::Instant Daemon::clock_now() noexcept {
+  // steady_clock is CLOCK_MONOTONIC on Linux: the clock the layout promises to applications.
+  return sched::Instant(std::chrono::duration_cast<sched::Nanos>(
+      std::chrono::steady_clock::now().time_since_epoch()));
+}
+
+std::uint64_t Daemon::generation() const noexcept { return header_->generation; }
+
+shm::AppSlot& Daemon::slot_ref(std::uint32_t index) const noexcept {
+  return *shm::slot_at(segment_.base(), index);
+}
+
+std::size_t Daemon::step(sched::Instant now) {
+  std::size_t work = 0;
+  // The sweep goes first: entries an app queued before it died are reclaimed, never scheduled.
+  if (now >= next_sweep_) {
+    sweep(now);
+    next_sweep_ = now + config_.liveness_every;
+  }
+  const std::uint32_t epoch = header_->attach_epoch.load(std::memory_order_acquire);
+  if (epoch != seen_attach_epoch_) {
+    seen_attach_epoch_ = epoch;
+    work += scan_claims(now);
+  }
+  // By index: evict() may remove the current slot from active_.
+  for (std::size_t i = 0; i < active_.size(); ++i) {
+    const std::uint32_t slot = active_[i];
+    work += drain(*apps_[slot], now);
+    if (!apps_[slot]) --i;  // evicted while draining
+  }
+  const auto wake = policy_->next_wakeup();
+  if (inputs_ > 0 || (wake && *wake <= now)) work += schedule_and_route(now);
+  work += publish(now);
+
+  if (now >= next_heartbeat_) {
+    header_->heartbeat_ns.store(now.time_since_epoch().count(), std::memory_order_release);
+    next_heartbeat_ = now + config_.heartbeat_every;
+  }
+  return work;
+}
+
+bool Daemon::work_visible() {
+  if (header_->attach_epoch.load(std::memory_order_acquire) != seen_attach_epoch_) return true;
+  for (const std::uint32_t slot : active_) {
+    if (apps_[slot]->requests.ready()) return true;
+  }
+  return false;
+}
+
+void Daemon::wait_for_work(std::chrono::nanoseconds timeout) {
+  const std::uint32_t seen = header_->doorbell.load(std::memory_order_acquire);
+  header_->daemon_sleeping.store(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the fence in ring_bell()
+  if (!work_visible()) shm::futex_wait(header_->doorbell, seen, timeout);
+  header_->daemon_sleeping.store(0, std::memory_order_relaxed);
+}
+
+void Daemon::run(const std::function<bool()>& stop_requested) {
+  sched::Instant last_work = clock_now();
+  sched::Instant next_stop_check = last_work;
+  for (;;) {
+    const sched::Instant now = clock_now();
+    if (step(now) > 0) last_work = now;
+    if (now >= next_stop_check) {
+      if (stop_requested()) return;
+      next_stop_check = now + config_.heartbeat_every;
+    }
+    if (now - last_work < config_.idle_spin) {
+      shm::back_off(now - last_work);
+      continue;
+    }
+    auto sleep = config_.idle_sleep;
+    if (const auto wake = policy_->next_wakeup()) sleep = std::min<std::chrono::nanoseconds>(sleep, *wake - now);
+    // Grants waiting in an outbox move only when the app pops; it does not ring us for that.
+    const bool backlog = std::any_of(active_.begin(), active_.end(),
+                                     [this](std::uint32_t s) { return !apps_[s]->outbox.empty(); });
+    if (backlog) sleep = std::min<std::chrono::nanoseconds>(sleep, std::chrono::microseconds(500));
+    if (sleep > std::chrono::nanoseconds::zero()) wait_for_work(sleep);
+    if (stop_requested()) return;
+  }
+}
+
+}  // namespace gradlane::sidecar

@@ -1,0 +1,133 @@
+// Daemon: gradlaned's loop — the shared-memory segment, the app slots, and the one call site
+// of the scheduling policy. No threads inside: run() is a loop over step(now), and tests drive
+// step() themselves with whatever `now` they like.
+//
+// One step(now):
+//   0. when due, the liveness sweep: dead apps are reclaimed with whatever they left queued;
+//   1. attach/detach: if an app bumped attach_epoch, look at the claim words (accept an
+//      attaching app, reclaim a detaching one, taking the completions it sent before leaving);
+//   2. drain each app's request queue (at most batch_per_app entries), validating every entry
+//      and answering a malformed one with an error grant to that app only;
+//   3. schedule_and_route: the policy decides; each outcome goes to the app that asked
+//      (routing.cpp) — the only place scheduling happens;
+//   4. publish grants (overflow waits in the app's outbox, never dropped) and wake sleepers;
+//   5. the heartbeat, when due.
+//
+// Idle: run() polls for idle_spin after the last work, then sleeps on the header's doorbell
+// futex (at most idle_sleep, or until the policy's next wake-up). Apps ring the doorbell only
+// while the daemon sleeps, so a busy daemon costs them no system call.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "sidecar/core/outcome.hpp"
+#include "sidecar/core/types.hpp"
+#include "sidecar/daemon/app_session.hpp"
+#include "sidecar/daemon/daemon_config.hpp"
+#include "sidecar/daemon/layout.hpp"
+#include "sidecar/daemon/policy.hpp"
+#include "sidecar/daemon/segment.hpp"
+
+namespace gradlane::sidecar {
+
+struct DaemonStats {
+  std::uint64_t attached = 0;        // attaches accepted
+  std::uint64_t rejected = 0;        // attaches refused
+  std::uint64_t detached = 0;        // clean detaches
+  std::uint64_t reclaimed = 0;       // apps found dead and reclaimed
+  std::uint64_t reclaimed_entries = 0;  // entries still queued by departed/dead apps, discarded
+  std::uint64_t evicted = 0;         // apps whose queues were corrupted
+  std::uint64_t submitted = 0;       // requests handed to the policy
+  std::uint64_t completed = 0;       // completions handed to the policy
+  std::uint64_t answers = 0;         // grant entries published (all kinds)
+  std::uint64_t errors = 0;          // of which error grants
+  std::uint64_t orphaned = 0;        // outcomes for apps that had left (transfers failed back)
+  std::uint64_t unrouted = 0;        // aggregate grants with no local aggregator app
+};
+
+class Daemon {
+ public:
+  // Creates the segment (Error if another daemon serves the name) and starts serving it.
+  Daemon(DaemonConfig config, std::unique_ptr<Policy> policy);
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+  // Marks the segment stopped (clients reattach to the next daemon), wakes sleeping clients,
+  // and removes the name.
+  ~Daemon();
+
+  // One pass of the loop at time `now` (CLOCK_MONOTONIC). Returns how many entries moved in
+  // either direction plus attach/detach events: 0 means there was nothing to do.
+  std::size_t step(sched::Instant now);
+
+  // Sleeps on the doorbell until an app rings it or `timeout` passes; returns at once if work
+  // is already visible.
+  void wait_for_work(std::chrono::nanoseconds timeout);
+
+  // Loops step() until stop_requested() returns true; it is asked every heartbeat interval
+  // while busy and after every sleep.
+  void run(const std::function<bool()>& stop_requested);
+
+  static sched::Instant clock_now() noexcept;
+
+  const DaemonConfig& config() const noexcept { return config_; }
+  const DaemonStats& stats() const noexcept { return stats_; }
+  std::uint64_t generation() const noexcept;
+  std::size_t attached_apps() const noexcept { return active_.size(); }
+  Policy& policy() noexcept { return *policy_; }
+
+ private:
+  // attach.cpp — the lifecycle of app slots
+  std::size_t scan_claims(sched::Instant now);
+  void accept(std::uint32_t slot, std::uint64_t claim);
+  void reject(std::uint32_t slot, std::uint64_t claim, Reason reason);
+  void evict(AppSession& app, Reason reason, sched::Instant now);
+  void reclaim(std::uint32_t slot, sched::Instant now);
+  void forget(AppSession& app, sched::Instant now);
+  void take_last_completions(AppSession& app, sched::Instant now);
+  void free_slot(std::uint32_t slot);
+  void sweep(sched::Instant now);
+
+  // routing.cpp — entries in, outcomes out
+  std::size_t drain(AppSession& app, sched::Instant now);
+  void handle(AppSession& app, const shm::AppEntry& entry, sched::Instant now);
+  void submit(AppSession& app, const shm::AppEntry& entry, sched::Instant now);
+  void complete(AppSession& app, const shm::AppEntry& entry, sched::Instant now);
+  std::size_t schedule_and_route(sched::Instant now);
+  void route(const sched::Outcome& outcome, sched::Instant now);
+  void answer(AppSession& app, const shm::GrantEntry& grant);
+  void answer_error(AppSession& app, const shm::AppEntry& entry, Reason reason);
+  void settle(AppSession& app, std::uint64_t app_request);
+  std::size_t publish(sched::Instant now);
+
+  bool work_visible();
+  shm::AppSlot& slot_ref(std::uint32_t index) const noexcept;
+
+  struct Route {
+    std::uint32_t slot = 0;
+    std::uint64_t app_request = 0;
+  };
+
+  DaemonConfig config_;
+  std::unique_ptr<Policy> policy_;
+  shm::Segment segment_;
+  shm::Header* header_ = nullptr;
+  std::vector<std::optional<AppSession>> apps_;  // by slot index
+  std::vector<std::uint32_t> active_;            // slots with a session, in attach order
+  std::unordered_map<sched::RequestId, Route> routes_;  // policy request id -> the app owed
+  std::uint64_t next_request_ = 1;
+  std::vector<sched::Outcome> outcomes_;  // reused buffer for schedule()
+  std::vector<std::uint32_t> touched_;    // apps that got answers this pass
+  std::size_t inputs_ = 0;                // submits/completions since the last schedule()
+  std::uint32_t seen_attach_epoch_ = 0;
+  sched::Instant next_heartbeat_{};
+  sched::Instant next_sweep_{};
+  DaemonStats stats_;
+};
+
+}  // namespace gradlane::sidecar

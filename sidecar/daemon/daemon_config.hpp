@@ -1,0 +1,46 @@
+// gradlaned's knobs, declared once with their defaults and why. Flags in main.cpp set them;
+// GRADLANE_SIDECAR_SHM sets the default segment name for the daemon and its clients alike.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "gradlane/sidecar.hpp"
+
+namespace gradlane::sidecar {
+
+struct DaemonConfig {
+  // --shm-name: the segment applications attach to (default: GRADLANE_SIDECAR_SHM or
+  // /gradlane-<uid>, see default_shm_name()).
+  std::string shm_name = default_shm_name();
+  // --max-apps: app slots in the segment (33 KiB each). 64 covers 8 GPUs x 8 worker processes.
+  std::uint32_t max_apps = 64;
+  // --max-update-bytes: a larger request is refused as absurd (Reason::bad_size). 16 GiB is
+  // above any single gradient tensor in practice and far below a corrupted 64-bit size.
+  std::uint64_t max_update_bytes = std::uint64_t{16} << 30;
+  // --max-outstanding: requests one app may have unanswered or granted-but-not-completed.
+  // Bounds the daemon's memory per app; beyond it requests get Reason::too_many_outstanding.
+  std::uint32_t max_outstanding = 4096;
+  // Entries taken from one app per loop pass, so a flooding app cannot starve the others.
+  std::uint32_t batch_per_app = 64;
+  // How often the heartbeat in the header is refreshed. Clients call a daemon dead after
+  // kClientStaleHeartbeat (sidecar client) without one, which must be much larger.
+  std::chrono::nanoseconds heartbeat_every = std::chrono::milliseconds(10);
+  // How often attached apps are checked for death (one poll() over their pidfds). A dead
+  // app's slot and queued entries come back within this bound.
+  std::chrono::nanoseconds liveness_every = std::chrono::milliseconds(100);
+  // --idle-spin-us: after the last work, the loop keeps polling (then yielding, see back_off in
+  // futex.hpp) this long before sleeping on the futex. Polling answers a request in about a
+  // cache-line round trip; a futex wake-up costs 5-70 us (more from a halted vCPU). Measured in
+  // perf/sidecar (BM_SidecarRoundTrip daemon_spin_us -1 / 200 / 0); 0 sleeps at once.
+  std::chrono::nanoseconds idle_spin = std::chrono::microseconds(200);
+  // Longest sleep: the loop wakes at least this often to heartbeat, sweep and look at signals,
+  // so a SIGTERM takes effect within it. 20 ms is ~50 wake-ups/s: no measurable CPU.
+  std::chrono::nanoseconds idle_sleep = std::chrono::milliseconds(20);
+
+  // Throws Error(invalid_argument) naming the flag of the first unusable value.
+  void validate() const;
+};
+
+}  // namespace gradlane::sidecar

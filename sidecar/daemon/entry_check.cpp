@@ -1,0 +1,44 @@
+#include "sidecar/daemon/entry_check.hpp"
+
+#include <cmath>
+
+namespace gradlane::sidecar {
+
+std::optional<Reason> check_envelope(const shm::AppEntry& entry) {
+  if (entry.format != shm::kEntryFormat) return Reason::bad_format;
+  switch (entry.op) {
+    case shm::Op::submit:
+    case shm::Op::complete:
+    case shm::Op::complete_aggregate:
+      break;
+    default:
+      return Reason::bad_format;
+  }
+  if (entry.flags != 0) return Reason::unknown_fields;
+  return std::nullopt;
+}
+
+std::optional<Reason> check_submit(const shm::AppEntry& entry, const AppLimits& limits) {
+  const auto& s = entry.body.submit;
+  if (s.reserved != 0) return Reason::unknown_fields;
+  if (entry.job != limits.job) return Reason::unknown_job;
+  if (s.bytes == 0 || s.bytes > limits.max_update_bytes) return Reason::bad_size;
+  // Written so that no sum can overflow: offset first, then the room left after it.
+  if (s.region_offset > limits.region_bytes || s.bytes > limits.region_bytes - s.region_offset) {
+    return Reason::bad_offset;
+  }
+  if (!std::isfinite(s.gradient_norm) || s.gradient_norm < 0.0F) return Reason::bad_value;
+  if (s.receiver == limits.endpoint) return Reason::bad_receiver;
+  return std::nullopt;
+}
+
+std::optional<Reason> check_complete(const shm::AppEntry& entry) {
+  const auto& c = entry.body.complete;
+  for (const std::uint64_t r : c.reserved) {
+    if (r != 0) return Reason::unknown_fields;
+  }
+  if (c.failed > 1) return Reason::bad_value;
+  return std::nullopt;
+}
+
+}  // namespace gradlane::sidecar

@@ -1,0 +1,157 @@
+// gradlaned: the per-host scheduling sidecar. Parses flags, creates the segment, runs the
+// loop until SIGTERM/SIGINT, then unlinks the segment (Daemon's destructor).
+//
+// Without --foreground it detaches into the background, but only once the segment exists:
+// the parent waits for the child's "ready" and exits with its status, so
+// `gradlaned && ./train` never races the attach. Logs go to stderr in both modes.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "gradlane/error.hpp"
+#include "sidecar/daemon/daemon.hpp"
+#include "sidecar/daemon/policy.hpp"
+#include "sidecar/daemon/signals.hpp"
+#include "sidecar/peer/fabric.hpp"
+#include "sidecar/daemon/unique_fd.hpp"
+#include "transport/syscall_error.hpp"
+
+namespace {
+
+using gradlane::sidecar::Daemon;
+using gradlane::sidecar::DaemonConfig;
+using gradlane::sidecar::UniqueFd;
+
+// Forks; the parent waits until the child reports the segment ready (one byte on a pipe) and
+// exits 0, or exits 1 if the child failed before that. Returns the write end in the child.
+UniqueFd detach_into_background() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) gradlane::detail::throw_call_failed(gradlane::Errc::system, "pipe2", errno);
+  UniqueFd read_end(fds[0]);
+  UniqueFd write_end(fds[1]);
+  const pid_t child = ::fork();
+  if (child < 0) gradlane::detail::throw_call_failed(gradlane::Errc::system, "fork", errno);
+  if (child > 0) {
+    write_end.reset();
+    char ready = 0;
+    ::_exit(::read(read_end.get(), &ready, 1) == 1 ? 0 : 1);
+  }
+  ::setsid();  // no controlling terminal: a closed shell does not SIGHUP the daemon
+  if (::chdir("/") != 0) {
+    // Not fatal: the daemon opens no relative paths.
+  }
+  UniqueFd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (devnull) ::dup2(devnull.get(), STDIN_FILENO);
+  return write_end;
+}
+
+std::unique_ptr<gradlane::sidecar::Policy> make_policy(const std::string& name, gradlane::peer::Fabric& fabric,
+                                                       const gradlane::sched::SchedulerConfig& config) {
+  if (name == "passthrough") return std::make_unique<gradlane::sidecar::PassThroughPolicy>();
+  return fabric.make_policy(config);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App cli{"gradlaned: the gradlane scheduling sidecar (one per host). Applications attach "
+               "through a shared-memory segment and are told when each gradient update may use "
+               "the network."};
+  DaemonConfig config;
+  bool foreground = false;
+  std::string policy = "scheduler";
+  std::uint64_t idle_spin_us = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(config.idle_spin).count());
+  cli.add_option("--shm-name", config.shm_name,
+                 "shared-memory segment applications attach to (GRADLANE_SIDECAR_SHM)")
+      ->capture_default_str();
+  cli.add_option("--max-apps", config.max_apps, "application slots (each ~33 KiB of shared memory)")
+      ->capture_default_str();
+  cli.add_option("--max-update-bytes", config.max_update_bytes,
+                 "largest gradient a request may name; larger is refused as malformed")
+      ->capture_default_str();
+  cli.add_option("--max-outstanding", config.max_outstanding,
+                 "requests one application may have unanswered or granted-but-not-completed")
+      ->capture_default_str();
+  cli.add_option("--idle-spin-us", idle_spin_us,
+                 "poll this long after the last work before sleeping (0: sleep at once, lowest CPU)")
+      ->capture_default_str();
+  cli.add_option("--policy", policy, "scheduler (the gradlane scheduling core) or passthrough "
+                                     "(grant everything at once: for measuring the queues only)")
+      ->check(CLI::IsMember({"scheduler", "passthrough"}))
+      ->capture_default_str();
+  gradlane::peer::FabricOptions fabric_options;
+  gradlane::sched::SchedulerConfig sched_config;
+  // Without a replica nothing acknowledges sequence numbers, so the bound B is off by default.
+  sched_config.replica_bound.reset();
+  std::uint32_t staleness_bound = sched_config.staleness_bound.value_or(0);
+  std::uint64_t replica_bound = 0;
+  cli.add_option("--device", fabric_options.device, "RDMA device for links to peer sidecars (e.g. mlx5_0)");
+  cli.add_option("--endpoint", fabric_options.endpoints,
+                 "scheduler endpoint id of a NIC on this host (repeat for several); receivers on these are "
+                 "scheduled here, the others by the peer that announces them");
+  cli.add_option("--listen-port", fabric_options.listen_port, "port peer sidecars connect to")->capture_default_str();
+  cli.add_option("--peer", fabric_options.peers, "ADDRESS:PORT of a peer sidecar to connect to (repeatable)");
+  cli.add_option("--expect-peers", fabric_options.expect_peers, "peer sidecars that connect to this one")
+      ->capture_default_str();
+  cli.add_option("--link-rate-gbps", fabric_options.link_rate_gbps,
+                 "NIC rate to assume until transfers are measured (0: the core's default, 100 Gb/s)")
+      ->capture_default_str();
+  cli.add_option("--schedule-log", fabric_options.schedule_log,
+                 "write every scheduling decision as a JSON line to FILE ('-' = stderr)");
+  cli.add_option("--staleness-bound", staleness_bound, "tau: largest delay (in versions) an applied update may have; 0 = unbounded")
+      ->capture_default_str();
+  cli.add_option("--replica-bound", replica_bound,
+                 "B: sequence numbers may run at most this far ahead of the replica's ack; 0 = no replica")
+      ->capture_default_str();
+  cli.add_flag("--foreground", foreground, "stay in the foreground (default: detach once the segment is ready)");
+  CLI11_PARSE(cli, argc, argv);
+  config.idle_spin = std::chrono::microseconds(idle_spin_us);
+  if (staleness_bound == 0) {
+    sched_config.staleness_bound.reset();
+  } else {
+    sched_config.staleness_bound = staleness_bound;
+  }
+  if (replica_bound > 0) sched_config.replica_bound = replica_bound;
+
+  try {
+    config.validate();
+    UniqueFd ready;
+    if (!foreground) ready = detach_into_background();
+    // Before any thread exists, so every thread inherits the blocked mask.
+    gradlane::sidecar::ShutdownSignals signals;
+    if (auto problem = sched_config.validate()) throw gradlane::Error(gradlane::Errc::invalid_argument, *problem);
+    // Peer links first: a request must not be scheduled before we know which receivers are remote.
+    gradlane::peer::Fabric fabric(fabric_options, [](const std::string& line) { fmt::print(stderr, "gradlaned: {}\n", line); });
+    Daemon daemon(config, make_policy(policy, fabric, sched_config));
+    fmt::print(stderr, "gradlaned: serving {} for up to {} applications (pid {}, generation {:#x}, policy {})\n",
+               config.shm_name, config.max_apps, ::getpid(), daemon.generation(), policy);
+    if (ready) {
+      const char byte = 1;
+      if (::write(ready.get(), &byte, 1) != 1) {
+        // The parent is gone; nothing to tell.
+      }
+      ready.reset();
+    }
+    daemon.run([&] { return signals.received().has_value(); });
+    const auto& s = daemon.stats();
+    fmt::print(stderr,
+               "gradlaned: signal {} received, stopping ({} attaches, {} dead apps reclaimed, {} requests, "
+               "{} answers of which {} errors)\n",
+               signals.received().value_or(0), s.attached, s.reclaimed, s.submitted, s.answers, s.errors);
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "gradlaned: {}\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,81 @@
+// The seam between the daemon's loop and scheduling: the loop turns queue entries into calls on
+// a Policy and routes what it decides back to the applications. This is the ONE place the
+// loop touches scheduling (Daemon::schedule_and_route in daemon.cpp).
+//
+// The interface speaks the scheduling core's own value types (sched::Request, sched::Outcome,
+// ...) so the production policy, SchedulerPolicy, is a plain forward to
+// gradlane::sched::Scheduler with nothing translated. Why an interface at all, rather than the
+// loop owning a Scheduler: the queue hop must be measurable without scheduling cost in it
+// (perf/sidecar's PassThroughPolicy), and the bad-input tests need a policy whose answer is
+// known without reasoning about credits and slots. Cost: one indirect call per entry.
+#pragma once
+
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "sidecar/core/outcome.hpp"
+#include "sidecar/core/scheduler.hpp"
+#include "sidecar/core/types.hpp"
+
+namespace gradlane::sidecar {
+
+class Policy {
+ public:
+  Policy() = default;
+  Policy(const Policy&) = delete;
+  Policy& operator=(const Policy&) = delete;
+  virtual ~Policy() = default;
+
+  // A validated request (its id is unique within the daemon).
+  virtual sched::SubmitStatus submit(const sched::Request& request, sched::Instant now) = 0;
+  // Appends what is decided now; called after submits/completions and when next_wakeup is due.
+  virtual void schedule(sched::Instant now, std::vector<sched::Outcome>& out) = 0;
+  // A Grant / Redirect / AggregateGrant transfer finished (or failed, or its app died).
+  virtual bool complete(sched::TransferId transfer, sched::Instant now, sched::Nanos measured,
+                        sched::TransferResult result) = 0;
+  // When schedule() should run again even if nothing arrives (nullopt: only on new input).
+  virtual std::optional<sched::Instant> next_wakeup() const = 0;
+};
+
+// Production: the scheduling core (sidecar/core/scheduler.hpp).
+class SchedulerPolicy final : public Policy {
+ public:
+  explicit SchedulerPolicy(sched::SchedulerConfig config = {}) : scheduler_(config) {}
+
+  sched::SubmitStatus submit(const sched::Request& request, sched::Instant now) override {
+    return scheduler_.submit(request, now);
+  }
+  void schedule(sched::Instant now, std::vector<sched::Outcome>& out) override {
+    scheduler_.schedule(now, out);
+  }
+  bool complete(sched::TransferId transfer, sched::Instant now, sched::Nanos measured,
+                sched::TransferResult result) override {
+    return scheduler_.complete(transfer, now, measured, result);
+  }
+  std::optional<sched::Instant> next_wakeup() const override { return scheduler_.next_wakeup(); }
+
+  sched::Scheduler& scheduler() noexcept { return scheduler_; }
+
+ private:
+  sched::Scheduler scheduler_;
+};
+
+// Grants every request whole, at once, in arrival order, with a per-receiver sequence: no
+// partitioning, no slots, no staleness. For measuring the queue hop and for tests of the
+// plumbing; never a scheduling policy for real traffic.
+class PassThroughPolicy final : public Policy {
+ public:
+  sched::SubmitStatus submit(const sched::Request& request, sched::Instant now) override;
+  void schedule(sched::Instant now, std::vector<sched::Outcome>& out) override;
+  bool complete(sched::TransferId transfer, sched::Instant now, sched::Nanos measured,
+                sched::TransferResult result) override;
+  std::optional<sched::Instant> next_wakeup() const override { return std::nullopt; }
+
+ private:
+  std::vector<sched::Request> pending_;
+  std::unordered_map<sched::EndpointId, sched::Seq> sequence_;
+  std::uint64_t next_transfer_ = 1;
+};
+
+}  // namespace gradlane::sidecar

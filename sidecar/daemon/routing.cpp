@@ -1,0 +1,325 @@
+// Entries in, outcomes out: the daemon's data path between the app queues and the policy.
+//
+// Ids. Apps name their requests with their own ids (any u64, unique among their outstanding
+// requests). The policy needs ids unique across apps, so the daemon gives each accepted
+// request its own sched::RequestId and keeps both directions: routes_ (policy id -> app slot
+// and app id) to deliver outcomes, and AppSession::owed (app id -> policy id, open transfers)
+// to take completions and to clean up when the app leaves. An outcome whose route is gone
+// belongs to an app that left: its transfer is completed as failed so the policy's credit and
+// slots do not leak.
+#include <algorithm>
+#include <limits>
+#include <type_traits>
+#include <variant>
+
+#include "sidecar/daemon/daemon.hpp"
+#include "sidecar/daemon/futex.hpp"
+
+namespace gradlane::sidecar {
+namespace {
+
+Reason reason_for(sched::SubmitStatus status) {
+  switch (status) {
+    case sched::SubmitStatus::empty_request:
+      return Reason::bad_size;
+    case sched::SubmitStatus::sender_is_receiver:
+      return Reason::bad_receiver;
+    case sched::SubmitStatus::duplicate_id:
+      return Reason::duplicate_request;
+    case sched::SubmitStatus::version_from_future:
+      return Reason::version_from_future;
+    case sched::SubmitStatus::accepted:
+      break;
+  }
+  return Reason::none;
+}
+
+shm::GrantEntry grant_entry(shm::GrantKind kind, std::uint64_t request, std::uint32_t target,
+                            std::uint64_t sequence, const sched::Slot& slot, std::uint64_t offset,
+                            std::uint64_t length, std::uint32_t part, std::uint32_t part_count) {
+  return shm::GrantEntry{.format = shm::kEntryFormat,
+                         .kind = kind,
+                         .reason = static_cast<std::uint8_t>(Reason::none),
+                         .target = target,
+                         .request = request,
+                         .sequence = sequence,
+                         .slot_start_ns = slot.start.time_since_epoch().count(),
+                         .slot_length_ns = slot.length().count(),
+                         .part_offset = offset,
+                         .part_bytes = length,
+                         .part_index = part,
+                         .part_count = part_count};
+}
+
+sched::Nanos wire_time(std::uint64_t ns) {
+  constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<sched::Nanos::rep>::max());
+  return sched::Nanos(static_cast<sched::Nanos::rep>(ns > kMax ? kMax : ns));
+}
+
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
+
+}  // namespace
+
+std::size_t Daemon::drain(AppSession& app, sched::Instant now) {
+  std::size_t taken = 0;
+  shm::AppEntry entry;
+  // Stop while answers back up: the app is not reading, so its requests wait in its own ring.
+  while (taken < config_.batch_per_app && app.outbox.empty()) {
+    switch (app.requests.pop(entry)) {
+      case shm::RingStatus::ok:
+        ++taken;
+        handle(app, entry, now);
+        break;
+      case shm::RingStatus::corrupt:
+        evict(app, Reason::corrupt_ring, now);  // `app` is gone after this
+        return taken + 1;
+      case shm::RingStatus::empty:
+      case shm::RingStatus::full:
+        return taken;
+    }
+  }
+  return taken;
+}
+
+void Daemon::handle(AppSession& app, const shm::AppEntry& entry, sched::Instant now) {
+  if (const auto reason = check_envelope(entry)) {
+    answer_error(app, entry, *reason);
+    return;
+  }
+  if (entry.op == shm::Op::submit) {
+    submit(app, entry, now);
+  } else {
+    complete(app, entry, now);
+  }
+}
+
+void Daemon::submit(AppSession& app, const shm::AppEntry& entry, sched::Instant now) {
+  if (const auto reason = check_submit(entry, app.limits)) {
+    answer_error(app, entry, *reason);
+    return;
+  }
+  if (app.owed.size() >= config_.max_outstanding) {
+    answer_error(app, entry, Reason::too_many_outstanding);
+    return;
+  }
+  const auto [it, inserted] = app.owed.try_emplace(entry.request);
+  if (!inserted) {
+    answer_error(app, entry, Reason::duplicate_request);
+    return;
+  }
+  const auto& s = entry.body.submit;
+  const sched::RequestId id{next_request_++};
+  const sched::Request request{.id = id,
+                               .job = sched::JobId{entry.job},
+                               .sender = sched::EndpointId{app.limits.endpoint},
+                               .receiver = sched::EndpointId{s.receiver},
+                               .tensor = sched::TensorId{s.tensor},
+                               .bytes = s.bytes,
+                               .computed_on = s.computed_on,
+                               .gradient_norm = s.gradient_norm,
+                               .priority = s.priority};
+  const sched::SubmitStatus status = policy_->submit(request, now);
+  if (status != sched::SubmitStatus::accepted) {
+    app.owed.erase(it);
+    answer_error(app, entry, reason_for(status));
+    return;
+  }
+  it->second.id = id;
+  routes_.emplace(id, Route{app.slot, entry.request});
+  ++inputs_;
+  ++stats_.submitted;
+}
+
+void Daemon::complete(AppSession& app, const shm::AppEntry& entry, sched::Instant now) {
+  if (const auto reason = check_complete(entry)) {
+    answer_error(app, entry, *reason);
+    return;
+  }
+  const auto& c = entry.body.complete;
+  const auto result = c.failed != 0 ? sched::TransferResult::failed : sched::TransferResult::ok;
+  sched::TransferId transfer{};
+  if (entry.op == shm::Op::complete_aggregate) {
+    const auto it = app.aggregates.find(entry.request);
+    if (it == app.aggregates.end()) {
+      answer_error(app, entry, Reason::unknown_request);
+      return;
+    }
+    transfer = it->second;
+    app.aggregates.erase(it);
+  } else {
+    const auto it = app.owed.find(entry.request);
+    if (it == app.owed.end()) {
+      answer_error(app, entry, Reason::unknown_request);
+      return;
+    }
+    const auto open = it->second.granted.take(c.part);
+    if (!open) {
+      answer_error(app, entry, Reason::unknown_request);
+      return;
+    }
+    transfer = *open;
+    if (it->second.settled()) settle(app, entry.request);
+  }
+  policy_->complete(transfer, now, wire_time(c.measured_ns), result);
+  ++inputs_;
+  ++stats_.completed;
+}
+
+std::size_t Daemon::schedule_and_route(sched::Instant now) {
+  outcomes_.clear();
+  policy_->schedule(now, outcomes_);  // the one call into scheduling
+  inputs_ = 0;
+  for (const sched::Outcome& outcome : outcomes_) route(outcome, now);
+  return outcomes_.size();
+}
+
+void Daemon::route(const sched::Outcome& outcome, sched::Instant now) {
+  // The app a part outcome belongs to, or nullptr (it left; fail its transfer back).
+  struct Owner {
+    AppSession* app = nullptr;
+    OwedRequest* owed = nullptr;
+    std::uint64_t app_request = 0;
+  };
+  const auto owner = [&](sched::RequestId id) -> Owner {
+    const auto r = routes_.find(id);
+    if (r == routes_.end()) return {};
+    AppSession& app = *apps_[r->second.slot];
+    return {&app, &app.owed.at(r->second.app_request), r->second.app_request};
+  };
+  const auto orphan = [&](sched::TransferId transfer) {
+    policy_->complete(transfer, now, sched::Nanos{0}, sched::TransferResult::failed);
+    ++inputs_;
+    ++stats_.orphaned;
+  };
+
+  std::visit(
+      Overloaded{
+          [&](const sched::Grant& g) {
+            const auto [app, owed, app_request] = owner(g.request);
+            if (app == nullptr) return orphan(g.transfer);
+            owed->part_count = g.part_count;
+            ++owed->decided;
+            owed->granted.add(g.part, g.transfer);
+            answer(*app, grant_entry(shm::GrantKind::go, app_request,
+                                     sched::to_int(g.receiver), g.seq, g.slot, g.offset, g.length,
+                                     g.part, g.part_count));
+          },
+          [&](const sched::Redirect& r) {
+            const auto [app, owed, app_request] = owner(r.request);
+            if (app == nullptr) return orphan(r.transfer);
+            owed->part_count = r.part_count;
+            ++owed->decided;
+            owed->granted.add(r.part, r.transfer);
+            answer(*app, grant_entry(shm::GrantKind::redirect, app_request,
+                                     sched::to_int(r.aggregator), sched::to_int(r.aggregate), r.slot,
+                                     r.offset, r.length, r.part, r.part_count));
+          },
+          [&](const sched::Drop& d) {
+            const auto [app, owed, app_request] = owner(d.request);
+            if (app == nullptr) {
+              ++stats_.orphaned;
+              return;
+            }
+            owed->part_count = d.part_count;
+            ++owed->decided;
+            shm::GrantEntry e = grant_entry(shm::GrantKind::drop, app_request, sched::to_int(d.receiver), 0,
+                                            sched::Slot{}, d.offset, d.length, d.part, d.part_count);
+            e.reason = static_cast<std::uint8_t>(Reason::stale);
+            answer(*app, e);
+            if (owed->settled()) settle(*app, app_request);
+          },
+          [&](const sched::AggregateGrant& a) {
+            // The aggregator's own app forwards the sum; it is local if an app of that job
+            // attached from the aggregator's NIC. Otherwise the peer protocol (not here) must
+            // carry it; until it does, the transfer is failed back so the slot is not held.
+            for (const std::uint32_t slot : active_) {
+              AppSession& app = *apps_[slot];
+              if (app.limits.job == sched::to_int(a.job) && app.limits.endpoint == sched::to_int(a.aggregator)) {
+                app.aggregates.emplace(sched::to_int(a.aggregate), a.transfer);
+                answer(app, grant_entry(shm::GrantKind::aggregate, sched::to_int(a.aggregate),
+                                        sched::to_int(a.receiver), a.seq, a.slot, a.offset, a.length, 0,
+                                        static_cast<std::uint32_t>(a.members.size())));
+                return;
+              }
+            }
+            ++stats_.unrouted;
+            orphan(a.transfer);
+          },
+      },
+      outcome);
+}
+
+void Daemon::answer(AppSession& app, const shm::GrantEntry& grant) {
+  ++stats_.answers;
+  // Behind a backlog the ring must not be used, or answers would overtake each other.
+  if (!app.outbox.empty() || app.grants.push(grant) != shm::RingStatus::ok) {
+    app.outbox.push_back(grant);  // full, or corrupt (publish() evicts)
+    return;
+  }
+  if (!app.notify) {
+    app.notify = true;
+    touched_.push_back(app.slot);
+  }
+}
+
+void Daemon::answer_error(AppSession& app, const shm::AppEntry& entry, Reason reason) {
+  ++stats_.errors;
+  shm::GrantEntry e{};
+  e.format = shm::kEntryFormat;
+  e.kind = shm::GrantKind::error;
+  e.reason = static_cast<std::uint8_t>(reason);
+  // Which operation was refused, so the client knows whether a request or a completion failed.
+  e.target = static_cast<std::uint32_t>(entry.op);
+  e.request = entry.request;
+  e.part_index = entry.op == shm::Op::complete ? entry.body.complete.part : 0;
+  e.part_count = 1;
+  answer(app, e);
+}
+
+void Daemon::settle(AppSession& app, std::uint64_t app_request) {
+  const auto it = app.owed.find(app_request);
+  routes_.erase(it->second.id);
+  app.owed.erase(it);
+}
+
+std::size_t Daemon::publish(sched::Instant now) {
+  std::size_t moved = 0;
+  for (std::size_t i = 0; i < active_.size(); ++i) {
+    AppSession& app = *apps_[active_[i]];
+    while (!app.outbox.empty()) {
+      const shm::RingStatus status = app.grants.push(app.outbox.front());
+      if (status == shm::RingStatus::full) break;
+      if (status == shm::RingStatus::corrupt) {
+        evict(app, Reason::corrupt_ring, now);
+        --i;  // active_[i] was removed
+        break;
+      }
+      app.outbox.pop_front();
+      ++moved;
+      if (!app.notify) {
+        app.notify = true;
+        touched_.push_back(app.slot);
+      }
+    }
+  }
+  if (touched_.empty()) return moved;
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // one fence for all apps (see futex.hpp)
+  for (const std::uint32_t slot : touched_) {
+    if (!apps_[slot]) continue;  // evicted meanwhile
+    apps_[slot]->notify = false;
+    shm::AppSlot& s = slot_ref(slot);
+    if (s.app_sleeping.load(std::memory_order_relaxed) != 0) {
+      s.grant_bell.fetch_add(1, std::memory_order_release);
+      shm::futex_wake(s.grant_bell);
+    }
+  }
+  touched_.clear();
+  return moved;
+}
+
+}  // namespace gradlane::sidecar

@@ -1,0 +1,62 @@
+// The named shared-memory segment: created by gradlaned, mapped by applications.
+//
+// Who owns the name: the daemon holds an exclusive flock(2) on the segment for as long as it
+// runs. The kernel drops the lock when the daemon dies, however it dies, so "is a daemon
+// serving this segment?" has an answer that survives SIGKILL and pid reuse: try the lock.
+// A new daemon that finds the name taken but the lock free knows the segment is stale and
+// replaces it; one that finds the lock held refuses to start. (The heartbeat in the header
+// covers the remaining case, a daemon that is alive but stuck.)
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include "sidecar/daemon/unique_fd.hpp"
+
+namespace gradlane::sidecar::shm {
+
+// A POSIX shm name is "/name" with no other '/' (it lives in /dev/shm). Throws
+// Error(invalid_argument) naming `what` (e.g. "--shm-name") otherwise.
+void check_shm_name(const std::string& name, const char* what);
+
+class Segment {
+ public:
+  // Daemon side: creates `name` with mode 0600, exclusively locked, zero-filled, `bytes` long,
+  // replacing a stale segment left by a dead daemon. Throws Error(invalid_argument) if a live
+  // daemon holds it, Error(system) if the OS refuses. The created segment owns the name: it is
+  // unlinked when the Segment is destroyed, including when the daemon fails half-way up.
+  static Segment create(const std::string& name, std::size_t bytes);
+  // Application side: maps an existing segment. nullopt if no such segment (no daemon ever
+  // started, or it stopped cleanly) or it is not sized yet (a daemon is creating it right now).
+  // Throws Error(sidecar_unavailable) if the segment exists but cannot be opened (permissions).
+  static std::optional<Segment> open(const std::string& name);
+
+  Segment(Segment&& other) noexcept;
+  Segment& operator=(Segment&& other) noexcept;
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+  ~Segment();
+
+  void* base() const noexcept { return base_; }
+  std::size_t bytes() const noexcept { return bytes_; }
+  const std::string& name() const noexcept { return name_; }
+
+  // Whether some process (the daemon) holds the segment's exclusive lock. Application side.
+  bool locked_by_daemon() const noexcept;
+  // Daemon side: removes the name, if it still names this segment. Idempotent.
+  void unlink() noexcept;
+  bool owns_name() const noexcept { return owns_name_; }
+
+ private:
+  Segment(std::string name, UniqueFd fd, void* base, std::size_t bytes, bool owns_name) noexcept;
+  void release() noexcept;
+
+  std::string name_;
+  UniqueFd fd_;
+  void* base_ = nullptr;
+  std::size_t bytes_ = 0;
+  bool owns_name_ = false;
+};
+
+}  // namespace gradlane::sidecar::shm

@@ -1,0 +1,330 @@
+#include "sidecar/peer/distributed_policy.hpp"
+
+#include <fmt/format.h>
+
+#include <variant>
+
+namespace gradlane::peer {
+namespace {
+
+// Ids this policy makes up live above 2^62, far from the daemon's request ids and the
+// scheduler's transfer ids (both count up from 1), so the two can never collide.
+constexpr std::uint64_t kOwnIdBase = std::uint64_t{1} << 62;
+// With peers, messages arrive over RDMA without ringing the daemon's doorbell, so the loop
+// must look at the links this often even when idle: 100 µs bounds the answer latency a
+// sleeping daemon adds, at ~10k cheap polls per second.
+constexpr sched::Nanos kPeerPollInterval{100'000};
+
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
+
+SlotAnswer drop_answer(std::uint64_t request, std::uint32_t part, std::uint32_t part_count, std::uint64_t offset,
+                       std::uint64_t length, std::uint64_t delay) {
+  SlotAnswer a;
+  a.kind = AnswerKind::drop;
+  a.request = request;
+  a.part = part;
+  a.part_count = part_count;
+  a.offset = offset;
+  a.length = length;
+  a.delay = delay;
+  return a;
+}
+
+}  // namespace
+
+DistributedPolicy::DistributedPolicy(sched::SchedulerConfig config, std::vector<std::uint32_t> local_endpoints,
+                                     PeerTransport& transport, Log log)
+    : scheduler_(config), local_(local_endpoints.begin(), local_endpoints.end()), transport_(transport),
+      log_(std::move(log)) {}
+
+void DistributedPolicy::start() {
+  const Hello hello{{local_.begin(), local_.end()}};
+  for (PeerIndex p = 0; p < transport_.peer_count(); ++p) send(p, hello);
+}
+
+bool DistributedPolicy::ready() const { return greeted_.size() + lost_.size() >= transport_.peer_count(); }
+
+bool DistributedPolicy::send(PeerIndex peer, const Message& message) {
+  if (lost_.contains(peer)) return false;
+  const auto bytes = encode(message);
+  return transport_.send(peer, bytes);
+}
+
+std::optional<PeerIndex> DistributedPolicy::owner_of(sched::EndpointId endpoint) const {
+  const auto it = endpoint_owner_.find(sched::to_int(endpoint));
+  if (it == endpoint_owner_.end() || lost_.contains(it->second)) return std::nullopt;
+  return it->second;
+}
+
+sched::SubmitStatus DistributedPolicy::submit(const sched::Request& request, sched::Instant now) {
+  const auto peer = owner_of(request.receiver);
+  if (!peer) return scheduler_.submit(request, now);
+  // The receiver's sidecar decides; what can be refused here is refused here.
+  if (request.bytes == 0) return sched::SubmitStatus::empty_request;
+  if (request.sender == request.receiver) return sched::SubmitStatus::sender_is_receiver;
+  const auto id = static_cast<std::uint64_t>(request.id);
+  if (forwarded_.contains(id)) return sched::SubmitStatus::duplicate_id;
+  forwarded_[id] = Forwarded{*peer, request, 0, 0};
+  ++stats_.forwarded;
+  send(*peer, SlotRequest{id, sched::to_int(request.job), sched::to_int(request.sender), sched::to_int(request.receiver),
+                          sched::to_int(request.tensor), request.bytes, request.computed_on, request.gradient_norm,
+                          request.priority});
+  return sched::SubmitStatus::accepted;
+}
+
+void DistributedPolicy::schedule(sched::Instant now, std::vector<sched::Outcome>& out) {
+  last_now_ = std::max(last_now_, now);
+  const std::size_t first_from_peers = out.size();
+  for (PeerIndex p : transport_.take_failed()) lose_peer(p, now, out);
+  pump(now, out);
+  if (decision_hook_) {
+    for (std::size_t i = first_from_peers; i < out.size(); ++i) decision_hook_(out[i], now, "peer");
+  }
+  decided_.clear();
+  scheduler_.schedule(now, decided_);
+  for (const sched::Outcome& outcome : decided_) {
+    if (decision_hook_) decision_hook_(outcome, now, "here");
+    // Outcomes for our own applications go to the daemon; those for a peer's go back to it.
+    const bool local = std::visit(
+        Overloaded{[&](const sched::Grant& g) { return !remote_requests_.contains(static_cast<std::uint64_t>(g.request)); },
+                   [&](const sched::Redirect& r) { return !remote_requests_.contains(static_cast<std::uint64_t>(r.request)); },
+                   [&](const sched::Drop& d) { return !remote_requests_.contains(static_cast<std::uint64_t>(d.request)); },
+                   [&](const sched::AggregateGrant& a) { return is_local(a.aggregator); }},
+        outcome);
+    if (local) {
+      out.push_back(outcome);
+    } else {
+      answer_remote(outcome, now);
+    }
+  }
+}
+
+void DistributedPolicy::pump(sched::Instant now, std::vector<sched::Outcome>& out) {
+  while (auto received = transport_.receive()) {
+    auto& [peer, bytes] = *received;
+    try {
+      on_message(peer, decode(bytes), now, out);
+    } catch (const Error& e) {
+      // A malformed message costs that message, not the daemon or the link.
+      ++stats_.protocol_errors;
+      note(fmt::format("peer {}: {} (message dropped)", transport_.describe(peer), e.what()));
+    }
+  }
+  for (PeerIndex p : transport_.take_failed()) lose_peer(p, now, out);
+}
+
+void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched::Instant now,
+                                   std::vector<sched::Outcome>& out) {
+  std::visit(
+      Overloaded{
+          [&](const Hello& hello) {
+            for (auto e : hello.endpoints) {
+              if (local_.contains(e)) {
+                throw Error(Errc::protocol, fmt::format("peer claims endpoint {}, which is ours", e));
+              }
+            }
+            for (auto e : hello.endpoints) endpoint_owner_[e] = peer;
+            greeted_.insert(peer);
+            note(fmt::format("peer {} hosts {} endpoint(s)", transport_.describe(peer), hello.endpoints.size()));
+          },
+          [&](const SlotRequest& m) {
+            if (!is_local(sched::EndpointId{m.receiver})) {
+              throw Error(Errc::protocol, fmt::format("slot request for endpoint {}, which is not on this host", m.receiver));
+            }
+            const std::uint64_t ours = kOwnIdBase | next_remote_++;
+            sched::Request request{sched::RequestId{ours},      sched::JobId{m.job},      sched::EndpointId{m.sender},
+                                   sched::EndpointId{m.receiver}, sched::TensorId{m.tensor}, m.bytes,
+                                   m.computed_on,                m.gradient_norm,          m.priority};
+            const auto status = scheduler_.submit(request, now);
+            if (status != sched::SubmitStatus::accepted) {
+              // The only refusal a well-formed request can meet here: a version from the
+              // future. The sender's application hears a drop.
+              send(peer, drop_answer(m.request, 0, 1, 0, 0, 0));
+              ++stats_.answers_sent;
+              return;
+            }
+            remote_requests_[ours] = RemoteRequest{peer, m.request};
+            ++stats_.remote_requests;
+          },
+          [&](const SlotAnswer& m) { on_answer(peer, m, now, out); },
+          [&](const TransferDone& m) {
+            const auto it = granted_to_peer_.find(m.transfer);
+            if (it == granted_to_peer_.end() || it->second != peer) {
+              throw Error(Errc::protocol, fmt::format("transfer done for transfer {}, not granted to this peer", m.transfer));
+            }
+            granted_to_peer_.erase(it);
+            scheduler_.complete(sched::TransferId{m.transfer}, now, sched::Nanos{m.measured_ns},
+                                m.failed ? sched::TransferResult::failed : sched::TransferResult::ok);
+          },
+      },
+      message);
+}
+
+sched::Slot DistributedPolicy::book_egress(sched::EndpointId sender, sched::Slot slot) {
+  sched::SlotBook& egress = egress_[sched::to_int(sender)];
+  egress.retire_before(last_now_);
+  if (egress.reserve(slot)) return slot;
+  ++stats_.egress_moves;  // another receiver's slot holds our NIC then: go right after it
+  return egress.grant(slot.start, slot.length());
+}
+
+void DistributedPolicy::on_answer(PeerIndex peer, const SlotAnswer& m, sched::Instant now,
+                                  std::vector<sched::Outcome>& out) {
+  ++stats_.answers_received;
+  const sched::Instant start = now + sched::Nanos{m.start_in_ns};
+  sched::Slot slot{start, start + sched::Nanos{m.length_ns}};
+  auto proxy = [&] {
+    const std::uint64_t id = kOwnIdBase | next_proxy_++;
+    proxies_[id] = ProxyTransfer{peer, m.transfer};
+    return sched::TransferId{id};
+  };
+  if (m.kind == AnswerKind::aggregate) {
+    if (!is_local(sched::EndpointId{m.sender})) {
+      throw Error(Errc::protocol, fmt::format("aggregate grant for aggregator {}, not on this host", m.sender));
+    }
+    sched::AggregateGrant a;
+    a.transfer = proxy();
+    a.aggregate = sched::AggregateId{m.request};
+    a.offset = m.offset;
+    a.length = m.length;
+    a.aggregator = sched::EndpointId{m.sender};
+    a.receiver = sched::EndpointId{m.target};
+    for (auto id : m.members) a.members.push_back(sched::PartRef{sched::RequestId{id}, 0});
+    a.slot = book_egress(a.aggregator, slot);
+    a.seq = m.seq;
+    a.delay = m.delay;
+    out.push_back(std::move(a));
+    return;
+  }
+  const auto it = forwarded_.find(m.request);
+  if (it == forwarded_.end() || it->second.peer != peer) {
+    throw Error(Errc::protocol, fmt::format("answer for request {}, which was not forwarded to this peer", m.request));
+  }
+  Forwarded& f = it->second;
+  const sched::Request& r = f.request;
+  switch (m.kind) {
+    case AnswerKind::go:
+      out.push_back(sched::Grant{proxy(), r.id, m.part, m.part_count, m.offset, m.length, r.job, r.tensor, r.sender,
+                                 r.receiver, book_egress(r.sender, slot), m.seq, m.delay});
+      break;
+    case AnswerKind::redirect:
+      out.push_back(sched::Redirect{proxy(), r.id, m.part, m.part_count, m.offset, m.length, r.job, r.tensor, r.sender,
+                                    sched::EndpointId{m.target}, r.receiver, sched::AggregateId{m.seq},
+                                    book_egress(r.sender, slot)});
+      break;
+    case AnswerKind::drop:
+      out.push_back(sched::Drop{r.id, m.part, m.part_count, m.offset, m.length, r.job, r.sender, r.receiver,
+                                sched::DropReason::staleness_bound, m.delay});
+      break;
+    case AnswerKind::aggregate:
+      break;  // handled above
+  }
+  f.parts = m.part_count;
+  if (++f.answered >= f.parts) forwarded_.erase(it);
+}
+
+void DistributedPolicy::answer_remote(const sched::Outcome& outcome, sched::Instant now) {
+  const auto relative = [&](const sched::Slot& s) {
+    return std::pair<std::int64_t, std::int64_t>{std::max<std::int64_t>(0, (s.start - now).count()), s.length().count()};
+  };
+  const auto remote = [&](sched::RequestId id) { return remote_requests_.at(static_cast<std::uint64_t>(id)); };
+  std::visit(
+      Overloaded{
+          [&](const sched::Grant& g) {
+            const RemoteRequest rr = remote(g.request);
+            const auto [start_in, length] = relative(g.slot);
+            granted_to_peer_[static_cast<std::uint64_t>(g.transfer)] = rr.peer;
+            if (!send(rr.peer, SlotAnswer{AnswerKind::go, rr.their_id, static_cast<std::uint64_t>(g.transfer), g.part,
+                                          g.part_count, g.offset, g.length, g.seq, g.delay, start_in, length,
+                                          sched::to_int(g.receiver), sched::to_int(g.sender), {}})) {
+              granted_to_peer_.erase(static_cast<std::uint64_t>(g.transfer));
+              scheduler_.complete(g.transfer, now, sched::Nanos{0}, sched::TransferResult::failed);
+            }
+            if (g.part + 1 == g.part_count) remote_requests_.erase(static_cast<std::uint64_t>(g.request));
+          },
+          [&](const sched::Redirect& r) {
+            const RemoteRequest rr = remote(r.request);
+            const auto [start_in, length] = relative(r.slot);
+            granted_to_peer_[static_cast<std::uint64_t>(r.transfer)] = rr.peer;
+            if (!send(rr.peer, SlotAnswer{AnswerKind::redirect, rr.their_id, static_cast<std::uint64_t>(r.transfer),
+                                          r.part, r.part_count, r.offset, r.length, static_cast<std::uint64_t>(r.aggregate),
+                                          0, start_in, length, sched::to_int(r.aggregator), sched::to_int(r.sender), {}})) {
+              granted_to_peer_.erase(static_cast<std::uint64_t>(r.transfer));
+              scheduler_.complete(r.transfer, now, sched::Nanos{0}, sched::TransferResult::failed);
+            }
+            if (r.part + 1 == r.part_count) remote_requests_.erase(static_cast<std::uint64_t>(r.request));
+          },
+          [&](const sched::Drop& d) {
+            const RemoteRequest rr = remote(d.request);
+            send(rr.peer, drop_answer(rr.their_id, d.part, d.part_count, d.offset, d.length, d.delay));
+            if (d.part + 1 == d.part_count) remote_requests_.erase(static_cast<std::uint64_t>(d.request));
+          },
+          [&](const sched::AggregateGrant& a) {
+            const auto peer = owner_of(a.aggregator);
+            const auto [start_in, length] = relative(a.slot);
+            SlotAnswer m{AnswerKind::aggregate, static_cast<std::uint64_t>(a.aggregate), static_cast<std::uint64_t>(a.transfer),
+                         0, 1, a.offset, a.length, a.seq, a.delay, start_in, length, sched::to_int(a.receiver),
+                         sched::to_int(a.aggregator), {}};
+            for (const auto& member : a.members) m.members.push_back(static_cast<std::uint64_t>(member.request));
+            if (peer && send(*peer, m)) {
+              granted_to_peer_[static_cast<std::uint64_t>(a.transfer)] = *peer;
+            } else {
+              scheduler_.complete(a.transfer, now, sched::Nanos{0}, sched::TransferResult::failed);
+            }
+          },
+      },
+      outcome);
+  ++stats_.answers_sent;
+}
+
+bool DistributedPolicy::complete(sched::TransferId transfer, sched::Instant now, sched::Nanos measured,
+                                 sched::TransferResult result) {
+  const auto it = proxies_.find(static_cast<std::uint64_t>(transfer));
+  if (it == proxies_.end()) return scheduler_.complete(transfer, now, measured, result);
+  send(it->second.peer, TransferDone{it->second.their_transfer, measured.count(), result == sched::TransferResult::failed});
+  proxies_.erase(it);
+  return true;
+}
+
+std::optional<sched::Instant> DistributedPolicy::next_wakeup() const {
+  const auto own = scheduler_.next_wakeup();
+  if (transport_.peer_count() == lost_.size()) return own;
+  const sched::Instant poll = last_now_ + kPeerPollInterval;
+  return own && *own < poll ? own : std::optional<sched::Instant>(poll);
+}
+
+void DistributedPolicy::lose_peer(PeerIndex peer, sched::Instant now, std::vector<sched::Outcome>& out) {
+  if (!lost_.insert(peer).second) return;
+  ++stats_.peers_lost;
+  note(fmt::format("peer {} lost: its pending requests are dropped and its transfers failed", transport_.describe(peer)));
+  // Our requests it was scheduling: every unanswered part is dropped so the application hears.
+  for (auto it = forwarded_.begin(); it != forwarded_.end();) {
+    if (it->second.peer != peer) {
+      ++it;
+      continue;
+    }
+    const sched::Request& r = it->second.request;
+    const std::uint32_t parts = it->second.parts == 0 ? 1 : it->second.parts;
+    for (std::uint32_t part = it->second.answered; part < parts; ++part) {
+      out.push_back(sched::Drop{r.id, part, parts, 0, 0, r.job, r.sender, r.receiver, sched::DropReason::staleness_bound, 0});
+    }
+    it = forwarded_.erase(it);
+  }
+  // Transfers we granted it will never report: release their credit and slots.
+  for (auto it = granted_to_peer_.begin(); it != granted_to_peer_.end();) {
+    if (it->second == peer) {
+      scheduler_.complete(sched::TransferId{it->first}, now, sched::Nanos{0}, sched::TransferResult::failed);
+      it = granted_to_peer_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = proxies_.begin(); it != proxies_.end();) it = it->second.peer == peer ? proxies_.erase(it) : std::next(it);
+}
+
+}  // namespace gradlane::peer

@@ -1,0 +1,119 @@
+// DistributedPolicy: the scheduling policy of a gradlaned that has peers on other hosts.
+//
+// Each sidecar runs one scheduling core for the receivers (servers) it hosts: it owns their
+// ingress timelines and decides, for every request addressed to them — local or forwarded by a
+// peer — when it may go (receiver-driven slot agreement, messages.hpp). A request from a local
+// application to a receiver on another host is forwarded to that host's sidecar, and its
+// answers come back as Grant/Redirect/Drop outcomes on this host's clock. The sender side owns
+// its egress: a granted slot is booked on the sending NIC's own SlotBook, and if it collides
+// with a slot another receiver granted, it is moved to after it (the receiver learns the real
+// timing from TransferDone, which feeds its bandwidth estimate).
+//
+// Failure: a peer whose link fails is forgotten. Requests forwarded to it are answered with
+// Drop (the application hears, nothing hangs); transfers this sidecar granted to it are
+// completed as failed so credit and sequence space are released.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "sidecar/core/scheduler.hpp"
+#include "sidecar/daemon/policy.hpp"
+#include "sidecar/peer/messages.hpp"
+#include "sidecar/peer/peer_transport.hpp"
+
+namespace gradlane::peer {
+
+struct DistributedStats {
+  std::uint64_t forwarded = 0;        // local requests sent to a peer's sidecar
+  std::uint64_t remote_requests = 0;  // requests peers forwarded to us
+  std::uint64_t answers_sent = 0;
+  std::uint64_t answers_received = 0;
+  std::uint64_t egress_moves = 0;     // granted slots moved because our egress was busy
+  std::uint64_t protocol_errors = 0;  // malformed or unexpected peer messages (dropped)
+  std::uint64_t peers_lost = 0;
+};
+
+class DistributedPolicy final : public sidecar::Policy {
+ public:
+  using Log = std::function<void(const std::string&)>;
+  // Sees every decision: origin "here" (this sidecar's scheduler decided it, for a local or a
+  // remote application) or "peer" (a peer's answer for one of our applications).
+  using DecisionHook = std::function<void(const sched::Outcome&, sched::Instant, std::string_view origin)>;
+
+  // `local_endpoints`: the NICs (scheduler endpoint ids) of this host.
+  DistributedPolicy(sched::SchedulerConfig config, std::vector<std::uint32_t> local_endpoints,
+                    PeerTransport& transport, Log log = {});
+
+  void on_decision(DecisionHook hook) { decision_hook_ = std::move(hook); }
+
+  // Announces our endpoints to every peer. Call once the links are up.
+  void start();
+  // True once every peer has said Hello (until then requests to its receivers stay local).
+  bool ready() const;
+
+  sched::SubmitStatus submit(const sched::Request& request, sched::Instant now) override;
+  void schedule(sched::Instant now, std::vector<sched::Outcome>& out) override;
+  bool complete(sched::TransferId transfer, sched::Instant now, sched::Nanos measured,
+                sched::TransferResult result) override;
+  std::optional<sched::Instant> next_wakeup() const override;
+
+  const DistributedStats& stats() const noexcept { return stats_; }
+  sched::Scheduler& scheduler() noexcept { return scheduler_; }
+
+ private:
+  struct Forwarded {  // a local request a peer schedules
+    PeerIndex peer = 0;
+    sched::Request request;
+    std::uint32_t answered = 0;
+    std::uint32_t parts = 0;  // known from the first answer
+  };
+  struct RemoteRequest {  // a peer's request in our scheduler
+    PeerIndex peer = 0;
+    std::uint64_t their_id = 0;
+  };
+  struct ProxyTransfer {  // a transfer a peer granted to one of our applications
+    PeerIndex peer = 0;
+    std::uint64_t their_transfer = 0;
+  };
+
+  void pump(sched::Instant now, std::vector<sched::Outcome>& out);
+  void on_message(PeerIndex peer, const Message& message, sched::Instant now, std::vector<sched::Outcome>& out);
+  void on_answer(PeerIndex peer, const SlotAnswer& answer, sched::Instant now, std::vector<sched::Outcome>& out);
+  void answer_remote(const sched::Outcome& outcome, sched::Instant now);
+  void lose_peer(PeerIndex peer, sched::Instant now, std::vector<sched::Outcome>& out);
+  bool send(PeerIndex peer, const Message& message);
+  std::optional<PeerIndex> owner_of(sched::EndpointId endpoint) const;
+  bool is_local(sched::EndpointId endpoint) const { return local_.contains(sched::to_int(endpoint)); }
+  sched::Slot book_egress(sched::EndpointId sender, sched::Slot slot);
+  void note(const std::string& line) const {
+    if (log_) log_(line);
+  }
+
+  sched::Scheduler scheduler_;
+  std::set<std::uint32_t> local_;
+  PeerTransport& transport_;
+  Log log_;
+  DecisionHook decision_hook_;
+  std::map<std::uint32_t, PeerIndex> endpoint_owner_;  // remote endpoint -> its sidecar
+  std::set<PeerIndex> greeted_;
+  std::set<PeerIndex> lost_;
+  std::unordered_map<std::uint64_t, Forwarded> forwarded_;           // by our RequestId
+  std::unordered_map<std::uint64_t, RemoteRequest> remote_requests_;  // by our RequestId
+  std::unordered_map<std::uint64_t, PeerIndex> granted_to_peer_;      // our TransferId -> peer
+  std::unordered_map<std::uint64_t, ProxyTransfer> proxies_;          // proxy TransferId -> peer's
+  std::map<std::uint32_t, sched::SlotBook> egress_;                   // our NICs' egress
+  std::vector<sched::Outcome> decided_;  // reused buffer
+  std::uint64_t next_proxy_ = 1;
+  std::uint64_t next_remote_ = 1;
+  sched::Instant last_now_{};
+  DistributedStats stats_;
+};
+
+}  // namespace gradlane::peer

@@ -1,0 +1,51 @@
+// Fabric: what gradlaned needs to schedule across hosts — its RDMA device, the links to its
+// peer sidecars, the distributed policy on top of them, and the schedule log. Without peers it
+// is the plain scheduling core (every receiver is local), so gradlaned has one code path.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sidecar/core/config.hpp"
+#include "sidecar/daemon/policy.hpp"
+#include "sidecar/daemon/schedule_log.hpp"
+#include "sidecar/peer/peer_transport.hpp"
+
+namespace gradlane::peer {
+
+struct FabricOptions {
+  std::string device;                    // --device: the NIC peer links use (needed with peers)
+  std::vector<std::uint32_t> endpoints;  // --endpoint: scheduler endpoint ids of this host's NICs
+  std::uint16_t listen_port = 0;         // --listen-port: where peer sidecars connect
+  std::vector<std::string> peers;        // --peer ADDR:PORT: sidecars this one connects to
+  std::size_t expect_peers = 0;          // --expect-peers: sidecars that connect to this one
+  double link_rate_gbps = 0;             // --link-rate-gbps: declared NIC rate (0: core default)
+  std::chrono::milliseconds connect_timeout{60'000};  // all peer links up within this
+  std::string schedule_log;              // --schedule-log FILE ("-" = stderr; empty = none)
+};
+
+class Fabric {
+ public:
+  // Opens the device and makes every peer link (bounded by connect_timeout). Throws Error.
+  explicit Fabric(const FabricOptions& options, std::function<void(const std::string&)> log);
+  Fabric(const Fabric&) = delete;
+  Fabric& operator=(const Fabric&) = delete;
+  ~Fabric();
+
+  // The policy for the daemon. The Fabric must outlive it (the policy uses its links).
+  std::unique_ptr<sidecar::Policy> make_policy(sched::SchedulerConfig config);
+
+ private:
+  struct Links;
+  FabricOptions options_;
+  std::function<void(const std::string&)> log_;
+  std::unique_ptr<Links> links_;
+  std::optional<sidecar::ScheduleLog> schedule_log_;
+};
+
+}  // namespace gradlane::peer

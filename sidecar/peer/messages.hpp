@@ -1,0 +1,78 @@
+// The sidecar-to-sidecar slot-agreement protocol: what crosses the wire between gradlaneds.
+//
+// Receiver-driven, like a clear-to-send: the sidecar of the sending host forwards each
+// application request (SlotRequest, an RTS); the sidecar that hosts the receiving server owns
+// that server's ingress timeline, schedules the request with its scheduling core and answers
+// each part (SlotAnswer, a CTS: go in a slot / go to an aggregator / drop). When the transfer
+// ends, the sender reports it (TransferDone) so the receiver refines bandwidth and frees credit.
+//
+// Clocks: no clock is shared across hosts. A SlotAnswer carries its slot as a delay relative to
+// the moment the receiver sent it (start_in) plus a length; the sender adds start_in to its own
+// clock reading at receipt. The one-way message latency therefore makes the sender start a
+// little *late*, never early, so slots granted back to back at a receiver cannot overlap by more
+// than the difference between two senders' message latencies (microseconds on RDMA).
+//
+// A peer is untrusted input: decode() checks sizes, kinds and value ranges and throws
+// gradlane::Error(protocol) naming what is wrong.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <variant>
+#include <vector>
+
+#include "gradlane/error.hpp"
+
+namespace gradlane::peer {
+
+inline constexpr std::uint32_t kMagic = 0x50534c47;  // "GLSP"
+inline constexpr std::uint16_t kVersion = 1;
+
+// First message on a link: which scheduler endpoints (NICs) the sending sidecar hosts.
+struct Hello {
+  std::vector<std::uint32_t> endpoints;
+};
+
+struct SlotRequest {
+  std::uint64_t request = 0;  // the sender sidecar's request id (echoed in answers)
+  std::uint32_t job = 0;
+  std::uint32_t sender = 0;
+  std::uint32_t receiver = 0;
+  std::uint32_t tensor = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t computed_on = 0;
+  double gradient_norm = 0.0;
+  std::uint32_t priority = 0;
+};
+
+enum class AnswerKind : std::uint8_t { go = 1, redirect = 2, drop = 3, aggregate = 4 };
+
+struct SlotAnswer {
+  AnswerKind kind = AnswerKind::go;
+  std::uint64_t request = 0;   // SlotRequest::request (aggregate: the aggregate id)
+  std::uint64_t transfer = 0;  // the receiver's transfer id, for TransferDone (0 for drop)
+  std::uint32_t part = 0;
+  std::uint32_t part_count = 1;
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+  std::uint64_t seq = 0;       // go/aggregate: sequence at the server; redirect: aggregate id
+  std::uint64_t delay = 0;     // staleness at apply (go) or that caused the drop
+  std::int64_t start_in_ns = 0;   // slot start, relative to when this answer was sent (>= 0)
+  std::int64_t length_ns = 0;     // slot length (>= 0)
+  std::uint32_t target = 0;    // go/aggregate: the server; redirect: the aggregator
+  std::uint32_t sender = 0;    // the endpoint that sends (aggregate: the aggregator)
+  std::vector<std::uint64_t> members;  // aggregate: member request ids (sender-side ids)
+};
+
+struct TransferDone {
+  std::uint64_t transfer = 0;
+  std::int64_t measured_ns = 0;
+  bool failed = false;
+};
+
+using Message = std::variant<Hello, SlotRequest, SlotAnswer, TransferDone>;
+
+std::vector<std::byte> encode(const Message& message);
+Message decode(std::span<const std::byte> bytes);
+
+}  // namespace gradlane::peer

@@ -1,0 +1,105 @@
+#include "sidecar/peer/rdma_peer_transport.hpp"
+
+#include <charconv>
+#include <cstdio>
+#include <fmt/format.h>
+#include <thread>
+
+namespace gradlane::peer {
+
+PeerAddress parse_peer_address(const std::string& text) {
+  const auto colon = text.rfind(':');
+  unsigned port = 0;
+  if (colon == std::string::npos || colon == 0) {
+    throw Error(Errc::invalid_argument, fmt::format("peer '{}' is not ADDRESS:PORT", text));
+  }
+  const char* first = text.data() + colon + 1;
+  const char* last = text.data() + text.size();
+  const auto [end, ec] = std::from_chars(first, last, port);
+  if (ec != std::errc() || end != last || port == 0 || port > 65535) {
+    throw Error(Errc::invalid_argument, fmt::format("peer '{}' has no valid port (1..65535)", text));
+  }
+  return {text.substr(0, colon), static_cast<std::uint16_t>(port)};
+}
+
+RdmaPeerTransport::RdmaPeerTransport(const Device& device, std::uint16_t listen_port,
+                                     const std::vector<PeerAddress>& connect_to, std::size_t expect_inbound,
+                                     std::chrono::milliseconds timeout, const TransportOptions& options) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  listener_.emplace(device, listen_port, options);
+  for (const auto& peer : connect_to) {
+    for (;;) {
+      try {
+        links_.push_back(Link{connect(device, peer.address, peer.port, options)});
+        break;
+      } catch (const Error& e) {
+        // Nothing listening yet: that peer's gradlaned is still starting. Anything else is real.
+        if (e.code() != Errc::connection_rejected || std::chrono::steady_clock::now() > deadline) {
+          throw Error(e.code(), fmt::format("connecting to peer sidecar {}:{}: {}", peer.address, peer.port, e.what()));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+  }
+  for (std::size_t i = 0; i < expect_inbound; ++i) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    try {
+      links_.push_back(Link{listener_->accept(std::max(left, std::chrono::milliseconds(1)))});
+    } catch (const Error& e) {
+      throw Error(e.code(), fmt::format("waiting for {} more peer sidecar(s) to connect to port {}: {}",
+                                        expect_inbound - i, listener_->port(), e.what()));
+    }
+  }
+}
+
+void RdmaPeerTransport::mark_failed(PeerIndex peer, const Error& error) {
+  Link& link = links_[peer];
+  if (!link.failed) {
+    link.failed = true;
+    std::fprintf(stderr, "gradlaned: link to peer %s failed: %s\n", describe(peer).c_str(), error.what());
+  }
+}
+
+bool RdmaPeerTransport::send(PeerIndex peer, std::span<const std::byte> message) {
+  Link& link = links_.at(peer);
+  if (link.failed) return false;
+  try {
+    link.connection.send(message);
+    return true;
+  } catch (const Error& e) {
+    mark_failed(peer, e);
+    return false;
+  }
+}
+
+std::optional<std::pair<PeerIndex, std::vector<std::byte>>> RdmaPeerTransport::receive() {
+  for (std::size_t i = 0; i < links_.size(); ++i) {
+    const PeerIndex p = static_cast<PeerIndex>((next_ + i) % links_.size());
+    Link& link = links_[p];
+    if (link.failed) continue;
+    try {
+      if (auto message = link.connection.try_receive()) {
+        next_ = static_cast<PeerIndex>((p + 1) % links_.size());
+        return std::pair{p, std::move(*message)};
+      }
+    } catch (const Error& e) {
+      mark_failed(p, e);
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<PeerIndex> RdmaPeerTransport::take_failed() {
+  std::vector<PeerIndex> failed;
+  for (PeerIndex p = 0; p < links_.size(); ++p) {
+    if (links_[p].failed && !links_[p].reported) {
+      links_[p].reported = true;
+      failed.push_back(p);
+    }
+  }
+  return failed;
+}
+
+std::string RdmaPeerTransport::describe(PeerIndex peer) const { return links_.at(peer).connection.describe(); }
+
+}  // namespace gradlane::peer

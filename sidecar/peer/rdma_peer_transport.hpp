@@ -1,0 +1,53 @@
+// The production PeerTransport: one gradlane Connection per peer sidecar, control messages
+// over RDMA SEND/RECV.
+//
+// Links are made once at start-up: the sidecar listens on its device's address, connects to
+// every peer it is told about (retrying until they listen), and accepts the peers that are told
+// about it. So a mesh needs each pair configured on one side only, and start order does not
+// matter: a connect request waits in the listener's backlog until the other side accepts.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gradlane/connection.hpp"
+#include "sidecar/peer/peer_transport.hpp"
+
+namespace gradlane::peer {
+
+struct PeerAddress {
+  std::string address;
+  std::uint16_t port = 0;
+};
+// "198.18.0.10:7600" → {address, port}; throws Error(invalid_argument) naming the text.
+PeerAddress parse_peer_address(const std::string& text);
+
+class RdmaPeerTransport final : public PeerTransport {
+ public:
+  RdmaPeerTransport(const Device& device, std::uint16_t listen_port, const std::vector<PeerAddress>& connect_to,
+                    std::size_t expect_inbound, std::chrono::milliseconds timeout,
+                    const TransportOptions& options = TransportOptions::from_env());
+
+  std::size_t peer_count() const override { return links_.size(); }
+  bool send(PeerIndex peer, std::span<const std::byte> message) override;
+  std::optional<std::pair<PeerIndex, std::vector<std::byte>>> receive() override;
+  std::vector<PeerIndex> take_failed() override;
+  std::string describe(PeerIndex peer) const override;
+
+ private:
+  struct Link {
+    Connection connection;
+    bool failed = false;
+    bool reported = false;
+  };
+  void mark_failed(PeerIndex peer, const Error& error);
+
+  std::optional<Listener> listener_;
+  std::vector<Link> links_;
+  PeerIndex next_ = 0;  // round-robin start, so one chatty peer cannot starve the others
+};
+
+}  // namespace gradlane::peer

@@ -1,0 +1,57 @@
+#include "external_process.hpp"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+extern char** environ;
+
+namespace gradlane::testing {
+
+using namespace std::chrono_literals;
+
+ExternalProcess::ExternalProcess(const std::vector<std::string>& argv_strings) {
+  std::vector<std::string> argv_storage = argv_strings;
+  std::vector<char*> argv;
+  for (auto& a : argv_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  if (int rc = posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ); rc != 0) {
+    throw std::runtime_error("posix_spawn(" + argv_storage[0] + ") failed: " + std::strerror(rc));
+  }
+}
+
+ExternalProcess::~ExternalProcess() {
+  if (!reaped_) {
+    if (!wait_exit(5s)) {
+      kill_hard();
+      (void)wait_exit(5s);
+    }
+  }
+}
+
+void ExternalProcess::kill_hard() { ::kill(pid_, SIGKILL); }
+
+std::optional<int> ExternalProcess::wait_exit(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      reaped_ = true;
+      return status;
+    }
+    if (r < 0) {
+      reaped_ = true;
+      return std::nullopt;
+    }
+    if (std::chrono::steady_clock::now() > deadline) return std::nullopt;
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
+}  // namespace gradlane::testing

@@ -1,0 +1,33 @@
+// A child process for tests: started with posix_spawn, killed and reaped (bounded) when it goes
+// out of scope, so a failing test never leaves processes behind or hangs on one.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gradlane::testing {
+
+// A child process, killed and reaped (bounded) when it goes out of scope.
+class ExternalProcess {
+ public:
+  // argv[0] is the executable's path.
+  explicit ExternalProcess(const std::vector<std::string>& argv);
+  ExternalProcess(const ExternalProcess&) = delete;
+  ExternalProcess& operator=(const ExternalProcess&) = delete;
+  ~ExternalProcess();
+
+  pid_t pid() const { return pid_; }
+  void kill_hard();
+  // Exit status as from waitpid, or nullopt if it did not exit within `timeout`.
+  std::optional<int> wait_exit(std::chrono::milliseconds timeout);
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+};
+
+}  // namespace gradlane::testing

@@ -1,0 +1,177 @@
+#include "fabric_roles.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fmt/format.h>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../common/pattern.hpp"
+#include "gradlane/gradlane.hpp"
+#include "gradlane/sidecar.hpp"
+
+namespace gradlane::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+std::int64_t now_ns() { return Clock::now().time_since_epoch().count(); }
+
+struct Report {
+  std::FILE* file;
+  explicit Report(const std::string& name) {
+    const char* dir = std::getenv("GRADLANE_OUT_DIR");
+    file = std::fopen(fmt::format("{}/{}.jsonl", dir ? dir : "/tmp", name).c_str(), "w");
+    if (file == nullptr) throw std::runtime_error("cannot write report " + name);
+  }
+  ~Report() { std::fclose(file); }
+  Report(const Report&) = delete;
+  Report& operator=(const Report&) = delete;
+  void line(const std::string& s) {
+    std::fputs((s + "\n").c_str(), file);
+    std::fflush(file);
+  }
+};
+
+Device open_device(const std::string& name) {
+  DeviceSelector s;
+  s.name = name;
+  return Device::open(s);
+}
+
+int server(char** argv) {
+  Device device = open_device(argv[0]);
+  const auto port = static_cast<std::uint16_t>(std::stoul(argv[1]));
+  const std::size_t slot = std::stoull(argv[2]);
+  const std::size_t total = std::stoull(argv[3]);
+  const std::size_t connections = std::stoull(argv[4]);
+  Buffer buffer = Buffer::allocate(slot * total);
+  MemoryRegion region = MemoryRegion::register_buffer(device, buffer, Access::remote_write);
+  Listener listener(device, port);
+  std::vector<Connection> workers;
+  for (std::size_t i = 0; i < connections; ++i) {
+    workers.push_back(listener.accept(120s));
+    workers.back().advertise(1, region.descriptor());
+  }
+  Report report("server");
+  // A parameter server applies updates in sequence order: an update that arrives before its
+  // predecessor (its sender started on time, the predecessor's sender ran late) waits.
+  std::vector<bool> arrived(total + 1, false);
+  std::uint64_t next_to_apply = 1;
+  std::size_t seen = 0;
+  const auto deadline = Clock::now() + 300s;
+  while (seen < total && Clock::now() < deadline) {
+    bool any = false;
+    for (auto& w : workers) {
+      if (w.failed()) continue;  // a worker that sent everything and left
+      std::optional<Doorbell> bell;
+      try {
+        bell = w.try_doorbell();
+      } catch (const Error& e) {
+        if (e.code() != Errc::peer_gone) throw;
+        continue;
+      }
+      if (bell) {
+        any = true;
+        const std::int64_t at = now_ns();
+        const std::uint64_t seq = bell->imm;
+        bool ok = seq >= 1 && seq <= total && !arrived[seq];
+        if (ok) ok = !check_pattern({buffer.data() + (seq - 1) * slot, slot}, seq).has_value();
+        if (ok) arrived[seq] = true;
+        report.line(fmt::format(R"({{"event":"arrived","seq":{},"at":{},"payload_ok":{}}})", seq, at, ok));
+        ++seen;
+        while (next_to_apply <= total && arrived[next_to_apply]) {
+          report.line(fmt::format(R"({{"event":"applied","seq":{},"at":{}}})", next_to_apply, now_ns()));
+          ++next_to_apply;
+        }
+      }
+    }
+    // Six processes share the VM's two vCPUs: don't let an idle poll loop starve the senders.
+    if (!any) std::this_thread::yield();
+  }
+  return seen == total && next_to_apply == total + 1 ? 0 : 1;
+}
+
+int worker(char** argv) {
+  const std::string name = argv[0];
+  sidecar::AttachOptions options = sidecar::AttachOptions::from_env();
+  options.shm_name = argv[1];
+  options.job = static_cast<std::uint32_t>(std::stoul(argv[2]));
+  options.endpoint = static_cast<std::uint32_t>(std::stoul(argv[3]));
+  Device device = open_device(argv[4]);
+  const std::string server_addr = argv[5];
+  const auto port = static_cast<std::uint16_t>(std::stoul(argv[6]));
+  const auto receiver = static_cast<std::uint32_t>(std::stoul(argv[7]));
+  const std::size_t slot = std::stoull(argv[8]);
+  const std::size_t updates = std::stoull(argv[9]);
+  options.region_bytes = slot;
+  options.attach_timeout = 30s;
+
+  Buffer buffer = Buffer::allocate(slot);
+  MemoryRegion source = MemoryRegion::register_buffer(device, buffer, Access::local);
+  std::optional<Connection> conn;
+  TransportOptions transport;
+  transport.connect_timeout = 20s;  // ARP across the emulated bridge is slow when the VM is busy
+  for (int attempt = 0; !conn; ++attempt) {
+    try {
+      conn = connect(device, server_addr, port, transport);
+    } catch (const Error& e) {
+      const bool server_starting = e.code() == Errc::connection_rejected || e.code() == Errc::unreachable;
+      if (!server_starting || attempt > 600) throw;
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+  const RegionDescriptor target = conn->wait_region(1, 60s);
+  auto client = sidecar::Client::attach(options);
+  Report report(name);
+  for (std::size_t i = 0; i < updates; ++i) {
+    const auto id = client.request({.tensor = static_cast<std::uint32_t>(i), .receiver = receiver, .bytes = slot,
+                                    .region_offset = 0, .computed_on = 0, .gradient_norm = 1.0F, .priority = 0});
+    const sidecar::Grant grant = client.wait(60s);
+    if (grant.request != id || grant.kind != sidecar::GrantKind::go || grant.part_count != 1) {
+      std::fprintf(stderr, "%s: unexpected answer kind %s reason %s for request %llu\n", name.c_str(),
+                   std::string(sidecar::kind_name(grant.kind)).c_str(),
+                   std::string(sidecar::reason_name(grant.reason)).c_str(), static_cast<unsigned long long>(id));
+      return 1;
+    }
+    const std::uint64_t seq = grant.sequence;
+    fill_pattern(buffer.bytes(), seq);
+    // The slot is the receiver's clear-to-send: not before its start. Sleep most of the wait
+    // (other processes share the CPU), spin the last 100 µs.
+    std::this_thread::sleep_until(Clock::time_point(grant.slot_start - 100us));
+    while (now_ns() < grant.slot_start.count()) {
+    }
+    const std::int64_t started = now_ns();
+    conn->write(source, 0, target, (seq - 1) * slot, slot - 8);
+    conn->wait(conn->write_with_imm(source, slot - 8, target, (seq - 1) * slot + slot - 8, 8,
+                                    static_cast<std::uint32_t>(seq)),
+               60s);
+    const std::int64_t done = now_ns();
+    client.complete(id, grant.part_index, std::chrono::nanoseconds(done - started));
+    report.line(fmt::format(R"({{"seq":{},"slot_start":{},"slot_end":{},"started":{},"done":{}}})", seq,
+                            grant.slot_start.count(), grant.slot_start.count() + grant.slot_length.count(), started,
+                            done));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_role(int argc, char** argv) {
+  try {
+    const std::string role = argv[2];
+    if (role == "server" && argc == 8) return server(argv + 3);
+    if (role == "worker" && argc == 13) return worker(argv + 3);
+    std::fprintf(stderr, "bad role arguments (%d)\n", argc);
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", argv[2], e.what());
+    return 3;
+  }
+}
+
+}  // namespace gradlane::testing

@@ -1,0 +1,38 @@
+// A tool under test as a child process: posix_spawn with stdout and stderr captured to files.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gradlane::perf_testing {
+
+class ToolProcess {
+ public:
+  // Starts `exe args...`; stdout goes to `<log>.out`, stderr to `<log>.err`.
+  ToolProcess(const std::string& exe, const std::vector<std::string>& args, const std::string& log);
+  ToolProcess(const ToolProcess&) = delete;
+  ToolProcess& operator=(const ToolProcess&) = delete;
+  ~ToolProcess();  // kills and reaps a child still running
+
+  // Exit code, or nullopt when it did not exit within `timeout` (it is then killed) or died
+  // of a signal.
+  std::optional<int> wait(std::chrono::milliseconds timeout);
+  std::string out() const;
+  std::string err() const;
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  std::string log_;
+};
+
+// A fresh directory for one test's files: under GRADLANE_OUT_DIR when set (the VM's results
+// share, kept for inspection), else under /tmp.
+std::string scratch_dir(const std::string& name);
+std::string read_file(const std::string& path);
+
+}  // namespace gradlane::perf_testing

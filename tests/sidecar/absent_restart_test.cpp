@@ -1,0 +1,119 @@
+// No sidecar, a dead sidecar, and a restarted sidecar, as an application sees them.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <chrono>
+
+#include "harness.hpp"
+
+namespace gradlane::sidecar::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::chrono::milliseconds since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t);
+}
+
+TEST(SidecarAbsent, AttachFailsClearlyWithinTheTimeout) {
+  const std::string name = unique_shm_name();
+  AttachOptions o = test_attach(name);
+  o.attach_timeout = 300ms;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    Client::attach(o);
+    FAIL() << "attached to nothing";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::sidecar_unavailable);
+    const std::string what = e.what();
+    EXPECT_NE(what.find("gradlaned --shm-name " + name), std::string::npos) << what;
+    EXPECT_NE(what.find("no shared-memory segment"), std::string::npos) << what;
+  }
+  EXPECT_GE(since(start), 300ms);
+  EXPECT_LT(since(start), 1500ms);
+}
+
+TEST(SidecarAbsent, SegmentLeftByAKilledDaemonIsRecognisedAsDead) {
+  const std::string name = unique_shm_name();
+  {
+    Child daemon("daemon", {"--shm=" + name});
+    ASSERT_TRUE(daemon.ready(5s));
+    daemon.kill_now();
+  }
+  struct stat st {};
+  ASSERT_EQ(::stat(("/dev/shm" + name).c_str(), &st), 0) << "SIGKILL leaves the segment behind";
+  AttachOptions o = test_attach(name);
+  o.attach_timeout = 300ms;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    Client::attach(o);
+    FAIL() << "attached to a dead daemon's segment";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::sidecar_unavailable);
+    EXPECT_NE(std::string(e.what()).find("is gone"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(since(start), 1500ms);
+  // A new daemon replaces the stale segment.
+  DaemonDriver driver(test_config(name));
+  Client client = Client::attach(test_attach(name));
+  client.request(small_update());
+  EXPECT_EQ(client.wait(2s).kind, GrantKind::go);
+}
+
+TEST(SidecarRestart, CleanRestartReattachesAndAnswersWhatWasOwed) {
+  const std::string name = unique_shm_name();
+  auto first = std::make_unique<DaemonDriver>(test_config(name));
+  Client client = Client::attach(test_attach(name));
+  const std::uint64_t generation = client.sidecar_generation();
+  first->pause();  // the request below is never answered by the first daemon
+  const std::uint64_t owed = client.request(small_update());
+  first->stop();
+
+  DaemonDriver second(test_config(name));
+  const Grant restarted = client.wait(2s);
+  EXPECT_EQ(restarted.kind, GrantKind::error);
+  EXPECT_EQ(restarted.reason, Reason::sidecar_restarted);
+  EXPECT_EQ(restarted.request, owed);
+  EXPECT_EQ(client.reattachments(), 1U);
+  EXPECT_NE(client.sidecar_generation(), generation);
+
+  const std::uint64_t id = client.request(small_update());  // and it carries on
+  const Grant g = client.wait(2s);
+  EXPECT_EQ(g.kind, GrantKind::go);
+  EXPECT_EQ(g.request, id);
+}
+
+TEST(SidecarRestart, CrashedDaemonIsReplacedAndAppsContinue) {
+  const std::string name = unique_shm_name();
+  auto first = std::make_unique<Child>("daemon", std::vector<std::string>{"--shm=" + name});
+  ASSERT_TRUE(first->ready(5s));
+  Client client = Client::attach(test_attach(name));
+  client.request(small_update());
+  EXPECT_EQ(client.wait(2s).kind, GrantKind::go);
+
+  first->kill_now();  // no clean stop: the segment still says "running"
+  Child second("daemon", {"--shm=" + name});
+  ASSERT_TRUE(second.ready(5s));
+
+  const std::uint64_t lost = client.request(small_update());  // lands in the dead daemon's queue
+  const auto start = std::chrono::steady_clock::now();
+  const Grant restarted = client.wait(3s);
+  EXPECT_EQ(restarted.kind, GrantKind::error);
+  EXPECT_EQ(restarted.reason, Reason::sidecar_restarted);
+  EXPECT_EQ(restarted.request, lost);
+  EXPECT_LT(since(start), 1000ms) << "the client should notice a dead daemon quickly";
+  EXPECT_EQ(client.reattachments(), 1U);
+
+  const std::uint64_t id = client.request(small_update());
+  const Grant g = client.wait(2s);
+  EXPECT_EQ(g.kind, GrantKind::go);
+  EXPECT_EQ(g.request, id);
+
+  client.detach();
+  EXPECT_EQ(second.terminate(), 0) << "gradlaned must stop cleanly on SIGTERM";
+  struct stat st {};
+  EXPECT_NE(::stat(("/dev/shm" + name).c_str(), &st), 0) << "a daemon stopped by SIGTERM unlinks its segment";
+}
+
+}  // namespace
+}  // namespace gradlane::sidecar::test

@@ -1,0 +1,83 @@
+// An application dies (SIGKILL, a real process): the daemon reclaims its slot, the entries it
+// had queued and the credit of what it was granted; the other apps carry on.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "harness.hpp"
+
+namespace gradlane::sidecar::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(SidecarAppDeath, QueuedEntriesAndSlotAreReclaimed) {
+  const std::string name = unique_shm_name();
+  DaemonConfig config = test_config(name);
+  config.max_apps = 2;
+  DaemonDriver driver(config);
+  Client survivor = Client::attach(test_attach(name, 2));
+  driver.pause();  // from here the test steps the daemon by hand
+
+  constexpr int kQueued = 10;
+  Child child("app-queue", {"--shm=" + name, "--entries=" + std::to_string(kQueued)});
+  // Step only until the child is attached: its requests must stay queued, unread.
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (driver.daemon().attached_apps() < 2) {
+    driver.step();
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the child never attached";
+  }
+  child.go();
+  ASSERT_TRUE(child.ready(5s)) << "the child did not queue its requests";
+  child.kill_now();
+
+  driver.step_far_ahead();  // past the liveness interval: the sweep runs
+  const DaemonStats& stats = driver.daemon().stats();
+  EXPECT_EQ(stats.reclaimed, 1U);
+  EXPECT_EQ(stats.reclaimed_entries, static_cast<std::uint64_t>(kQueued));
+  EXPECT_EQ(stats.submitted, 0U) << "a dead app's queued requests must not be scheduled";
+  EXPECT_EQ(driver.daemon().attached_apps(), 1U);
+
+  // The survivor is unaffected, and the dead app's slot can be taken again.
+  const std::uint64_t id = survivor.request(small_update());
+  driver.step();
+  const auto g = survivor.poll();
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(g->kind, GrantKind::go);
+  EXPECT_EQ(g->request, id);
+
+  DaemonDriver* d = &driver;
+  std::atomic<bool> attached{false};
+  std::thread stepper([&] {
+    while (!attached.load()) d->step();
+  });
+  Client newcomer = Client::attach(test_attach(name, 3));
+  attached.store(true);
+  stepper.join();
+  EXPECT_TRUE(newcomer.attached());
+}
+
+TEST(SidecarAppDeath, GrantedButUncompletedTransfersAreFailedBack) {
+  const std::string name = unique_shm_name();
+  sched::SchedulerConfig sc;
+  sc.replica_bound = std::nullopt;
+  DaemonDriver driver(test_config(name), std::make_unique<SchedulerPolicy>(sc));
+  Client survivor = Client::attach(test_attach(name, 2));
+
+  Child child("app-granted", {"--shm=" + name});
+  ASSERT_TRUE(child.ready(5s)) << "the child was not granted its transfer";
+  auto hold = driver.hold();
+  auto& scheduler = dynamic_cast<SchedulerPolicy&>(driver.daemon().policy()).scheduler();
+  EXPECT_GT(scheduler.in_flight(sched::EndpointId{3}), 0U);
+  child.kill_now();
+  driver.step_far_ahead();
+  EXPECT_EQ(driver.daemon().stats().reclaimed, 1U);
+  EXPECT_EQ(scheduler.in_flight(sched::EndpointId{3}), 0U) << "the dead app's credit leaked";
+  hold.unlock();
+
+  survivor.request(small_update());
+  EXPECT_EQ(survivor.wait(2s).kind, GrantKind::go);
+}
+
+}  // namespace
+}  // namespace gradlane::sidecar::test

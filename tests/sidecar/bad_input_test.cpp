@@ -1,0 +1,168 @@
+// Malformed entries and a corrupted queue: the sender gets an error (or is evicted), the
+// daemon keeps going, and the other apps see nothing of it.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <limits>
+#include <vector>
+
+#include "harness.hpp"
+#include "sidecar/client/internals.hpp"
+
+namespace gradlane::sidecar::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+shm::AppEntry raw_submit(std::uint64_t request, std::uint32_t job) {
+  shm::AppEntry e{};
+  e.format = shm::kEntryFormat;
+  e.op = shm::Op::submit;
+  e.job = job;
+  e.request = request;
+  e.body.submit = {.tensor = 1, .receiver = 9, .bytes = 4096, .region_offset = 0, .computed_on = 0,
+                   .gradient_norm = 1.0F, .priority = 0, .reserved = 0};
+  return e;
+}
+
+TEST(SidecarBadInput, MalformedEntriesAreAnsweredToTheSenderOnly) {
+  const std::string name = unique_shm_name();
+  DaemonDriver driver(test_config(name));
+  Client bad = Client::attach(test_attach(name, 1));
+  Client good = Client::attach(test_attach(name, 2));
+
+  struct Case {
+    const char* what;
+    shm::AppEntry entry;
+    Reason reason;
+  };
+  std::vector<Case> cases;
+  std::uint64_t id = 1000;
+  auto add = [&](const char* what, Reason reason, auto mutate) {
+    shm::AppEntry e = raw_submit(id++, 1);
+    mutate(e);
+    cases.push_back({what, e, reason});
+  };
+  add("unknown job", Reason::unknown_job, [](shm::AppEntry& e) { e.job = 77; });
+  add("zero bytes", Reason::bad_size, [](shm::AppEntry& e) { e.body.submit.bytes = 0; });
+  add("absurd bytes", Reason::bad_size, [](shm::AppEntry& e) { e.body.submit.bytes = ~std::uint64_t{0}; });
+  add("offset outside region", Reason::bad_offset, [](shm::AppEntry& e) { e.body.submit.region_offset = 2 << 20; });
+  add("offset overflows", Reason::bad_offset,
+      [](shm::AppEntry& e) { e.body.submit.region_offset = ~std::uint64_t{0} - 100; });
+  add("future entry format", Reason::bad_format, [](shm::AppEntry& e) { e.format = 0x7777; });
+  add("unknown operation", Reason::bad_format, [](shm::AppEntry& e) { e.op = static_cast<shm::Op>(42); });
+  add("unknown flags", Reason::unknown_fields, [](shm::AppEntry& e) { e.flags = 0x80; });
+  add("reserved field set", Reason::unknown_fields, [](shm::AppEntry& e) { e.body.submit.reserved = 1; });
+  add("NaN gradient norm", Reason::bad_value,
+      [](shm::AppEntry& e) { e.body.submit.gradient_norm = std::numeric_limits<float>::quiet_NaN(); });
+  add("send to itself", Reason::bad_receiver, [](shm::AppEntry& e) { e.body.submit.receiver = 1; });
+
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_EQ(ClientInternals::push_raw(bad, cases[i].entry), shm::RingStatus::ok);
+    if (i == cases.size() / 2) good.request(small_update());  // interleaved with the garbage
+  }
+  const std::uint64_t fine = bad.request(small_update());  // the bad app still works afterwards
+
+  for (const Case& c : cases) {
+    const Grant g = bad.wait(2s);
+    EXPECT_EQ(g.kind, GrantKind::error) << c.what;
+    EXPECT_EQ(g.request, c.entry.request) << c.what;
+    EXPECT_EQ(g.reason, c.reason) << c.what << ": got " << reason_name(g.reason);
+  }
+  const Grant ok = bad.wait(2s);
+  EXPECT_EQ(ok.kind, GrantKind::go);
+  EXPECT_EQ(ok.request, fine);
+
+  const Grant other = good.wait(2s);
+  EXPECT_EQ(other.kind, GrantKind::go);
+  EXPECT_FALSE(good.poll().has_value()) << "the other app received someone else's errors";
+
+  auto hold = driver.hold();
+  EXPECT_EQ(driver.daemon().stats().errors, cases.size());
+  EXPECT_EQ(driver.daemon().attached_apps(), 2U);
+}
+
+TEST(SidecarBadInput, BookkeepingErrors) {
+  const std::string name = unique_shm_name();
+  DaemonConfig config = test_config(name);
+  config.max_outstanding = 3;
+  DaemonDriver driver(config);
+  Client app = Client::attach(test_attach(name, 1));
+
+  // A completion for something never granted.
+  app.complete(999, 0, 1us);
+  Grant g = app.wait(2s);
+  EXPECT_EQ(g.kind, GrantKind::error);
+  EXPECT_EQ(g.reason, Reason::unknown_request);
+  EXPECT_EQ(g.target, 2U) << "the error must say it refused a completion";
+
+  // The same id twice while the first is still owed a completion. (Answers to different
+  // entries are not ordered: a refusal is immediate, a grant waits for the policy.)
+  ASSERT_EQ(ClientInternals::push_raw(app, raw_submit(500, 1)), shm::RingStatus::ok);
+  ASSERT_EQ(ClientInternals::push_raw(app, raw_submit(500, 1)), shm::RingStatus::ok);
+  const Grant first = app.wait(2s);
+  const Grant second = app.wait(2s);
+  EXPECT_EQ(first.request, 500U);
+  EXPECT_EQ(second.request, 500U);
+  const bool go_then_error = first.kind == GrantKind::go && second.reason == Reason::duplicate_request;
+  const bool error_then_go = second.kind == GrantKind::go && first.reason == Reason::duplicate_request;
+  EXPECT_TRUE(go_then_error || error_then_go) << kind_name(first.kind) << "/" << reason_name(first.reason) << ", "
+                                              << kind_name(second.kind) << "/" << reason_name(second.reason);
+
+  // Past --max-outstanding (500 is still open: granted, not completed).
+  app.request(small_update());
+  app.request(small_update());
+  app.request(small_update());
+  int go = 0;
+  int refused = 0;
+  for (int i = 0; i < 3; ++i) {
+    g = app.wait(2s);
+    go += g.kind == GrantKind::go ? 1 : 0;
+    refused += g.kind == GrantKind::error && g.reason == Reason::too_many_outstanding ? 1 : 0;
+  }
+  EXPECT_EQ(go, 2);
+  EXPECT_EQ(refused, 1);
+  EXPECT_EQ(app.outstanding(), 0U) << "an error answers the request: the client owes nothing";
+
+  // Completing frees room again.
+  app.complete(500, 0, 1us);
+  app.request(small_update());
+  EXPECT_EQ(app.wait(2s).kind, GrantKind::go);
+}
+
+TEST(SidecarBadInput, CorruptedQueueEvictsThatAppOnly) {
+  const std::string name = unique_shm_name();
+  DaemonDriver driver(test_config(name));
+  Client bad = Client::attach(test_attach(name, 1));
+  Client good = Client::attach(test_attach(name, 2));
+
+  // Scribble over the request queue's write index, as a buggy app might.
+  shm::AppSlot& slot = ClientInternals::slot(bad);
+  slot.requests.tail.store(1'000'000'007, std::memory_order_release);
+  shm::ring_bell(ClientInternals::header(bad).daemon_sleeping, ClientInternals::header(bad).doorbell);
+
+  const auto deadline = std::chrono::steady_clock::now() + 2s;
+  for (;;) {
+    try {
+      bad.poll();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::protocol);
+      EXPECT_NE(std::string(e.what()).find("evicted"), std::string::npos) << e.what();
+      break;
+    }
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the daemon did not notice the corrupt queue";
+    std::this_thread::sleep_for(1ms);
+  }
+  good.request(small_update());
+  EXPECT_EQ(good.wait(2s).kind, GrantKind::go);
+
+  bad.detach();  // an evicted app detaches; its slot comes back
+  Client again = Client::attach(test_attach(name, 1));
+  again.request(small_update());
+  EXPECT_EQ(again.wait(2s).kind, GrantKind::go);
+  auto hold = driver.hold();
+  EXPECT_EQ(driver.daemon().stats().evicted, 1U);
+}
+
+}  // namespace
+}  // namespace gradlane::sidecar::test

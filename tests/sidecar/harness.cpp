@@ -1,0 +1,213 @@
+#include "harness.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <string_view>
+
+#include "sidecar/daemon/signals.hpp"
+
+extern char** environ;
+
+namespace gradlane::sidecar::test {
+
+std::string unique_shm_name() {
+  static std::atomic<int> counter{0};
+  return "/gradlane-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+}
+
+DaemonConfig test_config(const std::string& shm_name) {
+  DaemonConfig c;
+  c.shm_name = shm_name;
+  c.max_apps = 8;
+  c.idle_spin = std::chrono::microseconds(50);
+  c.idle_sleep = std::chrono::milliseconds(5);
+  return c;
+}
+
+AttachOptions test_attach(const std::string& shm_name, std::uint32_t job) {
+  AttachOptions o;
+  o.shm_name = shm_name;
+  o.job = job;
+  o.endpoint = 1;
+  o.region_bytes = 1 << 20;
+  o.attach_timeout = std::chrono::milliseconds(2000);
+  return o;
+}
+
+Update small_update(std::uint32_t tensor) {
+  return Update{.tensor = tensor, .receiver = 9, .bytes = 4096, .region_offset = 0, .computed_on = 0,
+                .gradient_norm = 1.0F, .priority = 0};
+}
+
+DaemonDriver::DaemonDriver(DaemonConfig config, std::unique_ptr<Policy> policy)
+    : daemon_(std::make_unique<Daemon>(std::move(config),
+                                       policy ? std::move(policy) : std::make_unique<PassThroughPolicy>())) {
+  thread_ = std::thread([this] {
+    while (!quit_.load()) {
+      std::size_t work = 0;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        if (daemon_) {
+          work = daemon_->step(Daemon::clock_now() + skew_);
+          if (work == 0) daemon_->wait_for_work(std::chrono::microseconds(200));
+        }
+      }
+      if (work == 0) std::this_thread::yield();
+    }
+  });
+}
+
+DaemonDriver::~DaemonDriver() { stop(); }
+
+std::size_t DaemonDriver::step_far_ahead() {
+  // Later steps by the thread must not go back in time (the policy treats `now` as monotonic).
+  skew_ += std::chrono::seconds(10);
+  return daemon_->step(Daemon::clock_now() + skew_);
+}
+
+void DaemonDriver::pause() {
+  quit_.store(true);
+  if (thread_.joinable()) thread_.join();
+}
+
+void DaemonDriver::stop() {
+  pause();
+  daemon_.reset();
+}
+
+Child::Child(const std::string& role, const std::vector<std::string>& args) {
+  int fds[2];
+  int go[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0 || ::pipe2(go, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
+  ready_fd_ = fds[0];
+  go_fd_ = go[1];
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 3);  // dup2 clears CLOEXEC on fds 3 and 4
+  posix_spawn_file_actions_adddup2(&actions, go[0], 4);
+  std::vector<std::string> argv_storage{"/proc/self/exe", "--child=" + role};
+  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const int err = ::posix_spawn(&pid_, "/proc/self/exe", &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+  ::close(go[0]);
+  if (err != 0) throw std::runtime_error(std::string("posix_spawn failed: ") + std::strerror(err));
+}
+
+Child::~Child() {
+  kill_now();
+  if (ready_fd_ >= 0) ::close(ready_fd_);
+  if (go_fd_ >= 0) ::close(go_fd_);
+}
+
+void Child::go() {
+  const char byte = 1;
+  if (::write(go_fd_, &byte, 1) != 1) throw std::runtime_error("the child is gone");
+}
+
+bool Child::ready(std::chrono::milliseconds timeout) {
+  pollfd p{ready_fd_, POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(timeout.count())) != 1) return false;
+  char byte = 0;
+  return ::read(ready_fd_, &byte, 1) == 1;
+}
+
+int Child::terminate() {
+  if (pid_ <= 0 || reaped_) return -1;
+  ::kill(pid_, SIGTERM);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  reaped_ = true;
+  return status;
+}
+
+void Child::kill_now() {
+  if (pid_ <= 0 || reaped_) return;
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  reaped_ = true;
+}
+
+namespace {
+
+std::string arg(int argc, char** argv, std::string_view key) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a(argv[i]);
+    if (a.substr(0, key.size()) == key && a.size() > key.size() && a[key.size()] == '=') {
+      return std::string(a.substr(key.size() + 1));
+    }
+  }
+  return {};
+}
+
+void tell_ready() {
+  const char byte = 1;
+  if (::write(3, &byte, 1) != 1) ::_exit(3);
+}
+
+void await_go() {
+  char byte = 0;
+  if (::read(4, &byte, 1) != 1) ::_exit(3);
+}
+
+[[noreturn]] void park() {
+  for (;;) ::pause();
+}
+
+}  // namespace
+
+int run_child(int argc, char** argv) {
+  const std::string role = arg(argc, argv, "--child");
+  const std::string shm = arg(argc, argv, "--shm");
+  try {
+    if (role == "app-queue") {
+      // Attach, wait for the test (it stops stepping the daemon), queue `--entries` requests,
+      // say so, and wait to be killed with them queued.
+      Client client = Client::attach(test_attach(shm, 1));
+      await_go();
+      const int entries = std::stoi(arg(argc, argv, "--entries"));
+      for (int i = 0; i < entries; ++i) client.request(small_update(static_cast<std::uint32_t>(i)));
+      tell_ready();
+      park();
+    }
+    if (role == "app-granted") {
+      // Attach from endpoint 3, get a 1 MiB transfer granted, and die without completing it.
+      AttachOptions o = test_attach(shm, 1);
+      o.endpoint = 3;
+      Client client = Client::attach(o);
+      Update u = small_update();
+      u.bytes = 1 << 20;
+      client.request(u);
+      if (client.wait(std::chrono::seconds(5)).kind != GrantKind::go) return 4;
+      tell_ready();
+      park();
+    }
+    if (role == "daemon") {
+      // A whole gradlaned in a process of its own, so a test can SIGKILL it.
+      ShutdownSignals signals;
+      DaemonConfig config = test_config(shm);
+      Daemon daemon(config, std::make_unique<PassThroughPolicy>());
+      tell_ready();
+      daemon.run([&] { return signals.received().has_value(); });
+      return 0;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "child %s: %s\n", role.c_str(), e.what());
+    return 2;
+  }
+  std::fprintf(stderr, "unknown child role '%s'\n", role.c_str());
+  return 2;
+}
+
+}  // namespace gradlane::sidecar::test
