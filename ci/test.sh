@@ -32,7 +32,8 @@ for bin in "${unit_bins[@]}"; do
 done
 
 echo "=== softroce suite (over rxe): ${#softroce_bins[@]} executables"
-SOFTROCE_OUT="$REPORTS/softroce" bash "$ROOT/ci/softroce.sh" -- sh "$ROOT/ci/softroce-suite.sh" "${softroce_bins[@]}" || true
+# Three emulated hosts: the single-host tests use the first, the sidecar tests all three.
+SOFTROCE_OUT="$REPORTS/softroce" bash "$ROOT/ci/softroce.sh" --hosts 3 -- sh "$ROOT/ci/softroce-suite.sh" "${softroce_bins[@]}" || true
 
 install_ok=0
 bash "$ROOT/ci/check-install.sh" "$BUILD" > "$REPORTS/install.summary" || install_ok=1

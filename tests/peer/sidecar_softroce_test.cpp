@@ -22,7 +22,6 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/external_process.hpp"
-#include "fabric_roles.hpp"
 
 namespace gradlane::testing {
 namespace {
@@ -67,7 +66,7 @@ TEST(TwoSidecars, TransfersFollowTheReceiversGrantedOrderAndSlots) {
   const auto hosts = hosts_from_env();
   ASSERT_GE(hosts.size(), 3u) << "needs ci/softroce.sh --hosts 3";
   const std::string out = std::getenv("GRADLANE_OUT_DIR");
-  const std::string self = "/proc/self/exe";
+  const std::string push = GRADLANE_EXAMPLE_SIDECAR_PUSH;
   constexpr std::size_t kSlot = 64 * 1024, kPerWorker = 8, kWorkers = 3, kTotal = kPerWorker * kWorkers;
   const std::string shm_a = "/gradlane-test-a", shm_b = "/gradlane-test-b";
   const std::string log_a = out + "/sidecar-a.jsonl", log_b = out + "/sidecar-b.jsonl";
@@ -81,11 +80,11 @@ TEST(TwoSidecars, TransfersFollowTheReceiversGrantedOrderAndSlots) {
   ExternalProcess sidecar_b({GRADLANE_TEST_GRADLANED, "--foreground", "--shm-name", shm_b, "--device", hosts[1].device,
                              "--endpoint", "1", "--listen-port", "7601", "--peer", hosts[0].address + ":7600",
                              "--link-rate-gbps", rate, "--schedule-log", log_b});
-  ExternalProcess server({self, "--role", "server", hosts[0].device, "7700", std::to_string(kSlot),
+  ExternalProcess server({push, "server", hosts[0].device, "7700", std::to_string(kSlot),
                           std::to_string(kTotal), std::to_string(kWorkers)});
   auto worker = [&](const std::string& name, const std::string& shm, int job, int endpoint, const Host& host) {
     return std::make_unique<ExternalProcess>(std::vector<std::string>{
-        self, "--role", "worker", name, shm, std::to_string(job), std::to_string(endpoint), host.device,
+        push, "worker", name, shm, std::to_string(job), std::to_string(endpoint), host.device,
         hosts[0].address, "7700", "0", std::to_string(kSlot), std::to_string(kPerWorker)});
   };
   auto w1 = worker("w1", shm_b, 1, 1, hosts[1]);
@@ -164,8 +163,3 @@ TEST(TwoSidecars, TransfersFollowTheReceiversGrantedOrderAndSlots) {
 }  // namespace
 }  // namespace gradlane::testing
 
-int main(int argc, char** argv) {
-  if (argc >= 3 && std::strcmp(argv[1], "--role") == 0) return gradlane::testing::run_role(argc, argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}

@@ -1,37 +1,71 @@
-#include "fabric_roles.hpp"
+// sidecar_push: gradient pushes scheduled by gradlaned, end to end.
+//
+//   sidecar_push server DEVICE PORT SLOT_BYTES TOTAL_UPDATES WORKERS
+//     Registers TOTAL_UPDATES slots of SLOT_BYTES, accepts WORKERS workers, and applies updates
+//     in sequence order (an update whose predecessor has not arrived yet waits).
+//   sidecar_push worker NAME SHM JOB ENDPOINT DEVICE SERVER_ADDR PORT RECEIVER SLOT_BYTES UPDATES
+//     Attaches to the gradlaned serving SHM as job JOB on NIC ENDPOINT, asks it for UPDATES
+//     pushes to receiver endpoint RECEIVER, and for each grant waits for the slot, writes the
+//     payload into slot SEQ-1 of the server's region followed by a WRITE_WITH_IMM doorbell
+//     carrying SEQ, and reports completion.
+//
+// Both print what happens and, when GRADLANE_OUT_DIR is set, write it as JSON lines to
+// $GRADLANE_OUT_DIR/NAME.jsonl (the softroce tests check the schedule from them).
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fmt/format.h>
 #include <optional>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "../common/pattern.hpp"
 #include "gradlane/gradlane.hpp"
 #include "gradlane/sidecar.hpp"
 
-namespace gradlane::testing {
 namespace {
+
+using namespace gradlane;
+
+// The payload of update SEQ: a byte pattern the server can verify without a copy alongside.
+std::byte payload_byte(std::uint64_t seq, std::size_t i) {
+  return static_cast<std::byte>((seq * 131 + i * 7 + (i >> 8)) & 0xff);
+}
+void fill_payload(std::span<std::byte> out, std::uint64_t seq) {
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = payload_byte(seq, i);
+}
+bool payload_intact(std::span<const std::byte> in, std::uint64_t seq) {
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != payload_byte(seq, i)) return false;
+  }
+  return true;
+}
+
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 std::int64_t now_ns() { return Clock::now().time_since_epoch().count(); }
 
+// JSON lines to $GRADLANE_OUT_DIR/NAME.jsonl when that is set.
 struct Report {
-  std::FILE* file;
+  std::FILE* file = nullptr;
   explicit Report(const std::string& name) {
-    const char* dir = std::getenv("GRADLANE_OUT_DIR");
-    file = std::fopen(fmt::format("{}/{}.jsonl", dir ? dir : "/tmp", name).c_str(), "w");
-    if (file == nullptr) throw std::runtime_error("cannot write report " + name);
+    if (const char* dir = std::getenv("GRADLANE_OUT_DIR")) {
+      file = std::fopen(fmt::format("{}/{}.jsonl", dir, name).c_str(), "w");
+      if (file == nullptr) throw std::runtime_error("cannot write report " + name);
+    }
   }
-  ~Report() { std::fclose(file); }
+  ~Report() {
+    if (file) std::fclose(file);
+  }
   Report(const Report&) = delete;
   Report& operator=(const Report&) = delete;
   void line(const std::string& s) {
+    if (!file) return;
     std::fputs((s + "\n").c_str(), file);
     std::fflush(file);
   }
@@ -80,12 +114,13 @@ int server(char** argv) {
         const std::int64_t at = now_ns();
         const std::uint64_t seq = bell->imm;
         bool ok = seq >= 1 && seq <= total && !arrived[seq];
-        if (ok) ok = !check_pattern({buffer.data() + (seq - 1) * slot, slot}, seq).has_value();
+        if (ok) ok = payload_intact({buffer.data() + (seq - 1) * slot, slot}, seq);
         if (ok) arrived[seq] = true;
         report.line(fmt::format(R"({{"event":"arrived","seq":{},"at":{},"payload_ok":{}}})", seq, at, ok));
         ++seen;
         while (next_to_apply <= total && arrived[next_to_apply]) {
           report.line(fmt::format(R"({{"event":"applied","seq":{},"at":{}}})", next_to_apply, now_ns()));
+          std::printf("server: applied update %llu\n", static_cast<unsigned long long>(next_to_apply));
           ++next_to_apply;
         }
       }
@@ -129,6 +164,7 @@ int worker(char** argv) {
   auto client = sidecar::Client::attach(options);
   Report report(name);
   for (std::size_t i = 0; i < updates; ++i) {
+    const std::int64_t asked = now_ns();
     const auto id = client.request({.tensor = static_cast<std::uint32_t>(i), .receiver = receiver, .bytes = slot,
                                     .region_offset = 0, .computed_on = 0, .gradient_norm = 1.0F, .priority = 0});
     const sidecar::Grant grant = client.wait(60s);
@@ -139,7 +175,7 @@ int worker(char** argv) {
       return 1;
     }
     const std::uint64_t seq = grant.sequence;
-    fill_pattern(buffer.bytes(), seq);
+    fill_payload(buffer.bytes(), seq);
     // The slot is the receiver's clear-to-send: not before its start. Sleep most of the wait
     // (other processes share the CPU), spin the last 100 µs.
     std::this_thread::sleep_until(Clock::time_point(grant.slot_start - 100us));
@@ -152,6 +188,9 @@ int worker(char** argv) {
                60s);
     const std::int64_t done = now_ns();
     client.complete(id, grant.part_index, std::chrono::nanoseconds(done - started));
+    std::printf("%s: job %u update %zu: granted seq %llu, slot +%.2f ms for %.2f ms, sent in %.2f ms\n", name.c_str(),
+                options.job, i, static_cast<unsigned long long>(seq), (grant.slot_start.count() - asked) / 1e6,
+                grant.slot_length.count() / 1e6, (done - started) / 1e6);
     report.line(fmt::format(R"({{"seq":{},"slot_start":{},"slot_end":{},"started":{},"done":{}}})", seq,
                             grant.slot_start.count(), grant.slot_start.count() + grant.slot_length.count(), started,
                             done));
@@ -161,17 +200,18 @@ int worker(char** argv) {
 
 }  // namespace
 
-int run_role(int argc, char** argv) {
+int main(int argc, char** argv) {
   try {
-    const std::string role = argv[2];
-    if (role == "server" && argc == 8) return server(argv + 3);
-    if (role == "worker" && argc == 13) return worker(argv + 3);
-    std::fprintf(stderr, "bad role arguments (%d)\n", argc);
+    const std::string role = argc > 1 ? argv[1] : "";
+    if (role == "server" && argc == 7) return server(argv + 2);
+    if (role == "worker" && argc == 12) return worker(argv + 2);
+    std::fprintf(stderr,
+                 "usage: %s server DEVICE PORT SLOT_BYTES TOTAL_UPDATES WORKERS\n"
+                 "       %s worker NAME SHM JOB ENDPOINT DEVICE SERVER_ADDR PORT RECEIVER SLOT_BYTES UPDATES\n",
+                 argv[0], argv[0]);
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", argv[2], e.what());
+    std::fprintf(stderr, "sidecar_push %s: %s\n", argc > 1 ? argv[1] : "", e.what());
     return 3;
   }
 }
-
-}  // namespace gradlane::testing
