@@ -1,0 +1,4 @@
+// RDMA READ bandwidth: see bandwidth.cpp.
+#include "common/tool.hpp"
+
+int main(int argc, char** argv) { return gradlane::perf::bandwidth_main(gradlane::perf::kReadBw, argc, argv); }
