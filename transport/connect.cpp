@@ -6,6 +6,7 @@
 #include <netdb.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -51,7 +52,8 @@ ChannelPtr make_channel() {
 }
 
 std::optional<CmEvent> next_cm_event(rdma_event_channel* channel, std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
+  // A zero timeout is the data path's periodic look: no clock reads on that path.
+  const auto deadline = timeout.count() > 0 ? Clock::now() + timeout : Clock::time_point{};
   for (;;) {
     rdma_cm_event* event = nullptr;
     if (rdma_get_cm_event(channel, &event) == 0) {
@@ -71,6 +73,7 @@ std::optional<CmEvent> next_cm_event(rdma_event_channel* channel, std::chrono::m
       return copy;
     }
     if (errno != EAGAIN && errno != EWOULDBLOCK) throw_call_failed(Errc::system, "rdma_get_cm_event", errno);
+    if (timeout.count() <= 0) return std::nullopt;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) return std::nullopt;
     pollfd pfd{channel->fd, POLLIN, 0};
@@ -191,7 +194,8 @@ void ConnectionState::create_queue_pair() {
                                   info.max_qp_wr),
                       last_errno_or(EINVAL));
   }
-  options.max_inline = attr.cap.max_inline_data;  // what the provider actually granted
+  // Providers may round the inline size up (rxe turns 0 into 16); never inline more than asked.
+  options.max_inline = std::min(options.max_inline, attr.cap.max_inline_data);
 
   std::uint8_t timeout = options.ack_timeout;
   if (rdma_set_option(id.get(), RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof timeout) != 0) {

@@ -95,7 +95,7 @@ class ConnectionState {
   void handle_cm_events();
   // Posts one send-queue work request, choosing whether to signal it.
   OpId post(ibv_send_wr& wr, const OpRecord& record, bool force_signal);
-  void wait_for_send_queue_space(std::chrono::steady_clock::time_point deadline);
+  void wait_for_send_queue_space();
   int poll_once();
 };
 

@@ -1,7 +1,9 @@
 // Smoke of the perf tools over rxe: every tool as two processes (server, then a client that
 // retries until the server is up), a few iterations, both JSON reports parsed and checked
 // for the fields a script relies on. No timing assertions: the numbers only have to be sane.
+#include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,7 +87,8 @@ void expect_lat_results(const json& j, std::size_t bytes, int iterations) {
   EXPECT_GT(t_min, 0.0);
   EXPECT_LE(t_min, t_typical);
   EXPECT_LE(t_typical, t_max);
-  EXPECT_LE(r.value("percentile_99", 0.0), t_max * 1.0001 + 1e9);  // present and numeric
+  EXPECT_GE(r.value("percentile_99", 0.0), t_typical);
+  EXPECT_GE(r.value("percentile_99.9", 0.0), r.value("percentile_99", 0.0));
   EXPECT_GT(r.value("t_avg", 0.0), 0.0);
   EXPECT_GE(r.value("t_stdev", -1.0), 0.0);
 }
