@@ -1,5 +1,6 @@
 #include "external_process.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -15,14 +16,23 @@ namespace gradlane::testing {
 
 using namespace std::chrono_literals;
 
-ExternalProcess::ExternalProcess(const std::vector<std::string>& argv_strings) {
+ExternalProcess::ExternalProcess(const std::vector<std::string>& argv_strings, const std::string& output_prefix) {
   std::vector<std::string> argv_storage = argv_strings;
   std::vector<char*> argv;
   for (auto& a : argv_storage) argv.push_back(a.data());
   argv.push_back(nullptr);
-  if (int rc = posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ); rc != 0) {
-    throw std::runtime_error("posix_spawn(" + argv_storage[0] + ") failed: " + std::strerror(rc));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (!output_prefix.empty()) {
+    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, (output_prefix + ".out").c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, (output_prefix + ".err").c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
   }
+  const int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) throw std::runtime_error("posix_spawn(" + argv_storage[0] + ") failed: " + std::strerror(rc));
 }
 
 ExternalProcess::~ExternalProcess() {
@@ -34,7 +44,9 @@ ExternalProcess::~ExternalProcess() {
   }
 }
 
-void ExternalProcess::kill_hard() { ::kill(pid_, SIGKILL); }
+void ExternalProcess::kill_hard() {
+  if (!reaped_) ::kill(pid_, SIGKILL);
+}
 
 std::optional<int> ExternalProcess::wait_exit(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;

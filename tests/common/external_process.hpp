@@ -14,13 +14,16 @@ namespace gradlane::testing {
 // A child process, killed and reaped (bounded) when it goes out of scope.
 class ExternalProcess {
  public:
-  // argv[0] is the executable's path.
-  explicit ExternalProcess(const std::vector<std::string>& argv);
+  // argv[0] is the executable's path. With an `output_prefix`, the child's stdin is /dev/null
+  // and its stdout/stderr go to `<output_prefix>.out` / `.err`; otherwise it inherits ours.
+  explicit ExternalProcess(const std::vector<std::string>& argv, const std::string& output_prefix = {});
   ExternalProcess(const ExternalProcess&) = delete;
   ExternalProcess& operator=(const ExternalProcess&) = delete;
   ~ExternalProcess();
 
   pid_t pid() const { return pid_; }
+  bool reaped() const { return reaped_; }
+  // SIGKILL, unless the child was already reaped (its pid may belong to someone else by now).
   void kill_hard();
   // Exit status as from waitpid, or nullopt if it did not exit within `timeout`.
   std::optional<int> wait_exit(std::chrono::milliseconds timeout);

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "../common/external_process.hpp"
+
 namespace gradlane::perf_testing {
 
 class ToolProcess {
@@ -16,7 +18,7 @@ class ToolProcess {
   ToolProcess(const std::string& exe, const std::vector<std::string>& args, const std::string& log);
   ToolProcess(const ToolProcess&) = delete;
   ToolProcess& operator=(const ToolProcess&) = delete;
-  ~ToolProcess();  // kills and reaps a child still running
+  ~ToolProcess();  // kills a child still running at once (ExternalProcess then reaps it)
 
   // Exit code, or nullopt when it did not exit within `timeout` (it is then killed) or died
   // of a signal.
@@ -25,9 +27,8 @@ class ToolProcess {
   std::string err() const;
 
  private:
-  pid_t pid_ = -1;
-  bool reaped_ = false;
   std::string log_;
+  gradlane::testing::ExternalProcess process_;
 };
 
 // A fresh directory for one test's files: under GRADLANE_OUT_DIR when set (the VM's results
