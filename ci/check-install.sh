@@ -1,22 +1,38 @@
 #!/usr/bin/env bash
-# Installs the built tree into a scratch prefix and builds the README example against it twice:
-# once through CMake's find_package(gradlane), once through pkg-config. Prints
-# `install: N passed, M failed`. Usage: ci/check-install.sh BUILD_DIR
+# How an embedder meets gradlane, checked on the built tree:
+#   - `cmake --install` into a scratch prefix, then the README example built against it through
+#     CMake's find_package(gradlane) (by a consumer that sets no C++ standard) and through the
+#     README's exact pkg-config line;
+#   - a library-only build (no daemon, tests, perf or examples; CLI11, nlohmann_json, GoogleTest
+#     and Google Benchmark made unfindable) configures and builds the gradlane target;
+#   - `ctest -N` in the build directory lists the unit and softroce suites.
+# Prints `install: N passed, M failed`. Usage: ci/check-install.sh BUILD_DIR
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${1:?usage: check-install.sh BUILD_DIR}
-PREFIX=$(mktemp -d /tmp/gradlane-install.XXXXXX)
-trap 'rm -rf "$PREFIX"' EXIT
+SCRATCH=$(mktemp -d /tmp/gradlane-install.XXXXXX)
+trap 'rm -rf "$SCRATCH"' EXIT
+PREFIX=$SCRATCH/usr
 passed=0; failed=0
 check() {  # NAME CMD...
   local name=$1; shift
-  if "$@" > "$PREFIX/$name.log" 2>&1; then passed=$((passed + 1)); else
-    failed=$((failed + 1)); echo "install: $name failed:" >&2; tail -20 "$PREFIX/$name.log" >&2; fi
+  if "$@" > "$SCRATCH/$name.log" 2>&1; then passed=$((passed + 1)); else
+    failed=$((failed + 1)); echo "install: $name failed:" >&2; tail -20 "$SCRATCH/$name.log" >&2; fi
 }
-check cmake-install cmake --install "$BUILD" --prefix "$PREFIX/usr"
-check find-package sh -c "cmake -S '$ROOT/tests/install' -B '$PREFIX/consumer' -DCMAKE_PREFIX_PATH='$PREFIX/usr' \
-  -DEXAMPLE_SOURCE='$ROOT/examples/push_update.cpp' && cmake --build '$PREFIX/consumer'"
-check pkg-config sh -c "PKG_CONFIG_PATH='$PREFIX/usr/lib/pkgconfig:$PREFIX/usr/lib/x86_64-linux-gnu/pkgconfig' && export PKG_CONFIG_PATH && \
-  c++ '$ROOT/examples/push_update.cpp' -o '$PREFIX/push_update_pc' \$(pkg-config --static --cflags --libs gradlane)"
+check cmake-install cmake --install "$BUILD" --prefix "$PREFIX"
+check find-package sh -c "cmake -S '$ROOT/tests/install' -B '$SCRATCH/consumer' -DCMAKE_PREFIX_PATH='$PREFIX' \
+  -DEXAMPLE_SOURCE='$ROOT/examples/push_update.cpp' && cmake --build '$SCRATCH/consumer'"
+# The README's line, verbatim: `pkg-config --cflags --libs gradlane`.
+readme_line=$(grep -o 'pkg-config --cflags --libs gradlane' "$ROOT/README.md" | head -1)
+check pkg-config sh -c "test -n '$readme_line' && \
+  PKG_CONFIG_PATH='$PREFIX/lib/pkgconfig:$PREFIX/lib/x86_64-linux-gnu/pkgconfig' && export PKG_CONFIG_PATH && \
+  c++ '$ROOT/examples/push_update.cpp' -o '$SCRATCH/push_update_pc' \$($readme_line)"
+check library-only sh -c "cmake -S '$ROOT' -B '$SCRATCH/library-only' -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DGRADLANE_BUILD_TESTS=OFF -DGRADLANE_BUILD_PERF=OFF -DGRADLANE_BUILD_DAEMON=OFF -DGRADLANE_BUILD_EXAMPLES=OFF \
+  -DCMAKE_DISABLE_FIND_PACKAGE_CLI11=ON -DCMAKE_DISABLE_FIND_PACKAGE_nlohmann_json=ON \
+  -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON \
+  && cmake --build '$SCRATCH/library-only' --target gradlane -j\$(nproc)"
+check ctest-lists-suites sh -c "ctest --test-dir '$BUILD' -N -L unit | grep -q 'Total Tests: [1-9]' && \
+  ctest --test-dir '$BUILD' -N -L softroce | grep -q 'Total Tests: 1'"
 echo "install: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

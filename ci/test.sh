@@ -14,7 +14,7 @@ JOBS=${JOBS:-$(nproc)}
 
 bash "$ROOT/ci/install-deps.sh"
 
-cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${GRADLANE_CMAKE_ARGS:-}
+cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRADLANE_WERROR=ON ${GRADLANE_CMAKE_ARGS:-}
 cmake --build "$BUILD" -j"$JOBS"
 
 rm -rf "$REPORTS"
@@ -37,6 +37,8 @@ SOFTROCE_OUT="$REPORTS/softroce" bash "$ROOT/ci/softroce.sh" --hosts 3 -- sh "$R
 
 install_ok=0
 bash "$ROOT/ci/check-install.sh" "$BUILD" > "$REPORTS/install.summary" || install_ok=1
+layers_ok=0
+python3 "$ROOT/ci/check-layers.py" "$ROOT" > "$REPORTS/layers.summary" || layers_ok=1
 
 names() { for b in "$@"; do basename "$b"; done; }
 unit_ok=0; softroce_ok=0
@@ -44,5 +46,5 @@ unit_ok=0; softroce_ok=0
 python3 "$ROOT/ci/gtest_summary.py" unit $(names "${unit_bins[@]}") -- "$REPORTS/unit" > "$REPORTS/unit.summary" || unit_ok=1
 # shellcheck disable=SC2046
 python3 "$ROOT/ci/gtest_summary.py" softroce $(names "${softroce_bins[@]}") -- "$REPORTS/softroce" > "$REPORTS/softroce.summary" || softroce_ok=1
-cat "$REPORTS/install.summary" "$REPORTS/unit.summary" "$REPORTS/softroce.summary"
-exit $(( install_ok | unit_ok | softroce_ok ))
+cat "$REPORTS/layers.summary" "$REPORTS/install.summary" "$REPORTS/unit.summary" "$REPORTS/softroce.summary"
+exit $(( layers_ok | install_ok | unit_ok | softroce_ok ))

@@ -9,9 +9,9 @@
 #include <cerrno>
 #include <utility>
 
+#include "common/syscall_error.hpp"
 #include "gradlane/error.hpp"
 #include "gradlane/memory.hpp"
-#include "transport/syscall_error.hpp"
 
 namespace gradlane {
 namespace {

@@ -6,11 +6,10 @@
 #include <cstdio>
 #include <fmt/format.h>
 
+#include "common/syscall_error.hpp"
 #include "gradlane/device.hpp"
 #include "gradlane/error.hpp"
 #include "gradlane/memory.hpp"
-#include "transport/device_state.hpp"
-#include "transport/syscall_error.hpp"
 
 namespace gradlane {
 
@@ -85,7 +84,7 @@ MemoryRegion MemoryRegion::register_memory(const Device& device, void* addr, std
     }
     detail::throw_call_failed(Errc::registration_failed, call, err);
   }
-  return MemoryRegion(device.state(), std::unique_ptr<ibv_mr, Deregister>(mr), access);
+  return MemoryRegion(device, std::unique_ptr<ibv_mr, Deregister>(mr), access);
 }
 
 MemoryRegion::~MemoryRegion() = default;

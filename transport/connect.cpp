@@ -12,9 +12,9 @@
 #include <cstring>
 #include <fmt/format.h>
 
+#include "common/syscall_error.hpp"
 #include "gradlane/connection.hpp"
 #include "transport/connection_state.hpp"
-#include "transport/syscall_error.hpp"
 #include "transport/wire.hpp"
 
 namespace gradlane {
@@ -146,7 +146,7 @@ rdma_conn_param connection_parameters(const Device& device, const TransportOptio
   rdma_conn_param param{};
   param.private_data = private_data.data();
   param.private_data_len = static_cast<std::uint8_t>(private_data.size());
-  const auto depth = static_cast<std::uint8_t>(device.state()->max_rd_atomic);
+  const auto depth = static_cast<std::uint8_t>(device.info().max_rd_atomic);
   param.responder_resources = depth;
   param.initiator_depth = depth;
   param.retry_count = options.retry_count;

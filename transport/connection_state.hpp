@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "gradlane/connection.hpp"
+#include "gradlane/device.hpp"
 #include "gradlane/memory.hpp"
-#include "transport/device_state.hpp"
 #include "transport/error_text.hpp"
 
 namespace gradlane::detail {
@@ -95,7 +95,14 @@ class ConnectionState {
   void handle_cm_events();
   // Posts one send-queue work request, choosing whether to signal it.
   OpId post(ibv_send_wr& wr, const OpRecord& record, bool force_signal);
-  void wait_for_send_queue_space();
+  // Posts `first` and `second` chained in one ibv_post_send (one doorbell to the NIC); the
+  // first follows the automatic signalling, the second is signalled. Returns the second's id.
+  OpId post_pair(ibv_send_wr& first, const OpRecord& first_record, ibv_send_wr& second,
+                 const OpRecord& second_record);
+  bool prepare(ibv_send_wr& wr, const OpRecord& record, bool force_signal, OpId op);
+  void posted(OpId op, bool signalled);
+  // Waits until `ops` more operations fit in the send queue.
+  void wait_for_send_queue_space(std::uint64_t ops = 1);
   int poll_once();
 };
 

@@ -10,9 +10,9 @@
 #include <cstring>
 #include <fmt/format.h>
 
+#include "common/syscall_error.hpp"
 #include "gradlane/connection.hpp"
 #include "transport/connection_state.hpp"
-#include "transport/syscall_error.hpp"
 #include "transport/wire.hpp"
 
 namespace gradlane {
@@ -26,6 +26,10 @@ constexpr std::uint64_t kRecvTag = 1ull << 63;
 // How many empty CQ polls between looks at the rdma_cm channel (a syscall): often enough to
 // see a DISCONNECTED within microseconds of idling, rare enough to stay off the hot path.
 constexpr std::uint32_t kPollsPerEventCheck = 256;
+// How many empty CQ polls between two clock reads while waiting: a read costs over a
+// microsecond under some VMs' clock sources, an empty poll ~50 ns, so a wait overshoots its
+// deadline by a few microseconds at most.
+constexpr std::uint32_t kPollsPerClockRead = 64;
 
 // How long a full send queue may make no progress before we give up: the QP itself fails
 // after ack timeout × (retries + 1) when the peer is gone, so twice that plus a second.
@@ -35,6 +39,22 @@ std::chrono::milliseconds stall_limit(const TransportOptions& o) {
 }
 
 }  // namespace
+
+// Polls until `done()` holds or `limit` has passed; false on timeout. Every wait of the data
+// path goes through here: the clock is read once to set the deadline, then only every
+// kPollsPerClockRead empty polls.
+template <class Done>
+bool poll_until(ConnectionState& s, std::chrono::milliseconds limit, Done done) {
+  if (done()) return true;
+  const auto deadline = Clock::now() + limit;
+  for (std::uint32_t empty = 0;;) {
+    if (s.poll_once() != 0) {
+      if (done()) return true;
+    } else if (++empty % kPollsPerClockRead == 0 && Clock::now() > deadline) {
+      return done();
+    }
+  }
+}
 
 const Error& ConnectionState::fail(Error error) {
   if (!failure_error) {
@@ -118,18 +138,39 @@ int ConnectionState::poll_once() {
   return n;
 }
 
-void ConnectionState::wait_for_send_queue_space() {
+void ConnectionState::wait_for_send_queue_space(std::uint64_t wanted) {
   // The clock is read only once the queue is actually full: posting stays free of clock reads
   // (under some VMs' clock sources a read costs over a microsecond).
-  if (next_op - 1 - completed < options.send_queue_depth) return;
-  const auto deadline = Clock::now() + stall_limit(options);
-  while (next_op - 1 - completed >= options.send_queue_depth) {
-    if (poll_once() == 0 && Clock::now() > deadline) {
-      throw fail(Error(Errc::timeout,
-                       fmt::format("send queue of {} stayed full ({} ops outstanding) for {} ms: the peer "
-                                   "stopped acknowledging",
-                                   description, next_op - 1 - completed, stall_limit(options).count())));
-    }
+  const auto fits = [&] { return next_op - 1 - completed + wanted <= options.send_queue_depth; };
+  if (fits()) return;
+  const auto limit = stall_limit(options);
+  if (!poll_until(*this, limit, fits)) {
+    throw fail(Error(Errc::timeout,
+                     fmt::format("send queue of {} stayed full ({} ops outstanding) for {} ms: the peer "
+                                 "stopped acknowledging",
+                                 description, next_op - 1 - completed, limit.count())));
+  }
+}
+
+// Numbers `wr` as op `op` and decides whether it is signalled (the accounting is committed
+// by posted(), once the NIC took it).
+bool ConnectionState::prepare(ibv_send_wr& wr, const OpRecord& record, bool force_signal, OpId op) {
+  const bool signal = force_signal || unsignalled_run + 1 >= options.signal_interval;
+  wr.wr_id = op;
+  wr.send_flags |= signal ? IBV_SEND_SIGNALED : 0;
+  ops[op % ops.size()] = record;
+  return signal;
+}
+
+void ConnectionState::posted(OpId op, bool signalled) {
+  next_op = op + 1;
+  ++stats.posted;
+  if (signalled) {
+    unsignalled_run = 0;
+    last_signalled = op;
+    ++stats.signalled;
+  } else {
+    ++unsignalled_run;
   }
 }
 
@@ -137,25 +178,36 @@ OpId ConnectionState::post(ibv_send_wr& wr, const OpRecord& record, bool force_s
   throw_if_failed();
   wait_for_send_queue_space();
   const OpId op = next_op;
-  const bool signal = force_signal || unsignalled_run + 1 >= options.signal_interval;
-  wr.wr_id = op;
-  wr.send_flags |= signal ? IBV_SEND_SIGNALED : 0;
-  ops[op % ops.size()] = record;
+  const bool signal = prepare(wr, record, force_signal, op);
   ibv_send_wr* bad = nullptr;
   if (int rc = ibv_post_send(id->qp, &wr, &bad); rc != 0) {
     throw Error(Errc::system, call_failed(fmt::format("ibv_post_send({}) on {}", describe_op(record), description), rc),
                 rc);
   }
-  ++next_op;
-  ++stats.posted;
-  if (signal) {
-    unsignalled_run = 0;
-    last_signalled = op;
-    ++stats.signalled;
-  } else {
-    ++unsignalled_run;
-  }
+  posted(op, signal);
   return op;
+}
+
+OpId ConnectionState::post_pair(ibv_send_wr& first, const OpRecord& first_record, ibv_send_wr& second,
+                                const OpRecord& second_record) {
+  throw_if_failed();
+  wait_for_send_queue_space(2);
+  const OpId op = next_op;
+  const bool first_signalled = prepare(first, first_record, false, op);
+  prepare(second, second_record, true, op + 1);
+  first.next = &second;
+  ibv_send_wr* bad = nullptr;
+  if (int rc = ibv_post_send(id->qp, &first, &bad); rc != 0) {
+    if (bad == &second) posted(op, first_signalled);  // the NIC took the first one
+    throw Error(Errc::system,
+                call_failed(fmt::format("ibv_post_send({} + {}) on {}", describe_op(first_record),
+                                        describe_op(second_record), description),
+                            rc),
+                rc);
+  }
+  posted(op, first_signalled);
+  posted(op + 1, true);
+  return op + 1;
 }
 
 }  // namespace detail
@@ -164,9 +216,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Zero bytes are refused except for a doorbell (WRITE_WITH_IMM), where the immediate is the point.
+enum class Empty { refused, allowed };
+
 void check_slices(const char* op, const MemoryRegion& local, std::size_t local_offset, const RegionDescriptor& remote,
-                  std::uint64_t remote_offset, std::size_t length) {
-  if (length == 0) throw Error(Errc::invalid_argument, fmt::format("{} of 0 bytes", op));
+                  std::uint64_t remote_offset, std::size_t length, Empty empty = Empty::refused) {
+  if (length == 0 && empty == Empty::refused) throw Error(Errc::invalid_argument, fmt::format("{} of 0 bytes", op));
   if (!local.contains(local_offset, length)) {
     throw Error(Errc::out_of_range, fmt::format("{} of {} bytes at local offset {} exceeds the local region ({} bytes)",
                                                 op, length, local_offset, local.length()));
@@ -217,13 +272,30 @@ OpId Connection::write(const MemoryRegion& src, std::size_t src_offset, const Re
 
 OpId Connection::write_with_imm(const MemoryRegion& src, std::size_t src_offset, const RegionDescriptor& dst,
                                 std::uint64_t dst_offset, std::size_t length, std::uint32_t imm, Signal signal) {
-  check_slices("RDMA WRITE_WITH_IMM", src, src_offset, dst, dst_offset, length);
+  check_slices("RDMA WRITE_WITH_IMM", src, src_offset, dst, dst_offset, length, Empty::allowed);
   ibv_sge sge{};
   auto wr = one_sided(IBV_WR_RDMA_WRITE_WITH_IMM, sge, src, src_offset, dst, dst_offset, length,
                       state_->options.max_inline);
   wr.imm_data = htonl(imm);
   return state_->post(wr, {IBV_WR_RDMA_WRITE_WITH_IMM, length, wr.wr.rdma.remote_addr, dst.rkey},
                       signal == Signal::always);
+}
+
+OpId Connection::write_and_ring(const MemoryRegion& src, std::size_t src_offset, const RegionDescriptor& dst,
+                                std::uint64_t dst_offset, std::size_t length, std::uint32_t imm) {
+  check_slices("RDMA WRITE", src, src_offset, dst, dst_offset, length);
+  ibv_sge payload_sge{};
+  auto payload = one_sided(IBV_WR_RDMA_WRITE, payload_sge, src, src_offset, dst, dst_offset, length,
+                           state_->options.max_inline);
+  // The doorbell carries no bytes (num_sge 0): only the immediate, placed after the payload
+  // by RC ordering. Its address is the payload's end, inside the region the rkey covers.
+  ibv_send_wr doorbell{};
+  doorbell.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  doorbell.wr.rdma.remote_addr = dst.addr + dst_offset + length;
+  doorbell.wr.rdma.rkey = dst.rkey;
+  doorbell.imm_data = htonl(imm);
+  return state_->post_pair(payload, {IBV_WR_RDMA_WRITE, length, payload.wr.rdma.remote_addr, dst.rkey}, doorbell,
+                           {IBV_WR_RDMA_WRITE_WITH_IMM, 0, doorbell.wr.rdma.remote_addr, dst.rkey});
 }
 
 OpId Connection::read(const MemoryRegion& dst, std::size_t dst_offset, const RegionDescriptor& src,
@@ -245,12 +317,10 @@ OpId send_frame(detail::ConnectionState& s, detail::FrameKind kind, std::span<co
   const std::size_t slot_bytes = s.options.max_message_bytes;
   const std::uint32_t slot = s.next_send_slot;
   // The slot is free once the SEND that last used it completed (sends are always signalled).
-  const auto deadline = Clock::now() + std::chrono::milliseconds(10'000);
-  while (s.send_slot_op[slot] != 0 && s.send_slot_op[slot] > s.completed) {
-    if (s.poll_once() == 0 && Clock::now() > deadline) {
-      throw Error(Errc::timeout, fmt::format("no free control-message slot on {}: the peer stopped acknowledging",
-                                             s.description));
-    }
+  const auto slot_free = [&] { return s.send_slot_op[slot] == 0 || s.send_slot_op[slot] <= s.completed; };
+  if (!detail::poll_until(s, std::chrono::milliseconds(10'000), slot_free)) {
+    throw Error(Errc::timeout,
+                fmt::format("no free control-message slot on {}: the peer stopped acknowledging", s.description));
   }
   std::byte* out = s.send_ring->data() + std::uint64_t{slot} * slot_bytes;
   const std::size_t length = detail::encode_frame(kind, payload, {out, slot_bytes});
@@ -268,13 +338,20 @@ OpId send_frame(detail::ConnectionState& s, detail::FrameKind kind, std::span<co
 
 template <class Result, class Take>
 Result wait_until(detail::ConnectionState& s, Millis timeout, const char* what, Take take) {
-  const auto deadline = Clock::now() + timeout;
-  for (;;) {
-    if (auto got = take()) return std::move(*got);
-    if (s.poll_once() == 0 && Clock::now() > deadline) {
-      throw Error(Errc::timeout, fmt::format("no {} on {} within {} ms", what, s.description, timeout.count()));
-    }
+  std::optional<Result> got;
+  if (!detail::poll_until(s, timeout, [&] { return (got = take()).has_value(); })) {
+    throw Error(Errc::timeout, fmt::format("no {} on {} within {} ms", what, s.description, timeout.count()));
   }
+  return std::move(*got);
+}
+
+// The oldest of a queue of arrivals (messages, doorbells), taken out of it.
+template <class T>
+std::optional<T> take_front(std::deque<T>& queue) {
+  if (queue.empty()) return std::nullopt;
+  T front = std::move(queue.front());
+  queue.pop_front();
+  return front;
 }
 
 }  // namespace
@@ -286,39 +363,23 @@ OpId Connection::send(std::span<const std::byte> message) {
 std::optional<std::vector<std::byte>> Connection::try_receive() {
   auto& s = *state_;
   if (s.messages.empty()) s.poll_once();
-  if (s.messages.empty()) return std::nullopt;
-  auto message = std::move(s.messages.front());
-  s.messages.pop_front();
-  return message;
+  return take_front(s.messages);
 }
 
 std::vector<std::byte> Connection::receive(Millis timeout) {
   auto& s = *state_;
-  return wait_until<std::vector<std::byte>>(s, timeout, "control message", [&]() -> std::optional<std::vector<std::byte>> {
-    if (s.messages.empty()) return std::nullopt;
-    auto message = std::move(s.messages.front());
-    s.messages.pop_front();
-    return message;
-  });
+  return wait_until<std::vector<std::byte>>(s, timeout, "control message", [&] { return take_front(s.messages); });
 }
 
 std::optional<Doorbell> Connection::try_doorbell() {
   auto& s = *state_;
   if (s.doorbells.empty()) s.poll_once();
-  if (s.doorbells.empty()) return std::nullopt;
-  const Doorbell d = s.doorbells.front();
-  s.doorbells.pop_front();
-  return d;
+  return take_front(s.doorbells);
 }
 
 Doorbell Connection::wait_doorbell(Millis timeout) {
   auto& s = *state_;
-  return wait_until<Doorbell>(s, timeout, "WRITE_WITH_IMM doorbell", [&]() -> std::optional<Doorbell> {
-    if (s.doorbells.empty()) return std::nullopt;
-    const Doorbell d = s.doorbells.front();
-    s.doorbells.pop_front();
-    return d;
-  });
+  return wait_until<Doorbell>(s, timeout, "WRITE_WITH_IMM doorbell", [&] { return take_front(s.doorbells); });
 }
 
 void Connection::advertise(std::uint32_t region_id, const RegionDescriptor& region) {
@@ -347,13 +408,10 @@ void Connection::wait(OpId op, Millis timeout) {
                             "will report it; post it (or a later op) with Signal::always",
                             op));
   }
-  const auto deadline = Clock::now() + timeout;
-  while (s.completed < op) {
-    if (s.poll_once() == 0 && Clock::now() > deadline) {
-      throw Error(Errc::timeout, fmt::format("{} (op {}) not complete on {} after {} ms",
-                                             detail::describe_op(s.ops[op % s.ops.size()]), op, s.description,
-                                             timeout.count()));
-    }
+  if (!detail::poll_until(s, timeout, [&] { return s.completed >= op; })) {
+    throw Error(Errc::timeout, fmt::format("{} (op {}) not complete on {} after {} ms",
+                                           detail::describe_op(s.ops[op % s.ops.size()]), op, s.description,
+                                           timeout.count()));
   }
 }
 

@@ -8,22 +8,28 @@
 #include <cstring>
 #include <fmt/format.h>
 
+#include "common/syscall_error.hpp"
 #include "gradlane/device.hpp"
 #include "gradlane/error.hpp"
-#include "transport/device_state.hpp"
 #include "transport/gid.hpp"
-#include "transport/syscall_error.hpp"
 
 namespace gradlane {
-namespace detail {
 
-void DeallocPd::operator()(ibv_pd* pd) const noexcept {
-  if (int rc = ibv_dealloc_pd(pd); rc != 0) {
-    std::fprintf(stderr, "gradlane: %s (an MR or QP still uses it)\n", call_failed("ibv_dealloc_pd", rc).c_str());
-  }
-}
-
-}  // namespace detail
+// The opened device shared by a Device's copies, its MemoryRegions and its Connections.
+struct Device::State {
+  struct DeallocPd {
+    void operator()(ibv_pd* pd) const noexcept {
+      if (int rc = ibv_dealloc_pd(pd); rc != 0) {
+        std::fprintf(stderr, "gradlane: %s (an MR or QP still uses it)\n", detail::call_failed("ibv_dealloc_pd", rc).c_str());
+      }
+    }
+  };
+  // Owned by librdmacm (rdma_get_devices keeps every device open for the process lifetime),
+  // so rdma_cm ids resolved to this device share the context and can use our PD.
+  ibv_context* context = nullptr;
+  std::unique_ptr<ibv_pd, DeallocPd> pd;
+  DeviceInfo info;
+};
 
 namespace {
 
@@ -123,7 +129,7 @@ Device Device::open(const DeviceSelector& selector) {
                     : fmt::format("no RDMA device named '{}'; devices present: {}", selector.name, names));
   }
 
-  auto state = std::make_shared<detail::DeviceState>();
+  auto state = std::make_shared<State>();
   state->context = ctx;
   DeviceInfo& info = state->info;
   info.name = ibv_get_device_name(ctx->device);
@@ -139,7 +145,7 @@ Device Device::open(const DeviceSelector& selector) {
   }
   info.max_qp_wr = static_cast<std::uint32_t>(dev_attr.max_qp_wr);
   info.max_mr_size = dev_attr.max_mr_size;
-  state->max_rd_atomic = std::max(1, std::min({dev_attr.max_qp_rd_atom, dev_attr.max_qp_init_rd_atom, 16}));
+  info.max_rd_atomic = std::max(1, std::min({dev_attr.max_qp_rd_atom, dev_attr.max_qp_init_rd_atom, 16}));
 
   ibv_port_attr port_attr{};
   if (int rc = ibv_query_port(ctx, selector.port, &port_attr); rc != 0) {

@@ -74,9 +74,16 @@ class Connection {
   // the operation, without posting anything, when a slice does not fit.
   OpId write(const MemoryRegion& src, std::size_t src_offset, const RegionDescriptor& dst,
              std::uint64_t dst_offset, std::size_t length, Signal signal = Signal::automatic);
+  // `length` may be 0: a doorbell with only the immediate.
   OpId write_with_imm(const MemoryRegion& src, std::size_t src_offset, const RegionDescriptor& dst,
                       std::uint64_t dst_offset, std::size_t length, std::uint32_t imm,
                       Signal signal = Signal::always);
+  // The push: the payload's WRITE (signalled automatically) chained with a zero-length
+  // WRITE_WITH_IMM doorbell (signalled) in one post, so the NIC is rung once. When the
+  // receiver sees the doorbell, the payload is in place. Returns the doorbell's op: waiting for
+  // it proves both done.
+  OpId write_and_ring(const MemoryRegion& src, std::size_t src_offset, const RegionDescriptor& dst,
+                      std::uint64_t dst_offset, std::size_t length, std::uint32_t imm);
   // READs are always signalled: the data is only usable once the completion arrives.
   OpId read(const MemoryRegion& dst, std::size_t dst_offset, const RegionDescriptor& src,
             std::uint64_t src_offset, std::size_t length);

@@ -18,8 +18,6 @@ struct ibv_pd;
 
 namespace gradlane {
 
-namespace detail { struct DeviceState; }
-
 struct DeviceSelector {
   std::string name;     // e.g. "rxe0"; empty = the only device (error if several)
   int gid_index = -1;   // -1 = automatic (GRADLANE_GID_INDEX overrides in from_env)
@@ -38,6 +36,7 @@ struct DeviceInfo {
   std::string ipv4_address; // from an IPv4-mapped GID; empty for IB
   std::uint32_t max_qp_wr = 0;
   std::uint64_t max_mr_size = 0;
+  int max_rd_atomic = 1;    // RDMA READs a QP may have outstanding (device limit, capped at 16)
 };
 
 class Device {
@@ -53,12 +52,13 @@ class Device {
   ibv_context* context() const;
   ibv_pd* pd() const;
 
-  // Shared ownership of the opened device; connections and regions keep it alive.
-  std::shared_ptr<const detail::DeviceState> state() const { return state_; }
+  // A Device is a cheap shared handle: copies share the opened device, and the connections
+  // and memory regions made from it keep a copy, so the PD outlives everything that uses it.
 
  private:
-  explicit Device(std::shared_ptr<const detail::DeviceState> state) : state_(std::move(state)) {}
-  std::shared_ptr<const detail::DeviceState> state_;
+  struct State;
+  explicit Device(std::shared_ptr<const State> state) : state_(std::move(state)) {}
+  std::shared_ptr<const State> state_;
 };
 
 }  // namespace gradlane

@@ -13,12 +13,12 @@
 #include <span>
 #include <string>
 
+#include "gradlane/device.hpp"
+
 struct ibv_mr;
 
 namespace gradlane {
 
-class Device;
-namespace detail { struct DeviceState; }
 
 // ---- page-aligned buffers ------------------------------------------------------------------
 
@@ -123,10 +123,9 @@ class MemoryRegion {
 
  private:
   struct Deregister { void operator()(ibv_mr* mr) const noexcept; };
-  MemoryRegion(std::shared_ptr<const detail::DeviceState> device, std::unique_ptr<ibv_mr, Deregister> mr,
-               Access access)
+  MemoryRegion(Device device, std::unique_ptr<ibv_mr, Deregister> mr, Access access)
       : device_(std::move(device)), mr_(std::move(mr)), access_(access) {}
-  std::shared_ptr<const detail::DeviceState> device_;  // declared first: destroyed after mr_
+  Device device_;  // declared first: destroyed after mr_, so the PD outlives the MR
   std::unique_ptr<ibv_mr, Deregister> mr_;
   Access access_;
 };

@@ -29,7 +29,7 @@
 
 #include "gradlane/sidecar.hpp"
 #include "sidecar/daemon/daemon.hpp"
-#include "sidecar/daemon/layout.hpp"
+#include "sidecar/shm/layout.hpp"
 
 namespace {
 
@@ -63,7 +63,7 @@ double thread_cpu_seconds() {
 // gradlaned's loop on a thread of this process, serving a fresh segment.
 class DaemonThread {
  public:
-  DaemonThread(std::chrono::nanoseconds idle_spin, std::unique_ptr<gradlane::sidecar::Policy> policy) {
+  DaemonThread(std::chrono::nanoseconds idle_spin, std::unique_ptr<gradlane::sched::Policy> policy) {
     DaemonConfig config;
     config.shm_name = bench_shm_name();
     config.max_apps = 4;
@@ -142,7 +142,7 @@ BENCHMARK(BM_RawSpscRoundTrip)->MinTime(2.0)->UseRealTime();
 
 // Args: {daemon idle spin in us (-1: never sleeps), client spin in us, idle gap before each
 // request in us}. The gap is longer than the spins, so both sides are asleep when it ends.
-void sidecar_round_trips(benchmark::State& state, std::unique_ptr<gradlane::sidecar::Policy> policy) {
+void sidecar_round_trips(benchmark::State& state, std::unique_ptr<gradlane::sched::Policy> policy) {
   const auto daemon_spin = state.range(0) < 0 ? std::chrono::nanoseconds(1h) : std::chrono::microseconds(state.range(0));
   const auto client_spin = std::chrono::microseconds(state.range(1));
   const auto gap = std::chrono::microseconds(state.range(2));
@@ -175,12 +175,12 @@ void sidecar_round_trips(benchmark::State& state, std::unique_ptr<gradlane::side
 }
 
 void BM_SidecarRoundTrip(benchmark::State& state) {
-  sidecar_round_trips(state, std::make_unique<gradlane::sidecar::PassThroughPolicy>());
+  sidecar_round_trips(state, std::make_unique<gradlane::sched::PassThroughPolicy>());
 }
 void BM_SidecarRoundTripScheduler(benchmark::State& state) {
   gradlane::sched::SchedulerConfig config;
   config.replica_bound = std::nullopt;
-  sidecar_round_trips(state, std::make_unique<gradlane::sidecar::SchedulerPolicy>(config));
+  sidecar_round_trips(state, std::make_unique<gradlane::sched::SchedulerPolicy>(config));
 }
 BENCHMARK(BM_SidecarRoundTrip)
     ->ArgNames({"daemon_spin_us", "client_spin_us", "gap_us"})
@@ -223,7 +223,7 @@ void BM_SidecarSingleThread(benchmark::State& state) {
   DaemonConfig config;
   config.shm_name = bench_shm_name();
   config.max_apps = 4;
-  auto daemon = std::make_unique<Daemon>(config, std::make_unique<gradlane::sidecar::PassThroughPolicy>());
+  auto daemon = std::make_unique<Daemon>(config, std::make_unique<gradlane::sched::PassThroughPolicy>());
   // Attach needs the daemon to answer: step it from a helper thread until attached.
   std::atomic<bool> attached{false};
   std::thread helper([&] {
@@ -250,7 +250,7 @@ void BM_DaemonIdleCpu(benchmark::State& state) {
   double cpu = 0;
   double wall = 0;
   for (auto _ : state) {
-    DaemonThread daemon(spin, std::make_unique<gradlane::sidecar::PassThroughPolicy>());
+    DaemonThread daemon(spin, std::make_unique<gradlane::sched::PassThroughPolicy>());
     {
       // One app attached and idle, as in a training job between iterations.
       Client client = Client::attach(attach_options(daemon.shm_name(), 50us));

@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "sidecar/client/client_state.hpp"
-#include "sidecar/daemon/futex.hpp"
-#include "sidecar/daemon/process.hpp"
+#include "sidecar/shm/futex.hpp"
+#include "sidecar/shm/process.hpp"
 
 namespace gradlane::sidecar {
 namespace {

@@ -12,8 +12,8 @@
 
 #include "gradlane/sidecar.hpp"
 #include "sidecar/client/client_state.hpp"
-#include "sidecar/daemon/futex.hpp"
-#include "sidecar/daemon/process.hpp"
+#include "sidecar/shm/futex.hpp"
+#include "sidecar/shm/process.hpp"
 
 namespace gradlane::sidecar {
 namespace {

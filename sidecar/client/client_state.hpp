@@ -11,8 +11,8 @@
 #include <string>
 
 #include "gradlane/sidecar.hpp"
-#include "sidecar/daemon/layout.hpp"
-#include "sidecar/daemon/segment.hpp"
+#include "sidecar/shm/layout.hpp"
+#include "sidecar/shm/segment.hpp"
 
 namespace gradlane::sidecar {
 

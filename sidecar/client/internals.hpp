@@ -4,7 +4,7 @@
 
 #include "gradlane/sidecar.hpp"
 #include "sidecar/client/client_state.hpp"
-#include "sidecar/daemon/futex.hpp"
+#include "sidecar/shm/futex.hpp"
 
 namespace gradlane::sidecar {
 

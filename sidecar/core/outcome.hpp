@@ -92,4 +92,31 @@ struct Drop {
 
 using Outcome = std::variant<Grant, Redirect, AggregateGrant, Drop>;
 
+// What a Grant and a Redirect have in common: one part of a request moving from `sender` to
+// `destination` (the server for a Grant, the aggregator for a Redirect) in `slot`. The layers
+// that route outcomes (the daemon's queues, the peer protocol) treat both alike but for the
+// destination and the tag: the sequence number of a Grant, the aggregate of a Redirect.
+struct PartMove {
+  TransferId transfer{};
+  RequestId request{};
+  std::uint32_t part = 0;
+  std::uint32_t part_count = 1;
+  Bytes offset = 0;
+  Bytes length = 0;
+  EndpointId sender{};
+  EndpointId destination{};
+  std::uint64_t tag = 0;    // Grant: seq; Redirect: the AggregateId
+  std::uint64_t delay = 0;  // Grant: its delay at apply; Redirect: 0
+  Slot slot{};
+  bool last_part() const noexcept { return part + 1 == part_count; }
+};
+
+inline PartMove part_move(const Grant& g) {
+  return {g.transfer, g.request, g.part, g.part_count, g.offset, g.length, g.sender, g.receiver, g.seq, g.delay, g.slot};
+}
+inline PartMove part_move(const Redirect& r) {
+  return {r.transfer, r.request,  r.part, r.part_count, r.offset, r.length, r.sender, r.aggregator,
+          static_cast<std::uint64_t>(r.aggregate), 0, r.slot};
+}
+
 }  // namespace gradlane::sched

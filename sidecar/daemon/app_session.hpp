@@ -14,8 +14,8 @@
 
 #include "sidecar/core/types.hpp"
 #include "sidecar/daemon/entry_check.hpp"
-#include "sidecar/daemon/layout.hpp"
-#include "sidecar/daemon/process.hpp"
+#include "sidecar/shm/layout.hpp"
+#include "sidecar/shm/process.hpp"
 
 namespace gradlane::sidecar {
 

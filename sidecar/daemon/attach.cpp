@@ -17,8 +17,8 @@
 #include <cerrno>
 
 #include "sidecar/daemon/daemon.hpp"
-#include "sidecar/daemon/futex.hpp"
-#include "sidecar/daemon/process.hpp"
+#include "sidecar/shm/futex.hpp"
+#include "sidecar/shm/process.hpp"
 
 namespace gradlane::sidecar {
 namespace {

@@ -8,13 +8,13 @@
 #include <string>
 
 #include "gradlane/error.hpp"
-#include "sidecar/daemon/futex.hpp"
-#include "sidecar/daemon/process.hpp"
+#include "sidecar/shm/futex.hpp"
+#include "sidecar/shm/process.hpp"
 
 namespace gradlane::sidecar {
 namespace {
 
-std::unique_ptr<Policy> require(std::unique_ptr<Policy> policy) {
+std::unique_ptr<sched::Policy> require(std::unique_ptr<sched::Policy> policy) {
   if (!policy) throw Error(Errc::invalid_argument, "gradlaned needs a scheduling policy");
   return policy;
 }
@@ -42,7 +42,7 @@ void DaemonConfig::validate() const {
   }
 }
 
-Daemon::Daemon(DaemonConfig config, std::unique_ptr<Policy> policy)
+Daemon::Daemon(DaemonConfig config, std::unique_ptr<sched::Policy> policy)
     : config_((config.validate(), std::move(config))),
       policy_(require(std::move(policy))),
       segment_(shm::Segment::create(config_.shm_name, shm::segment_bytes(config_.max_apps))) {

@@ -27,12 +27,12 @@
 #include <vector>
 
 #include "sidecar/core/outcome.hpp"
+#include "sidecar/core/policy.hpp"
 #include "sidecar/core/types.hpp"
 #include "sidecar/daemon/app_session.hpp"
 #include "sidecar/daemon/daemon_config.hpp"
-#include "sidecar/daemon/layout.hpp"
-#include "sidecar/daemon/policy.hpp"
-#include "sidecar/daemon/segment.hpp"
+#include "sidecar/shm/layout.hpp"
+#include "sidecar/shm/segment.hpp"
 
 namespace gradlane::sidecar {
 
@@ -54,7 +54,7 @@ struct DaemonStats {
 class Daemon {
  public:
   // Creates the segment (Error if another daemon serves the name) and starts serving it.
-  Daemon(DaemonConfig config, std::unique_ptr<Policy> policy);
+  Daemon(DaemonConfig config, std::unique_ptr<sched::Policy> policy);
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
   // Marks the segment stopped (clients reattach to the next daemon), wakes sleeping clients,
@@ -79,7 +79,7 @@ class Daemon {
   const DaemonStats& stats() const noexcept { return stats_; }
   std::uint64_t generation() const noexcept;
   std::size_t attached_apps() const noexcept { return active_.size(); }
-  Policy& policy() noexcept { return *policy_; }
+  sched::Policy& policy() noexcept { return *policy_; }
 
  private:
   // attach.cpp — the lifecycle of app slots
@@ -114,7 +114,7 @@ class Daemon {
   };
 
   DaemonConfig config_;
-  std::unique_ptr<Policy> policy_;
+  std::unique_ptr<sched::Policy> policy_;
   shm::Segment segment_;
   shm::Header* header_ = nullptr;
   std::vector<std::optional<AppSession>> apps_;  // by slot index

@@ -9,7 +9,7 @@
 #include <optional>
 
 #include "gradlane/sidecar.hpp"
-#include "sidecar/daemon/layout.hpp"
+#include "sidecar/shm/layout.hpp"
 
 namespace gradlane::sidecar {
 

@@ -18,13 +18,13 @@
 
 #include <fmt/format.h>
 
+#include "common/syscall_error.hpp"
+#include "common/unique_fd.hpp"
 #include "gradlane/error.hpp"
+#include "sidecar/core/policy.hpp"
 #include "sidecar/daemon/daemon.hpp"
-#include "sidecar/daemon/policy.hpp"
 #include "sidecar/daemon/signals.hpp"
 #include "sidecar/peer/fabric.hpp"
-#include "sidecar/daemon/unique_fd.hpp"
-#include "transport/syscall_error.hpp"
 
 namespace {
 
@@ -55,9 +55,9 @@ UniqueFd detach_into_background() {
   return write_end;
 }
 
-std::unique_ptr<gradlane::sidecar::Policy> make_policy(const std::string& name, gradlane::peer::Fabric& fabric,
+std::unique_ptr<gradlane::sched::Policy> make_policy(const std::string& name, gradlane::peer::Fabric& fabric,
                                                        const gradlane::sched::SchedulerConfig& config) {
-  if (name == "passthrough") return std::make_unique<gradlane::sidecar::PassThroughPolicy>();
+  if (name == "passthrough") return std::make_unique<gradlane::sched::PassThroughPolicy>();
   return fabric.make_policy(config);
 }
 

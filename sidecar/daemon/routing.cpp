@@ -12,8 +12,9 @@
 #include <type_traits>
 #include <variant>
 
+#include "common/overloaded.hpp"
 #include "sidecar/daemon/daemon.hpp"
-#include "sidecar/daemon/futex.hpp"
+#include "sidecar/shm/futex.hpp"
 
 namespace gradlane::sidecar {
 namespace {
@@ -55,13 +56,6 @@ sched::Nanos wire_time(std::uint64_t ns) {
   constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<sched::Nanos::rep>::max());
   return sched::Nanos(static_cast<sched::Nanos::rep>(ns > kMax ? kMax : ns));
 }
-
-template <class... F>
-struct Overloaded : F... {
-  using F::operator()...;
-};
-template <class... F>
-Overloaded(F...) -> Overloaded<F...>;
 
 }  // namespace
 
@@ -196,29 +190,22 @@ void Daemon::route(const sched::Outcome& outcome, sched::Instant now) {
     ++inputs_;
     ++stats_.orphaned;
   };
+  // A Grant (to the server, tagged with its sequence) or a Redirect (to an aggregator, tagged
+  // with the aggregate) goes to the app that asked, which then owes a completion for it.
+  const auto move_part = [&](shm::GrantKind kind, const sched::PartMove& m) {
+    const auto [app, owed, app_request] = owner(m.request);
+    if (app == nullptr) return orphan(m.transfer);
+    owed->part_count = m.part_count;
+    ++owed->decided;
+    owed->granted.add(m.part, m.transfer);
+    answer(*app, grant_entry(kind, app_request, sched::to_int(m.destination), m.tag, m.slot, m.offset, m.length,
+                             m.part, m.part_count));
+  };
 
   std::visit(
-      Overloaded{
-          [&](const sched::Grant& g) {
-            const auto [app, owed, app_request] = owner(g.request);
-            if (app == nullptr) return orphan(g.transfer);
-            owed->part_count = g.part_count;
-            ++owed->decided;
-            owed->granted.add(g.part, g.transfer);
-            answer(*app, grant_entry(shm::GrantKind::go, app_request,
-                                     sched::to_int(g.receiver), g.seq, g.slot, g.offset, g.length,
-                                     g.part, g.part_count));
-          },
-          [&](const sched::Redirect& r) {
-            const auto [app, owed, app_request] = owner(r.request);
-            if (app == nullptr) return orphan(r.transfer);
-            owed->part_count = r.part_count;
-            ++owed->decided;
-            owed->granted.add(r.part, r.transfer);
-            answer(*app, grant_entry(shm::GrantKind::redirect, app_request,
-                                     sched::to_int(r.aggregator), sched::to_int(r.aggregate), r.slot,
-                                     r.offset, r.length, r.part, r.part_count));
-          },
+      detail::Overloaded{
+          [&](const sched::Grant& g) { move_part(shm::GrantKind::go, sched::part_move(g)); },
+          [&](const sched::Redirect& r) { move_part(shm::GrantKind::redirect, sched::part_move(r)); },
           [&](const sched::Drop& d) {
             const auto [app, owed, app_request] = owner(d.request);
             if (app == nullptr) {

@@ -6,7 +6,7 @@
 
 #include <cerrno>
 
-#include "transport/syscall_error.hpp"
+#include "common/syscall_error.hpp"
 
 namespace gradlane::sidecar {
 

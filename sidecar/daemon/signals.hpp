@@ -5,7 +5,7 @@
 #include <csignal>
 #include <optional>
 
-#include "sidecar/daemon/unique_fd.hpp"
+#include "common/unique_fd.hpp"
 
 namespace gradlane::sidecar {
 

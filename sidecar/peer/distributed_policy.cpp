@@ -4,6 +4,8 @@
 
 #include <variant>
 
+#include "common/overloaded.hpp"
+
 namespace gradlane::peer {
 namespace {
 
@@ -14,13 +16,6 @@ constexpr std::uint64_t kOwnIdBase = std::uint64_t{1} << 62;
 // must look at the links this often even when idle: 100 µs bounds the answer latency a
 // sleeping daemon adds, at ~10k cheap polls per second.
 constexpr sched::Nanos kPeerPollInterval{100'000};
-
-template <class... F>
-struct Overloaded : F... {
-  using F::operator()...;
-};
-template <class... F>
-Overloaded(F...) -> Overloaded<F...>;
 
 SlotAnswer drop_answer(std::uint64_t request, std::uint32_t part, std::uint32_t part_count, std::uint64_t offset,
                        std::uint64_t length, std::uint64_t delay) {
@@ -91,10 +86,10 @@ void DistributedPolicy::schedule(sched::Instant now, std::vector<sched::Outcome>
     if (decision_hook_) decision_hook_(outcome, now, "here");
     // Outcomes for our own applications go to the daemon; those for a peer's go back to it.
     const bool local = std::visit(
-        Overloaded{[&](const sched::Grant& g) { return !remote_requests_.contains(static_cast<std::uint64_t>(g.request)); },
-                   [&](const sched::Redirect& r) { return !remote_requests_.contains(static_cast<std::uint64_t>(r.request)); },
-                   [&](const sched::Drop& d) { return !remote_requests_.contains(static_cast<std::uint64_t>(d.request)); },
-                   [&](const sched::AggregateGrant& a) { return is_local(a.aggregator); }},
+        detail::Overloaded{[&](const sched::AggregateGrant& a) { return is_local(a.aggregator); },
+                           [&](const auto& part) {
+                             return !remote_requests_.contains(static_cast<std::uint64_t>(part.request));
+                           }},
         outcome);
     if (local) {
       out.push_back(outcome);
@@ -121,7 +116,7 @@ void DistributedPolicy::pump(sched::Instant now, std::vector<sched::Outcome>& ou
 void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched::Instant now,
                                    std::vector<sched::Outcome>& out) {
   std::visit(
-      Overloaded{
+      detail::Overloaded{
           [&](const Hello& hello) {
             for (auto e : hello.endpoints) {
               if (local_.contains(e)) {
@@ -233,32 +228,25 @@ void DistributedPolicy::answer_remote(const sched::Outcome& outcome, sched::Inst
     return std::pair<std::int64_t, std::int64_t>{std::max<std::int64_t>(0, (s.start - now).count()), s.length().count()};
   };
   const auto remote = [&](sched::RequestId id) { return remote_requests_.at(static_cast<std::uint64_t>(id)); };
+  // A Grant or a Redirect for a peer's application: answer it; if the peer is gone, release
+  // the transfer so its slot and credit are not held.
+  const auto move_part = [&](AnswerKind kind, const sched::PartMove& m) {
+    const RemoteRequest rr = remote(m.request);
+    const auto [start_in, length] = relative(m.slot);
+    const auto transfer = static_cast<std::uint64_t>(m.transfer);
+    granted_to_peer_[transfer] = rr.peer;
+    if (!send(rr.peer, SlotAnswer{kind, rr.their_id, transfer, m.part, m.part_count, m.offset, m.length, m.tag,
+                                  m.delay, start_in, length, sched::to_int(m.destination), sched::to_int(m.sender),
+                                  {}})) {
+      granted_to_peer_.erase(transfer);
+      scheduler_.complete(m.transfer, now, sched::Nanos{0}, sched::TransferResult::failed);
+    }
+    if (m.last_part()) remote_requests_.erase(static_cast<std::uint64_t>(m.request));
+  };
   std::visit(
-      Overloaded{
-          [&](const sched::Grant& g) {
-            const RemoteRequest rr = remote(g.request);
-            const auto [start_in, length] = relative(g.slot);
-            granted_to_peer_[static_cast<std::uint64_t>(g.transfer)] = rr.peer;
-            if (!send(rr.peer, SlotAnswer{AnswerKind::go, rr.their_id, static_cast<std::uint64_t>(g.transfer), g.part,
-                                          g.part_count, g.offset, g.length, g.seq, g.delay, start_in, length,
-                                          sched::to_int(g.receiver), sched::to_int(g.sender), {}})) {
-              granted_to_peer_.erase(static_cast<std::uint64_t>(g.transfer));
-              scheduler_.complete(g.transfer, now, sched::Nanos{0}, sched::TransferResult::failed);
-            }
-            if (g.part + 1 == g.part_count) remote_requests_.erase(static_cast<std::uint64_t>(g.request));
-          },
-          [&](const sched::Redirect& r) {
-            const RemoteRequest rr = remote(r.request);
-            const auto [start_in, length] = relative(r.slot);
-            granted_to_peer_[static_cast<std::uint64_t>(r.transfer)] = rr.peer;
-            if (!send(rr.peer, SlotAnswer{AnswerKind::redirect, rr.their_id, static_cast<std::uint64_t>(r.transfer),
-                                          r.part, r.part_count, r.offset, r.length, static_cast<std::uint64_t>(r.aggregate),
-                                          0, start_in, length, sched::to_int(r.aggregator), sched::to_int(r.sender), {}})) {
-              granted_to_peer_.erase(static_cast<std::uint64_t>(r.transfer));
-              scheduler_.complete(r.transfer, now, sched::Nanos{0}, sched::TransferResult::failed);
-            }
-            if (r.part + 1 == r.part_count) remote_requests_.erase(static_cast<std::uint64_t>(r.request));
-          },
+      detail::Overloaded{
+          [&](const sched::Grant& g) { move_part(AnswerKind::go, sched::part_move(g)); },
+          [&](const sched::Redirect& r) { move_part(AnswerKind::redirect, sched::part_move(r)); },
           [&](const sched::Drop& d) {
             const RemoteRequest rr = remote(d.request);
             send(rr.peer, drop_answer(rr.their_id, d.part, d.part_count, d.offset, d.length, d.delay));

@@ -23,8 +23,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sidecar/core/policy.hpp"
 #include "sidecar/core/scheduler.hpp"
-#include "sidecar/daemon/policy.hpp"
 #include "sidecar/peer/messages.hpp"
 #include "sidecar/peer/peer_transport.hpp"
 
@@ -40,7 +40,7 @@ struct DistributedStats {
   std::uint64_t peers_lost = 0;
 };
 
-class DistributedPolicy final : public sidecar::Policy {
+class DistributedPolicy final : public sched::Policy {
  public:
   using Log = std::function<void(const std::string&)>;
   // Sees every decision: origin "here" (this sidecar's scheduler decided it, for a local or a

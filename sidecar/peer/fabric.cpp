@@ -55,7 +55,7 @@ Fabric::Fabric(const FabricOptions& options, std::function<void(const std::strin
 
 Fabric::~Fabric() = default;
 
-std::unique_ptr<sidecar::Policy> Fabric::make_policy(sched::SchedulerConfig config) {
+std::unique_ptr<sched::Policy> Fabric::make_policy(sched::SchedulerConfig config) {
   if (options_.link_rate_gbps > 0) config.bandwidth.default_bytes_per_sec = options_.link_rate_gbps * 1e9 / 8;
   auto policy = std::make_unique<DistributedPolicy>(config, options_.endpoints, *links_->transport, log_);
   if (schedule_log_) {

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "sidecar/core/config.hpp"
-#include "sidecar/daemon/policy.hpp"
-#include "sidecar/daemon/schedule_log.hpp"
+#include "sidecar/core/policy.hpp"
 #include "sidecar/peer/peer_transport.hpp"
+#include "sidecar/peer/schedule_log.hpp"
 
 namespace gradlane::peer {
 
@@ -38,7 +38,7 @@ class Fabric {
   ~Fabric();
 
   // The policy for the daemon. The Fabric must outlive it (the policy uses its links).
-  std::unique_ptr<sidecar::Policy> make_policy(sched::SchedulerConfig config);
+  std::unique_ptr<sched::Policy> make_policy(sched::SchedulerConfig config);
 
  private:
   struct Links;

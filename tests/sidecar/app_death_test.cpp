@@ -61,13 +61,13 @@ TEST(SidecarAppDeath, GrantedButUncompletedTransfersAreFailedBack) {
   const std::string name = unique_shm_name();
   sched::SchedulerConfig sc;
   sc.replica_bound = std::nullopt;
-  DaemonDriver driver(test_config(name), std::make_unique<SchedulerPolicy>(sc));
+  DaemonDriver driver(test_config(name), std::make_unique<sched::SchedulerPolicy>(sc));
   Client survivor = Client::attach(test_attach(name, 2));
 
   Child child("app-granted", {"--shm=" + name});
   ASSERT_TRUE(child.ready(5s)) << "the child was not granted its transfer";
   auto hold = driver.hold();
-  auto& scheduler = dynamic_cast<SchedulerPolicy&>(driver.daemon().policy()).scheduler();
+  auto& scheduler = dynamic_cast<sched::SchedulerPolicy&>(driver.daemon().policy()).scheduler();
   EXPECT_GT(scheduler.in_flight(sched::EndpointId{3}), 0U);
   child.kill_now();
   driver.step_far_ahead();

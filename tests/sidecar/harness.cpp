@@ -46,9 +46,9 @@ Update small_update(std::uint32_t tensor) {
                 .gradient_norm = 1.0F, .priority = 0};
 }
 
-DaemonDriver::DaemonDriver(DaemonConfig config, std::unique_ptr<Policy> policy)
+DaemonDriver::DaemonDriver(DaemonConfig config, std::unique_ptr<sched::Policy> policy)
     : daemon_(std::make_unique<Daemon>(std::move(config),
-                                       policy ? std::move(policy) : std::make_unique<PassThroughPolicy>())) {
+                                       policy ? std::move(policy) : std::make_unique<sched::PassThroughPolicy>())) {
   thread_ = std::thread([this] {
     while (!quit_.load()) {
       std::size_t work = 0;
@@ -197,7 +197,7 @@ int run_child(int argc, char** argv) {
       // A whole gradlaned in a process of its own, so a test can SIGKILL it.
       ShutdownSignals signals;
       DaemonConfig config = test_config(shm);
-      Daemon daemon(config, std::make_unique<PassThroughPolicy>());
+      Daemon daemon(config, std::make_unique<sched::PassThroughPolicy>());
       tell_ready();
       daemon.run([&] { return signals.received().has_value(); });
       return 0;

@@ -29,7 +29,7 @@ Update small_update(std::uint32_t tensor = 1);
 // and lets the test call step() itself (deterministic interleavings); release by destroying it.
 class DaemonDriver {
  public:
-  explicit DaemonDriver(DaemonConfig config, std::unique_ptr<Policy> policy = nullptr);
+  explicit DaemonDriver(DaemonConfig config, std::unique_ptr<sched::Policy> policy = nullptr);
   ~DaemonDriver();
   DaemonDriver(const DaemonDriver&) = delete;
   DaemonDriver& operator=(const DaemonDriver&) = delete;

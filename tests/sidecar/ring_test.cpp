@@ -5,7 +5,7 @@
 #include <memory>
 #include <thread>
 
-#include "sidecar/daemon/ring.hpp"
+#include "sidecar/shm/ring.hpp"
 
 namespace gradlane::sidecar::shm {
 namespace {

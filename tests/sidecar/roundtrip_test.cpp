@@ -70,7 +70,7 @@ TEST(SidecarRoundTrip, SegmentIsOwnerOnlyAndHasOneDaemon) {
   ASSERT_EQ(::stat(("/dev/shm" + name).c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600U);
   try {
-    Daemon second(test_config(name), std::make_unique<PassThroughPolicy>());
+    Daemon second(test_config(name), std::make_unique<sched::PassThroughPolicy>());
     FAIL() << "a second daemon took over a live daemon's segment";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Errc::invalid_argument);
@@ -117,7 +117,7 @@ TEST(SidecarRoundTrip, SchedulerPolicyPartitionsGrantsAndTakesCompletions) {
   const std::string name = unique_shm_name();
   sched::SchedulerConfig sc;
   sc.replica_bound = std::nullopt;  // no replica acks in this test
-  DaemonDriver driver(test_config(name), std::make_unique<SchedulerPolicy>(sc));
+  DaemonDriver driver(test_config(name), std::make_unique<sched::SchedulerPolicy>(sc));
   AttachOptions o = test_attach(name);
   o.region_bytes = 16 << 20;
   Client client = Client::attach(o);
@@ -148,7 +148,7 @@ TEST(SidecarRoundTrip, SchedulerPolicyPartitionsGrantsAndTakesCompletions) {
   for (;;) {
     {
       auto hold = driver.hold();
-      auto& scheduler = dynamic_cast<SchedulerPolicy&>(driver.daemon().policy()).scheduler();
+      auto& scheduler = dynamic_cast<sched::SchedulerPolicy&>(driver.daemon().policy()).scheduler();
       if (scheduler.in_flight(sched::EndpointId{1}) == 0) break;
     }
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "completions never reached the scheduler";

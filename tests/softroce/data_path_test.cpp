@@ -57,6 +57,45 @@ TEST_F(PeerTest, WriteWithImmPayloadIsVisibleWhenTheDoorbellCompletes) {
   stop_peer();
 }
 
+TEST_F(PeerTest, WriteAndRingPlacesThePayloadBeforeItsZeroLengthDoorbell) {
+  // The library's push: payload WRITE chained with a zero-length WRITE_WITH_IMM in one post.
+  // The peer checks, at each doorbell, the immediate and that the whole slot holds its pattern.
+  constexpr std::size_t kSlot = 4096, kSlots = 8, kIterations = 2'000;
+  start_peer(kSlot * kSlots);
+  Buffer src = Buffer::allocate(kSlot * kSlots);
+  MemoryRegion mr = MemoryRegion::register_buffer(*device, src, Access::local);
+  send_text(*conn, "doorbells 2000 4096 8");
+  const std::uint64_t posted_before = conn->stats().posted;
+  for (std::size_t i = 0; i < kIterations; ++i) {
+    const std::size_t off = (i % kSlots) * kSlot;
+    fill_pattern({src.data() + off, kSlot}, i);
+    conn->write_and_ring(mr, off, peer_region, off, kSlot, static_cast<std::uint32_t>(i));
+    if ((i + 1) % kSlots == 0) {
+      ASSERT_EQ(text_of(conn->receive(60s)), "credit") << "at " << i;
+    }
+  }
+  EXPECT_EQ(text_of(conn->receive(60s)), "ok 2000");
+  // Two work requests per push, and the doorbell of each is signalled.
+  EXPECT_EQ(conn->stats().posted - posted_before, 2 * kIterations);
+  EXPECT_GE(conn->stats().signalled, kIterations);
+  stop_peer();
+}
+
+TEST_F(PeerTest, ZeroLengthWriteWithImmIsADoorbell) {
+  // A doorbell with no payload is what verbs allow and the push uses; the peer's check of slot
+  // 0 passes because the payload went first by a plain WRITE.
+  start_peer(4096);
+  Buffer src = Buffer::allocate(4096);
+  fill_pattern(src.bytes(), 0);
+  MemoryRegion mr = MemoryRegion::register_buffer(*device, src, Access::local);
+  send_text(*conn, "doorbells 1 4096 1");
+  conn->write(mr, 0, peer_region, 0, 4096);
+  conn->wait(conn->write_with_imm(mr, 0, peer_region, 4096, 0, /*imm=*/0), 60s);
+  EXPECT_EQ(text_of(conn->receive(60s)), "credit");
+  EXPECT_EQ(text_of(conn->receive(60s)), "ok 1");
+  stop_peer();
+}
+
 TEST_F(PeerTest, ReadReturnsThePeersBytes) {
   constexpr std::size_t kBytes = 1u << 20;
   start_peer(kBytes);

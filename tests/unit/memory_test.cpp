@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include "gradlane/memory.hpp"
 #include "gradlane/error.hpp"
+#include "gradlane/memory.hpp"
 
 namespace gradlane {
 namespace {

@@ -18,7 +18,7 @@
 #include "sidecar/core/scheduler.hpp"
 #include "sidecar/core/types.hpp"
 
-namespace gradlane::sidecar {
+namespace gradlane::sched {
 
 class Policy {
  public:
@@ -78,4 +78,4 @@ class PassThroughPolicy final : public Policy {
   std::uint64_t next_transfer_ = 1;
 };
 
-}  // namespace gradlane::sidecar
+}  // namespace gradlane::sched

@@ -1,4 +1,4 @@
-#include "sidecar/daemon/segment.hpp"
+#include "sidecar/shm/segment.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -12,8 +12,8 @@
 #include <thread>
 #include <utility>
 
+#include "common/syscall_error.hpp"
 #include "gradlane/error.hpp"
-#include "transport/syscall_error.hpp"
 
 namespace gradlane::sidecar::shm {
 namespace {

@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "sidecar/daemon/unique_fd.hpp"
+#include "common/unique_fd.hpp"
 
 namespace gradlane::sidecar {
 

@@ -1,10 +1,10 @@
-#include "sidecar/daemon/schedule_log.hpp"
+#include "sidecar/peer/schedule_log.hpp"
 
 #include <cerrno>
 #include <fmt/format.h>
 #include <variant>
 
-#include "transport/syscall_error.hpp"
+#include "common/syscall_error.hpp"
 
 namespace gradlane::sidecar {
 namespace {

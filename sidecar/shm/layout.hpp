@@ -32,7 +32,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "sidecar/daemon/ring.hpp"
+#include "sidecar/shm/ring.hpp"
 
 namespace gradlane::sidecar::shm {
 

@@ -1,4 +1,4 @@
-#include "sidecar/daemon/process.hpp"
+#include "sidecar/shm/process.hpp"
 
 #include <poll.h>
 #include <signal.h>

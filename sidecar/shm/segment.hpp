@@ -12,7 +12,7 @@
 #include <optional>
 #include <string>
 
-#include "sidecar/daemon/unique_fd.hpp"
+#include "common/unique_fd.hpp"
 
 namespace gradlane::sidecar::shm {
 

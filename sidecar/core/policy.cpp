@@ -1,6 +1,6 @@
-#include "sidecar/daemon/policy.hpp"
+#include "sidecar/core/policy.hpp"
 
-namespace gradlane::sidecar {
+namespace gradlane::sched {
 
 sched::SubmitStatus PassThroughPolicy::submit(const sched::Request& request, sched::Instant) {
   if (request.bytes == 0) return sched::SubmitStatus::empty_request;
@@ -34,4 +34,4 @@ bool PassThroughPolicy::complete(sched::TransferId, sched::Instant, sched::Nanos
   return true;
 }
 
-}  // namespace gradlane::sidecar
+}  // namespace gradlane::sched

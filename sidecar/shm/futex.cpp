@@ -1,4 +1,4 @@
-#include "sidecar/daemon/futex.hpp"
+#include "sidecar/shm/futex.hpp"
 
 #include <linux/futex.h>
 #include <sys/syscall.h>
