@@ -15,8 +15,8 @@
 namespace gradlane::ps {
 namespace {
 
-// 0, 1, SIMD-odd lengths, and around the 4096-float block of the blocked kernels.
-const std::size_t kLengths[] = {0, 1, 3, 7, 8, 17, 31, 1000, 4095, 4096, 4097, 3 * 4096 + 5, 100003};
+// 0, 1, SIMD-odd lengths, and around the 16384-float block of the blocked kernels.
+const std::size_t kLengths[] = {0, 1, 3, 7, 8, 17, 31, 1000, 16383, 16384, 16385, 3 * 16384 + 5, 100003};
 
 std::vector<float> random_floats(std::size_t n, std::mt19937& rng) {
   // Wide exponents and both signs, so rounding differences would show.
