@@ -6,5 +6,6 @@
 #include "gradlane/error.hpp"
 #include "gradlane/memory.hpp"
 #include "gradlane/options.hpp"
+#include "gradlane/ps.hpp"
 #include "gradlane/registration_cache.hpp"
 #include "gradlane/sidecar.hpp"

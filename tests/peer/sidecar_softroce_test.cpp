@@ -22,39 +22,13 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/external_process.hpp"
+#include "../common/hosts.hpp"
 
 namespace gradlane::testing {
 namespace {
 
 using namespace std::chrono_literals;
 using nlohmann::json;
-
-struct Host {
-  std::string device, address;
-};
-
-std::vector<Host> hosts_from_env() {
-  std::vector<Host> hosts;
-  const char* text = std::getenv("GRADLANE_HOSTS");
-  if (text == nullptr) throw std::runtime_error("GRADLANE_HOSTS unset: run under `ci/softroce.sh --hosts 3`");
-  std::istringstream in(text);
-  std::string pair;
-  while (in >> pair) {
-    const auto comma = pair.find(',');
-    hosts.push_back({pair.substr(0, comma), pair.substr(comma + 1)});
-  }
-  return hosts;
-}
-
-std::vector<json> read_lines(const std::string& path) {
-  std::vector<json> lines;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty()) lines.push_back(json::parse(line));
-  }
-  return lines;
-}
 
 void expect_clean_exit(ExternalProcess& p, const char* what, std::chrono::milliseconds timeout) {
   const auto status = p.wait_exit(timeout);

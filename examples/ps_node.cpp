@@ -1,0 +1,156 @@
+// One role of a parameter-server run over gradlane's ps API: a shard server, its replica, or a
+// worker that pulls, computes a (synthetic, deterministic) gradient and pushes it. The
+// softroce tests run these as separate processes on separate emulated hosts and check what
+// they write: the server's and the replica's final models, the order the server applied.
+//
+//   ps_node role=replica device=rxe1 port=7801 floats=4096 slots=8 workers=4 updates=50 out=DIR
+//   ps_node role=server  device=rxe0 port=7800 floats=4096 slots=8 workers=4 updates=50 out=DIR
+//           replica=ADDR:7801
+//   ps_node role=worker  device=rxe2 id=1 server=ADDR:7800 replica=ADDR:7801 floats=4096
+//           updates=50 gradient=pattern|uniform out=DIR [die_after=K]
+//
+// `updates` is per worker. gradient=uniform makes every float of an update the same value, so
+// every model version is uniform too: a pull that mixed two versions shows as unequal floats.
+#include <gradlane/gradlane.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "ps_synthetic.hpp"
+
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Args {
+  std::map<std::string, std::string> values;
+  const std::string& text(const std::string& key) const {
+    const auto it = values.find(key);
+    if (it == values.end()) throw std::runtime_error("missing argument " + key + "=...");
+    return it->second;
+  }
+  std::uint64_t number(const std::string& key) const { return std::stoull(text(key)); }
+  std::uint64_t number(const std::string& key, std::uint64_t fallback) const {
+    return values.contains(key) ? number(key) : fallback;
+  }
+  gradlane::ps::Endpoint endpoint(const std::string& key) const {
+    const std::string& t = text(key);
+    const auto colon = t.rfind(':');
+    return {t.substr(0, colon), static_cast<std::uint16_t>(std::stoul(t.substr(colon + 1)))};
+  }
+};
+
+using gradlane::examples::gradient_value;
+using gradlane::examples::initial_value;
+
+void write_model(const std::string& path, std::span<const float> model) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(model.data()), static_cast<std::streamsize>(model.size_bytes()));
+}
+
+int run_shard(const Args& a, gradlane::ps::Role role) {
+  const std::string out = a.text("out");
+  const std::string name = role == gradlane::ps::Role::server ? "server" : "replica";
+  gradlane::ps::ShardOptions options;
+  options.floats = a.number("floats");
+  options.slots = static_cast<std::uint32_t>(a.number("slots", 8));
+  options.learning_rate = gradlane::examples::kLearningRate;
+  options.hole_timeout = std::chrono::milliseconds(a.number("hole_timeout_ms", 3000));
+  const std::uint64_t workers = a.number("workers"), total = workers * a.number("updates");
+  std::vector<float> initial(options.floats);
+  for (std::size_t j = 0; j < initial.size(); ++j) initial[j] = initial_value(j);
+
+  gradlane::Device device = gradlane::Device::open({.name = a.text("device")});
+  gradlane::ps::ShardServer shard(device, role, static_cast<std::uint16_t>(a.number("port")), options, initial);
+  if (role == gradlane::ps::Role::server && a.values.contains("replica")) {
+    const auto replica = a.endpoint("replica");
+    shard.connect_replica(replica.address, replica.port, 60s);
+  }
+  shard.accept_peers(workers, 120s);
+  // Until every update is decided, or every worker left (some may have died) with nothing owed.
+  const bool done = shard.run_until(total, 300s);
+  // The server stays until the replica has acknowledged everything, so it is never left
+  // waiting for a decision the server did not send.
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  const std::uint64_t decided = shard.stats().applied + shard.stats().skipped;
+  while (role == gradlane::ps::Role::server && a.values.contains("replica") &&
+         shard.stats().replica_acked < decided && std::chrono::steady_clock::now() < deadline) {
+    shard.progress();
+  }
+  write_model(out + "/" + name + ".model", shard.model());
+  std::ofstream log(out + "/" + name + ".jsonl");
+  for (const auto& u : shard.history()) {
+    log << "{\"seq\":" << u.sequence << ",\"worker\":" << u.worker << ",\"tag\":" << u.tag
+        << ",\"computed_on\":" << u.computed_on << ",\"skipped\":" << (u.skipped ? "true" : "false") << "}\n";
+  }
+  const auto& st = shard.stats();
+  std::printf("%s: version %llu, applied %llu, skipped %llu, refused doorbells %llu, peers lost %llu, left %llu, "
+              "replica acked %llu, mirrors fetched %llu\n",
+              name.c_str(), static_cast<unsigned long long>(shard.version()),
+              static_cast<unsigned long long>(st.applied), static_cast<unsigned long long>(st.skipped),
+              static_cast<unsigned long long>(st.refused_doorbells), static_cast<unsigned long long>(st.peers_lost),
+              static_cast<unsigned long long>(st.peers_left),
+              static_cast<unsigned long long>(st.replica_acked), static_cast<unsigned long long>(st.mirrors_fetched));
+  if (!done) std::fprintf(stderr, "%s: timed out\n", name.c_str());
+  return done ? 0 : 3;
+}
+
+int run_worker(const Args& a) {
+  gradlane::ps::WorkerOptions options;
+  options.id = static_cast<std::uint32_t>(a.number("id"));
+  options.server = a.endpoint("server");
+  if (a.values.contains("replica")) options.replica = a.endpoint("replica");
+  options.floats = a.number("floats");
+  const std::uint64_t updates = a.number("updates"), die_after = a.number("die_after", ~0ull);
+  const bool uniform = a.text("gradient") == "uniform";
+
+  gradlane::Device device = gradlane::Device::open({.name = a.text("device")});
+  gradlane::ps::Worker worker(device, options);
+  std::uint64_t torn = 0, retries = 0, last_version = 0;
+  for (std::uint64_t step = 0; step < updates; ++step) {
+    const gradlane::ps::PullResult pulled = worker.pull();
+    retries += pulled.attempts - 1;
+    if (pulled.version < last_version) throw std::runtime_error("the model version went backwards");
+    last_version = pulled.version;
+    if (uniform) {  // every consistent version is uniform; a torn read is not
+      const auto model = worker.model();
+      for (float x : model) torn += std::memcmp(&x, &model[0], sizeof x) != 0 ? 1 : 0;
+    }
+    auto gradient = worker.gradient();
+    for (std::size_t j = 0; j < gradient.size(); ++j) gradient[j] = gradient_value(options.id, step, j, uniform);
+    if (step == die_after) {
+      // Ask for a slot and die before writing: the server must skip the hole, not stall.
+      worker.start_push(pulled.version, step);
+      std::fflush(stdout);
+      std::_Exit(9);
+    }
+    worker.push(pulled.version, step);
+  }
+  std::ofstream(a.text("out") + "/worker" + a.text("id") + ".json")
+      << "{\"pushes\":" << updates << ",\"torn\":" << torn << ",\"pull_retries\":" << retries << "}\n";
+  return torn == 0 ? 0 : 4;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto eq = arg.find('=');
+    if (eq == std::string::npos) throw std::runtime_error("arguments are key=value, got " + arg);
+    a.values[arg.substr(0, eq)] = arg.substr(eq + 1);
+  }
+  const std::string& role = a.text("role");
+  if (role == "server") return run_shard(a, gradlane::ps::Role::server);
+  if (role == "replica") return run_shard(a, gradlane::ps::Role::replica);
+  if (role == "worker") return run_worker(a);
+  throw std::runtime_error("role must be server, replica or worker");
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "ps_node: %s\n", e.what());
+  return 1;
+}

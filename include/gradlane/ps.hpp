@@ -1,0 +1,178 @@
+// gradlane — the parameter-server data plane: a shard server that applies updates, a replica
+// that mirrors it, and the worker's push/pull.
+//
+// Roles (each a process, or a thread of one):
+//   ShardServer(Role::server)   holds a model shard in a registered region and a ring of update
+//                               slots; applies updates strictly in sequence order with an SGD
+//                               step; owns the shard's sequence in direct mode.
+//   ShardServer(Role::replica)  the same regions; applies the same sequence, as the server
+//                               decided it, never more than `slots` updates behind.
+//   Worker                      computes into its registered gradient buffer, push()es it,
+//                               pull()s the model into its registered model buffer.
+//
+// The push (direct mode, no sidecar; the plain asynchronous parameter server, FIFO):
+//   1. worker → server  SEND request {worker, tag, computed_on}
+//   2. server → worker  SEND grant {sequence}: the server hands out sequence numbers in request
+//                       order, only while slot `sequence % slots` is free at the server and at
+//                       the replica (the update that used it was applied and acknowledged).
+//   3. worker → replica WRITE gradient into slot, zero-length WRITE_WITH_IMM (imm = low 32
+//                       bits of the sequence) — the mirror, from the same registered buffer;
+//      worker → server  the same WRITE + doorbell. Two posts, no copy.
+//   4. server applies in sequence order (out-of-order arrivals wait in their slots), then
+//      tells the replica each sequence's fate: applied, or skipped (a hole: its worker died
+//      after the grant, or wrote nothing within hole_timeout). The replica applies exactly
+//      what the server applied, in the same order, with the same kernel: bitwise the same
+//      model at the same version. The replica acknowledges what it applied; the server never
+//      grants a sequence whose slot the replica has not freed.
+// The pull: three chained RDMA READs of the server's model region (header, floats, header);
+// the copy is accepted only if both headers show the same even version (a seqlock: the server
+// marks the header odd while it applies), else it is read again. No server CPU on the path.
+//
+// Errors: a peer that dies is dropped (its granted sequences become holes, skipped in order);
+// a malformed control message costs the peer that sent it its connection, never the server.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gradlane/connection.hpp"
+#include "gradlane/device.hpp"
+#include "gradlane/options.hpp"
+
+namespace gradlane::ps {
+
+enum class Role : std::uint8_t { server = 1, replica = 2 };
+
+struct ShardOptions {
+  std::size_t floats = 0;      // shard size (float32 parameters)
+  std::uint32_t slots = 8;     // update slots in the ring: also how far the replica may lag
+  float learning_rate = 0.01F;
+  float momentum = 0.0F;       // 0: plain SGD
+  // A granted sequence whose write has not arrived by then is skipped (server only).
+  std::chrono::milliseconds hole_timeout{3000};
+  TransportOptions transport{};
+};
+
+struct ServerStats {
+  std::uint64_t granted = 0;          // sequence numbers handed out (server)
+  std::uint64_t applied = 0;          // updates applied to the shard
+  std::uint64_t skipped = 0;          // holes skipped in order
+  std::uint64_t refused_doorbells = 0;  // doorbells for a sequence not granted to that peer, or done
+  std::uint64_t peers_lost = 0;       // connections that failed with work outstanding, or sent
+                                      // a malformed message
+  std::uint64_t peers_left = 0;       // workers that disconnected with nothing outstanding
+  std::uint64_t replica_acked = 0;    // server: the replica applied every sequence up to this
+  std::uint64_t mirrors_fetched = 0;  // replica: updates re-read from the server's slot because
+                                      // the worker's mirror write never came
+};
+
+// What the server decided for one sequence number, in the order it applied them.
+struct AppliedUpdate {
+  std::uint64_t sequence = 0;
+  std::uint32_t worker = 0;   // 0 for a hole
+  std::uint64_t tag = 0;      // the worker's tag (e.g. its step)
+  std::uint64_t computed_on = 0;  // model version the gradient was computed on
+  bool skipped = false;
+};
+
+class ShardServer {
+ public:
+  // Registers the shard (initialised from `initial`, which must hold options.floats values)
+  // and the slot ring on `device`, and listens on `port` (0 = any free port; see port()).
+  ShardServer(const Device& device, Role role, std::uint16_t port, const ShardOptions& options,
+              std::span<const float> initial);
+  ShardServer(ShardServer&&) noexcept;
+  ShardServer& operator=(ShardServer&&) noexcept;
+  ~ShardServer();
+
+  std::uint16_t port() const;
+  // Server only: connects to the replica's ShardServer (which must be listening) and becomes
+  // its primary. Call before accept_workers().
+  void connect_replica(const std::string& address, std::uint16_t port, Millis timeout);
+  // Accepts `workers` worker connections (a replica also accepts its primary's), each within
+  // `timeout`. Throws Error(timeout) if one does not come.
+  void accept_peers(std::size_t workers, Millis timeout);
+
+  // Does what is due, without blocking: answers requests, takes doorbells, applies arrived
+  // updates in order, acknowledges, skips holes. Returns how many things it did (0 = idle).
+  std::size_t progress();
+  // progress() until `applied + skipped` reaches `sequence`, or finished(), or `timeout`
+  // passes; false on timeout.
+  bool run_until(std::uint64_t sequence, Millis timeout);
+  // Nothing more can arrive: a server has no live worker and every granted sequence is
+  // decided; a replica has lost its primary and applied every decision it was sent.
+  bool finished() const;
+
+  std::uint64_t version() const;                  // updates applied (the shard's model version)
+  std::span<const float> model() const;           // the shard (read it only between progress())
+  const ServerStats& stats() const;
+  const std::vector<AppliedUpdate>& history() const;  // what was applied or skipped, in order
+  std::size_t live_workers() const;
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+struct Endpoint {
+  std::string address;
+  std::uint16_t port = 0;
+};
+
+struct WorkerOptions {
+  std::uint32_t id = 1;                // unique among the shard's workers, > 0
+  Endpoint server;
+  std::optional<Endpoint> replica;     // where every update is mirrored
+  std::size_t floats = 0;              // the shard's size
+  Millis timeout{30000};               // bound on each wait (grant, completion, connect)
+  TransportOptions transport{};
+};
+
+struct PushResult {
+  std::uint64_t sequence = 0;              // what the server will apply it as
+  std::chrono::nanoseconds wire_time{0};   // first post to last completion
+};
+
+struct PullResult {
+  std::uint64_t version = 0;   // updates applied to the model that was read
+  std::uint32_t attempts = 1;  // READ rounds until a consistent snapshot
+};
+
+class Worker {
+ public:
+  // Connects to the server (and the replica) and learns their regions.
+  Worker(const Device& device, const WorkerOptions& options);
+  Worker(Worker&&) noexcept;
+  Worker& operator=(Worker&&) noexcept;
+  ~Worker();
+
+  // Registered buffers, allocated by the worker: compute the gradient in place, read the
+  // model that pull() brought. Nothing is copied between them and the wire.
+  std::span<float> gradient();
+  std::span<const float> model() const;
+
+  // Non-blocking push: sends the request; the gradient buffer must stay untouched until
+  // wait_push() returns. One push in flight per worker.
+  void start_push(std::uint64_t computed_on, std::uint64_t tag = 0);
+  // Waits for the grant, writes (replica first, then server), waits for both completions.
+  PushResult wait_push();
+  PushResult push(std::uint64_t computed_on, std::uint64_t tag = 0) {
+    start_push(computed_on, tag);
+    return wait_push();
+  }
+  // Reads a consistent snapshot of the server's shard into model().
+  PullResult pull();
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace gradlane::ps

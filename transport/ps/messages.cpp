@@ -1,0 +1,109 @@
+#include "transport/ps/messages.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "common/overloaded.hpp"
+#include "gradlane/error.hpp"
+
+namespace gradlane::ps {
+namespace {
+
+// Wire: byte 0 = kind (the variant index + 1), then the fields, little-endian, packed.
+enum class Kind : std::uint8_t { hello = 1, request, grant, decided, ack };
+constexpr std::size_t kSize[] = {0, 1 + 1 + 4, 1 + 4 + 8 + 8, 1 + 8 + 8, 1 + 8 + 4, 1 + 8};
+
+class Writer {
+ public:
+  explicit Writer(Kind kind) : bytes_(kSize[static_cast<std::size_t>(kind)]) { put(static_cast<std::uint8_t>(kind)); }
+  template <class T>
+  Writer& put(T value) {
+    static_assert(std::is_integral_v<T> || std::is_enum_v<T>);
+    for (std::size_t i = 0; i < sizeof(T); ++i) {
+      bytes_[at_++] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xff);
+    }
+    return *this;
+  }
+  std::vector<std::byte> done() { return std::move(bytes_); }
+
+ private:
+  std::vector<std::byte> bytes_;
+  std::size_t at_ = 0;
+};
+
+class Reader {
+ public:
+  explicit Reader(std::span<const std::byte> bytes) : bytes_(bytes) {}
+  template <class T>
+  T get() {
+    std::uint64_t value = 0;
+    for (std::size_t i = 0; i < sizeof(T); ++i) value |= std::to_integer<std::uint64_t>(bytes_[at_++]) << (8 * i);
+    return static_cast<T>(value);
+  }
+
+ private:
+  std::span<const std::byte> bytes_;
+  std::size_t at_ = 1;  // past the kind
+};
+
+}  // namespace
+
+std::vector<std::byte> encode(const Message& message) {
+  return std::visit(
+      detail::Overloaded{
+          [](const Hello& m) { return Writer(Kind::hello).put(m.kind).put(m.worker).done(); },
+          [](const Request& m) { return Writer(Kind::request).put(m.worker).put(m.tag).put(m.computed_on).done(); },
+          [](const Grant& m) { return Writer(Kind::grant).put(m.sequence).put(m.tag).done(); },
+          [](const Decided& m) { return Writer(Kind::decided).put(m.sequence).put(m.worker).done(); },
+          [](const Ack& m) { return Writer(Kind::ack).put(m.through).done(); },
+      },
+      message);
+}
+
+Message decode(std::span<const std::byte> bytes) {
+  if (bytes.empty()) throw Error(Errc::protocol, "empty parameter-server message");
+  const auto kind = std::to_integer<std::uint8_t>(bytes[0]);
+  if (kind < 1 || kind > static_cast<std::uint8_t>(Kind::ack)) {
+    throw Error(Errc::protocol, fmt::format("unknown parameter-server message kind {}", kind));
+  }
+  if (bytes.size() != kSize[kind]) {
+    throw Error(Errc::protocol,
+                fmt::format("parameter-server message of kind {} has {} bytes, expected {}", kind, bytes.size(), kSize[kind]));
+  }
+  Reader in(bytes);
+  switch (static_cast<Kind>(kind)) {
+    case Kind::hello: {
+      Hello m{in.get<PeerKind>(), in.get<std::uint32_t>()};
+      if (m.kind != PeerKind::worker && m.kind != PeerKind::primary) {
+        throw Error(Errc::protocol, fmt::format("hello from an unknown kind of peer ({})", static_cast<int>(m.kind)));
+      }
+      if (m.kind == PeerKind::worker && m.worker == 0) throw Error(Errc::protocol, "hello from worker id 0 (ids start at 1)");
+      return m;
+    }
+    case Kind::request: {
+      Request m;
+      m.worker = in.get<std::uint32_t>();
+      m.tag = in.get<std::uint64_t>();
+      m.computed_on = in.get<std::uint64_t>();
+      return m;
+    }
+    case Kind::grant: {
+      Grant m;
+      m.sequence = in.get<std::uint64_t>();
+      m.tag = in.get<std::uint64_t>();
+      return m;
+    }
+    case Kind::decided: {
+      Decided m;
+      m.sequence = in.get<std::uint64_t>();
+      m.worker = in.get<std::uint32_t>();
+      return m;
+    }
+    case Kind::ack:
+      return Ack{in.get<std::uint64_t>()};
+  }
+  throw Error(Errc::protocol, "unreachable message kind");
+}
+
+}  // namespace gradlane::ps

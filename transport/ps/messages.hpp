@@ -1,0 +1,51 @@
+// The parameter server's control messages (SEND/RECV over the shard's connections): fixed-size
+// little-endian records, one per message. Control traffic only — gradients never travel here.
+//
+//   Hello     peer → shard    who is on this connection: a worker (its id) or the primary
+//   Request   worker → server a slot for the worker's next update
+//   Grant     server → worker the sequence number the update will be applied as
+//   Decided   server → replica what the server did with a sequence: applied (with the
+//                             worker it came from) or skipped; in sequence order
+//   Ack       replica → server every sequence up to `through` is applied at the replica
+//
+// decode() checks the size and the kind and throws Error(protocol) naming what is wrong; a
+// peer's malformed message costs that peer its connection, never the process.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <variant>
+#include <vector>
+
+namespace gradlane::ps {
+
+enum class PeerKind : std::uint8_t { worker = 1, primary = 2 };
+
+struct Hello {
+  PeerKind kind = PeerKind::worker;
+  std::uint32_t worker = 0;
+};
+struct Request {
+  std::uint32_t worker = 0;
+  std::uint64_t tag = 0;
+  std::uint64_t computed_on = 0;
+};
+struct Grant {
+  std::uint64_t sequence = 0;
+  std::uint64_t tag = 0;
+};
+struct Decided {
+  std::uint64_t sequence = 0;
+  std::uint32_t worker = 0;  // 0 = skipped
+};
+struct Ack {
+  std::uint64_t through = 0;
+};
+
+using Message = std::variant<Hello, Request, Grant, Decided, Ack>;
+
+std::vector<std::byte> encode(const Message& message);
+Message decode(std::span<const std::byte> bytes);
+
+}  // namespace gradlane::ps

@@ -1,0 +1,93 @@
+// Consistent pulls of a model shard that the server may be updating: a seqlock a worker can
+// check through one-sided RDMA READs, with no server CPU on the pull path.
+//
+// A shard region starts with a 64-byte ShardHeader, followed by the payload (the floats).
+//   server  begin_apply(): version = version + 1 (odd: an apply is in progress), then a release
+//           fence so no payload store can become visible before the odd version;
+//           … apply the update to the payload, count it in model_version …
+//           end_apply():   version = version + 1 (even: stable), a release store, so the payload
+//           and model_version are visible before the even version is.
+//   worker  posts three chained READs on one RC QP: header → v1, payload, header → v2. The
+//           responder executes the READs of one QP in order, so the payload copy was taken
+//           between the two header reads. consistent_snapshot(v1, v2) accepts it only if no
+//           apply started or was in progress in between: v1 == v2 and v1 even. Otherwise it
+//           reads again (an apply of a 4 MiB shard takes about a millisecond).
+//
+// Version and applied updates: the shard is published with version = 2 × model_version, and
+// every apply adds 2, so in an accepted snapshot model_version == v1 / 2 — the number of
+// updates applied to this shard (the worker's staleness input). An odd version means model
+// version v / 2 is being turned into v / 2 + 1.
+//
+// In-process (tests, a co-located reader) the payload and model_version are read while the
+// server may be writing them; they must then be accessed through std::atomic_ref with relaxed
+// order, which compiles to plain loads and stores and keeps the program free of data races.
+// ShardWriter itself writes model_version that way.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace gradlane::ps {
+
+struct alignas(64) ShardHeader {
+  // Even: stable; odd: an apply is in progress. What the worker's first and last READs fetch.
+  std::atomic<std::uint64_t> version{0};
+  // Updates applied to this shard. Written only inside begin_apply()/end_apply().
+  std::uint64_t model_version = 0;
+};
+static_assert(sizeof(ShardHeader) == 64, "one cache line, read as one 64-byte RDMA READ");
+static_assert(std::is_standard_layout_v<ShardHeader>, "its bytes are read over the wire");
+static_assert(offsetof(ShardHeader, version) == 0 && offsetof(ShardHeader, model_version) == 8);
+// The READ sees the word's bytes, so it must be a plain 8-byte word, not a lock.
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free &&
+              sizeof(std::atomic<std::uint64_t>) == sizeof(std::uint64_t));
+
+// Accept a payload read between header reads that returned v1 and v2.
+constexpr bool consistent_snapshot(std::uint64_t v1, std::uint64_t v2) noexcept {
+  return v1 == v2 && v1 % 2 == 0;
+}
+
+// The server side; the one writer of a shard's header. Not thread-safe (one applier per shard).
+class ShardWriter {
+ public:
+  // Publishes `model_version` as stable. Call before any worker may read the shard.
+  explicit ShardWriter(ShardHeader& header, std::uint64_t model_version = 0) noexcept;
+
+  // Throws Error(invalid_argument) if an apply is already in progress (or was abandoned).
+  void begin_apply();
+  // Counts one more applied update and publishes the payload as stable. Throws
+  // Error(invalid_argument) if no apply is in progress.
+  void end_apply();
+  // After an apply that did not finish (the shard stays odd, so no reader accepts it) and the
+  // payload was restored, e.g. from the replica: publishes it as stable at `model_version`.
+  void restore(std::uint64_t model_version) noexcept;
+
+  bool applying() const noexcept { return applying_; }
+  std::uint64_t model_version() const noexcept { return model_version_; }
+
+ private:
+  void publish(std::uint64_t model_version) noexcept;
+
+  ShardHeader& header_;
+  std::uint64_t model_version_ = 0;  // the writer's own copy: it never reads the shared header
+  bool applying_ = false;
+};
+
+// Scope of one apply. If the scope is left by an exception the payload may be half-written,
+// so the shard stays marked in progress (readers keep retrying, never accept it) until
+// ShardWriter::restore(); a normal exit ends the apply.
+class ApplyGuard {
+ public:
+  explicit ApplyGuard(ShardWriter& writer);
+  ~ApplyGuard();
+  ApplyGuard(const ApplyGuard&) = delete;
+  ApplyGuard& operator=(const ApplyGuard&) = delete;
+
+ private:
+  ShardWriter& writer_;
+  int exceptions_at_entry_;
+};
+
+}  // namespace gradlane::ps

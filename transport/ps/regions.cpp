@@ -1,0 +1,33 @@
+#include "transport/ps/regions.hpp"
+
+#include <chrono>
+#include <memory>
+#include <thread>
+
+namespace gradlane::ps {
+
+ShardRegion::ShardRegion(const Device& device, std::size_t floats)
+    : buffer_(Buffer::allocate(kHeaderBytes + floats * sizeof(float))),
+      header_(std::construct_at(reinterpret_cast<ShardHeader*>(buffer_.data()))),
+      count_(floats),
+      region_(MemoryRegion::register_buffer(device, buffer_, Access::remote_read)) {}
+
+SlotRing::SlotRing(const Device& device, std::size_t floats, std::uint32_t slots)
+    : buffer_(Buffer::allocate(floats * sizeof(float) * slots)),
+      floats_(floats),
+      region_(MemoryRegion::register_buffer(device, buffer_, Access::remote_write | Access::remote_read)) {}
+
+Connection connect_with_retry(const Device& device, const std::string& address, std::uint16_t port,
+                              const TransportOptions& options, Millis timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    try {
+      return connect(device, address, port, options);
+    } catch (const Error& e) {
+      if (e.code() != Errc::connection_rejected || std::chrono::steady_clock::now() > deadline) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+}
+
+}  // namespace gradlane::ps

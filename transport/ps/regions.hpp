@@ -1,0 +1,58 @@
+// The registered regions of a shard, as the server, the replica and the worker lay them out.
+//
+//   shard region (id 2)  [ShardHeader: 64 bytes][floats × n]   REMOTE_READ: workers pull it
+//   slot ring (id 1)     [slot 0: n floats][slot 1] … [slot S-1]  REMOTE_WRITE: workers push
+//                        into it; REMOTE_READ too, so a replica can re-read an update whose
+//                        mirror write never came. Sequence s uses slot s % S.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "gradlane/connection.hpp"
+#include "gradlane/memory.hpp"
+#include "transport/ps/model_version.hpp"
+
+namespace gradlane::ps {
+
+inline constexpr std::uint32_t kSlotRegionId = 1;
+inline constexpr std::uint32_t kShardRegionId = 2;
+inline constexpr std::size_t kHeaderBytes = sizeof(ShardHeader);
+
+class ShardRegion {
+ public:
+  ShardRegion(const Device& device, std::size_t floats);
+  ShardHeader& header() const { return *header_; }
+  std::span<float> floats() const { return {reinterpret_cast<float*>(buffer_.data() + kHeaderBytes), count_}; }
+  const MemoryRegion& region() const { return region_; }
+
+ private:
+  Buffer buffer_;
+  ShardHeader* header_;  // constructed in buffer_, which owns the bytes
+  std::size_t count_;
+  MemoryRegion region_;
+};
+
+class SlotRing {
+ public:
+  SlotRing(const Device& device, std::size_t floats, std::uint32_t slots);
+  std::size_t slot_bytes() const { return floats_ * sizeof(float); }
+  std::span<const float> slot(std::uint32_t index) const {
+    return {reinterpret_cast<const float*>(buffer_.data() + index * slot_bytes()), floats_};
+  }
+  const MemoryRegion& region() const { return region_; }
+
+ private:
+  Buffer buffer_;
+  std::size_t floats_;
+  MemoryRegion region_;
+};
+
+// connect(), retried while the peer's listener is not up yet (connection_rejected), within
+// `timeout`.
+Connection connect_with_retry(const Device& device, const std::string& address, std::uint16_t port,
+                              const TransportOptions& options, Millis timeout);
+
+}  // namespace gradlane::ps

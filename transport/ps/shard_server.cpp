@@ -1,0 +1,411 @@
+// ShardServer: the server and the replica of one model shard (protocol: include/gradlane/ps.hpp).
+//
+// Both keep the same two registered regions — the shard (ShardHeader + floats, read by pulls)
+// and the ring of update slots (written by pushes) — and the same ApplyOrder. They differ in
+// who decides: the server owns the sequence (grants it, applies arrivals in order, skips
+// holes) and tells the replica each sequence's fate; the replica applies exactly that.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <memory>
+
+#include "gradlane/ps.hpp"
+#include "transport/ps/apply_order.hpp"
+#include "transport/ps/kernels.hpp"
+#include "transport/ps/messages.hpp"
+#include "transport/ps/model_version.hpp"
+#include "transport/ps/regions.hpp"
+
+namespace gradlane::ps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Peer {
+  Connection conn;
+  PeerKind kind = PeerKind::worker;
+  std::uint32_t worker = 0;
+  bool alive = true;
+  // Server: sequences granted to this worker whose doorbell has not come yet.
+  std::map<std::uint64_t, Clock::time_point> outstanding;
+};
+
+struct Waiting {
+  std::size_t peer = 0;
+  Request request;
+};
+
+struct GrantInfo {
+  std::uint32_t worker = 0;
+  std::uint64_t tag = 0;
+  std::uint64_t computed_on = 0;
+};
+
+}  // namespace
+
+struct ShardServer::State {
+  State(const Device& dev, Role r, std::uint16_t port, const ShardOptions& o)
+      : role(r),
+        options(o),
+        device(dev),
+        shard(dev, o.floats),
+        slots(dev, o.floats, o.slots),
+        writer(shard.header()),
+        order(o.slots, 1),
+        listener(dev, port, o.transport) {}
+
+  Role role;
+  ShardOptions options;
+  Device device;
+  ShardRegion shard;
+  SlotRing slots;
+  std::vector<float> velocity;  // momentum state, when momentum > 0
+  ShardWriter writer;
+  ApplyOrder order;
+  Listener listener;
+  std::vector<Peer> peers;
+  ServerStats stats;
+  std::vector<AppliedUpdate> history;
+
+  // ---- server: the sequence owner ----
+  std::optional<Connection> replica;
+  std::deque<Waiting> waiting;
+  std::uint64_t next_grant = 1;
+  std::map<std::uint64_t, GrantInfo> granted;  // granted, not yet applied or skipped
+
+  // ---- replica ----
+  std::optional<std::size_t> primary;        // index in peers
+  RegionDescriptor primary_slots;            // the server's ring: where a lost mirror is re-read
+  std::map<std::uint64_t, std::uint32_t> decisions;  // sequence -> worker (0 = skip), from the server
+  std::map<std::uint64_t, bool> arrived;     // doorbells seen, sequence -> true
+  std::optional<Clock::time_point> head_waiting_since;  // head decided "apply", data not here
+  std::uint64_t acked = 0;
+
+  void lose(Peer& peer, const Error& why);
+  std::size_t take_input();
+  std::size_t take_from(std::size_t index);
+  std::size_t grant();
+  std::size_t decide_head();  // replica
+  std::size_t apply();
+  std::size_t expire_holes();
+  void apply_update(std::uint32_t slot);
+};
+
+void ShardServer::State::lose(Peer& peer, const Error& why) {
+  if (!peer.alive) return;
+  peer.alive = false;
+  // A worker that disconnects owing nothing has simply finished.
+  const bool owes = !peer.outstanding.empty() ||
+                    std::any_of(waiting.begin(), waiting.end(), [&](const Waiting& w) { return &peers[w.peer] == &peer; });
+  if (why.code() == Errc::peer_gone && peer.kind == PeerKind::worker && !owes) {
+    ++stats.peers_left;
+    return;
+  }
+  ++stats.peers_lost;
+  std::fprintf(stderr, "gradlane ps %s: lost %s %u: %s\n", role == Role::server ? "server" : "replica",
+               peer.kind == PeerKind::worker ? "worker" : "primary", peer.worker, why.what());
+  // Its granted sequences will never be written: holes, skipped in order.
+  for (const auto& [sequence, since] : peer.outstanding) {
+    (void)since;
+    order.cancelled(sequence);
+  }
+  peer.outstanding.clear();
+}
+
+std::size_t ShardServer::State::take_from(std::size_t index) {
+  Peer& peer = peers[index];
+  std::size_t work = 0;
+  while (auto bytes = peer.conn.try_receive()) {
+    ++work;
+    const Message message = decode(*bytes);
+    if (const auto* request = std::get_if<Request>(&message); request && role == Role::server) {
+      if (peer.kind != PeerKind::worker || request->worker != peer.worker) {
+        throw Error(Errc::protocol, fmt::format("request names worker {} on the connection of worker {}",
+                                                request->worker, peer.worker));
+      }
+      waiting.push_back({index, *request});
+    } else if (const auto* decided = std::get_if<Decided>(&message); decided && role == Role::replica &&
+                                                                       peer.kind == PeerKind::primary) {
+      decisions[decided->sequence] = decided->worker;
+    } else if (const auto* ack = std::get_if<Ack>(&message); ack && role == Role::server && peer.kind == PeerKind::primary) {
+      stats.replica_acked = std::max(stats.replica_acked, ack->through);
+    } else {
+      throw Error(Errc::protocol, fmt::format("unexpected message (kind {}) at a {}", message.index() + 1,
+                                              role == Role::server ? "server" : "replica"));
+    }
+  }
+  while (auto bell = peer.conn.try_doorbell()) {
+    ++work;
+    const std::uint64_t sequence = ApplyOrder::widen(bell->imm, order.next_sequence());
+    if (role == Role::replica) {
+      // The mirror: held until the server says what it did with this sequence.
+      if (sequence >= order.next_sequence() && sequence < order.next_sequence() + options.slots) {
+        arrived[sequence] = true;
+      } else {
+        ++stats.refused_doorbells;
+      }
+      continue;
+    }
+    // Server: only the worker it was granted to may ring for a sequence, once.
+    if (peer.outstanding.erase(sequence) == 0 ||
+        order.arrived(sequence, static_cast<std::uint32_t>(sequence % options.slots)) != Admit::accepted) {
+      ++stats.refused_doorbells;
+    }
+  }
+  return work;
+}
+
+std::size_t ShardServer::State::take_input() {
+  std::size_t work = 0;
+  for (std::size_t i = 0; i < peers.size(); ++i) {
+    if (!peers[i].alive) continue;
+    try {
+      work += take_from(i);
+    } catch (const Error& e) {
+      lose(peers[i], e);
+      ++work;
+    }
+  }
+  if (replica) {
+    try {
+      while (auto bytes = replica->try_receive()) {
+        ++work;
+        const Message message = decode(*bytes);
+        const auto* ack = std::get_if<Ack>(&message);
+        if (ack == nullptr) throw Error(Errc::protocol, "the replica sent something other than an ack");
+        stats.replica_acked = std::max(stats.replica_acked, ack->through);
+      }
+    } catch (const Error& e) {
+      std::fprintf(stderr, "gradlane ps server: lost the replica: %s; serving without it\n", e.what());
+      ++stats.peers_lost;
+      replica.reset();
+    }
+  }
+  return work;
+}
+
+std::size_t ShardServer::State::grant() {
+  std::size_t work = 0;
+  while (!waiting.empty()) {
+    const std::uint64_t sequence = next_grant;
+    // Slot `sequence % slots` is free once the update that last used it (sequence - slots) was
+    // applied here and, with a replica, acknowledged by it.
+    if (sequence >= order.next_sequence() + options.slots) break;
+    if (replica && sequence > stats.replica_acked + options.slots) break;
+    const Waiting w = waiting.front();
+    waiting.pop_front();
+    Peer& peer = peers[w.peer];
+    if (!peer.alive) continue;
+    try {
+      peer.conn.send(encode(Grant{sequence, w.request.tag}));
+    } catch (const Error& e) {
+      lose(peer, e);
+      continue;
+    }
+    peer.outstanding[sequence] = Clock::now();
+    granted[sequence] = {peer.worker, w.request.tag, w.request.computed_on};
+    ++next_grant;
+    ++stats.granted;
+    ++work;
+  }
+  return work;
+}
+
+std::size_t ShardServer::State::expire_holes() {
+  std::size_t work = 0;
+  bool any = false;
+  for (const Peer& p : peers) any = any || !p.outstanding.empty();
+  if (!any) return 0;
+  const auto now = Clock::now();
+  for (Peer& peer : peers) {
+    for (auto it = peer.outstanding.begin(); it != peer.outstanding.end();) {
+      if (now - it->second < options.hole_timeout) {
+        ++it;
+        continue;
+      }
+      std::fprintf(stderr, "gradlane ps server: worker %u granted sequence %llu and wrote nothing in %lld ms: skipped\n",
+                   peer.worker, static_cast<unsigned long long>(it->first),
+                   static_cast<long long>(options.hole_timeout.count()));
+      order.cancelled(it->first);
+      it = peer.outstanding.erase(it);
+      ++work;
+    }
+  }
+  return work;
+}
+
+// Replica: turns the server's decision for the next sequence into an arrival or a cancel.
+std::size_t ShardServer::State::decide_head() {
+  std::size_t work = 0;
+  for (;;) {
+    const std::uint64_t head = order.next_sequence();
+    if (order.next()) break;  // already decided, waiting to be applied
+    const auto decision = decisions.find(head);
+    if (decision == decisions.end()) break;
+    if (decision->second == 0) {
+      order.cancelled(head);
+    } else if (arrived.contains(head)) {
+      order.arrived(head, static_cast<std::uint32_t>(head % options.slots));
+    } else {
+      // The server applied it but our mirror has not come: give the worker's write the hole
+      // timeout, then read the update from the server's slot, which the server keeps until
+      // we acknowledge it.
+      const auto now = Clock::now();
+      if (!head_waiting_since) head_waiting_since = now;
+      if (now - *head_waiting_since < options.hole_timeout || !primary) break;
+      Connection& conn = peers[*primary].conn;
+      const std::uint64_t offset = (head % options.slots) * slots.slot_bytes();
+      conn.wait(conn.read(slots.region(), offset, primary_slots, offset, slots.slot_bytes()), options.hole_timeout);
+      order.arrived(head, static_cast<std::uint32_t>(head % options.slots));
+      ++stats.mirrors_fetched;
+    }
+    head_waiting_since.reset();
+    decisions.erase(decision);
+    arrived.erase(head);
+    ++work;
+  }
+  return work;
+}
+
+void ShardServer::State::apply_update(std::uint32_t slot) {
+  const std::span<const float> gradient = slots.slot(slot);
+  ApplyGuard guard(writer);
+  if (options.momentum > 0.0F) {
+    sgd_momentum_step(shard.floats(), velocity, gradient, options.learning_rate, options.momentum);
+  } else {
+    sgd_step(shard.floats(), gradient, options.learning_rate);
+  }
+}
+
+std::size_t ShardServer::State::apply() {
+  std::size_t work = 0;
+  while (const auto step = order.next()) {
+    const bool skip = step->kind == Step::Kind::skip;
+    if (!skip) apply_update(step->slot);
+    (void)order.done(*step);
+    AppliedUpdate record{step->sequence, 0, 0, 0, skip};
+    if (role == Role::server) {
+      const auto info = granted.extract(step->sequence);
+      if (!info.empty()) record = {step->sequence, info.mapped().worker, info.mapped().tag, info.mapped().computed_on, skip};
+      if (skip) record.worker = 0;
+      if (replica) {
+        try {
+          replica->send(encode(Decided{step->sequence, skip ? 0 : std::max<std::uint32_t>(record.worker, 1)}));
+        } catch (const Error& e) {
+          std::fprintf(stderr, "gradlane ps server: lost the replica: %s; serving without it\n", e.what());
+          ++stats.peers_lost;
+          replica.reset();
+        }
+      }
+    }
+    ++(skip ? stats.skipped : stats.applied);
+    history.push_back(record);
+    ++work;
+  }
+  if (role == Role::replica && primary && peers[*primary].alive && order.next_sequence() - 1 > acked) {
+    acked = order.next_sequence() - 1;
+    try {
+      peers[*primary].conn.send(encode(Ack{acked}));
+    } catch (const Error& e) {
+      lose(peers[*primary], e);
+    }
+  }
+  return work;
+}
+
+ShardServer::ShardServer(const Device& device, Role role, std::uint16_t port, const ShardOptions& options,
+                         std::span<const float> initial) {
+  if (options.floats == 0 || options.slots == 0) {
+    throw Error(Errc::invalid_argument, "ShardServer: the shard needs floats > 0 and slots > 0");
+  }
+  if (initial.size() != options.floats) {
+    throw Error(Errc::invalid_argument, fmt::format("ShardServer: initial model has {} floats, the shard {}",
+                                                    initial.size(), options.floats));
+  }
+  state_ = std::make_unique<State>(device, role, port, options);
+  std::copy(initial.begin(), initial.end(), state_->shard.floats().begin());
+  if (options.momentum > 0.0F) state_->velocity.assign(options.floats, 0.0F);
+}
+
+ShardServer::ShardServer(ShardServer&&) noexcept = default;
+ShardServer& ShardServer::operator=(ShardServer&&) noexcept = default;
+ShardServer::~ShardServer() = default;
+
+std::uint16_t ShardServer::port() const { return state_->listener.port(); }
+
+void ShardServer::connect_replica(const std::string& address, std::uint16_t port, Millis timeout) {
+  State& s = *state_;
+  if (s.role != Role::server) throw Error(Errc::invalid_argument, "connect_replica: only a server has a replica");
+  Connection conn = connect_with_retry(s.device, address, port, s.options.transport, timeout);
+  conn.advertise(kSlotRegionId, s.slots.region().descriptor());
+  conn.send(encode(Hello{PeerKind::primary, 0}));
+  s.replica.emplace(std::move(conn));
+}
+
+void ShardServer::accept_peers(std::size_t workers, Millis timeout) {
+  State& s = *state_;
+  const std::size_t expected = workers + (s.role == Role::replica ? 1 : 0);
+  for (std::size_t i = 0; i < expected; ++i) {
+    Connection conn = s.listener.accept(timeout);
+    conn.advertise(kSlotRegionId, s.slots.region().descriptor());
+    conn.advertise(kShardRegionId, s.shard.region().descriptor());
+    const Message hello = decode(conn.receive(timeout));
+    const auto* h = std::get_if<Hello>(&hello);
+    if (h == nullptr) throw Error(Errc::protocol, fmt::format("{}: the first message was not a hello", conn.describe()));
+    if (h->kind == PeerKind::primary) {
+      if (s.role != Role::replica || s.primary) throw Error(Errc::protocol, "a second primary, or a primary at a server");
+      s.primary_slots = conn.wait_region(kSlotRegionId, timeout);
+      s.primary = s.peers.size();
+    }
+    s.peers.push_back(Peer{std::move(conn), h->kind, h->worker, true, {}});
+  }
+}
+
+std::size_t ShardServer::progress() {
+  State& s = *state_;
+  std::size_t work = s.take_input();
+  if (s.role == Role::server) {
+    work += s.expire_holes();
+    work += s.apply();
+    work += s.grant();
+  } else {
+    work += s.decide_head();
+    work += s.apply();
+  }
+  return work;
+}
+
+bool ShardServer::run_until(std::uint64_t sequence, Millis timeout) {
+  const auto deadline = Clock::now() + timeout;
+  std::uint32_t idle = 0;
+  while (state_->stats.applied + state_->stats.skipped < sequence && !finished()) {
+    if (progress() != 0) continue;
+    // Read the clock only every so many idle rounds (a read costs ~1 µs under some VMs).
+    if (++idle % 64 == 0 && Clock::now() > deadline) return false;
+  }
+  return true;
+}
+
+bool ShardServer::finished() const {
+  const State& s = *state_;
+  if (s.role == Role::server) {
+    return live_workers() == 0 && s.waiting.empty() && s.stats.granted == s.stats.applied + s.stats.skipped;
+  }
+  return (!s.primary || !s.peers[*s.primary].alive) && s.decisions.empty() && !s.order.next();
+}
+
+std::uint64_t ShardServer::version() const { return state_->writer.model_version(); }
+std::span<const float> ShardServer::model() const { return state_->shard.floats(); }
+const ServerStats& ShardServer::stats() const { return state_->stats; }
+const std::vector<AppliedUpdate>& ShardServer::history() const { return state_->history; }
+std::size_t ShardServer::live_workers() const {
+  std::size_t n = 0;
+  for (const Peer& p : state_->peers) n += p.alive && p.kind == PeerKind::worker;
+  return n;
+}
+
+}  // namespace gradlane::ps

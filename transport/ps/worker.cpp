@@ -1,0 +1,151 @@
+// Worker: the push (request → grant → mirror + write, each a WRITE chained with a zero-length
+// doorbell) and the pull (three chained READs checked by the shard's seqlock). Protocol:
+// include/gradlane/ps.hpp.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "gradlane/ps.hpp"
+#include "transport/ps/messages.hpp"
+#include "transport/ps/regions.hpp"
+
+namespace gradlane::ps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A pull that keeps meeting an apply in progress: an apply takes microseconds to a few
+// milliseconds, so this many rounds means the server is stuck mid-apply, not busy.
+constexpr std::uint32_t kMaxPullAttempts = 10'000;
+
+// The version word at the start of a header copy (the READ wrote it; nothing else does).
+std::uint64_t version_in(const std::byte* header) {
+  std::uint64_t v = 0;
+  std::memcpy(&v, header, sizeof v);
+  return v;
+}
+
+}  // namespace
+
+struct Worker::State {
+  State(const Device& dev, const WorkerOptions& o)
+      : device(dev),
+        options(o),
+        bytes(o.floats * sizeof(float)),
+        gradient_buffer(Buffer::allocate(bytes)),
+        gradient_region(MemoryRegion::register_buffer(dev, gradient_buffer, Access::local)),
+        // [header copy 1][floats][header copy 2]: the three READs of a pull land side by side.
+        model_buffer(Buffer::allocate(kHeaderBytes + bytes + kHeaderBytes)),
+        model_region(MemoryRegion::register_buffer(dev, model_buffer, Access::local_write)),
+        server(connect_with_retry(dev, o.server.address, o.server.port, o.transport, o.timeout)) {}
+
+  Device device;
+  WorkerOptions options;
+  std::size_t bytes;
+  Buffer gradient_buffer;
+  MemoryRegion gradient_region;
+  Buffer model_buffer;
+  MemoryRegion model_region;
+  Connection server;
+  RegionDescriptor server_slots, server_shard;
+  std::optional<Connection> replica;
+  RegionDescriptor replica_slots;
+  std::uint32_t slots = 0;
+  bool push_in_flight = false;
+
+  // Learns a shard's regions on `conn` and says who we are.
+  std::pair<RegionDescriptor, RegionDescriptor> join(Connection& conn) {
+    const RegionDescriptor ring = conn.wait_region(kSlotRegionId, options.timeout);
+    const RegionDescriptor shard = conn.wait_region(kShardRegionId, options.timeout);
+    if (ring.length == 0 || ring.length % bytes != 0 || shard.length != kHeaderBytes + bytes) {
+      throw Error(Errc::protocol,
+                  fmt::format("{}: the shard's regions do not fit a shard of {} floats (ring {} bytes, shard {} "
+                              "bytes): are worker and server configured with the same model?",
+                              conn.describe(), options.floats, ring.length, shard.length));
+    }
+    conn.send(encode(Hello{PeerKind::worker, options.id}));
+    return {ring, shard};
+  }
+};
+
+Worker::Worker(const Device& device, const WorkerOptions& options) {
+  if (options.id == 0 || options.floats == 0) {
+    throw Error(Errc::invalid_argument, "ps::Worker: the id must be > 0 and the shard must have floats");
+  }
+  state_ = std::make_unique<State>(device, options);
+  State& s = *state_;
+  std::tie(s.server_slots, s.server_shard) = s.join(s.server);
+  s.slots = static_cast<std::uint32_t>(s.server_slots.length / s.bytes);
+  if (options.replica) {
+    s.replica.emplace(connect_with_retry(device, options.replica->address, options.replica->port, options.transport,
+                                         options.timeout));
+    s.replica_slots = s.join(*s.replica).first;
+    if (s.replica_slots.length != s.server_slots.length) {
+      throw Error(Errc::protocol, fmt::format("the replica has {} bytes of slots, the server {}: they must match",
+                                              s.replica_slots.length, s.server_slots.length));
+    }
+  }
+}
+
+Worker::Worker(Worker&&) noexcept = default;
+Worker& Worker::operator=(Worker&&) noexcept = default;
+Worker::~Worker() = default;
+
+std::span<float> Worker::gradient() {
+  return {reinterpret_cast<float*>(state_->gradient_buffer.data()), state_->options.floats};
+}
+
+std::span<const float> Worker::model() const {
+  return {reinterpret_cast<const float*>(state_->model_buffer.data() + kHeaderBytes), state_->options.floats};
+}
+
+void Worker::start_push(std::uint64_t computed_on, std::uint64_t tag) {
+  State& s = *state_;
+  if (s.push_in_flight) throw Error(Errc::invalid_argument, "start_push: the previous push is still in flight");
+  s.server.send(encode(Request{s.options.id, tag, computed_on}));
+  s.push_in_flight = true;
+}
+
+PushResult Worker::wait_push() {
+  State& s = *state_;
+  if (!s.push_in_flight) throw Error(Errc::invalid_argument, "wait_push: no push was started");
+  s.push_in_flight = false;
+  const Message answer = decode(s.server.receive(s.options.timeout));
+  const auto* grant = std::get_if<Grant>(&answer);
+  if (grant == nullptr || grant->sequence == 0) {
+    throw Error(Errc::protocol, fmt::format("{}: expected a grant, got message kind {}", s.server.describe(),
+                                            answer.index() + 1));
+  }
+  const std::uint64_t offset = (grant->sequence % s.slots) * s.bytes;
+  const auto imm = static_cast<std::uint32_t>(grant->sequence);  // low 32 bits: ApplyOrder::widen
+  const auto start = Clock::now();
+  // The mirror first: if this worker dies between the two, the server never sees the update
+  // and skips it, and so does the replica (it applies only what the server decided).
+  std::optional<OpId> mirrored;
+  if (s.replica) mirrored = s.replica->write_and_ring(s.gradient_region, 0, s.replica_slots, offset, s.bytes, imm);
+  const OpId written = s.server.write_and_ring(s.gradient_region, 0, s.server_slots, offset, s.bytes, imm);
+  if (mirrored) s.replica->wait(*mirrored, s.options.timeout);
+  s.server.wait(written, s.options.timeout);
+  return {grant->sequence, Clock::now() - start};
+}
+
+PullResult Worker::pull() {
+  State& s = *state_;
+  std::byte* first = s.model_buffer.data();
+  std::byte* last = first + kHeaderBytes + s.bytes;
+  for (std::uint32_t attempt = 1; attempt <= kMaxPullAttempts; ++attempt) {
+    // Header, payload, header on one QP: the responder executes them in order, so the payload
+    // was read between the two version reads. Only the last is waited for (RC completes in order).
+    s.server.read(s.model_region, 0, s.server_shard, 0, kHeaderBytes);
+    s.server.read(s.model_region, kHeaderBytes, s.server_shard, kHeaderBytes, s.bytes);
+    s.server.wait(s.server.read(s.model_region, kHeaderBytes + s.bytes, s.server_shard, 0, kHeaderBytes),
+                  s.options.timeout);
+    const std::uint64_t v1 = version_in(first), v2 = version_in(last);
+    if (consistent_snapshot(v1, v2)) return {v1 / 2, attempt};
+  }
+  throw Error(Errc::timeout, fmt::format("pull from {}: the shard was mid-apply in {} consecutive reads",
+                                         s.server.describe(), kMaxPullAttempts));
+}
+
+}  // namespace gradlane::ps
