@@ -73,6 +73,8 @@ enum class GrantKind : std::uint8_t {
   redirect = 3,   // write the part to `target` (an aggregator) instead; sequence = aggregate id
   aggregate = 4,  // this app aggregates: forward the sum of aggregate `request` to `target`
   error = 5,      // the request was refused (reason says why); nothing of it was scheduled
+  cancel = 6,     // to a server app: sequence `sequence` at `target` was granted but will never
+                  // be written (its sender failed or left); skip it in order. request = 0
 };
 
 enum class Reason : std::uint8_t {
@@ -144,6 +146,9 @@ class Client {
                 std::chrono::nanoseconds wait_for_space = std::chrono::nanoseconds{0});
   void complete_aggregate(std::uint64_t aggregate, std::chrono::nanoseconds wire_time,
                           bool failed = false);
+  // A server app (attached as its receiver's endpoint): every sequence <= `through` is applied
+  // at the server and at its replica, so their slots may be granted again (the window B).
+  void applied(std::uint64_t through);
 
   // The next answer, if one is waiting. Never waits for one; it blocks only to reattach after
   // gradlaned restarted (at most attach_timeout).

@@ -26,7 +26,8 @@ static_assert(static_cast<int>(GrantKind::go) == static_cast<int>(shm::GrantKind
               static_cast<int>(GrantKind::drop) == static_cast<int>(shm::GrantKind::drop) &&
               static_cast<int>(GrantKind::redirect) == static_cast<int>(shm::GrantKind::redirect) &&
               static_cast<int>(GrantKind::aggregate) == static_cast<int>(shm::GrantKind::aggregate) &&
-              static_cast<int>(GrantKind::error) == static_cast<int>(shm::GrantKind::error));
+              static_cast<int>(GrantKind::error) == static_cast<int>(shm::GrantKind::error) &&
+              static_cast<int>(GrantKind::cancel) == static_cast<int>(shm::GrantKind::cancel));
 
 // Empty polls between two liveness checks in poll(): a poll loop notices a dead daemon within
 // a few thousand polls without paying a system call on every one.
@@ -108,7 +109,7 @@ void push(Client::State& s, const shm::AppEntry& entry, std::chrono::nanoseconds
 }
 
 Grant to_grant(const shm::GrantEntry& e) {
-  if (e.format != shm::kEntryFormat || e.kind < shm::GrantKind::go || e.kind > shm::GrantKind::error) {
+  if (e.format != shm::kEntryFormat || e.kind < shm::GrantKind::go || e.kind > shm::GrantKind::cancel) {
     throw Error(Errc::protocol, fmt::format("gradlaned sent a grant this library cannot read (format {}, "
                                             "kind {}): run a gradlaned from the same release",
                                             e.format, static_cast<unsigned>(e.kind)));
@@ -144,6 +145,7 @@ void account(Client::State& s, const Grant& g) {
       if (g.target == static_cast<std::uint32_t>(shm::Op::submit)) s.owed.close(g.request);
       return;
     case GrantKind::aggregate:
+    case GrantKind::cancel:
       return;
   }
 }
@@ -272,6 +274,17 @@ void Client::complete_aggregate(std::uint64_t aggregate, std::chrono::nanosecond
   push(s, e, std::chrono::nanoseconds{0});
 }
 
+void Client::applied(std::uint64_t through) {
+  State& s = live(state_);
+  shm::AppEntry e{};
+  e.format = shm::kEntryFormat;
+  e.op = shm::Op::applied;
+  e.job = s.options.job;
+  e.body.applied = shm::AppEntry::Applied{
+      .receiver = s.options.endpoint, .reserved0 = 0, .through = through, .reserved = {}};
+  push(s, e, std::chrono::nanoseconds{0});
+}
+
 std::optional<Grant> Client::poll() {
   State& s = live(state_);
   ensure_attached(s);
@@ -349,6 +362,7 @@ std::string_view kind_name(GrantKind kind) noexcept {
     case GrantKind::redirect: return "redirect";
     case GrantKind::aggregate: return "aggregate";
     case GrantKind::error: return "error";
+    case GrantKind::cancel: return "cancel";
   }
   return "unknown";
 }

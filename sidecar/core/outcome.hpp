@@ -1,6 +1,7 @@
 // Outcomes: what schedule() decides. Every part of every accepted request gets exactly one of
 // Grant, Redirect or Drop. Each group of Redirects is later followed by exactly one
-// AggregateGrant, addressed to the aggregator.
+// AggregateGrant, addressed to the aggregator. A Grant or AggregateGrant whose transfer fails
+// is followed by one Cancel of its sequence number, addressed to the receiver.
 //
 // Slot times are on the scheduler's local timeline (types.hpp). A slot is a reservation: the
 // sender should start the transfer at slot.start (not earlier: the previous slot's transfer
@@ -90,7 +91,17 @@ struct Drop {
   std::uint64_t delay = 0;       // the delay it would have had if applied next (> tau)
 };
 
-using Outcome = std::variant<Grant, Redirect, AggregateGrant, Drop>;
+// Sequence `seq` at `receiver` was granted but its transfer failed (or its sender left): it will
+// never be written. The server and the replica skip it in order instead of waiting for it.
+// Emitted by the schedule() after the failed complete().
+struct Cancel {
+  TransferId transfer{};
+  JobId job{};
+  EndpointId receiver{};
+  Seq seq = 0;
+};
+
+using Outcome = std::variant<Grant, Redirect, AggregateGrant, Drop, Cancel>;
 
 // What a Grant and a Redirect have in common: one part of a request moving from `sender` to
 // `destination` (the server for a Grant, the aggregator for a Redirect) in `slot`. The layers

@@ -34,6 +34,9 @@ class Policy {
   // A Grant / Redirect / AggregateGrant transfer finished (or failed, or its app died).
   virtual bool complete(sched::TransferId transfer, sched::Instant now, sched::Nanos measured,
                         sched::TransferResult result) = 0;
+  // The receiver's server and replica applied every sequence <= seq (frees the window B).
+  // False for a sequence never granted there.
+  virtual bool replica_ack(sched::EndpointId receiver, sched::Seq seq) = 0;
   // When schedule() should run again even if nothing arrives (nullopt: only on new input).
   virtual std::optional<sched::Instant> next_wakeup() const = 0;
 };
@@ -53,6 +56,7 @@ class SchedulerPolicy final : public Policy {
                 sched::TransferResult result) override {
     return scheduler_.complete(transfer, now, measured, result);
   }
+  bool replica_ack(sched::EndpointId receiver, sched::Seq seq) override { return scheduler_.replica_ack(receiver, seq); }
   std::optional<sched::Instant> next_wakeup() const override { return scheduler_.next_wakeup(); }
 
   sched::Scheduler& scheduler() noexcept { return scheduler_; }
@@ -70,6 +74,7 @@ class PassThroughPolicy final : public Policy {
   void schedule(sched::Instant now, std::vector<sched::Outcome>& out) override;
   bool complete(sched::TransferId transfer, sched::Instant now, sched::Nanos measured,
                 sched::TransferResult result) override;
+  bool replica_ack(sched::EndpointId, sched::Seq) override { return true; }  // no window here
   std::optional<sched::Instant> next_wakeup() const override { return std::nullopt; }
 
  private:

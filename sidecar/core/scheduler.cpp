@@ -115,6 +115,8 @@ std::vector<Outcome> Scheduler::schedule(Instant now) {
 void Scheduler::schedule(Instant now, std::vector<Outcome>& out) {
   now = std::max(now, last_now_);
   last_now_ = now;
+  for (const Cancel& c : cancels_) out.emplace_back(c);
+  cancels_.clear();
   if (bandwidth_.generation() != bandwidth_generation_) refresh_durations();
 
   std::vector<std::uint32_t>& hopeless = scratch_hopeless_;
@@ -145,6 +147,8 @@ bool Scheduler::complete(TransferId transfer, Instant now, Nanos measured, Trans
   if (rec.counts_credit) hot_[rec.sender].in_flight -= rec.bytes;
   if (result == TransferResult::ok) {
     bandwidth_.observe_transfer(s.id, endpoints_[rec.receiver].id, rec.bytes, measured);
+  } else if (rec.seq != 0) {
+    cancels_.push_back(Cancel{transfer, rec.job, endpoints_[rec.receiver].id, rec.seq});
   }
   // Finished early: hand the rest of the slot back if nothing was booked after it.
   s.egress.finish(rec.slot, now);
@@ -316,7 +320,7 @@ void Scheduler::grant_part(const Pick& pick, Instant now, std::vector<Outcome>& 
   sync_egress(c.sender);
   hot_[c.sender].in_flight += part.length;
 
-  out.emplace_back(Grant{record_transfer(c.sender, c.receiver, part.length, slot, true),
+  out.emplace_back(Grant{record_transfer(c.sender, c.receiver, part.length, slot, true, seq, q.request.job),
                          q.request.id, part.index, part.count, part.offset, part.length,
                          q.request.job, q.request.tensor, q.request.sender, q.request.receiver,
                          slot, seq, d});
@@ -366,7 +370,7 @@ void Scheduler::grant_aggregate(const Pick& pick, Instant now, std::vector<Outco
     }
   }
 
-  out.emplace_back(AggregateGrant{record_transfer(g.aggregator, g.receiver, g.length, slot, false),
+  out.emplace_back(AggregateGrant{record_transfer(g.aggregator, g.receiver, g.length, slot, false, seq, g.job),
                                   id, g.job, g.tensor, g.offset, g.length, a.id, r.id,
                                   std::move(g.members), slot, seq, applied_to - g.base});
   ++stats_.aggregates;
@@ -579,10 +583,10 @@ void Scheduler::remove_candidate(std::int32_t index) {
   candidates_.pop_back();
 }
 
-TransferId Scheduler::record_transfer(Index sender, Index receiver, Bytes bytes, Slot slot,
-                                      bool credit) {
+TransferId Scheduler::record_transfer(Index sender, Index receiver, Bytes bytes, Slot slot, bool credit, Seq seq,
+                                      JobId job) {
   const TransferId id{next_transfer_++};
-  transfers_.emplace(id, TransferRecord{sender, receiver, bytes, slot, credit});
+  transfers_.emplace(id, TransferRecord{sender, receiver, bytes, slot, credit, seq, job});
   return id;
 }
 

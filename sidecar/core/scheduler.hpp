@@ -40,8 +40,9 @@
 // its last byte is known placed (the WRITE_WITH_IMM completion), with the measured wire time
 // (post to completion). It returns the credit, refines the bandwidth estimates, and, if the
 // transfer ended before its slot did, gives the rest of the slot back. A failed transfer
-// (TransferResult::failed) still returns its credit; its sequence number stays consumed, so
-// the server and the replica must apply it as an empty update to stay in lockstep.
+// (TransferResult::failed) still returns its credit; its sequence number stays consumed, and
+// the next schedule() emits a Cancel of it for the receiver, so the server and the replica
+// skip it in order instead of waiting for a write that will never come.
 //
 // Not thread-safe by design (no threads in the core): the daemon owns one Scheduler per
 // scheduling domain and calls it from one thread. When to call schedule(): after submit(),
@@ -232,6 +233,8 @@ class Scheduler {
     Bytes bytes = 0;
     Slot slot{};
     bool counts_credit = false;  // the sender's own part (not an aggregate it forwards)
+    Seq seq = 0;                 // the sequence it carries at the receiver (0: a Redirect)
+    JobId job{};
   };
 
   struct Pick {
@@ -257,7 +260,8 @@ class Scheduler {
   Candidate part_candidate(Index sender, JobId job, const QueuedPart& part) const;
   std::int32_t add_candidate(const Candidate& c);
   void remove_candidate(std::int32_t index);
-  TransferId record_transfer(Index sender, Index receiver, Bytes bytes, Slot slot, bool credit);
+  TransferId record_transfer(Index sender, Index receiver, Bytes bytes, Slot slot, bool credit, Seq seq = 0,
+                             JobId job = {});
   void finish_request_part(RequestState& request, bool sequenced);
 
   SchedulerConfig config_;
@@ -271,6 +275,7 @@ class Scheduler {
   std::unordered_map<RequestId, RequestState> requests_;
   std::unordered_map<AggregateId, PendingAggregate> aggregates_;
   std::unordered_map<TransferId, TransferRecord> transfers_;
+  std::vector<Cancel> cancels_;  // failed sequenced transfers, emitted by the next schedule()
   std::map<JobId, std::vector<Index>> aggregators_;  // sorted endpoint indices per job
   std::vector<Candidate> candidates_;
 

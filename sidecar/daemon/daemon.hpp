@@ -48,7 +48,10 @@ struct DaemonStats {
   std::uint64_t answers = 0;         // grant entries published (all kinds)
   std::uint64_t errors = 0;          // of which error grants
   std::uint64_t orphaned = 0;        // outcomes for apps that had left (transfers failed back)
-  std::uint64_t unrouted = 0;        // aggregate grants with no local aggregator app
+  std::uint64_t unrouted = 0;        // aggregate grants with no local aggregator app, cancels
+                                     // with no local server app
+  std::uint64_t cancelled = 0;       // cancels delivered to a server app
+  std::uint64_t acknowledged = 0;    // applied acks taken from server apps
 };
 
 class Daemon {
@@ -98,6 +101,7 @@ class Daemon {
   void handle(AppSession& app, const shm::AppEntry& entry, sched::Instant now);
   void submit(AppSession& app, const shm::AppEntry& entry, sched::Instant now);
   void complete(AppSession& app, const shm::AppEntry& entry, sched::Instant now);
+  void applied(AppSession& app, const shm::AppEntry& entry);
   std::size_t schedule_and_route(sched::Instant now);
   void route(const sched::Outcome& outcome, sched::Instant now);
   void answer(AppSession& app, const shm::GrantEntry& grant);

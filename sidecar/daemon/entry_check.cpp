@@ -10,6 +10,7 @@ std::optional<Reason> check_envelope(const shm::AppEntry& entry) {
     case shm::Op::submit:
     case shm::Op::complete:
     case shm::Op::complete_aggregate:
+    case shm::Op::applied:
       break;
     default:
       return Reason::bad_format;
@@ -29,6 +30,18 @@ std::optional<Reason> check_submit(const shm::AppEntry& entry, const AppLimits& 
   }
   if (!std::isfinite(s.gradient_norm) || s.gradient_norm < 0.0F) return Reason::bad_value;
   if (s.receiver == limits.endpoint) return Reason::bad_receiver;
+  return std::nullopt;
+}
+
+std::optional<Reason> check_applied(const shm::AppEntry& entry, const AppLimits& limits) {
+  const auto& a = entry.body.applied;
+  if (a.reserved0 != 0) return Reason::unknown_fields;
+  for (const std::uint64_t r : a.reserved) {
+    if (r != 0) return Reason::unknown_fields;
+  }
+  if (entry.job != limits.job) return Reason::unknown_job;
+  // Only the server's own app speaks for its sequence.
+  if (a.receiver != limits.endpoint) return Reason::bad_receiver;
   return std::nullopt;
 }
 

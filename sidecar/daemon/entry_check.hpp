@@ -26,5 +26,7 @@ std::optional<Reason> check_envelope(const shm::AppEntry& entry);
 std::optional<Reason> check_submit(const shm::AppEntry& entry, const AppLimits& limits);
 // A complete / complete_aggregate entry's body.
 std::optional<Reason> check_complete(const shm::AppEntry& entry);
+// An Applied entry: only from the app attached as that receiver's endpoint, for its job.
+std::optional<Reason> check_applied(const shm::AppEntry& entry, const AppLimits& limits);
 
 }  // namespace gradlane::sidecar

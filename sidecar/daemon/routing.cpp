@@ -87,6 +87,8 @@ void Daemon::handle(AppSession& app, const shm::AppEntry& entry, sched::Instant 
   }
   if (entry.op == shm::Op::submit) {
     submit(app, entry, now);
+  } else if (entry.op == shm::Op::applied) {
+    applied(app, entry);
   } else {
     complete(app, entry, now);
   }
@@ -127,6 +129,21 @@ void Daemon::submit(AppSession& app, const shm::AppEntry& entry, sched::Instant 
   routes_.emplace(id, Route{app.slot, entry.request});
   ++inputs_;
   ++stats_.submitted;
+}
+
+void Daemon::applied(AppSession& app, const shm::AppEntry& entry) {
+  if (const auto reason = check_applied(entry, app.limits)) {
+    answer_error(app, entry, *reason);
+    return;
+  }
+  const auto& a = entry.body.applied;
+  // An ack beyond what was granted is the app's mistake: refused, nothing changes.
+  if (!policy_->replica_ack(sched::EndpointId{a.receiver}, a.through)) {
+    answer_error(app, entry, Reason::bad_value);
+    return;
+  }
+  ++inputs_;
+  ++stats_.acknowledged;
 }
 
 void Daemon::complete(AppSession& app, const shm::AppEntry& entry, sched::Instant now) {
@@ -219,6 +236,19 @@ void Daemon::route(const sched::Outcome& outcome, sched::Instant now) {
             e.reason = static_cast<std::uint8_t>(Reason::stale);
             answer(*app, e);
             if (owed->settled()) settle(*app, app_request);
+          },
+          [&](const sched::Cancel& c) {
+            // To the app that serves the receiver: it skips the sequence instead of waiting.
+            for (const std::uint32_t slot : active_) {
+              AppSession& app = *apps_[slot];
+              if (app.limits.job == sched::to_int(c.job) && app.limits.endpoint == sched::to_int(c.receiver)) {
+                answer(app, grant_entry(shm::GrantKind::cancel, 0, sched::to_int(c.receiver), c.seq, sched::Slot{}, 0,
+                                        0, 0, 1));
+                ++stats_.cancelled;
+                return;
+              }
+            }
+            ++stats_.unrouted;  // no server app here: nobody waits for that sequence
           },
           [&](const sched::AggregateGrant& a) {
             // The aggregator's own app forwards the sum; it is local if an app of that job

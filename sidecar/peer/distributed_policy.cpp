@@ -87,6 +87,8 @@ void DistributedPolicy::schedule(sched::Instant now, std::vector<sched::Outcome>
     // Outcomes for our own applications go to the daemon; those for a peer's go back to it.
     const bool local = std::visit(
         detail::Overloaded{[&](const sched::AggregateGrant& a) { return is_local(a.aggregator); },
+                           // This sidecar owns the receiver's sequence, so its server app is here.
+                           [&](const sched::Cancel&) { return true; },
                            [&](const auto& part) {
                              return !remote_requests_.contains(static_cast<std::uint64_t>(part.request));
                            }},
@@ -252,6 +254,7 @@ void DistributedPolicy::answer_remote(const sched::Outcome& outcome, sched::Inst
             send(rr.peer, drop_answer(rr.their_id, d.part, d.part_count, d.offset, d.length, d.delay));
             if (d.part + 1 == d.part_count) remote_requests_.erase(static_cast<std::uint64_t>(d.request));
           },
+          [&](const sched::Cancel&) {},  // always local (see schedule())
           [&](const sched::AggregateGrant& a) {
             const auto peer = owner_of(a.aggregator);
             const auto [start_in, length] = relative(a.slot);

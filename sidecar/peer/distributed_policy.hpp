@@ -62,6 +62,10 @@ class DistributedPolicy final : public sched::Policy {
   void schedule(sched::Instant now, std::vector<sched::Outcome>& out) override;
   bool complete(sched::TransferId transfer, sched::Instant now, sched::Nanos measured,
                 sched::TransferResult result) override;
+  // Only for a receiver on this host: its sidecar owns the sequence.
+  bool replica_ack(sched::EndpointId receiver, sched::Seq seq) override {
+    return is_local(receiver) && scheduler_.replica_ack(receiver, seq);
+  }
   std::optional<sched::Instant> next_wakeup() const override;
 
   const DistributedStats& stats() const noexcept { return stats_; }

@@ -4,17 +4,11 @@
 #include <fmt/format.h>
 #include <variant>
 
+#include "common/overloaded.hpp"
 #include "common/syscall_error.hpp"
 
 namespace gradlane::sidecar {
 namespace {
-
-template <class... F>
-struct Visitor : F... {
-  using F::operator()...;
-};
-template <class... F>
-Visitor(F...) -> Visitor<F...>;
 
 std::int64_t ns(sched::Instant t) { return t.time_since_epoch().count(); }
 
@@ -22,7 +16,7 @@ std::int64_t ns(sched::Instant t) { return t.time_since_epoch().count(); }
 
 std::string decision_json(const sched::Outcome& outcome, sched::Instant now, std::string_view origin) {
   return std::visit(
-      Visitor{
+      detail::Overloaded{
           [&](const sched::Grant& g) {
             return fmt::format(
                 R"({{"at":{},"origin":"{}","kind":"go","request":{},"part":{},"parts":{},"job":{},"tensor":{},"sender":{},)"
@@ -45,6 +39,10 @@ std::string decision_json(const sched::Outcome& outcome, sched::Instant now, std
                 R"("bytes":{},"seq":{},"delay":{},"slot_start":{},"slot_end":{}}})",
                 ns(now), origin, static_cast<std::uint64_t>(a.aggregate), a.members.size(), sched::to_int(a.aggregator),
                 sched::to_int(a.receiver), a.length, a.seq, a.delay, ns(a.slot.start), ns(a.slot.end));
+          },
+          [&](const sched::Cancel& c) {
+            return fmt::format(R"({{"at":{},"origin":"{}","kind":"cancel","job":{},"receiver":{},"seq":{}}})", ns(now),
+                               origin, sched::to_int(c.job), sched::to_int(c.receiver), c.seq);
           },
           [&](const sched::Drop& d) {
             return fmt::format(

@@ -50,6 +50,8 @@ enum class Op : std::uint8_t {
   submit = 1,              // may I send this gradient? (Submit body)
   complete = 2,            // a granted part finished (Complete body)
   complete_aggregate = 3,  // an aggregate this app forwarded finished (request = aggregate id)
+  applied = 4,             // a server app: every sequence <= through is applied at the server
+                           // and its replica (Applied body); opens the window B
 };
 
 // App -> sidecar. 64 bytes: one cache line per entry.
@@ -75,13 +77,20 @@ struct AppEntry {
     std::uint64_t measured_ns;     // wire time, post to completion
     std::uint64_t reserved[4];     // must be 0
   };
+  struct Applied {
+    std::uint32_t receiver;        // the server's endpoint: the one the app attached as
+    std::uint32_t reserved0;       // must be 0
+    std::uint64_t through;         // every sequence <= through is applied (server and replica)
+    std::uint64_t reserved[4];     // must be 0
+  };
   union {
     Submit submit;
     Complete complete;
+    Applied applied;
   } body;
 };
 
-enum class GrantKind : std::uint8_t { go = 1, drop = 2, redirect = 3, aggregate = 4, error = 5 };
+enum class GrantKind : std::uint8_t { go = 1, drop = 2, redirect = 3, aggregate = 4, error = 5, cancel = 6 };
 
 // Sidecar -> app. 64 bytes. Field meaning per kind is documented on gradlane::sidecar::Grant.
 struct GrantEntry {

@@ -85,5 +85,24 @@ TEST(SchedulerReplication, AReplicaTakingOverContinuesTheSequence) {
   EXPECT_FALSE(s.open_receiver(ep(kServer), 7));  // too late: sequence numbers were granted
 }
 
+TEST(SchedulerCancel, AFailedGrantIsCancelledAtItsReceiverAndAnOkOneIsNot) {
+  SchedulerConfig c = plain_config();
+  c.replica_bound = std::nullopt;
+  Scheduler s(c);
+  ASSERT_EQ(s.submit(request(1, 1, kServer, kMiB), at_us(0)), SubmitStatus::accepted);
+  ASSERT_EQ(s.submit(request(2, 2, kServer, kMiB), at_us(0)), SubmitStatus::accepted);
+  const auto grants = only<Grant>(s.schedule(at_us(0)));
+  ASSERT_EQ(grants.size(), 2u);
+  EXPECT_TRUE(s.complete(grants[0].transfer, at_us(1000), us(1000), TransferResult::ok));
+  EXPECT_TRUE(s.complete(grants[1].transfer, at_us(1000), us(1000), TransferResult::failed));
+  const auto out = s.schedule(at_us(2000));
+  const auto cancels = only<Cancel>(out);
+  ASSERT_EQ(cancels.size(), 1u) << "exactly the failed grant is cancelled";
+  EXPECT_EQ(cancels[0].seq, grants[1].seq);
+  EXPECT_EQ(cancels[0].receiver, EndpointId{kServer});
+  EXPECT_EQ(cancels[0].transfer, grants[1].transfer);
+  EXPECT_TRUE(only<Cancel>(s.schedule(at_us(3000))).empty()) << "a cancel is emitted once";
+}
+
 }  // namespace
 }  // namespace gradlane::sched

@@ -79,5 +79,63 @@ TEST(SidecarAppDeath, GrantedButUncompletedTransfersAreFailedBack) {
   EXPECT_EQ(survivor.wait(2s).kind, GrantKind::go);
 }
 
+TEST(SidecarAppDeath, TheServerAppIsToldToSkipTheDeadSendersSequence) {
+  // The server of receiver 9 is an app attached as endpoint 9. A worker dies between its grant
+  // and its write: the server must hear "cancel seq 1" rather than wait for it.
+  const std::string name = unique_shm_name();
+  sched::SchedulerConfig sc;
+  sc.replica_bound = std::nullopt;
+  DaemonDriver driver(test_config(name), std::make_unique<sched::SchedulerPolicy>(sc));
+  AttachOptions as_server = test_attach(name, 1);
+  as_server.endpoint = 9;
+  Client server = Client::attach(as_server);
+
+  Child child("app-granted", {"--shm=" + name});
+  ASSERT_TRUE(child.ready(5s)) << "the child was not granted its transfer";
+  child.kill_now();
+  {
+    auto hold = driver.hold();
+    driver.step_far_ahead();  // reclaims the dead app: its transfer fails back
+    driver.step();            // the next schedule() emits the Cancel
+  }
+  const Grant cancel = server.wait(2s);
+  EXPECT_EQ(cancel.kind, GrantKind::cancel);
+  EXPECT_EQ(cancel.sequence, 1U);
+  EXPECT_EQ(cancel.target, 9U);
+  EXPECT_EQ(driver.daemon().stats().cancelled, 1U);
+}
+
+TEST(SidecarReceiver, AppliedAcksOpenTheReplicaWindow) {
+  // B = 1: the second grant to receiver 9 waits until the server app reports seq 1 applied at
+  // server and replica. An ack for a sequence never granted, or from an app that is not the
+  // receiver, is refused and changes nothing.
+  const std::string name = unique_shm_name();
+  sched::SchedulerConfig sc;
+  sc.replica_bound = 1;
+  DaemonDriver driver(test_config(name), std::make_unique<sched::SchedulerPolicy>(sc));
+  AttachOptions as_server = test_attach(name, 1);
+  as_server.endpoint = 9;
+  Client server = Client::attach(as_server);
+  Client worker = Client::attach(test_attach(name, 1));
+
+  const auto first = worker.request(small_update(1));
+  const Grant g1 = worker.wait(2s);
+  ASSERT_EQ(g1.kind, GrantKind::go);
+  EXPECT_EQ(g1.sequence, 1U);
+  worker.complete(first, 0, std::chrono::microseconds(10));
+  worker.request(small_update(2));
+  EXPECT_THROW(worker.wait(300ms), Error) << "granted beyond the replica window";
+
+  worker.applied(1);  // not the receiver's app
+  EXPECT_EQ(worker.wait(2s).kind, GrantKind::error);
+  server.applied(5);  // never granted
+  EXPECT_EQ(server.wait(2s).kind, GrantKind::error);
+  server.applied(1);
+  const Grant g2 = worker.wait(2s);
+  EXPECT_EQ(g2.kind, GrantKind::go);
+  EXPECT_EQ(g2.sequence, 2U);
+  EXPECT_EQ(driver.daemon().stats().acknowledged, 1U);
+}
+
 }  // namespace
 }  // namespace gradlane::sidecar::test
