@@ -60,6 +60,13 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
   options.slots = static_cast<std::uint32_t>(a.number("slots", 8));
   options.learning_rate = gradlane::examples::kLearningRate;
   options.hole_timeout = std::chrono::milliseconds(a.number("hole_timeout_ms", 3000));
+  if (a.values.contains("sidecar")) {  // sidecar=SHM_NAME, endpoint=ID: the host's gradlaned owns the sequence
+    gradlane::sidecar::AttachOptions attach;
+    attach.shm_name = a.text("sidecar");
+    attach.job = 1;
+    attach.endpoint = static_cast<std::uint32_t>(a.number("endpoint"));
+    options.sidecar = attach;
+  }
   const std::uint64_t workers = a.number("workers"), total = workers * a.number("updates");
   std::vector<float> initial(options.floats);
   for (std::size_t j = 0; j < initial.size(); ++j) initial[j] = initial_value(j);
@@ -105,12 +112,21 @@ int run_worker(const Args& a) {
   options.server = a.endpoint("server");
   if (a.values.contains("replica")) options.replica = a.endpoint("replica");
   options.floats = a.number("floats");
+  if (a.values.contains("sidecar")) {  // sidecar=SHM_NAME endpoint=ID server_endpoint=ID
+    gradlane::sidecar::AttachOptions attach;
+    attach.shm_name = a.text("sidecar");
+    attach.job = 1;
+    attach.endpoint = static_cast<std::uint32_t>(a.number("endpoint"));
+    options.sidecar = attach;
+    options.server_endpoint = static_cast<std::uint32_t>(a.number("server_endpoint"));
+    options.tensor = 1;
+  }
   const std::uint64_t updates = a.number("updates"), die_after = a.number("die_after", ~0ull);
   const bool uniform = a.text("gradient") == "uniform";
 
   gradlane::Device device = gradlane::Device::open({.name = a.text("device")});
   gradlane::ps::Worker worker(device, options);
-  std::uint64_t torn = 0, retries = 0, last_version = 0;
+  std::uint64_t torn = 0, retries = 0, last_version = 0, dropped = 0;
   for (std::uint64_t step = 0; step < updates; ++step) {
     const gradlane::ps::PullResult pulled = worker.pull();
     retries += pulled.attempts - 1;
@@ -128,10 +144,11 @@ int run_worker(const Args& a) {
       std::fflush(stdout);
       std::_Exit(9);
     }
-    worker.push(pulled.version, step);
+    if (worker.push(pulled.version, step).dropped) ++dropped;
   }
   std::ofstream(a.text("out") + "/worker" + a.text("id") + ".json")
-      << "{\"pushes\":" << updates << ",\"torn\":" << torn << ",\"pull_retries\":" << retries << "}\n";
+      << "{\"pushes\":" << updates << ",\"dropped\":" << dropped << ",\"torn\":" << torn
+      << ",\"pull_retries\":" << retries << "}\n";
   return torn == 0 ? 0 : 4;
 }
 

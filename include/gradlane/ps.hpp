@@ -24,6 +24,16 @@
 //      what the server applied, in the same order, with the same kernel: bitwise the same
 //      model at the same version. The replica acknowledges what it applied; the server never
 //      grants a sequence whose slot the replica has not freed.
+// With a sidecar (sidecar mode; the server and each worker attach to their host's gradlaned):
+// the receiver's sidecar owns the sequence instead. A worker asks its sidecar (Client::request),
+// and the go grant carries the sequence and the slot time; the worker writes as above and
+// completes the grant with the measured wire time. The sidecar may drop an update that would
+// break the staleness bound (push() says so: it never crossed the network). The server
+// applies in sequence order as before, skips a sequence its sidecar cancels (the sender failed
+// after its grant), and reports what server and replica have both applied (Client::applied),
+// which is what lets the sidecar grant the slot again: gradlaned's --replica-bound must not
+// exceed the shard's slots. Each update must be one part: the shard at most the sidecar's
+// partition size (4 MiB).
 // The pull: three chained RDMA READs of the server's model region (header, floats, header);
 // the copy is accepted only if both headers show the same even version (a seqlock: the server
 // marks the header odd while it applies), else it is read again. No server CPU on the path.
@@ -43,6 +53,7 @@
 #include "gradlane/connection.hpp"
 #include "gradlane/device.hpp"
 #include "gradlane/options.hpp"
+#include "gradlane/sidecar.hpp"
 
 namespace gradlane::ps {
 
@@ -53,8 +64,12 @@ struct ShardOptions {
   std::uint32_t slots = 8;     // update slots in the ring: also how far the replica may lag
   float learning_rate = 0.01F;
   float momentum = 0.0F;       // 0: plain SGD
-  // A granted sequence whose write has not arrived by then is skipped (server only).
+  // A granted sequence whose write has not arrived by then is skipped (server only; in sidecar
+  // mode, a head-of-line gap with later updates already here).
   std::chrono::milliseconds hole_timeout{3000};
+  // Server in sidecar mode: attach to the host's gradlaned as the server's endpoint (job and
+  // endpoint as the workers' requests name them).
+  std::optional<sidecar::AttachOptions> sidecar;
   TransportOptions transport{};
 };
 
@@ -131,11 +146,17 @@ struct WorkerOptions {
   std::optional<Endpoint> replica;     // where every update is mirrored
   std::size_t floats = 0;              // the shard's size
   Millis timeout{30000};               // bound on each wait (grant, completion, connect)
+  // Sidecar mode: ask the host's gradlaned (attached as this worker's NIC endpoint and job)
+  // for each push; `server_endpoint` is the server's endpoint id, `tensor` the shard's id.
+  std::optional<sidecar::AttachOptions> sidecar;
+  std::uint32_t server_endpoint = 0;
+  std::uint32_t tensor = 0;
   TransportOptions transport{};
 };
 
 struct PushResult {
-  std::uint64_t sequence = 0;              // what the server will apply it as
+  bool dropped = false;                    // sidecar mode: too stale, never sent (pull again)
+  std::uint64_t sequence = 0;              // what the server will apply it as (0 if dropped)
   std::chrono::nanoseconds wire_time{0};   // first post to last completion
 };
 

@@ -5,6 +5,7 @@
 //   - that model is what applying the workers' gradients in the server's order gives,
 //     recomputed here with the same kernel;
 //   - every sequence number was decided once, in order; every (worker, step) applied once.
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -45,12 +47,17 @@ struct RunSpec {
   std::string gradient = "pattern";
   std::map<std::uint32_t, std::uint64_t> die_after;  // worker -> step at which it dies after its request
   std::string hole_timeout_ms;  // empty: ps_node's default
+  // Sidecar mode: gradlaned A on host 0 (endpoints 0 = the server's NIC, 2 = host 2's) owns the
+  // server's sequence; gradlaned B serves host 1 (endpoint 1) and reaches A over RDMA.
+  bool sidecar = false;
 };
 
 // Runs replica, server and four workers (1, 2 on host 2; 3, 4 on host 1) to the end.
 class ShardRun : public ::testing::Test {
  protected:
   static constexpr std::uint32_t kWorkers = 4;
+  static constexpr const char* kShmA = "/gradlane-ps-test-a";
+  static constexpr const char* kShmB = "/gradlane-ps-test-b";
 
   void run(const RunSpec& spec) {
     spec_ = spec;
@@ -69,8 +76,24 @@ class ShardRun : public ::testing::Test {
       head.insert(head.end(), shard_args.begin(), shard_args.end());
       return head;
     };
+    std::optional<ExternalProcess> sidecar_a, sidecar_b;
+    if (spec.sidecar) {
+      const std::string daemon = GRADLANE_GRADLANED;
+      sidecar_a.emplace(std::vector<std::string>{daemon, "--foreground", "--shm-name", kShmA, "--device", hosts[0].device,
+                                                 "--endpoint", "0", "--endpoint", "2", "--listen-port", "7600",
+                                                 "--expect-peers", "1", "--link-rate-gbps", "0.1", "--replica-bound", "8",
+                                                 "--schedule-log", out_ + "/sidecar-a.jsonl"},
+                        out_ + "/gradlaned-a");
+      sidecar_b.emplace(std::vector<std::string>{daemon, "--foreground", "--shm-name", kShmB, "--device", hosts[1].device,
+                                                 "--endpoint", "1", "--listen-port", "7601", "--peer",
+                                                 hosts[0].address + ":7600", "--link-rate-gbps", "0.1",
+                                                 "--replica-bound", "8"},
+                        out_ + "/gradlaned-b");
+    }
     ExternalProcess replica(args({"role=replica", "device=" + hosts[1].device, "port=7801"}), out_ + "/replica");
-    ExternalProcess server(args({"role=server", "device=" + hosts[0].device, "port=7800", replica_at}), out_ + "/server");
+    std::vector<std::string> server_args = {"role=server", "device=" + hosts[0].device, "port=7800", replica_at};
+    if (spec.sidecar) server_args.insert(server_args.end(), {std::string("sidecar=") + kShmA, "endpoint=0"});
+    ExternalProcess server(args(server_args), out_ + "/server");
     std::vector<std::unique_ptr<ExternalProcess>> workers;
     for (std::uint32_t id = 1; id <= kWorkers; ++id) {
       const Host& host = id <= 2 ? hosts[2] : hosts[1];
@@ -78,6 +101,10 @@ class ShardRun : public ::testing::Test {
                                     "server=" + hosts[0].address + ":7800", replica_at, floats, updates,
                                     "gradient=" + spec.gradient, out};
       if (spec.die_after.contains(id)) a.push_back("die_after=" + std::to_string(spec.die_after.at(id)));
+      if (spec.sidecar) {  // workers 1, 2 on host 2 (endpoint 2, sidecar A); 3, 4 on host 1 (endpoint 1, B)
+        a.insert(a.end(), {std::string("sidecar=") + (id <= 2 ? kShmA : kShmB), id <= 2 ? "endpoint=2" : "endpoint=1",
+                           "server_endpoint=0"});
+      }
       workers.push_back(std::make_unique<ExternalProcess>(a, out_ + "/worker" + std::to_string(id)));
     }
     for (std::uint32_t id = 1; id <= kWorkers; ++id) {
@@ -90,6 +117,12 @@ class ShardRun : public ::testing::Test {
       const auto status = p->wait_exit(120s);
       ASSERT_TRUE(status.has_value()) << (p == &server ? "server" : "replica") << " did not finish";
       EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "status " << *status;
+    }
+    for (auto* daemon : {&sidecar_a, &sidecar_b}) {
+      if (!*daemon) continue;
+      ::kill((*daemon)->pid(), SIGTERM);
+      const auto status = (*daemon)->wait_exit(10s);
+      EXPECT_TRUE(status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "gradlaned did not stop cleanly";
     }
     history_ = read_lines(out_ + "/server.jsonl");
     server_model_ = read_model(out_ + "/server.model", spec.floats);
@@ -176,6 +209,54 @@ TEST_F(ShardRun, AWorkerKilledBetweenGrantAndWriteLeavesAHoleThatIsSkipped) {
   }
   EXPECT_EQ(applied, expected_applied);
   EXPECT_EQ(skipped, 1u) << "the dead worker's granted sequence must be skipped exactly once";
+  EXPECT_TRUE(bitwise_equal(server_model_, replica_model_));
+  EXPECT_TRUE(bitwise_equal(server_model_, reference()));
+}
+
+TEST_F(ShardRun, WithSidecarsTheReceiversSidecarOwnsTheSequence) {
+  // The same run, but every sequence number comes from the server's sidecar (workers on host
+  // 1 through the peer protocol), the window B = 8 is fed by the server's applied reports, and
+  // the result must still be bitwise what the granted order gives, at server and replica.
+  RunSpec spec;
+  spec.sidecar = true;
+  run(spec);
+  const std::uint64_t total = kWorkers * spec_.updates;
+  ASSERT_EQ(history_.size(), total);
+  std::map<std::uint64_t, std::uint64_t> granted;  // seq -> times granted
+  for (const auto& d : read_lines(out_ + "/sidecar-a.jsonl")) {
+    if (d["kind"] == "go" && d["origin"] == "here" && d["receiver"] == 0) ++granted[d["seq"].get<std::uint64_t>()];
+  }
+  for (std::size_t i = 0; i < history_.size(); ++i) {
+    const std::uint64_t seq = history_[i]["seq"].get<std::uint64_t>();
+    EXPECT_EQ(seq, i + 1);
+    EXPECT_FALSE(history_[i]["skipped"].get<bool>());
+    EXPECT_EQ(granted[seq], 1u) << "seq " << seq << " was not granted exactly once by the receiver's sidecar";
+  }
+  EXPECT_EQ(granted.size(), total);
+  EXPECT_TRUE(bitwise_equal(server_model_, replica_model_)) << "server and replica diverged";
+  EXPECT_TRUE(bitwise_equal(server_model_, reference())) << "the server's model is not the granted order applied";
+}
+
+TEST_F(ShardRun, WithSidecarsADeadWorkersGrantedSequenceIsCancelledBySidecar) {
+  // Worker 1 (sidecar A, the receiver's own) and worker 4 (sidecar B, through the peer
+  // protocol) each ask for a slot and die. Their sidecars reclaim them; the receiver's sidecar
+  // cancels each sequence it had granted them; the server skips those in order.
+  RunSpec spec;
+  spec.sidecar = true;
+  spec.die_after[1] = 5;
+  spec.die_after[4] = 7;
+  spec.hole_timeout_ms = "60000";  // so a skip can only come from the sidecar's cancel
+  run(spec);
+  std::uint64_t skipped = 0, applied = 0;
+  for (std::size_t i = 0; i < history_.size(); ++i) {
+    EXPECT_EQ(history_[i]["seq"].get<std::uint64_t>(), i + 1);
+    (history_[i]["skipped"].get<bool>() ? skipped : applied) += 1;
+  }
+  EXPECT_EQ(applied, 2 * spec_.updates + 5 + 7);
+  std::uint64_t cancels = 0;
+  for (const auto& d : read_lines(out_ + "/sidecar-a.jsonl")) cancels += d["kind"] == "cancel";
+  EXPECT_EQ(skipped, cancels) << "every skip must be a cancel from the receiver's sidecar";
+  EXPECT_LE(skipped, 2u);
   EXPECT_TRUE(bitwise_equal(server_model_, replica_model_));
   EXPECT_TRUE(bitwise_equal(server_model_, reference()));
 }

@@ -71,8 +71,15 @@ struct ShardServer::State {
   ServerStats stats;
   std::vector<AppliedUpdate> history;
 
-  // ---- server: the sequence owner ----
+  // ---- server ----
   std::optional<Connection> replica;
+  // Sidecar mode: the sidecar owns the sequence; we take its cancels and report progress.
+  std::optional<sidecar::Client> sidecar;
+  std::uint64_t reported = 0;                       // last `through` sent with Client::applied
+  std::map<std::uint64_t, std::uint32_t> rung_by;   // sequence -> worker whose doorbell brought it
+  std::map<std::uint32_t, std::uint64_t> arrivals;  // worker -> updates arrived from it
+  std::optional<Clock::time_point> gap_since;       // head missing while later updates wait
+  // Direct mode: this server owns the sequence.
   std::deque<Waiting> waiting;
   std::uint64_t next_grant = 1;
   std::map<std::uint64_t, GrantInfo> granted;  // granted, not yet applied or skipped
@@ -92,6 +99,10 @@ struct ShardServer::State {
   std::size_t decide_head();  // replica
   std::size_t apply();
   std::size_t expire_holes();
+  std::size_t take_sidecar();
+  std::size_t skip_stuck_head();
+  void report_applied();
+  void tell_replica(const AppliedUpdate& record);
   void apply_update(std::uint32_t slot);
 };
 
@@ -122,7 +133,7 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
   while (auto bytes = peer.conn.try_receive()) {
     ++work;
     const Message message = decode(*bytes);
-    if (const auto* request = std::get_if<Request>(&message); request && role == Role::server) {
+    if (const auto* request = std::get_if<Request>(&message); request && role == Role::server && !sidecar) {
       if (peer.kind != PeerKind::worker || request->worker != peer.worker) {
         throw Error(Errc::protocol, fmt::format("request names worker {} on the connection of worker {}",
                                                 request->worker, peer.worker));
@@ -145,6 +156,15 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
       // The mirror: held until the server says what it did with this sequence.
       if (sequence >= order.next_sequence() && sequence < order.next_sequence() + options.slots) {
         arrived[sequence] = true;
+      } else {
+        ++stats.refused_doorbells;
+      }
+      continue;
+    }
+    if (sidecar) {
+      // The sidecar granted it; we cannot tell to whom, only that it is in the window, once.
+      if (order.arrived(sequence, static_cast<std::uint32_t>(sequence % options.slots)) == Admit::accepted) {
+        rung_by[sequence] = peer.worker;
       } else {
         ++stats.refused_doorbells;
       }
@@ -238,6 +258,58 @@ std::size_t ShardServer::State::expire_holes() {
   return work;
 }
 
+std::size_t ShardServer::State::take_sidecar() {
+  std::size_t work = 0;
+  while (auto g = sidecar->poll()) {
+    ++work;
+    if (g->kind == sidecar::GrantKind::cancel) {
+      if (order.cancelled(g->sequence) != Admit::accepted) ++stats.refused_doorbells;
+    } else {
+      std::fprintf(stderr, "gradlane ps server: the sidecar answered: %s (%s)\n",
+                   std::string(sidecar::kind_name(g->kind)).c_str(), std::string(sidecar::reason_name(g->reason)).c_str());
+    }
+  }
+  return work;
+}
+
+// Sidecar mode: a worker that took its grant and stalls without dying never gets cancelled by
+// the sidecar. Sequences are granted in order, so once a later one has arrived the head was
+// granted too: give it hole_timeout, then skip it.
+std::size_t ShardServer::State::skip_stuck_head() {
+  if (order.next() || order.pending() == 0) {
+    gap_since.reset();
+    return 0;
+  }
+  const auto now = Clock::now();
+  if (!gap_since) gap_since = now;
+  if (now - *gap_since < options.hole_timeout) return 0;
+  std::fprintf(stderr, "gradlane ps server: sequence %llu did not arrive in %lld ms while later ones did: skipped\n",
+               static_cast<unsigned long long>(order.next_sequence()), static_cast<long long>(options.hole_timeout.count()));
+  order.cancelled(order.next_sequence());
+  gap_since.reset();
+  return 1;
+}
+
+// Sidecar mode: what both the server and the replica have applied frees their slots.
+void ShardServer::State::report_applied() {
+  std::uint64_t through = order.next_sequence() - 1;
+  if (replica) through = std::min(through, stats.replica_acked);
+  if (through <= reported) return;
+  sidecar->applied(through);
+  reported = through;
+}
+
+void ShardServer::State::tell_replica(const AppliedUpdate& record) {
+  if (!replica) return;
+  try {
+    replica->send(encode(Decided{record.sequence, record.skipped ? 0 : std::max<std::uint32_t>(record.worker, 1)}));
+  } catch (const Error& e) {
+    std::fprintf(stderr, "gradlane ps server: lost the replica: %s; serving without it\n", e.what());
+    ++stats.peers_lost;
+    replica.reset();
+  }
+}
+
 // Replica: turns the server's decision for the next sequence into an arrival or a cancel.
 std::size_t ShardServer::State::decide_head() {
   std::size_t work = 0;
@@ -288,20 +360,19 @@ std::size_t ShardServer::State::apply() {
     if (!skip) apply_update(step->slot);
     (void)order.done(*step);
     AppliedUpdate record{step->sequence, 0, 0, 0, skip};
-    if (role == Role::server) {
+    if (role == Role::server && sidecar) {
+      const auto from = rung_by.extract(step->sequence);
+      if (!from.empty() && !skip) {
+        record.worker = from.mapped();
+        record.tag = arrivals[record.worker]++;  // the worker's n-th update: its step, if none was dropped
+      }
+    } else if (role == Role::server) {
       const auto info = granted.extract(step->sequence);
-      if (!info.empty()) record = {step->sequence, info.mapped().worker, info.mapped().tag, info.mapped().computed_on, skip};
-      if (skip) record.worker = 0;
-      if (replica) {
-        try {
-          replica->send(encode(Decided{step->sequence, skip ? 0 : std::max<std::uint32_t>(record.worker, 1)}));
-        } catch (const Error& e) {
-          std::fprintf(stderr, "gradlane ps server: lost the replica: %s; serving without it\n", e.what());
-          ++stats.peers_lost;
-          replica.reset();
-        }
+      if (!info.empty() && !skip) {
+        record = {step->sequence, info.mapped().worker, info.mapped().tag, info.mapped().computed_on, skip};
       }
     }
+    if (role == Role::server) tell_replica(record);
     ++(skip ? stats.skipped : stats.applied);
     history.push_back(record);
     ++work;
@@ -328,6 +399,12 @@ ShardServer::ShardServer(const Device& device, Role role, std::uint16_t port, co
   }
   state_ = std::make_unique<State>(device, role, port, options);
   std::copy(initial.begin(), initial.end(), state_->shard.floats().begin());
+  if (options.sidecar) {
+    if (role != Role::server) throw Error(Errc::invalid_argument, "ShardServer: only the server attaches to a sidecar");
+    sidecar::AttachOptions attach = *options.sidecar;
+    attach.region_bytes = state_->slots.slot_bytes() * options.slots;
+    state_->sidecar.emplace(sidecar::Client::attach(attach));
+  }
   if (options.momentum > 0.0F) state_->velocity.assign(options.floats, 0.0F);
 }
 
@@ -368,7 +445,12 @@ void ShardServer::accept_peers(std::size_t workers, Millis timeout) {
 std::size_t ShardServer::progress() {
   State& s = *state_;
   std::size_t work = s.take_input();
-  if (s.role == Role::server) {
+  if (s.role == Role::server && s.sidecar) {
+    work += s.take_sidecar();
+    work += s.skip_stuck_head();
+    work += s.apply();
+    s.report_applied();
+  } else if (s.role == Role::server) {
     work += s.expire_holes();
     work += s.apply();
     work += s.grant();
@@ -392,6 +474,7 @@ bool ShardServer::run_until(std::uint64_t sequence, Millis timeout) {
 
 bool ShardServer::finished() const {
   const State& s = *state_;
+  if (s.role == Role::server && s.sidecar) return live_workers() == 0 && s.order.pending() == 0;
   if (s.role == Role::server) {
     return live_workers() == 0 && s.waiting.empty() && s.stats.granted == s.stats.applied + s.stats.skipped;
   }

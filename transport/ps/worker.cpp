@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "gradlane/ps.hpp"
 #include "transport/ps/messages.hpp"
@@ -53,6 +54,75 @@ struct Worker::State {
   RegionDescriptor replica_slots;
   std::uint32_t slots = 0;
   bool push_in_flight = false;
+  std::optional<sidecar::Client> sidecar;  // sidecar mode
+  std::uint64_t request = 0;               // sidecar mode: the request in flight
+
+  // Writes the gradient into the slot of `sequence` at the replica, then at the server.
+  PushResult write(std::uint64_t sequence) {
+    const std::uint64_t offset = (sequence % slots) * bytes;
+    const auto imm = static_cast<std::uint32_t>(sequence);  // low 32 bits: ApplyOrder::widen
+    const auto start = Clock::now();
+    // The mirror first: if this worker dies between the two, the server never sees the update
+    // and skips it, and so does the replica (it applies only what the server decided).
+    std::optional<OpId> mirrored;
+    if (replica) mirrored = replica->write_and_ring(gradient_region, 0, replica_slots, offset, bytes, imm);
+    const OpId written = server.write_and_ring(gradient_region, 0, server_slots, offset, bytes, imm);
+    if (mirrored) replica->wait(*mirrored, options.timeout);
+    server.wait(written, options.timeout);
+    return {false, sequence, Clock::now() - start};
+  }
+
+  PushResult wait_direct() {
+    const Message answer = decode(server.receive(options.timeout));
+    const auto* grant = std::get_if<Grant>(&answer);
+    if (grant == nullptr || grant->sequence == 0) {
+      throw Error(Errc::protocol, fmt::format("{}: expected a grant, got message kind {}", server.describe(),
+                                              answer.index() + 1));
+    }
+    return write(grant->sequence);
+  }
+
+  PushResult wait_sidecar() {
+    const sidecar::Grant g = sidecar->wait(options.timeout);
+    if (g.request != request) {
+      throw Error(Errc::protocol, fmt::format("the sidecar answered request {} while {} was in flight", g.request, request));
+    }
+    switch (g.kind) {
+      case sidecar::GrantKind::go: {
+        if (g.part_count != 1) {
+          throw Error(Errc::invalid_argument,
+                      fmt::format("the sidecar split the {}-byte update into {} parts: a shard must fit one part "
+                                  "(at most the sidecar's partition size); use more, smaller shards",
+                                  bytes, g.part_count));
+        }
+        // Not before the slot: the previous slot's transfer owns the server's link until then.
+        // Sleep through most of a long wait (processes share few cores), spin the last bit.
+        const auto slot_start = Clock::time_point(g.slot_start);
+        if (const auto ahead = slot_start - Clock::now(); ahead > std::chrono::microseconds(300)) {
+          std::this_thread::sleep_for(ahead - std::chrono::microseconds(200));
+        }
+        while (Clock::now() < slot_start) {
+        }
+        PushResult result;
+        try {
+          result = write(g.sequence);
+        } catch (const Error&) {
+          sidecar->complete(g.request, g.part_index, std::chrono::nanoseconds{0}, /*failed=*/true);
+          throw;
+        }
+        sidecar->complete(g.request, g.part_index, result.wire_time);
+        return result;
+      }
+      case sidecar::GrantKind::drop:
+        return {true, 0, std::chrono::nanoseconds{0}};
+      case sidecar::GrantKind::error:
+        throw Error(Errc::protocol, fmt::format("the sidecar refused the push: {}", sidecar::reason_name(g.reason)));
+      default:
+        throw Error(Errc::protocol, fmt::format("the sidecar answered the push with '{}', which a ps::Worker does not "
+                                                "handle yet (run gradlaned without aggregators)",
+                                                sidecar::kind_name(g.kind)));
+    }
+  }
 
   // Learns a shard's regions on `conn` and says who we are.
   std::pair<RegionDescriptor, RegionDescriptor> join(Connection& conn) {
@@ -77,6 +147,11 @@ Worker::Worker(const Device& device, const WorkerOptions& options) {
   State& s = *state_;
   std::tie(s.server_slots, s.server_shard) = s.join(s.server);
   s.slots = static_cast<std::uint32_t>(s.server_slots.length / s.bytes);
+  if (options.sidecar) {
+    sidecar::AttachOptions attach = *options.sidecar;
+    attach.region_bytes = s.bytes;
+    s.sidecar.emplace(sidecar::Client::attach(attach));
+  }
   if (options.replica) {
     s.replica.emplace(connect_with_retry(device, options.replica->address, options.replica->port, options.transport,
                                          options.timeout));
@@ -103,7 +178,17 @@ std::span<const float> Worker::model() const {
 void Worker::start_push(std::uint64_t computed_on, std::uint64_t tag) {
   State& s = *state_;
   if (s.push_in_flight) throw Error(Errc::invalid_argument, "start_push: the previous push is still in flight");
-  s.server.send(encode(Request{s.options.id, tag, computed_on}));
+  if (s.sidecar) {
+    s.request = s.sidecar->request({.tensor = s.options.tensor,
+                                    .receiver = s.options.server_endpoint,
+                                    .bytes = s.bytes,
+                                    .region_offset = 0,
+                                    .computed_on = computed_on,
+                                    .gradient_norm = 0.0F,
+                                    .priority = 0});
+  } else {
+    s.server.send(encode(Request{s.options.id, tag, computed_on}));
+  }
   s.push_in_flight = true;
 }
 
@@ -111,23 +196,7 @@ PushResult Worker::wait_push() {
   State& s = *state_;
   if (!s.push_in_flight) throw Error(Errc::invalid_argument, "wait_push: no push was started");
   s.push_in_flight = false;
-  const Message answer = decode(s.server.receive(s.options.timeout));
-  const auto* grant = std::get_if<Grant>(&answer);
-  if (grant == nullptr || grant->sequence == 0) {
-    throw Error(Errc::protocol, fmt::format("{}: expected a grant, got message kind {}", s.server.describe(),
-                                            answer.index() + 1));
-  }
-  const std::uint64_t offset = (grant->sequence % s.slots) * s.bytes;
-  const auto imm = static_cast<std::uint32_t>(grant->sequence);  // low 32 bits: ApplyOrder::widen
-  const auto start = Clock::now();
-  // The mirror first: if this worker dies between the two, the server never sees the update
-  // and skips it, and so does the replica (it applies only what the server decided).
-  std::optional<OpId> mirrored;
-  if (s.replica) mirrored = s.replica->write_and_ring(s.gradient_region, 0, s.replica_slots, offset, s.bytes, imm);
-  const OpId written = s.server.write_and_ring(s.gradient_region, 0, s.server_slots, offset, s.bytes, imm);
-  if (mirrored) s.replica->wait(*mirrored, s.options.timeout);
-  s.server.wait(written, s.options.timeout);
-  return {grant->sequence, Clock::now() - start};
+  return s.sidecar ? s.wait_sidecar() : s.wait_direct();
 }
 
 PullResult Worker::pull() {
