@@ -13,6 +13,7 @@
 // every model version is uniform too: a pull that mixed two versions shows as unequal floats.
 #include <gradlane/gradlane.hpp>
 
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
@@ -79,7 +80,17 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
   }
   shard.accept_peers(workers, 120s);
   // Until every update is decided, or every worker left (some may have died) with nothing owed.
-  const bool done = shard.run_until(total, 300s);
+  // die_at=K: the server kills itself (SIGKILL, as kill -9) once it has applied K updates.
+  bool done = false;
+  if (const std::uint64_t die_at = a.number("die_at", 0); die_at != 0 && role == gradlane::ps::Role::server) {
+    while (shard.version() < die_at) shard.progress();
+    const auto now = std::chrono::steady_clock::now().time_since_epoch();
+    std::ofstream(out + "/server.died") << std::chrono::duration_cast<std::chrono::nanoseconds>(now).count() << " "
+                                        << shard.version() << "\n";
+    std::raise(SIGKILL);
+  } else {
+    done = shard.run_until(total, 300s);
+  }
   // The server stays until the replica has acknowledged everything, so it is never left
   // waiting for a decision the server did not send.
   const auto deadline = std::chrono::steady_clock::now() + 30s;
@@ -95,6 +106,9 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
         << ",\"computed_on\":" << u.computed_on << ",\"skipped\":" << (u.skipped ? "true" : "false") << "}\n";
   }
   const auto& st = shard.stats();
+  std::ofstream(out + "/" + name + ".stats.json")
+      << "{\"version\":" << shard.version() << ",\"applied\":" << st.applied << ",\"skipped\":" << st.skipped
+      << ",\"promoted_at_ns\":" << st.promoted_at_ns << ",\"lost_in_failover\":" << st.lost_in_failover << "}\n";
   std::printf("%s: version %llu, applied %llu, skipped %llu, refused doorbells %llu, peers lost %llu, left %llu, "
               "replica acked %llu, mirrors fetched %llu\n",
               name.c_str(), static_cast<unsigned long long>(shard.version()),
@@ -126,11 +140,14 @@ int run_worker(const Args& a) {
 
   gradlane::Device device = gradlane::Device::open({.name = a.text("device")});
   gradlane::ps::Worker worker(device, options);
-  std::uint64_t torn = 0, retries = 0, last_version = 0, dropped = 0;
+  std::uint64_t torn = 0, retries = 0, last_version = 0, dropped = 0, lost = 0;
   for (std::uint64_t step = 0; step < updates; ++step) {
     const gradlane::ps::PullResult pulled = worker.pull();
     retries += pulled.attempts - 1;
-    if (pulled.version < last_version) throw std::runtime_error("the model version went backwards");
+    // Only a failover may take the version back (the replica may lag the dead server by a few).
+    if (pulled.version < last_version && worker.failovers() == 0) {
+      throw std::runtime_error("the model version went backwards");
+    }
     last_version = pulled.version;
     if (uniform) {  // every consistent version is uniform; a torn read is not
       const auto model = worker.model();
@@ -144,10 +161,13 @@ int run_worker(const Args& a) {
       std::fflush(stdout);
       std::_Exit(9);
     }
-    if (worker.push(pulled.version, step).dropped) ++dropped;
+    const gradlane::ps::PushResult pushed = worker.push(pulled.version, step);
+    dropped += pushed.dropped ? 1 : 0;
+    lost += pushed.lost ? 1 : 0;
   }
   std::ofstream(a.text("out") + "/worker" + a.text("id") + ".json")
-      << "{\"pushes\":" << updates << ",\"dropped\":" << dropped << ",\"torn\":" << torn
+      << "{\"pushes\":" << updates << ",\"dropped\":" << dropped << ",\"lost\":" << lost
+      << ",\"failovers\":" << worker.failovers() << ",\"torn\":" << torn
       << ",\"pull_retries\":" << retries << "}\n";
   return torn == 0 ? 0 : 4;
 }

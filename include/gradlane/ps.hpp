@@ -24,6 +24,11 @@
 //      what the server applied, in the same order, with the same kernel: bitwise the same
 //      model at the same version. The replica acknowledges what it applied; the server never
 //      grants a sequence whose slot the replica has not freed.
+// Failover (direct mode): when the server dies, the replica sees its connection drop and
+// becomes the server at the version it reached: no update it had acknowledged is lost, at most
+// `slots` that the server applied are. Workers switch their server to the replica (they are
+// already connected to it); a push that was in flight reports lost = true, and pulls go to the
+// new server. The promoted server has no replica; bringing a new one up is not supported yet.
 // With a sidecar (sidecar mode; the server and each worker attach to their host's gradlaned):
 // the receiver's sidecar owns the sequence instead. A worker asks its sidecar (Client::request),
 // and the go grant carries the sequence and the slot time; the worker writes as above and
@@ -84,6 +89,8 @@ struct ServerStats {
   std::uint64_t replica_acked = 0;    // server: the replica applied every sequence up to this
   std::uint64_t mirrors_fetched = 0;  // replica: updates re-read from the server's slot because
                                       // the worker's mirror write never came
+  std::int64_t promoted_at_ns = 0;    // replica: when it became the server (steady clock), or 0
+  std::uint64_t lost_in_failover = 0;  // replica: decided updates it could not apply at promotion
 };
 
 // What the server decided for one sequence number, in the order it applied them.
@@ -156,6 +163,7 @@ struct WorkerOptions {
 
 struct PushResult {
   bool dropped = false;                    // sidecar mode: too stale, never sent (pull again)
+  bool lost = false;                       // the server died mid-push: pull again and go on
   std::uint64_t sequence = 0;              // what the server will apply it as (0 if dropped)
   std::chrono::nanoseconds wire_time{0};   // first post to last completion
 };
@@ -189,6 +197,8 @@ class Worker {
   }
   // Reads a consistent snapshot of the server's shard into model().
   PullResult pull();
+  // Times this worker switched its server to the replica.
+  std::uint64_t failovers() const;
 
   struct State;
 

@@ -38,6 +38,7 @@ struct Grant {
 struct Decided {
   std::uint64_t sequence = 0;
   std::uint32_t worker = 0;  // 0 = skipped
+  std::uint64_t tag = 0;     // the worker's tag, so the replica's history names the update too
 };
 struct Ack {
   std::uint64_t through = 0;

@@ -87,12 +87,14 @@ struct ShardServer::State {
   // ---- replica ----
   std::optional<std::size_t> primary;        // index in peers
   RegionDescriptor primary_slots;            // the server's ring: where a lost mirror is re-read
-  std::map<std::uint64_t, std::uint32_t> decisions;  // sequence -> worker (0 = skip), from the server
+  std::map<std::uint64_t, Decided> decisions;  // sequence -> what the server did (worker 0 = skip)
+  std::map<std::uint64_t, Decided> fed;        // decisions handed to `order`, until applied
   std::map<std::uint64_t, bool> arrived;     // doorbells seen, sequence -> true
   std::optional<Clock::time_point> head_waiting_since;  // head decided "apply", data not here
   std::uint64_t acked = 0;
 
   void lose(Peer& peer, const Error& why);
+  void promote();
   std::size_t take_input();
   std::size_t take_from(std::size_t index);
   std::size_t grant();
@@ -119,6 +121,7 @@ void ShardServer::State::lose(Peer& peer, const Error& why) {
   ++stats.peers_lost;
   std::fprintf(stderr, "gradlane ps %s: lost %s %u: %s\n", role == Role::server ? "server" : "replica",
                peer.kind == PeerKind::worker ? "worker" : "primary", peer.worker, why.what());
+  if (peer.kind == PeerKind::primary && role == Role::replica) promote();
   // Its granted sequences will never be written: holes, skipped in order.
   for (const auto& [sequence, since] : peer.outstanding) {
     (void)since;
@@ -141,7 +144,7 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
       waiting.push_back({index, *request});
     } else if (const auto* decided = std::get_if<Decided>(&message); decided && role == Role::replica &&
                                                                        peer.kind == PeerKind::primary) {
-      decisions[decided->sequence] = decided->worker;
+      decisions[decided->sequence] = *decided;
     } else if (const auto* ack = std::get_if<Ack>(&message); ack && role == Role::server && peer.kind == PeerKind::primary) {
       stats.replica_acked = std::max(stats.replica_acked, ack->through);
     } else {
@@ -302,12 +305,40 @@ void ShardServer::State::report_applied() {
 void ShardServer::State::tell_replica(const AppliedUpdate& record) {
   if (!replica) return;
   try {
-    replica->send(encode(Decided{record.sequence, record.skipped ? 0 : std::max<std::uint32_t>(record.worker, 1)}));
+    replica->send(
+        encode(Decided{record.sequence, record.skipped ? 0 : std::max<std::uint32_t>(record.worker, 1), record.tag}));
   } catch (const Error& e) {
     std::fprintf(stderr, "gradlane ps server: lost the replica: %s; serving without it\n", e.what());
     ++stats.peers_lost;
     replica.reset();
   }
+}
+
+// Replica whose server died: it becomes the server (direct mode) at the version it reached.
+// What the server decided and we had not heard of is lost — at most `slots` updates, since the
+// server never runs further ahead of our acknowledgement. A decided update whose mirror never
+// came cannot be re-read from a dead server: skipped, counted lost.
+void ShardServer::State::promote() {
+  const auto now = Clock::now();
+  for (std::uint64_t head = order.next_sequence(); decisions.contains(head); ++head) {
+    const bool apply = decisions.at(head).worker != 0;
+    if (apply && arrived.contains(head)) {
+      order.arrived(head, static_cast<std::uint32_t>(head % options.slots));
+      fed[head] = decisions.at(head);
+    } else {
+      order.cancelled(head);
+      stats.lost_in_failover += apply ? 1 : 0;
+    }
+  }
+  decisions.clear();
+  arrived.clear();
+  head_waiting_since.reset();
+  next_grant = order.next_sequence() + order.pending();
+  primary.reset();
+  role = Role::server;
+  stats.promoted_at_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+  std::fprintf(stderr, "gradlane ps replica: promoted to server at sequence %llu (the server is gone)\n",
+               static_cast<unsigned long long>(next_grant));
 }
 
 // Replica: turns the server's decision for the next sequence into an arrival or a cancel.
@@ -318,7 +349,7 @@ std::size_t ShardServer::State::decide_head() {
     if (order.next()) break;  // already decided, waiting to be applied
     const auto decision = decisions.find(head);
     if (decision == decisions.end()) break;
-    if (decision->second == 0) {
+    if (decision->second.worker == 0) {
       order.cancelled(head);
     } else if (arrived.contains(head)) {
       order.arrived(head, static_cast<std::uint32_t>(head % options.slots));
@@ -336,6 +367,7 @@ std::size_t ShardServer::State::decide_head() {
       ++stats.mirrors_fetched;
     }
     head_waiting_since.reset();
+    fed[head] = decision->second;
     decisions.erase(decision);
     arrived.erase(head);
     ++work;
@@ -360,7 +392,12 @@ std::size_t ShardServer::State::apply() {
     if (!skip) apply_update(step->slot);
     (void)order.done(*step);
     AppliedUpdate record{step->sequence, 0, 0, 0, skip};
-    if (role == Role::server && sidecar) {
+    if (const auto decided = fed.extract(step->sequence); !decided.empty()) {  // as the server decided it
+      if (!skip) {
+        record.worker = decided.mapped().worker;
+        record.tag = decided.mapped().tag;
+      }
+    } else if (role == Role::server && sidecar) {
       const auto from = rung_by.extract(step->sequence);
       if (!from.empty() && !skip) {
         record.worker = from.mapped();
@@ -476,7 +513,7 @@ bool ShardServer::finished() const {
   const State& s = *state_;
   if (s.role == Role::server && s.sidecar) return live_workers() == 0 && s.order.pending() == 0;
   if (s.role == Role::server) {
-    return live_workers() == 0 && s.waiting.empty() && s.stats.granted == s.stats.applied + s.stats.skipped;
+    return live_workers() == 0 && s.waiting.empty() && s.granted.empty() && s.order.pending() == 0;
   }
   return (!s.primary || !s.peers[*s.primary].alive) && s.decisions.empty() && !s.order.next();
 }

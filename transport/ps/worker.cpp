@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -51,7 +52,31 @@ struct Worker::State {
   Connection server;
   RegionDescriptor server_slots, server_shard;
   std::optional<Connection> replica;
-  RegionDescriptor replica_slots;
+  RegionDescriptor replica_slots, replica_shard;
+  std::uint64_t failovers = 0;
+
+  // After an error: if the server's connection failed and the replica's is alive, the replica
+  // (which promotes itself when it loses the server) is the server from now on; if only the
+  // replica failed, go on without mirroring. Returns false when nothing can take over.
+  bool recover() {
+    if (server.failed() && replica && !replica->failed()) {
+      std::fprintf(stderr, "gradlane ps worker %u: server lost (%s); failing over to the replica %s\n", options.id,
+                   server.failure()->what(), replica->describe().c_str());
+      server = std::move(*replica);
+      replica.reset();
+      server_slots = replica_slots;
+      server_shard = replica_shard;
+      ++failovers;
+      return true;
+    }
+    if (!server.failed() && replica && replica->failed()) {
+      std::fprintf(stderr, "gradlane ps worker %u: replica lost (%s); pushing to the server only\n", options.id,
+                   replica->failure()->what());
+      replica.reset();
+      return true;
+    }
+    return false;
+  }
   std::uint32_t slots = 0;
   bool push_in_flight = false;
   std::optional<sidecar::Client> sidecar;  // sidecar mode
@@ -69,7 +94,10 @@ struct Worker::State {
     const OpId written = server.write_and_ring(gradient_region, 0, server_slots, offset, bytes, imm);
     if (mirrored) replica->wait(*mirrored, options.timeout);
     server.wait(written, options.timeout);
-    return {false, sequence, Clock::now() - start};
+    PushResult result;
+    result.sequence = sequence;
+    result.wire_time = Clock::now() - start;
+    return result;
   }
 
   PushResult wait_direct() {
@@ -113,8 +141,11 @@ struct Worker::State {
         sidecar->complete(g.request, g.part_index, result.wire_time);
         return result;
       }
-      case sidecar::GrantKind::drop:
-        return {true, 0, std::chrono::nanoseconds{0}};
+      case sidecar::GrantKind::drop: {
+        PushResult dropped;
+        dropped.dropped = true;
+        return dropped;
+      }
       case sidecar::GrantKind::error:
         throw Error(Errc::protocol, fmt::format("the sidecar refused the push: {}", sidecar::reason_name(g.reason)));
       default:
@@ -155,7 +186,7 @@ Worker::Worker(const Device& device, const WorkerOptions& options) {
   if (options.replica) {
     s.replica.emplace(connect_with_retry(device, options.replica->address, options.replica->port, options.transport,
                                          options.timeout));
-    s.replica_slots = s.join(*s.replica).first;
+    std::tie(s.replica_slots, s.replica_shard) = s.join(*s.replica);
     if (s.replica_slots.length != s.server_slots.length) {
       throw Error(Errc::protocol, fmt::format("the replica has {} bytes of slots, the server {}: they must match",
                                               s.replica_slots.length, s.server_slots.length));
@@ -196,7 +227,17 @@ PushResult Worker::wait_push() {
   State& s = *state_;
   if (!s.push_in_flight) throw Error(Errc::invalid_argument, "wait_push: no push was started");
   s.push_in_flight = false;
-  return s.sidecar ? s.wait_sidecar() : s.wait_direct();
+  if (s.sidecar) return s.wait_sidecar();
+  try {
+    return s.wait_direct();
+  } catch (const Error&) {
+    // The update may or may not have reached the server before it failed: never resent (it
+    // could be applied twice); the caller pulls and computes the next one.
+    if (!s.recover()) throw;
+    PushResult lost;
+    lost.lost = true;
+    return lost;
+  }
 }
 
 PullResult Worker::pull() {
@@ -206,15 +247,22 @@ PullResult Worker::pull() {
   for (std::uint32_t attempt = 1; attempt <= kMaxPullAttempts; ++attempt) {
     // Header, payload, header on one QP: the responder executes them in order, so the payload
     // was read between the two version reads. Only the last is waited for (RC completes in order).
-    s.server.read(s.model_region, 0, s.server_shard, 0, kHeaderBytes);
-    s.server.read(s.model_region, kHeaderBytes, s.server_shard, kHeaderBytes, s.bytes);
-    s.server.wait(s.server.read(s.model_region, kHeaderBytes + s.bytes, s.server_shard, 0, kHeaderBytes),
-                  s.options.timeout);
+    try {
+      s.server.read(s.model_region, 0, s.server_shard, 0, kHeaderBytes);
+      s.server.read(s.model_region, kHeaderBytes, s.server_shard, kHeaderBytes, s.bytes);
+      s.server.wait(s.server.read(s.model_region, kHeaderBytes + s.bytes, s.server_shard, 0, kHeaderBytes),
+                    s.options.timeout);
+    } catch (const Error&) {
+      if (!s.recover()) throw;
+      continue;  // read the new server's shard
+    }
     const std::uint64_t v1 = version_in(first), v2 = version_in(last);
     if (consistent_snapshot(v1, v2)) return {v1 / 2, attempt};
   }
   throw Error(Errc::timeout, fmt::format("pull from {}: the shard was mid-apply in {} consecutive reads",
                                          s.server.describe(), kMaxPullAttempts));
 }
+
+std::uint64_t Worker::failovers() const { return state_->failovers; }
 
 }  // namespace gradlane::ps
