@@ -108,7 +108,9 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
   const auto& st = shard.stats();
   std::ofstream(out + "/" + name + ".stats.json")
       << "{\"version\":" << shard.version() << ",\"applied\":" << st.applied << ",\"skipped\":" << st.skipped
-      << ",\"promoted_at_ns\":" << st.promoted_at_ns << ",\"lost_in_failover\":" << st.lost_in_failover << "}\n";
+      << ",\"refused_doorbells\":" << st.refused_doorbells << ",\"peers_lost\":" << st.peers_lost
+      << ",\"peers_left\":" << st.peers_left << ",\"promoted_at_ns\":" << st.promoted_at_ns
+      << ",\"lost_in_failover\":" << st.lost_in_failover << "}\n";
   std::printf("%s: version %llu, applied %llu, skipped %llu, refused doorbells %llu, peers lost %llu, left %llu, "
               "replica acked %llu, mirrors fetched %llu\n",
               name.c_str(), static_cast<unsigned long long>(shard.version()),

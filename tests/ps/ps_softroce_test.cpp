@@ -15,15 +15,20 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <thread>
 #include <sstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "gradlane/gradlane.hpp"
+
 #include "../common/external_process.hpp"
 #include "../common/hosts.hpp"
 #include "examples/ps_synthetic.hpp"
 #include "transport/ps/kernels.hpp"
+#include "transport/ps/messages.hpp"
+#include "transport/ps/regions.hpp"
 
 namespace gradlane::testing {
 namespace {
@@ -315,6 +320,79 @@ TEST_F(ShardRun, WhenTheServerIsKilledTheReplicaTakesOverWithinThreeSeconds) {
   ASSERT_LE(applied + reported_lost, pushed);
   EXPECT_LE(pushed - reported_lost - applied, 8u) << "more than B updates lost silently";
   EXPECT_GT(applied, died_at_version) << "training did not continue after the failover";
+}
+
+}  // namespace
+}  // namespace gradlane::testing
+
+namespace gradlane::testing {
+namespace {
+
+// A hand-driven worker: the test process speaks the shard's protocol itself, so it can also
+// misbehave on purpose.
+class RogueWorkers : public ::testing::Test {
+ protected:
+  static constexpr std::size_t kFloats = 1024, kBytes = kFloats * sizeof(float);
+};
+
+TEST_F(RogueWorkers, BadDoorbellsAndMalformedMessagesAreRefusedAndTheModelIsUntouched) {
+  const auto hosts = hosts_from_env();
+  ASSERT_GE(hosts.size(), 3u);
+  const std::string out = std::string(std::getenv("GRADLANE_OUT_DIR")) + "/rogue";
+  std::filesystem::remove_all(out);
+  std::filesystem::create_directories(out);
+  ExternalProcess server({GRADLANE_PS_NODE, "role=server", "device=" + hosts[0].device, "port=7810",
+                          "floats=" + std::to_string(kFloats), "slots=8", "workers=2", "updates=1", "out=" + out},
+                         out + "/server");
+  Device device = Device::open({.name = hosts[2].device});
+  auto join = [&](std::uint32_t id) {
+    Connection c = ps::connect_with_retry(device, hosts[0].address, 7810, TransportOptions{}, 30s);
+    const RegionDescriptor slots = c.wait_region(ps::kSlotRegionId, 30s);
+    c.send(ps::encode(ps::Hello{ps::PeerKind::worker, id}));
+    return std::pair<Connection, RegionDescriptor>{std::move(c), slots};
+  };
+  auto [good, slots] = join(1);
+  auto [bad, bad_slots] = join(2);
+  (void)bad_slots;
+
+  Buffer junk = Buffer::allocate(kBytes), gradient = Buffer::allocate(kBytes);
+  std::fill_n(reinterpret_cast<float*>(junk.data()), kFloats, 1e30F);
+  std::fill_n(reinterpret_cast<float*>(gradient.data()), kFloats, 1.0F);
+  MemoryRegion junk_mr = MemoryRegion::register_buffer(device, junk, Access::local);
+  MemoryRegion gradient_mr = MemoryRegion::register_buffer(device, gradient, Access::local);
+
+  // 1. A doorbell for a sequence never granted (5): refused, its slot never applied.
+  good.wait(good.write_and_ring(junk_mr, 0, slots, 5 * kBytes, kBytes, 5), 30s);
+  // 2. The one legitimate push: request, grant, write, doorbell.
+  good.send(ps::encode(ps::Request{1, 0, 0}));
+  const ps::Message answer = ps::decode(good.receive(30s));
+  ASSERT_TRUE(std::holds_alternative<ps::Grant>(answer));
+  const std::uint64_t seq = std::get<ps::Grant>(answer).sequence;
+  EXPECT_EQ(seq, 1u);
+  good.wait(good.write_and_ring(gradient_mr, 0, slots, (seq % 8) * kBytes, kBytes, static_cast<std::uint32_t>(seq)), 30s);
+  // 3. The same doorbell again (a replay of an applied or arrived sequence): refused.
+  good.wait(good.write_with_imm(gradient_mr, 0, slots, 0, 0, static_cast<std::uint32_t>(seq)), 30s);
+  // 4. A malformed message on the other connection: that peer is dropped, nobody else is.
+  const std::vector<std::byte> garbage(7, std::byte{0xee});
+  bad.send(garbage);
+  bad.flush(30s);
+  std::this_thread::sleep_for(500ms);  // let the server take all of it before we leave
+  { Connection leave_good = std::move(good); }
+  { Connection leave_bad = std::move(bad); }
+
+  const auto status = server.wait_exit(60s);
+  ASSERT_TRUE(status.has_value()) << "the server did not finish";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
+  std::ifstream stats_file(out + "/server.stats.json");
+  const json stats = json::parse(stats_file);
+  EXPECT_EQ(stats["applied"].get<std::uint64_t>(), 1u);
+  EXPECT_EQ(stats["refused_doorbells"].get<std::uint64_t>(), 2u);
+  EXPECT_EQ(stats["peers_lost"].get<std::uint64_t>(), 1u) << "the sender of the malformed message";
+  // The model moved by exactly the one legitimate update.
+  std::vector<float> expected(kFloats, examples::initial_value(0)), one(kFloats, 1.0F);
+  ps::sgd_step(expected, one, examples::kLearningRate);
+  const auto model = read_model(out + "/server.model", kFloats);
+  EXPECT_EQ(std::memcmp(model.data(), expected.data(), kBytes), 0) << "a refused doorbell changed the model";
 }
 
 }  // namespace

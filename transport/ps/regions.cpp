@@ -24,7 +24,10 @@ Connection connect_with_retry(const Device& device, const std::string& address, 
     try {
       return connect(device, address, port, options);
     } catch (const Error& e) {
-      if (e.code() != Errc::connection_rejected || std::chrono::steady_clock::now() > deadline) throw;
+      // Rejected: its listener is not up yet. Unreachable: no answer in connect_timeout (a
+      // loaded host, a first ARP). Anything else (a wrong address) is final at once.
+      const bool worth_retrying = e.code() == Errc::connection_rejected || e.code() == Errc::unreachable;
+      if (!worth_retrying || std::chrono::steady_clock::now() > deadline) throw;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }

@@ -50,8 +50,8 @@ class SlotRing {
   MemoryRegion region_;
 };
 
-// connect(), retried while the peer's listener is not up yet (connection_rejected), within
-// `timeout`.
+// connect(), retried while the peer's listener is not up yet or the peer does not answer
+// (connection_rejected, unreachable), within `timeout`.
 Connection connect_with_retry(const Device& device, const std::string& address, std::uint16_t port,
                               const TransportOptions& options, Millis timeout);
 
