@@ -75,9 +75,13 @@ struct AggregateGrant {
 enum class DropReason : std::uint8_t {
   // Applied next, it would already be more than tau versions stale; versions only grow.
   staleness_bound,
+  // Not the scheduler's: the peer sidecar that owns the receiver's sequence was lost before it
+  // decided this part (DistributedPolicy). The update is not stale; nobody can sequence it now.
+  peer_lost,
 };
 
-// Do not send this part; tell the application (it should pull a fresh model and recompute).
+// Do not send this part; tell the application. For staleness_bound it should pull a fresh
+// model and recompute; for peer_lost the receiver is unreachable until its sidecar returns.
 struct Drop {
   RequestId request{};
   std::uint32_t part = 0;
@@ -88,7 +92,7 @@ struct Drop {
   EndpointId sender{};
   EndpointId receiver{};
   DropReason reason = DropReason::staleness_bound;
-  std::uint64_t delay = 0;       // the delay it would have had if applied next (> tau)
+  std::uint64_t delay = 0;       // staleness_bound: its delay if applied next (> tau); else 0
 };
 
 // Sequence `seq` at `receiver` was granted but its transfer failed (or its sender left): it will

@@ -150,12 +150,22 @@ bool Scheduler::complete(TransferId transfer, Instant now, Nanos measured, Trans
   } else if (rec.seq != 0) {
     cancels_.push_back(Cancel{transfer, rec.job, endpoints_[rec.receiver].id, rec.seq});
   }
-  // Finished early: hand the rest of the slot back if nothing was booked after it.
-  s.egress.finish(rec.slot, now);
+  // Finished early: hand the rest of the slot back if nothing was booked after it. Only what
+  // used_slot() says was used: a failed transfer keeps its whole slot, since its bytes may
+  // still be arriving, and a later grant must not be booked on top of them.
+  const Instant used_end = used_slot(rec.slot, now, result).end;
+  s.egress.finish(rec.slot, used_end);
   sync_egress(rec.sender);
-  endpoints_[rec.receiver].ingress.finish(rec.slot, now);
+  endpoints_[rec.receiver].ingress.finish(rec.slot, used_end);
   sync_receiver(rec.receiver);
   return true;
+}
+
+std::optional<TransferView> Scheduler::transfer(TransferId transfer) const {
+  const auto it = transfers_.find(transfer);
+  if (it == transfers_.end()) return std::nullopt;
+  const TransferRecord& r = it->second;
+  return TransferView{endpoints_[r.sender].id, endpoints_[r.receiver].id, r.bytes, r.slot, r.seq, r.job};
 }
 
 bool Scheduler::replica_ack(EndpointId receiver, Seq seq) {

@@ -39,8 +39,9 @@
 // Feeding completions. Call complete() once per Grant/Redirect/AggregateGrant transfer when
 // its last byte is known placed (the WRITE_WITH_IMM completion), with the measured wire time
 // (post to completion). It returns the credit, refines the bandwidth estimates, and, if the
-// transfer ended before its slot did, gives the rest of the slot back. A failed transfer
-// (TransferResult::failed) still returns its credit; its sequence number stays consumed, and
+// transfer ended before its slot did, gives the rest of the slot back (used_slot()). A failed
+// transfer (TransferResult::failed) still returns its credit but keeps its whole slot (nothing
+// proves its bytes stopped arriving); its sequence number stays consumed, and
 // the next schedule() emits a Cancel of it for the receiver, so the server and the replica
 // skip it in order instead of waiting for a write that will never come.
 //
@@ -99,9 +100,35 @@ enum class SubmitStatus : std::uint8_t {
   sender_is_receiver,    // a NIC cannot be both ends of a transfer
   duplicate_id,          // a request with this id is still pending
   version_from_future,   // computed_on is ahead of the server (re-pull: the server restarted?)
+  // The two below are a Policy's, never the Scheduler's (it serves every receiver it is asked
+  // about). A sidecar with peers knows which sidecar owns each receiver's sequence:
+  receiver_unreachable,  // its owner is a peer whose link failed: scheduling it here too would
+                         // let two sidecars hand out the same sequence number
+  unknown_receiver,      // no sidecar (neither this one nor a peer) serves that endpoint
 };
 
+// ok: the transfer is known finished (its last byte placed). failed: it did not complete, or
+// nobody will ever say (its app died, its sender's sidecar was lost).
 enum class TransferResult : std::uint8_t { ok, failed };
+
+// The part of `planned` a finished transfer used on its NICs: up to `at` when it is known to
+// have ended early, all of it otherwise. A failure report does not prove the link idle — a
+// sender whose sidecar was lost may still be writing until its slot ends — so only a
+// transfer that completed gives back the rest of its slot. Never before the slot's start.
+constexpr Slot used_slot(const Slot& planned, Instant at, TransferResult result) noexcept {
+  if (result != TransferResult::ok || at >= planned.end) return planned;
+  return Slot{planned.start, at > planned.start ? at : planned.start};
+}
+
+// A granted transfer still waiting for its complete() (see Scheduler::transfer()).
+struct TransferView {
+  EndpointId sender{};    // the NIC the bytes leave from (an aggregator for an AggregateGrant)
+  EndpointId receiver{};  // the server, or the aggregator of a Redirect
+  Bytes bytes = 0;
+  Slot slot{};            // as granted
+  Seq seq = 0;            // the sequence it carries at the receiver (0: a Redirect)
+  JobId job{};
+};
 
 struct SchedulerStats {
   std::uint64_t requests = 0;    // accepted
@@ -137,6 +164,9 @@ class Scheduler {
                 TransferResult result = TransferResult::ok);
   // Returns false if `seq` was never granted at that server (a protocol error; ignored).
   bool replica_ack(EndpointId receiver, Seq seq);
+  // A granted transfer not yet complete()d (nullopt: unknown or already completed). Lets a
+  // caller record what complete() is about to release (the schedule log's completion line).
+  std::optional<TransferView> transfer(TransferId transfer) const;
   // A transfer the scheduler did not grant (e.g. a model pull) also measures the path.
   void observe_transfer(EndpointId sender, EndpointId receiver, Bytes bytes, Nanos duration);
 

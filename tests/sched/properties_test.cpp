@@ -216,9 +216,12 @@ class Harness {
       ASSERT_TRUE(scheduler_->complete(r.id, r.done, r.done - r.slot.start,
                                        failed ? TransferResult::failed : TransferResult::ok));
       if (r.credit) in_flight_[r.out] -= r.bytes;
-      // The link was occupied until the transfer ended, if that was before the slot's end.
-      truncate(ingress_[r.in], to_int(r.id), r.done);
-      truncate(egress_[r.out], to_int(r.id), r.done);
+      // The link was occupied until the transfer ended, if that was before the slot's end. A
+      // failed transfer may go on writing (nothing tells when its bytes stop): its whole slot.
+      if (!failed) {
+        truncate(ingress_[r.in], to_int(r.id), r.done);
+        truncate(egress_[r.out], to_int(r.id), r.done);
+      }
     }
   }
 
