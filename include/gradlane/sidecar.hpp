@@ -69,7 +69,8 @@ struct Update {
 
 enum class GrantKind : std::uint8_t {
   go = 1,         // write the part to `target` (the server) starting at slot_start
-  drop = 2,       // do not send this part: it would be too stale (pull a fresh model)
+  drop = 2,       // do not send this part; reason says why: stale (pull a fresh model) or
+                  // peer_lost (the receiver's sidecar was lost; the model is not stale)
   redirect = 3,   // write the part to `target` (an aggregator) instead; sequence = aggregate id
   aggregate = 4,  // this app aggregates: forward the sum of aggregate `request` to `target`
   error = 5,      // the request was refused (reason says why); nothing of it was scheduled
@@ -80,6 +81,12 @@ enum class GrantKind : std::uint8_t {
 enum class Reason : std::uint8_t {
   none = 0,
   stale = 1,                 // drop: applied next it would already exceed the staleness bound
+  // drop: the sidecar that owns the receiver's sequence (on another host) was lost before it
+  // decided this part. part_offset/part_bytes are the part's bytes when the daemon knows the
+  // split (some parts were answered), else the whole update (part 0 of 1). Nothing about the
+  // model is stale: do not re-pull; a new request to that receiver is refused with
+  // receiver_unreachable until its sidecar is back (gradlaned restarted with the peer).
+  peer_lost = 2,
   unknown_job = 10,          // error: the entry names a job this app did not attach as
   bad_size = 11,             // error: zero bytes, or more than the daemon's --max-update-bytes
   bad_offset = 12,           // error: [region_offset, +bytes) is outside the app's region
@@ -91,11 +98,18 @@ enum class Reason : std::uint8_t {
   too_many_outstanding = 18,  // error: the app has too many unanswered/uncompleted requests
   bad_receiver = 19,         // error: the receiver is the app's own endpoint
   version_from_future = 20,  // error: computed_on is ahead of the server (re-pull the model)
+  // error: the receiver's sequence is owned by a peer sidecar whose link failed; this sidecar
+  // does not schedule it in its place (two owners would hand out the same sequence number).
+  receiver_unreachable = 21,
+  // error: no sidecar serves the receiver endpoint (not one of this gradlaned's --endpoint ids
+  // nor any peer's). Only a gradlaned started with --endpoint checks; one without serves all.
+  unknown_receiver = 22,
   sidecar_restarted = 30,    // error (made by the client): the daemon that owed this restarted
   // Attach refusals / evictions (reported as exceptions, not grants):
   bad_attach = 40,           // region_bytes == 0 or an unreadable identity
   owner_mismatch = 41,       // the pid/start time in the slot is not the process that claimed it
   corrupt_ring = 42,         // the app's queue indices were overwritten
+  unknown_endpoint = 43,     // AttachOptions::endpoint is not one of the daemon's --endpoint ids
 };
 std::string_view reason_name(Reason reason) noexcept;
 std::string_view kind_name(GrantKind kind) noexcept;

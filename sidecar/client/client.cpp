@@ -371,6 +371,7 @@ std::string_view reason_name(Reason reason) noexcept {
   switch (reason) {
     case Reason::none: return "none";
     case Reason::stale: return "stale";
+    case Reason::peer_lost: return "peer_lost";
     case Reason::unknown_job: return "unknown_job";
     case Reason::bad_size: return "bad_size";
     case Reason::bad_offset: return "bad_offset";
@@ -382,10 +383,13 @@ std::string_view reason_name(Reason reason) noexcept {
     case Reason::too_many_outstanding: return "too_many_outstanding";
     case Reason::bad_receiver: return "bad_receiver";
     case Reason::version_from_future: return "version_from_future";
+    case Reason::receiver_unreachable: return "receiver_unreachable";
+    case Reason::unknown_receiver: return "unknown_receiver";
     case Reason::sidecar_restarted: return "sidecar_restarted";
     case Reason::bad_attach: return "bad_attach";
     case Reason::owner_mismatch: return "owner_mismatch";
     case Reason::corrupt_ring: return "corrupt_ring";
+    case Reason::unknown_endpoint: return "unknown_endpoint";
   }
   return "unknown";
 }

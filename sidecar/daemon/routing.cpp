@@ -29,8 +29,22 @@ Reason reason_for(sched::SubmitStatus status) {
       return Reason::duplicate_request;
     case sched::SubmitStatus::version_from_future:
       return Reason::version_from_future;
+    case sched::SubmitStatus::receiver_unreachable:
+      return Reason::receiver_unreachable;
+    case sched::SubmitStatus::unknown_receiver:
+      return Reason::unknown_receiver;
     case sched::SubmitStatus::accepted:
       break;
+  }
+  return Reason::none;
+}
+
+Reason reason_for(sched::DropReason reason) {
+  switch (reason) {
+    case sched::DropReason::staleness_bound:
+      return Reason::stale;
+    case sched::DropReason::peer_lost:
+      return Reason::peer_lost;
   }
   return Reason::none;
 }
@@ -233,7 +247,7 @@ void Daemon::route(const sched::Outcome& outcome, sched::Instant now) {
             ++owed->decided;
             shm::GrantEntry e = grant_entry(shm::GrantKind::drop, app_request, sched::to_int(d.receiver), 0,
                                             sched::Slot{}, d.offset, d.length, d.part, d.part_count);
-            e.reason = static_cast<std::uint8_t>(Reason::stale);
+            e.reason = static_cast<std::uint8_t>(reason_for(d.reason));
             answer(*app, e);
             if (owed->settled()) settle(*app, app_request);
           },

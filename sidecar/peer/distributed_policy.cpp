@@ -57,16 +57,23 @@ std::optional<PeerIndex> DistributedPolicy::owner_of(sched::EndpointId endpoint)
 }
 
 sched::SubmitStatus DistributedPolicy::submit(const sched::Request& request, sched::Instant now) {
-  const auto peer = owner_of(request.receiver);
-  if (!peer) return scheduler_.submit(request, now);
+  if (is_local(request.receiver)) return scheduler_.submit(request, now);
+  const auto owner = endpoint_owner_.find(sched::to_int(request.receiver));
+  if (owner == endpoint_owner_.end()) {
+    // Nobody announced it. Without endpoints of our own we are the only scheduler there is.
+    return local_.empty() ? scheduler_.submit(request, now) : sched::SubmitStatus::unknown_receiver;
+  }
+  // Its owner's sequence stays its owner's, even while we cannot reach it (see the header).
+  if (lost_.contains(owner->second)) return sched::SubmitStatus::receiver_unreachable;
+  const PeerIndex peer = owner->second;
   // The receiver's sidecar decides; what can be refused here is refused here.
   if (request.bytes == 0) return sched::SubmitStatus::empty_request;
   if (request.sender == request.receiver) return sched::SubmitStatus::sender_is_receiver;
   const auto id = static_cast<std::uint64_t>(request.id);
   if (forwarded_.contains(id)) return sched::SubmitStatus::duplicate_id;
-  forwarded_[id] = Forwarded{*peer, request, 0, 0};
+  forwarded_[id] = Forwarded{peer, request, 0, 0, 0, {}};
   ++stats_.forwarded;
-  send(*peer, SlotRequest{id, sched::to_int(request.job), sched::to_int(request.sender), sched::to_int(request.receiver),
+  send(peer, SlotRequest{id, sched::to_int(request.job), sched::to_int(request.sender), sched::to_int(request.receiver),
                           sched::to_int(request.tensor), request.bytes, request.computed_on, request.gradient_norm,
                           request.priority});
   return sched::SubmitStatus::accepted;
@@ -141,7 +148,7 @@ void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched
             if (status != sched::SubmitStatus::accepted) {
               // The only refusal a well-formed request can meet here: a version from the
               // future. The sender's application hears a drop.
-              send(peer, drop_answer(m.request, 0, 1, 0, 0, 0));
+              send(peer, drop_answer(m.request, 0, 1, 0, m.bytes, 0));
               ++stats_.answers_sent;
               return;
             }
@@ -155,8 +162,8 @@ void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched
               throw Error(Errc::protocol, fmt::format("transfer done for transfer {}, not granted to this peer", m.transfer));
             }
             granted_to_peer_.erase(it);
-            scheduler_.complete(sched::TransferId{m.transfer}, now, sched::Nanos{m.measured_ns},
-                                m.failed ? sched::TransferResult::failed : sched::TransferResult::ok);
+            finish(sched::TransferId{m.transfer}, now, sched::Nanos{m.measured_ns},
+                   m.failed ? sched::TransferResult::failed : sched::TransferResult::ok);
           },
       },
       message);
@@ -222,6 +229,14 @@ void DistributedPolicy::on_answer(PeerIndex peer, const SlotAnswer& m, sched::In
       break;  // handled above
   }
   f.parts = m.part_count;
+  if (f.decided.empty()) f.decided.resize(m.part_count);
+  f.decided[m.part] = true;  // decode() checked part < part_count
+  // The peer's split is its partitioner's: every part but the last has the same length.
+  if (m.part + 1 < m.part_count) {
+    f.chunk = m.length;
+  } else if (m.part > 0) {
+    f.chunk = m.offset / m.part;
+  }
   if (++f.answered >= f.parts) forwarded_.erase(it);
 }
 
@@ -241,7 +256,7 @@ void DistributedPolicy::answer_remote(const sched::Outcome& outcome, sched::Inst
                                   m.delay, start_in, length, sched::to_int(m.destination), sched::to_int(m.sender),
                                   {}})) {
       granted_to_peer_.erase(transfer);
-      scheduler_.complete(m.transfer, now, sched::Nanos{0}, sched::TransferResult::failed);
+      finish(m.transfer, now, sched::Nanos{0}, sched::TransferResult::failed);
     }
     if (m.last_part()) remote_requests_.erase(static_cast<std::uint64_t>(m.request));
   };
@@ -265,7 +280,7 @@ void DistributedPolicy::answer_remote(const sched::Outcome& outcome, sched::Inst
             if (peer && send(*peer, m)) {
               granted_to_peer_[static_cast<std::uint64_t>(a.transfer)] = *peer;
             } else {
-              scheduler_.complete(a.transfer, now, sched::Nanos{0}, sched::TransferResult::failed);
+              finish(a.transfer, now, sched::Nanos{0}, sched::TransferResult::failed);
             }
           },
       },
@@ -276,7 +291,7 @@ void DistributedPolicy::answer_remote(const sched::Outcome& outcome, sched::Inst
 bool DistributedPolicy::complete(sched::TransferId transfer, sched::Instant now, sched::Nanos measured,
                                  sched::TransferResult result) {
   const auto it = proxies_.find(static_cast<std::uint64_t>(transfer));
-  if (it == proxies_.end()) return scheduler_.complete(transfer, now, measured, result);
+  if (it == proxies_.end()) return finish(transfer, now, measured, result);
   send(it->second.peer, TransferDone{it->second.their_transfer, measured.count(), result == sched::TransferResult::failed});
   proxies_.erase(it);
   return true;
@@ -292,30 +307,50 @@ std::optional<sched::Instant> DistributedPolicy::next_wakeup() const {
 void DistributedPolicy::lose_peer(PeerIndex peer, sched::Instant now, std::vector<sched::Outcome>& out) {
   if (!lost_.insert(peer).second) return;
   ++stats_.peers_lost;
-  note(fmt::format("peer {} lost: its pending requests are dropped and its transfers failed", transport_.describe(peer)));
-  // Our requests it was scheduling: every unanswered part is dropped so the application hears.
+  note(fmt::format("peer {} lost: its pending requests are dropped (peer_lost), its receivers refused "
+                   "(receiver_unreachable) and its transfers failed",
+                   transport_.describe(peer)));
+  // Our requests it was scheduling: every undecided part is dropped so the application hears.
   for (auto it = forwarded_.begin(); it != forwarded_.end();) {
-    if (it->second.peer != peer) {
+    const Forwarded& f = it->second;
+    if (f.peer != peer) {
       ++it;
       continue;
     }
-    const sched::Request& r = it->second.request;
-    const std::uint32_t parts = it->second.parts == 0 ? 1 : it->second.parts;
-    for (std::uint32_t part = it->second.answered; part < parts; ++part) {
-      out.push_back(sched::Drop{r.id, part, parts, 0, 0, r.job, r.sender, r.receiver, sched::DropReason::staleness_bound, 0});
+    const sched::Request& r = f.request;
+    const auto drop = [&](std::uint32_t part, std::uint32_t parts, std::uint64_t offset, std::uint64_t length) {
+      out.push_back(sched::Drop{r.id, part, parts, offset, length, r.job, r.sender, r.receiver,
+                                sched::DropReason::peer_lost, 0});
+    };
+    if (f.parts == 0) {
+      drop(0, 1, 0, r.bytes);  // never answered: the split is the peer's and unknown; all of it
+    } else {
+      for (std::uint32_t part = 0; part < f.parts; ++part) {
+        if (f.decided[part]) continue;
+        const std::uint64_t offset = std::min<std::uint64_t>(std::uint64_t{part} * f.chunk, r.bytes);
+        drop(part, f.parts, offset, std::min(f.chunk, r.bytes - offset));
+      }
     }
     it = forwarded_.erase(it);
   }
   // Transfers we granted it will never report: release their credit and slots.
   for (auto it = granted_to_peer_.begin(); it != granted_to_peer_.end();) {
     if (it->second == peer) {
-      scheduler_.complete(sched::TransferId{it->first}, now, sched::Nanos{0}, sched::TransferResult::failed);
+      finish(sched::TransferId{it->first}, now, sched::Nanos{0}, sched::TransferResult::failed);
       it = granted_to_peer_.erase(it);
     } else {
       ++it;
     }
   }
   for (auto it = proxies_.begin(); it != proxies_.end();) it = it->second.peer == peer ? proxies_.erase(it) : std::next(it);
+}
+
+bool DistributedPolicy::finish(sched::TransferId transfer, sched::Instant now, sched::Nanos measured,
+                               sched::TransferResult result) {
+  const auto granted = scheduler_.transfer(transfer);
+  if (!granted || !scheduler_.complete(transfer, now, measured, result)) return false;
+  if (completion_hook_) completion_hook_(transfer, *granted, now, measured, result);
+  return true;
 }
 
 }  // namespace gradlane::peer

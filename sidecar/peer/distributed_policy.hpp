@@ -9,9 +9,18 @@
 // with a slot another receiver granted, it is moved to after it (the receiver learns the real
 // timing from TransferDone, which feeds its bandwidth estimate).
 //
+// Ownership: exactly one sidecar hands out a receiver's sequence numbers — the one that lists
+// it among its endpoints. A request for a receiver this sidecar does not own goes to the peer
+// that announced it (Hello); if no sidecar announced it, it is refused (unknown_receiver),
+// except by a sidecar with no endpoints of its own, which schedules everything itself (the
+// permissive single-daemon mode).
+//
 // Failure: a peer whose link fails is forgotten. Requests forwarded to it are answered with
-// Drop (the application hears, nothing hangs); transfers this sidecar granted to it are
-// completed as failed so credit and sequence space are released.
+// Drop{peer_lost} for every part it had not decided (the application hears, nothing hangs);
+// later requests for its receivers are refused (receiver_unreachable), never scheduled here:
+// the lost peer may still be alive and granting, and two owners would hand out the same
+// sequence number twice. Transfers this sidecar granted to it are completed as failed so
+// credit and sequence space are released (their slots stay held: see sched::used_slot).
 #pragma once
 
 #include <functional>
@@ -46,16 +55,21 @@ class DistributedPolicy final : public sched::Policy {
   // Sees every decision: origin "here" (this sidecar's scheduler decided it, for a local or a
   // remote application) or "peer" (a peer's answer for one of our applications).
   using DecisionHook = std::function<void(const sched::Outcome&, sched::Instant, std::string_view origin)>;
+  // Sees every completion of a transfer this sidecar's scheduler granted (local, reported by a
+  // peer, or failed because its app or peer is gone), with the transfer as it was granted.
+  using CompletionHook = std::function<void(sched::TransferId, const sched::TransferView&, sched::Instant now,
+                                            sched::Nanos measured, sched::TransferResult)>;
 
   // `local_endpoints`: the NICs (scheduler endpoint ids) of this host.
   DistributedPolicy(sched::SchedulerConfig config, std::vector<std::uint32_t> local_endpoints,
                     PeerTransport& transport, Log log = {});
 
   void on_decision(DecisionHook hook) { decision_hook_ = std::move(hook); }
+  void on_completion(CompletionHook hook) { completion_hook_ = std::move(hook); }
 
   // Announces our endpoints to every peer. Call once the links are up.
   void start();
-  // True once every peer has said Hello (until then requests to its receivers stay local).
+  // True once every peer has said Hello (until then its receivers are unknown_receiver).
   bool ready() const;
 
   sched::SubmitStatus submit(const sched::Request& request, sched::Instant now) override;
@@ -76,7 +90,9 @@ class DistributedPolicy final : public sched::Policy {
     PeerIndex peer = 0;
     sched::Request request;
     std::uint32_t answered = 0;
-    std::uint32_t parts = 0;  // known from the first answer
+    std::uint32_t parts = 0;         // known from the first answer
+    std::uint64_t chunk = 0;         // every part's length but maybe the last's, once an answer shows it
+    std::vector<bool> decided;       // by part index, sized by the first answer
   };
   struct RemoteRequest {  // a peer's request in our scheduler
     PeerIndex peer = 0;
@@ -92,6 +108,8 @@ class DistributedPolicy final : public sched::Policy {
   void on_answer(PeerIndex peer, const SlotAnswer& answer, sched::Instant now, std::vector<sched::Outcome>& out);
   void answer_remote(const sched::Outcome& outcome, sched::Instant now);
   void lose_peer(PeerIndex peer, sched::Instant now, std::vector<sched::Outcome>& out);
+  // scheduler_.complete() plus the completion hook: every completion goes through here.
+  bool finish(sched::TransferId transfer, sched::Instant now, sched::Nanos measured, sched::TransferResult result);
   bool send(PeerIndex peer, const Message& message);
   std::optional<PeerIndex> owner_of(sched::EndpointId endpoint) const;
   bool is_local(sched::EndpointId endpoint) const { return local_.contains(sched::to_int(endpoint)); }
@@ -105,6 +123,7 @@ class DistributedPolicy final : public sched::Policy {
   PeerTransport& transport_;
   Log log_;
   DecisionHook decision_hook_;
+  CompletionHook completion_hook_;
   std::map<std::uint32_t, PeerIndex> endpoint_owner_;  // remote endpoint -> its sidecar
   std::set<PeerIndex> greeted_;
   std::set<PeerIndex> lost_;

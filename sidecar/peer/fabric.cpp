@@ -62,6 +62,10 @@ std::unique_ptr<sched::Policy> Fabric::make_policy(sched::SchedulerConfig config
     policy->on_decision([this](const sched::Outcome& outcome, sched::Instant now, std::string_view origin) {
       schedule_log_->decision(outcome, now, origin);
     });
+    policy->on_completion([this](sched::TransferId transfer, const sched::TransferView& granted, sched::Instant now,
+                                 sched::Nanos measured, sched::TransferResult result) {
+      schedule_log_->completion(transfer, granted, now, measured, result);
+    });
   }
   policy->start();
   // Until a peer's Hello arrives, its receivers would look local: wait for every Hello before

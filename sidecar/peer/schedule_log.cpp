@@ -11,6 +11,17 @@ namespace gradlane::sidecar {
 namespace {
 
 std::int64_t ns(sched::Instant t) { return t.time_since_epoch().count(); }
+std::uint64_t id(sched::TransferId t) { return static_cast<std::uint64_t>(t); }
+
+std::string_view drop_reason(sched::DropReason reason) {
+  switch (reason) {
+    case sched::DropReason::staleness_bound:
+      return "stale";
+    case sched::DropReason::peer_lost:
+      return "peer_lost";
+  }
+  return "unknown";
+}
 
 }  // namespace
 
@@ -19,25 +30,25 @@ std::string decision_json(const sched::Outcome& outcome, sched::Instant now, std
       detail::Overloaded{
           [&](const sched::Grant& g) {
             return fmt::format(
-                R"({{"at":{},"origin":"{}","kind":"go","request":{},"part":{},"parts":{},"job":{},"tensor":{},"sender":{},)"
+                R"({{"at":{},"origin":"{}","kind":"go","transfer":{},"request":{},"part":{},"parts":{},"job":{},"tensor":{},"sender":{},)"
                 R"("receiver":{},"bytes":{},"seq":{},"delay":{},"slot_start":{},"slot_end":{}}})",
-                ns(now), origin, static_cast<std::uint64_t>(g.request), g.part, g.part_count, sched::to_int(g.job),
+                ns(now), origin, id(g.transfer), static_cast<std::uint64_t>(g.request), g.part, g.part_count, sched::to_int(g.job),
                 sched::to_int(g.tensor), sched::to_int(g.sender), sched::to_int(g.receiver), g.length, g.seq, g.delay,
                 ns(g.slot.start), ns(g.slot.end));
           },
           [&](const sched::Redirect& r) {
             return fmt::format(
-                R"({{"at":{},"origin":"{}","kind":"redirect","request":{},"part":{},"parts":{},"job":{},"sender":{},)"
+                R"({{"at":{},"origin":"{}","kind":"redirect","transfer":{},"request":{},"part":{},"parts":{},"job":{},"sender":{},)"
                 R"("aggregator":{},"receiver":{},"aggregate":{},"bytes":{},"slot_start":{},"slot_end":{}}})",
-                ns(now), origin, static_cast<std::uint64_t>(r.request), r.part, r.part_count, sched::to_int(r.job),
+                ns(now), origin, id(r.transfer), static_cast<std::uint64_t>(r.request), r.part, r.part_count, sched::to_int(r.job),
                 sched::to_int(r.sender), sched::to_int(r.aggregator), sched::to_int(r.receiver),
                 static_cast<std::uint64_t>(r.aggregate), r.length, ns(r.slot.start), ns(r.slot.end));
           },
           [&](const sched::AggregateGrant& a) {
             return fmt::format(
-                R"({{"at":{},"origin":"{}","kind":"aggregate","aggregate":{},"members":{},"aggregator":{},"receiver":{},)"
+                R"({{"at":{},"origin":"{}","kind":"aggregate","transfer":{},"aggregate":{},"members":{},"aggregator":{},"receiver":{},)"
                 R"("bytes":{},"seq":{},"delay":{},"slot_start":{},"slot_end":{}}})",
-                ns(now), origin, static_cast<std::uint64_t>(a.aggregate), a.members.size(), sched::to_int(a.aggregator),
+                ns(now), origin, id(a.transfer), static_cast<std::uint64_t>(a.aggregate), a.members.size(), sched::to_int(a.aggregator),
                 sched::to_int(a.receiver), a.length, a.seq, a.delay, ns(a.slot.start), ns(a.slot.end));
           },
           [&](const sched::Cancel& c) {
@@ -46,20 +57,31 @@ std::string decision_json(const sched::Outcome& outcome, sched::Instant now, std
           },
           [&](const sched::Drop& d) {
             return fmt::format(
-                R"({{"at":{},"origin":"{}","kind":"drop","request":{},"part":{},"parts":{},"job":{},"sender":{},"receiver":{},)"
-                R"("bytes":{},"delay":{}}})",
-                ns(now), origin, static_cast<std::uint64_t>(d.request), d.part, d.part_count, sched::to_int(d.job),
-                sched::to_int(d.sender), sched::to_int(d.receiver), d.length, d.delay);
+                R"({{"at":{},"origin":"{}","kind":"drop","reason":"{}","request":{},"part":{},"parts":{},"job":{},)"
+                R"("sender":{},"receiver":{},"offset":{},"bytes":{},"delay":{}}})",
+                ns(now), origin, drop_reason(d.reason), static_cast<std::uint64_t>(d.request), d.part, d.part_count,
+                sched::to_int(d.job), sched::to_int(d.sender), sched::to_int(d.receiver), d.offset, d.length, d.delay);
           },
       },
       outcome);
+}
+
+std::string completion_json(sched::TransferId transfer, const sched::TransferView& granted, sched::Instant now,
+                            sched::Nanos measured, sched::TransferResult result) {
+  const sched::Slot used = sched::used_slot(granted.slot, now, result);
+  return fmt::format(
+      R"({{"at":{},"origin":"here","kind":"completion","transfer":{},"ok":{},"sender":{},"receiver":{},"seq":{},)"
+      R"("bytes":{},"measured_ns":{},"slot_start":{},"slot_end":{},"used_end":{}}})",
+      ns(now), id(transfer), result == sched::TransferResult::ok, sched::to_int(granted.sender),
+      sched::to_int(granted.receiver), granted.seq, granted.bytes, measured.count(), ns(granted.slot.start),
+      ns(granted.slot.end), ns(used.end));
 }
 
 ScheduleLog::ScheduleLog(const std::string& path) {
   if (path == "-") {
     file_ = stderr;
   } else {
-    file_ = std::fopen(path.c_str(), "a");
+    file_ = std::fopen(path.c_str(), "w");
     if (file_ == nullptr) detail::throw_call_failed(Errc::system, "opening schedule log " + path, errno);
     owned_ = true;
   }
@@ -75,9 +97,9 @@ void ScheduleLog::decision(const sched::Outcome& outcome, sched::Instant now, st
   std::fflush(file_);
 }
 
-void ScheduleLog::completion(sched::TransferId transfer, sched::Instant now, sched::Nanos measured, bool ok) {
-  fmt::print(file_, R"({{"at":{},"kind":"complete","transfer":{},"measured_ns":{},"ok":{}}})" "\n", ns(now),
-             static_cast<std::uint64_t>(transfer), measured.count(), ok ? "true" : "false");
+void ScheduleLog::completion(sched::TransferId transfer, const sched::TransferView& granted, sched::Instant now,
+                             sched::Nanos measured, sched::TransferResult result) {
+  fmt::print(file_, "{}\n", completion_json(transfer, granted, now, measured, result));
   std::fflush(file_);
 }
 

@@ -1,7 +1,15 @@
 // ScheduleLog: the schedule a sidecar made, one JSON object per line — which update went
 // when, in what order, with which sequence number, and what was dropped or sent to an
 // aggregator. Slots are this host's CLOCK_MONOTONIC in nanoseconds. `gradlaned --schedule-log
-// FILE` writes it; the softroce tests read it to check the schedule from the receiver's side.
+// FILE` writes it (FILE is truncated when gradlaned starts: one run per file); the softroce
+// tests read it to check the schedule from the receiver's side.
+//
+// A decision line ("kind": go / redirect / aggregate) carries the planned slot and its
+// "transfer" id. A transfer that ends early gives the rest of its slot back and a later
+// grant may start there, so planned slots alone can overlap; the "completion" line of the
+// same transfer says how much of its slot it used ([slot_start, used_end): up to the
+// completion if it finished early, the whole slot if it failed, see sched::used_slot). A
+// receiver's timeline — each planned slot cut at its used_end — never overlaps.
 #pragma once
 
 #include <cstdio>
@@ -9,23 +17,30 @@
 #include <string_view>
 
 #include "sidecar/core/outcome.hpp"
+#include "sidecar/core/scheduler.hpp"
 
 namespace gradlane::sidecar {
 
 // `origin`: "here" for decisions this sidecar's scheduler made, "peer" for answers a peer's
 // scheduler sent for this host's applications.
 std::string decision_json(const sched::Outcome& outcome, sched::Instant now, std::string_view origin);
+// The completion of a transfer this sidecar's scheduler granted, as it was granted.
+std::string completion_json(sched::TransferId transfer, const sched::TransferView& granted, sched::Instant now,
+                            sched::Nanos measured, sched::TransferResult result);
 
 class ScheduleLog {
  public:
-  // Appends to `path` ("-" = stderr). Throws Error(system) naming the path if it can't be opened.
+  // Truncates `path` and writes to it ("-" = stderr): a file holds one run's schedule, so a
+  // reader never mixes two runs' clocks and sequence numbers. Throws Error(system) naming the
+  // path if it can't be opened.
   explicit ScheduleLog(const std::string& path);
   ScheduleLog(const ScheduleLog&) = delete;
   ScheduleLog& operator=(const ScheduleLog&) = delete;
   ~ScheduleLog();
 
   void decision(const sched::Outcome& outcome, sched::Instant now, std::string_view origin);
-  void completion(sched::TransferId transfer, sched::Instant now, sched::Nanos measured, bool ok);
+  void completion(sched::TransferId transfer, const sched::TransferView& granted, sched::Instant now,
+                  sched::Nanos measured, sched::TransferResult result);
 
  private:
   std::FILE* file_ = nullptr;  // owned unless it is stderr

@@ -3,12 +3,18 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <fstream>
+#include <map>
+#include <set>
 #include <variant>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "sidecar/peer/distributed_policy.hpp"
 #include "sidecar/peer/messages.hpp"
+#include "sidecar/peer/schedule_log.hpp"
 
 namespace gradlane::peer {
 namespace {
@@ -138,7 +144,7 @@ TEST_F(SlotAgreement, LocalReceiverStaysLocal) {
   EXPECT_TRUE(std::holds_alternative<sched::Grant>(b_out[0]));
 }
 
-TEST_F(SlotAgreement, LostPeerDropsWhatItOwedAndReleasesWhatItHeld) {
+TEST_F(SlotAgreement, LostPeerDropsWhatItOwedAsPeerLostAndItsReceiversStayItsOwn) {
   ASSERT_EQ(b.submit(request(1, 1, 1000), now), sched::SubmitStatus::accepted);
   wire.broken = true;
   wire.to[0].clear();  // the request never arrived
@@ -147,10 +153,183 @@ TEST_F(SlotAgreement, LostPeerDropsWhatItOwedAndReleasesWhatItHeld) {
   const auto* drop = std::get_if<sched::Drop>(&b_out[0]);
   ASSERT_NE(drop, nullptr) << "the application must hear about its request";
   EXPECT_EQ(drop->request, sched::RequestId{1});
+  EXPECT_EQ(drop->reason, sched::DropReason::peer_lost) << "a lost peer is not a staleness drop";
+  // Never answered, so the peer's split is unknown: the drop covers the whole update.
+  EXPECT_EQ(drop->part, 0u);
+  EXPECT_EQ(drop->part_count, 1u);
+  EXPECT_EQ(drop->offset, 0u);
+  EXPECT_EQ(drop->length, 1000u);
   EXPECT_EQ(b.stats().peers_lost, 1u);
-  // Later requests to that receiver are scheduled locally rather than sent into the void.
-  ASSERT_EQ(b.submit(request(2, 1, 1000), now), sched::SubmitStatus::accepted);
+  // Host A may be alive and still granting receiver 0's sequence: B must not grant it too.
+  EXPECT_EQ(b.submit(request(2, 1, 1000), now), sched::SubmitStatus::receiver_unreachable);
   EXPECT_EQ(b.stats().forwarded, 1u);
+  b_out.clear();
+  b.schedule(now + Nanos{1'000'000}, b_out);
+  EXPECT_TRUE(b_out.empty()) << "nothing was scheduled locally for the lost peer's receiver";
+  EXPECT_EQ(b.scheduler().stats().requests, 0u);
+}
+
+TEST_F(SlotAgreement, LostPeerDropsOnlyTheUndecidedPartsWithTheirBytes) {
+  // 10 MB cut by A's partitioner (4 MiB target) into near-equal parts. A decides them all, but
+  // only its first answer reaches B before the link fails.
+  sched::SchedulerConfig c = config();
+  const sched::Partitioner split(c.partition_bytes, c.partition_align);
+  constexpr std::uint64_t kBytes = 10'000'000;
+  const auto parts = split.split(kBytes);
+  ASSERT_EQ(parts.size(), 3u);
+  a.scheduler().set_rate(sched::EndpointId{0}, sched::Direction::ingress, 1e9);
+  ASSERT_EQ(b.submit(request(1, 1, kBytes), now), sched::SubmitStatus::accepted);
+  b.schedule(now, b_out);  // forwards the request
+  a.schedule(now, a_out);  // decides every part and answers
+  ASSERT_GE(wire.to[1].size(), 2u) << "A answered more than one part";
+  wire.to[1].resize(1);
+  b.schedule(now, b_out);  // takes the one answer that arrived
+  std::vector<sched::Grant> granted;
+  for (const auto& o : b_out) {
+    if (const auto* g = std::get_if<sched::Grant>(&o)) granted.push_back(*g);
+  }
+  ASSERT_FALSE(granted.empty());
+  ASSERT_LT(granted.size(), parts.size()) << "the test needs parts still undecided when the peer goes";
+  b_out.clear();
+  wire.broken = true;
+  exchange();
+  std::set<std::uint32_t> decided;
+  for (const auto& g : granted) decided.insert(g.part);
+  std::size_t drops = 0;
+  for (const auto& o : b_out) {
+    const auto* d = std::get_if<sched::Drop>(&o);
+    ASSERT_NE(d, nullptr);
+    ++drops;
+    EXPECT_EQ(d->reason, sched::DropReason::peer_lost);
+    EXPECT_FALSE(decided.contains(d->part)) << "part " << d->part << " was already granted";
+    EXPECT_EQ(d->part_count, parts.size());
+    EXPECT_EQ(d->offset, parts.at(d->part).offset) << "part " << d->part;
+    EXPECT_EQ(d->length, parts.at(d->part).length) << "part " << d->part;
+  }
+  EXPECT_EQ(drops + granted.size(), parts.size()) << "every part gets exactly one outcome";
+}
+
+TEST_F(SlotAgreement, ReceiverNoSidecarServesIsRefused) {
+  sched::Request r = request(5, 1, 1000);
+  r.receiver = sched::EndpointId{7};  // neither host announced endpoint 7
+  EXPECT_EQ(b.submit(r, now), sched::SubmitStatus::unknown_receiver);
+  EXPECT_EQ(a.submit(r, now), sched::SubmitStatus::unknown_receiver);
+  exchange();
+  EXPECT_TRUE(a_out.empty());
+  EXPECT_TRUE(b_out.empty());
+  EXPECT_EQ(b.stats().forwarded, 0u);
+}
+
+TEST(SlotAgreementAlone, ASidecarWithoutEndpointsSchedulesEveryReceiver) {
+  // The permissive mode of a gradlaned started without --endpoint (no peers either).
+  Wire wire;
+  MemoryTransport none(wire, 0);
+  wire.broken = true;  // its one "peer" never existed
+  DistributedPolicy alone{config(), {}, none};
+  std::vector<sched::Outcome> out;
+  alone.schedule(Instant{Nanos{1}}, out);
+  sched::Request r = request(1, 1, 1000);
+  r.receiver = sched::EndpointId{7};
+  EXPECT_EQ(alone.submit(r, Instant{Nanos{1}}), sched::SubmitStatus::accepted);
+  alone.schedule(Instant{Nanos{1}}, out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(std::holds_alternative<sched::Grant>(out[0]));
+}
+
+TEST_F(SlotAgreement, TheReceiversLoggedTimelineNeverOverlaps) {
+  // The receiver's schedule log: planned slots, each cut at the used_end of its completion
+  // line. Transfers end early (their slot's rest is granted again) and one fails when its
+  // sender's sidecar is lost (its slot must stay held: its bytes may still be arriving).
+  std::vector<nlohmann::json> log;
+  a.on_decision([&](const sched::Outcome& o, Instant at, std::string_view origin) {
+    log.push_back(nlohmann::json::parse(sidecar::decision_json(o, at, origin)));
+  });
+  a.on_completion([&](sched::TransferId t, const sched::TransferView& granted, Instant at, Nanos measured,
+                      sched::TransferResult result) {
+    log.push_back(nlohmann::json::parse(sidecar::completion_json(t, granted, at, measured, result)));
+  });
+  a.scheduler().set_rate(sched::EndpointId{0}, sched::Direction::ingress, 1e9);  // 1 MB: 1 ms
+  const auto grants_in = [](std::vector<sched::Outcome>& out) {
+    std::vector<sched::Grant> g;
+    for (const auto& o : out) {
+      if (const auto* x = std::get_if<sched::Grant>(&o)) g.push_back(*x);
+    }
+    out.clear();
+    return g;
+  };
+  // Round 1: two remote workers (1, 2) and one on the receiver's host (3).
+  ASSERT_EQ(b.submit(request(1, 1, 1'000'000), now), sched::SubmitStatus::accepted);
+  ASSERT_EQ(b.submit(request(2, 2, 1'000'000), now), sched::SubmitStatus::accepted);
+  ASSERT_EQ(a.submit(request(3, 3, 1'000'000), now), sched::SubmitStatus::accepted);
+  exchange();
+  auto remote = grants_in(b_out);
+  auto local = grants_in(a_out);
+  ASSERT_EQ(remote.size() + local.size(), 3u);
+  // Everything finishes early, 300 us into the last slot.
+  Instant last_start = now;
+  for (const auto& g : remote) last_start = std::max(last_start, g.slot.start);
+  for (const auto& g : local) last_start = std::max(last_start, g.slot.start);
+  now = last_start + Nanos{300'000};
+  for (const auto& g : remote) ASSERT_TRUE(b.complete(g.transfer, now, Nanos{300'000}, sched::TransferResult::ok));
+  for (const auto& g : local) ASSERT_TRUE(a.complete(g.transfer, now, Nanos{300'000}, sched::TransferResult::ok));
+  exchange();
+  // Round 2: granted into the time the early finishers gave back; B's sidecar is lost in its slot.
+  ASSERT_EQ(b.submit(request(4, 1, 1'000'000), now), sched::SubmitStatus::accepted);
+  exchange();
+  remote = grants_in(b_out);
+  ASSERT_EQ(remote.size(), 1u);
+  EXPECT_EQ(remote[0].slot.start, now) << "the rest of the early finisher's slot was not given back";
+  now = remote[0].slot.start + Nanos{200'000};
+  wire.broken = true;
+  ASSERT_EQ(a.submit(request(5, 3, 1'000'000), now), sched::SubmitStatus::accepted);
+  exchange();
+  local = grants_in(a_out);
+  ASSERT_EQ(local.size(), 1u);
+  now = local[0].slot.end;
+  ASSERT_TRUE(a.complete(local[0].transfer, now, Nanos{1'000'000}, sched::TransferResult::ok));
+
+  std::map<std::uint64_t, std::pair<std::int64_t, std::int64_t>> timeline;  // transfer -> [start, end)
+  std::size_t completions = 0;
+  for (const auto& line : log) {
+    if (line["kind"] == "go" && line["receiver"] == 0) {
+      timeline[line["transfer"].get<std::uint64_t>()] = {line["slot_start"], line["slot_end"]};
+    }
+  }
+  for (const auto& line : log) {
+    if (line["kind"] != "completion" || line["receiver"] != 0) continue;
+    ++completions;
+    auto& slot = timeline.at(line["transfer"].get<std::uint64_t>());
+    EXPECT_EQ(slot.first, line["slot_start"].get<std::int64_t>());
+    slot.second = std::min(slot.second, line["used_end"].get<std::int64_t>());
+    if (line["ok"] == false) {
+      EXPECT_EQ(line["used_end"], line["slot_end"]) << "a failed transfer used its whole slot";
+    }
+  }
+  ASSERT_EQ(timeline.size(), 5u);
+  EXPECT_EQ(completions, 5u) << "every granted transfer has a completion line";
+  std::vector<std::pair<std::int64_t, std::int64_t>> slots;
+  for (const auto& [transfer, slot] : timeline) slots.push_back(slot);
+  std::sort(slots.begin(), slots.end());
+  for (std::size_t i = 1; i < slots.size(); ++i) {
+    EXPECT_LE(slots[i - 1].second, slots[i].first)
+        << "slot [" << slots[i].first << ", " << slots[i].second << ") overlaps the used part of ["
+        << slots[i - 1].first << ", " << slots[i - 1].second << ")";
+  }
+}
+
+TEST(ScheduleLogFile, StartsEmptyOnEveryRun) {
+  const std::string path = ::testing::TempDir() + "gradlane-schedule-log-" + std::to_string(::getpid()) + ".jsonl";
+  const sched::Outcome cancel = sched::Cancel{sched::TransferId{1}, sched::JobId{1}, sched::EndpointId{0}, 7};
+  for (int run = 0; run < 2; ++run) {
+    sidecar::ScheduleLog log(path);
+    log.decision(cancel, Instant{Nanos{run}}, "here");
+  }
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ::unlink(path.c_str());
+  ASSERT_EQ(lines.size(), 1u) << "the second run appended to the first run's log";
+  EXPECT_EQ(nlohmann::json::parse(lines[0])["at"], 1);
 }
 
 TEST_F(SlotAgreement, HostilePeerMessagesAreDroppedNotFatal) {
