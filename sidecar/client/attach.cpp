@@ -80,6 +80,20 @@ void await_claim_change(shm::AppSlot& slot, std::uint64_t word, std::chrono::nan
 
 enum class Claimed { attached, no_answer };
 
+// What to change, for the refusals the application itself can fix.
+std::string attach_refusal_hint(Reason reason, const shm::Header& h, const AttachOptions& o) {
+  switch (reason) {
+    case Reason::bad_attach:
+      return " (AttachOptions::region_bytes must be > 0)";
+    case Reason::unknown_endpoint:
+      return fmt::format(" (AttachOptions::endpoint {} is not a NIC of this host: gradlaned (pid {}) serves only "
+                         "the endpoints given to it with --endpoint)",
+                         o.endpoint, h.daemon_pid);
+    default:
+      return "";
+  }
+}
+
 Claimed claim_slot(Client::State& state, shm::Segment& segment, Clock::time_point deadline) {
   void* base = segment.base();
   shm::Header& h = *shm::header_at(base);
@@ -134,8 +148,7 @@ Claimed claim_slot(Client::State& state, shm::Segment& segment, Clock::time_poin
       slot.claim.compare_exchange_strong(rejected, shm::claim_word(SlotState::free, 0), std::memory_order_acq_rel);
       throw Error(Errc::invalid_argument,
                   fmt::format("gradlaned (pid {}) refused the attach to {}: {}{}", h.daemon_pid, segment.name(),
-                              reason_name(reason),
-                              reason == Reason::bad_attach ? " (AttachOptions::region_bytes must be > 0)" : ""));
+                              reason_name(reason), attach_refusal_hint(reason, h, o)));
     }
     if (s != SlotState::attaching) return Claimed::no_answer;  // swept meanwhile
     if (Clock::now() >= deadline) {

@@ -58,13 +58,11 @@ std::size_t Daemon::scan_claims(sched::Instant now) {
         break;
       case SlotState::detaching:
         if (apps_[i]) {
-          take_last_completions(*apps_[i], now);
-          forget(*apps_[i], now);
-          ++stats_.detached;
+          release_detached(i, now);
         } else {
           stats_.reclaimed_entries += queued_entries(s);
+          free_slot(i);
         }
-        free_slot(i);
         ++events;
         break;
       default:
@@ -89,6 +87,10 @@ void Daemon::accept(std::uint32_t slot, std::uint64_t claim) {
   }
   if (s.region_bytes == 0) {
     reject(slot, claim, Reason::bad_attach);
+    return;
+  }
+  if (!serves(s.endpoint)) {
+    reject(slot, claim, Reason::unknown_endpoint);
     return;
   }
   AppSession app;
@@ -131,6 +133,18 @@ void Daemon::evict(AppSession& app, Reason reason, sched::Instant now) {
   s.claim.store(shm::claim_word(SlotState::evicted, pid), std::memory_order_release);
   ++stats_.evicted;
   shm::ring_bell(s.app_sleeping, s.grant_bell);
+}
+
+void Daemon::release_detached(std::uint32_t slot, sched::Instant now) {
+  take_last_completions(*apps_[slot], now);
+  forget(*apps_[slot], now);
+  free_slot(slot);
+  ++stats_.detached;
+}
+
+bool Daemon::serves(std::uint32_t endpoint) const {
+  return config_.endpoints.empty() ||
+         std::find(config_.endpoints.begin(), config_.endpoints.end(), endpoint) != config_.endpoints.end();
 }
 
 void Daemon::reclaim(std::uint32_t slot, sched::Instant now) {
@@ -187,6 +201,10 @@ void Daemon::sweep(sched::Instant now) {
     const std::uint32_t slot = active_[k];
     if (apps_[slot]->owner->alive()) {
       ++k;
+    } else if (shm::claim_state(slot_ref(slot).claim.load(std::memory_order_acquire)) == SlotState::detaching) {
+      // It detached and then exited before the attach scan saw the detach (the sweep runs
+      // first in step()): a clean departure, with its last completions, not a death.
+      release_detached(slot, now);  // removes active_[k]
     } else {
       reclaim(slot, now);  // removes active_[k]
     }

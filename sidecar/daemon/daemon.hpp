@@ -38,7 +38,7 @@ namespace gradlane::sidecar {
 
 struct DaemonStats {
   std::uint64_t attached = 0;        // attaches accepted
-  std::uint64_t rejected = 0;        // attaches refused
+  std::uint64_t rejected = 0;        // attaches refused (incl. from an endpoint not served here)
   std::uint64_t detached = 0;        // clean detaches
   std::uint64_t reclaimed = 0;       // apps found dead and reclaimed
   std::uint64_t reclaimed_entries = 0;  // entries still queued by departed/dead apps, discarded
@@ -91,6 +91,8 @@ class Daemon {
   void reject(std::uint32_t slot, std::uint64_t claim, Reason reason);
   void evict(AppSession& app, Reason reason, sched::Instant now);
   void reclaim(std::uint32_t slot, sched::Instant now);
+  void release_detached(std::uint32_t slot, sched::Instant now);
+  bool serves(std::uint32_t endpoint) const;
   void forget(AppSession& app, sched::Instant now);
   void take_last_completions(AppSession& app, sched::Instant now);
   void free_slot(std::uint32_t slot);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "gradlane/sidecar.hpp"
 
@@ -14,6 +15,11 @@ struct DaemonConfig {
   // --shm-name: the segment applications attach to (default: GRADLANE_SIDECAR_SHM or
   // /gradlane-<uid>, see default_shm_name()).
   std::string shm_name = default_shm_name();
+  // --endpoint: the NICs (scheduler endpoint ids) of this host. An app attaching from any
+  // other endpoint is refused (Reason::unknown_endpoint): its requests would be scheduled on a
+  // NIC this sidecar does not own. Empty (no --endpoint flag): every endpoint is accepted,
+  // the permissive single-daemon mode the in-process tests and benchmarks use.
+  std::vector<std::uint32_t> endpoints;
   // --max-apps: app slots in the segment (33 KiB each). 64 covers 8 GPUs x 8 worker processes.
   std::uint32_t max_apps = 64;
   // --max-update-bytes: a larger request is refused as absurd (Reason::bad_size). 16 GiB is

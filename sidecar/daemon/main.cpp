@@ -3,7 +3,9 @@
 //
 // Without --foreground it detaches into the background, but only once the segment exists:
 // the parent waits for the child's "ready" and exits with its status, so
-// `gradlaned && ./train` never races the attach. Logs go to stderr in both modes.
+// `gradlaned && ./train` never races the attach. Logs go to stderr in both modes. With
+// --pid-file the pid is written before "ready" (so it is there when the parent returns) and
+// the file is removed on a clean exit.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,15 +16,18 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/syscall_error.hpp"
 #include "common/unique_fd.hpp"
 #include "gradlane/error.hpp"
 #include "sidecar/core/policy.hpp"
 #include "sidecar/daemon/daemon.hpp"
+#include "sidecar/daemon/pid_file.hpp"
 #include "sidecar/daemon/signals.hpp"
 #include "sidecar/peer/fabric.hpp"
 
@@ -69,6 +74,7 @@ int main(int argc, char** argv) {
                "the network."};
   DaemonConfig config;
   bool foreground = false;
+  std::string pid_file;
   std::string policy = "scheduler";
   std::uint64_t idle_spin_us = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(config.idle_spin).count());
@@ -98,8 +104,10 @@ int main(int argc, char** argv) {
   std::uint64_t replica_bound = 0;
   cli.add_option("--device", fabric_options.device, "RDMA device for links to peer sidecars (e.g. mlx5_0)");
   cli.add_option("--endpoint", fabric_options.endpoints,
-                 "scheduler endpoint id of a NIC on this host (repeat for several); receivers on these are "
-                 "scheduled here, the others by the peer that announces them");
+                 "scheduler endpoint id of a NIC on this host (repeat for several). Applications may attach only "
+                 "from these; requests to receivers on these are scheduled here, to others by the peer that "
+                 "announces them, and to a receiver no sidecar serves are refused (unknown_receiver). Without "
+                 "any --endpoint (and no peers) every endpoint is accepted and scheduled here");
   cli.add_option("--listen-port", fabric_options.listen_port, "port peer sidecars connect to")->capture_default_str();
   cli.add_option("--peer", fabric_options.peers, "ADDRESS:PORT of a peer sidecar to connect to (repeatable)");
   cli.add_option("--expect-peers", fabric_options.expect_peers, "peer sidecars that connect to this one")
@@ -108,13 +116,17 @@ int main(int argc, char** argv) {
                  "NIC rate to assume until transfers are measured (0: the core's default, 100 Gb/s)")
       ->capture_default_str();
   cli.add_option("--schedule-log", fabric_options.schedule_log,
-                 "write every scheduling decision as a JSON line to FILE ('-' = stderr)");
+                 "write every scheduling decision and completion as a JSON line to FILE ('-' = stderr); FILE is "
+                 "truncated at start, so it holds this run only");
   cli.add_option("--staleness-bound", staleness_bound, "tau: largest delay (in versions) an applied update may have; 0 = unbounded")
       ->capture_default_str();
   cli.add_option("--replica-bound", replica_bound,
                  "B: sequence numbers may run at most this far ahead of the replica's ack; 0 = no replica")
       ->capture_default_str();
   cli.add_flag("--foreground", foreground, "stay in the foreground (default: detach once the segment is ready)");
+  cli.add_option("--pid-file", pid_file,
+                 "write the daemon's pid to FILE once the segment is ready and remove it on a clean exit; FILE "
+                 "stays locked while it runs, so a second gradlaned with the same FILE fails naming the pid");
   CLI11_PARSE(cli, argc, argv);
   config.idle_spin = std::chrono::microseconds(idle_spin_us);
   if (staleness_bound == 0) {
@@ -123,19 +135,28 @@ int main(int argc, char** argv) {
     sched_config.staleness_bound = staleness_bound;
   }
   if (replica_bound > 0) sched_config.replica_bound = replica_bound;
+  config.endpoints = fabric_options.endpoints;
 
   try {
     config.validate();
     UniqueFd ready;
     if (!foreground) ready = detach_into_background();
+    // Locked before anything is set up (a second gradlaned on the same file stops here, naming
+    // the first one's pid), written once the segment is ready; in the child when detached,
+    // since the lock belongs to the process that keeps running.
+    std::optional<gradlane::sidecar::PidFile> pid;
+    if (!pid_file.empty()) pid.emplace(gradlane::sidecar::PidFile::acquire(pid_file));
     // Before any thread exists, so every thread inherits the blocked mask.
     gradlane::sidecar::ShutdownSignals signals;
     if (auto problem = sched_config.validate()) throw gradlane::Error(gradlane::Errc::invalid_argument, *problem);
     // Peer links first: a request must not be scheduled before we know which receivers are remote.
     gradlane::peer::Fabric fabric(fabric_options, [](const std::string& line) { fmt::print(stderr, "gradlaned: {}\n", line); });
     Daemon daemon(config, make_policy(policy, fabric, sched_config));
-    fmt::print(stderr, "gradlaned: serving {} for up to {} applications (pid {}, generation {:#x}, policy {})\n",
-               config.shm_name, config.max_apps, ::getpid(), daemon.generation(), policy);
+    if (pid) pid->publish(::getpid());
+    fmt::print(stderr, "gradlaned: serving {} for up to {} applications (pid {}, generation {:#x}, policy {}, {})\n",
+               config.shm_name, config.max_apps, ::getpid(), daemon.generation(), policy,
+               config.endpoints.empty() ? std::string("every endpoint")
+                                        : fmt::format("endpoints {}", fmt::join(config.endpoints, ",")));
     if (ready) {
       const char byte = 1;
       if (::write(ready.get(), &byte, 1) != 1) {

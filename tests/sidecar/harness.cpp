@@ -131,6 +131,20 @@ int Child::terminate() {
   return status;
 }
 
+int Child::wait_exit(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0 || reaped_) return -1;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      reaped_ = true;
+      return status;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
 void Child::kill_now() {
   if (pid_ <= 0 || reaped_) return;
   ::kill(pid_, SIGKILL);
@@ -192,6 +206,12 @@ int run_child(int argc, char** argv) {
       if (client.wait(std::chrono::seconds(5)).kind != GrantKind::go) return 4;
       tell_ready();
       park();
+    }
+    if (role == "app-detach") {
+      // Attach, detach cleanly, and exit at once: the daemon may see the exit before the detach.
+      Client client = Client::attach(test_attach(shm, 1));
+      client.detach();
+      return 0;
     }
     if (role == "daemon") {
       // A whole gradlaned in a process of its own, so a test can SIGKILL it.
