@@ -397,3 +397,30 @@ TEST_F(RogueWorkers, BadDoorbellsAndMalformedMessagesAreRefusedAndTheModelIsUnto
 
 }  // namespace
 }  // namespace gradlane::testing
+
+namespace gradlane::testing {
+namespace {
+
+TEST(ReadmeExample, PsQuickstartRunsAsServerReplicaAndWorker) {
+  // The README's parameter-server example, as three processes on three emulated hosts.
+  const auto hosts = hosts_from_env();
+  ASSERT_GE(hosts.size(), 3u);
+  const std::string out = std::string(std::getenv("GRADLANE_OUT_DIR")) + "/quickstart";
+  std::filesystem::create_directories(out);
+  const std::string bin = GRADLANE_PS_QUICKSTART;
+  ExternalProcess replica({bin, "replica", hosts[1].device}, out + "/replica");
+  ExternalProcess server({bin, "server", hosts[0].device, hosts[1].address}, out + "/server");
+  ExternalProcess worker({bin, "worker", hosts[2].device, hosts[0].address, hosts[1].address}, out + "/worker");
+  for (auto* p : {&worker, &server, &replica}) {
+    const auto status = p->wait_exit(120s);
+    ASSERT_TRUE(status.has_value());
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "status " << *status;
+  }
+  std::ifstream in(out + "/replica.out");
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "replica: version 20, model[0] = 0.50");  // 1.0 - 20 × 0.05 × 0.5
+}
+
+}  // namespace
+}  // namespace gradlane::testing

@@ -27,4 +27,16 @@ TEST(Readme, EmbeddingExampleIsExamplesPushUpdateVerbatim) {
   EXPECT_EQ(readme.substr(body, end - body), example) << "README example drifted from examples/push_update.cpp";
 }
 
+TEST(Readme, ParameterServerExampleIsExamplesPsQuickstartVerbatim) {
+  const std::string readme = slurp(GRADLANE_SOURCE_DIR "/README.md");
+  const std::string example = slurp(GRADLANE_SOURCE_DIR "/examples/ps_quickstart.cpp");
+  ASSERT_FALSE(example.empty());
+  const auto start = readme.find("```cpp\n// A parameter server, its replica and a worker");
+  ASSERT_NE(start, std::string::npos) << "README has no parameter-server example block";
+  const auto body = start + std::string("```cpp\n").size();
+  const auto end = readme.find("```", body);
+  ASSERT_NE(end, std::string::npos);
+  EXPECT_EQ(readme.substr(body, end - body), example) << "README example drifted from examples/ps_quickstart.cpp";
+}
+
 }  // namespace
