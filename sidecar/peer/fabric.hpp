@@ -1,6 +1,7 @@
 // Fabric: what gradlaned needs to schedule across hosts — its RDMA device, the links to its
 // peer sidecars, the distributed policy on top of them, and the schedule log. Without peers it
-// is the plain scheduling core (every receiver is local), so gradlaned has one code path.
+// is the plain scheduling core for the receivers on this host's --endpoint list (for every
+// receiver when there is no list), so gradlaned has one code path.
 #pragma once
 
 #include <chrono>

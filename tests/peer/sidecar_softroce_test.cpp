@@ -119,6 +119,24 @@ TEST(TwoSidecars, TransfersFollowTheReceiversGrantedOrderAndSlots) {
     EXPECT_GE(granted[seq]["slot_start"].get<std::int64_t>(), previous_close)
         << "slot of seq " << seq << " overlaps the previous one";
   }
+  // The same timeline as the receiver's sidecar logged it: each planned slot cut at the used_end
+  // of its completion line. Every transfer it granted was completed, and none overlaps.
+  std::map<std::uint64_t, std::pair<std::int64_t, std::int64_t>> used;  // transfer -> [start, end)
+  for (const auto& [seq, d] : granted) used[d["transfer"].get<std::uint64_t>()] = {d["slot_start"], d["slot_end"]};
+  std::size_t completions = 0;
+  for (const auto& c : read_lines(log_a)) {
+    if (c["kind"] != "completion" || c["receiver"] != 0 || !used.contains(c["transfer"].get<std::uint64_t>())) continue;
+    ++completions;
+    auto& slot = used[c["transfer"].get<std::uint64_t>()];
+    slot.second = std::min(slot.second, c["used_end"].get<std::int64_t>());
+  }
+  EXPECT_EQ(completions, kTotal) << "a completion line per granted transfer in the receiver's log";
+  std::vector<std::pair<std::int64_t, std::int64_t>> timeline;
+  for (const auto& [transfer, slot] : used) timeline.push_back(slot);
+  std::sort(timeline.begin(), timeline.end());
+  for (std::size_t i = 1; i < timeline.size(); ++i) {
+    EXPECT_LE(timeline[i - 1].second, timeline[i].first) << "logged slots overlap at " << timeline[i].first;
+  }
   // All processes share the VM's CLOCK_MONOTONIC, so the receiver's slots can be compared with
   // the arrivals directly (the protocol itself never assumes a shared clock): nothing arrived
   // before the receiver's slot for it began.
