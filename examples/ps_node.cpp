@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "ps_synthetic.hpp"
@@ -38,10 +39,22 @@ struct Args {
   std::uint64_t number(const std::string& key, std::uint64_t fallback) const {
     return values.contains(key) ? number(key) : fallback;
   }
-  gradlane::ps::Endpoint endpoint(const std::string& key) const {
-    const std::string& t = text(key);
+  gradlane::ps::Endpoint endpoint(const std::string& key) const { return parse_endpoint(text(key)); }
+  static gradlane::ps::Endpoint parse_endpoint(const std::string& t) {
     const auto colon = t.rfind(':');
     return {t.substr(0, colon), static_cast<std::uint16_t>(std::stoul(t.substr(colon + 1)))};
+  }
+  std::vector<std::string> list(const std::string& key) const {
+    std::vector<std::string> items;
+    std::stringstream in(text(key));
+    for (std::string item; std::getline(in, item, ',');) items.push_back(item);
+    return items;
+  }
+  // tensors=N,N,... shards=S: the model's tensors spread over S servers (ps::place_tensors).
+  std::vector<std::size_t> tensors() const {
+    std::vector<std::size_t> sizes;
+    for (const auto& t : list("tensors")) sizes.push_back(std::stoull(t));
+    return sizes;
   }
 };
 
@@ -57,7 +70,13 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
   const std::string out = a.text("out");
   const std::string name = role == gradlane::ps::Role::server ? "server" : "replica";
   gradlane::ps::ShardOptions options;
-  options.floats = a.number("floats");
+  if (a.values.contains("tensors")) {  // this server holds shard `shard` of a sharded model
+    const auto shards = static_cast<std::uint32_t>(a.number("shards"));
+    const auto tensors = a.tensors();
+    options.floats = gradlane::ps::shard_floats(gradlane::ps::place_tensors(tensors, shards), shards).at(a.number("shard"));
+  } else {
+    options.floats = a.number("floats");
+  }
   options.slots = static_cast<std::uint32_t>(a.number("slots", 8));
   options.learning_rate = gradlane::examples::kLearningRate;
   options.hole_timeout = std::chrono::milliseconds(a.number("hole_timeout_ms", 3000));
@@ -122,7 +141,42 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
   return done ? 0 : 3;
 }
 
+// A worker of a sharded model: servers=A:P,B:Q,... tensors=N,N,... (one shard per server).
+int run_sharded_worker(const Args& a) {
+  const auto id = static_cast<std::uint32_t>(a.number("id"));
+  std::vector<gradlane::ps::WorkerOptions> shards;
+  for (const auto& server : a.list("servers")) {
+    gradlane::ps::WorkerOptions o;
+    o.id = id;
+    o.server = Args::parse_endpoint(server);
+    shards.push_back(o);
+  }
+  const auto tensors = a.tensors();
+  gradlane::Device device = gradlane::Device::open({.name = a.text("device")});
+  gradlane::ps::ShardedWorker worker(device, tensors, shards);
+  const std::uint64_t updates = a.number("updates");
+  for (std::uint64_t step = 0; step < updates; ++step) {
+    std::vector<std::uint64_t> versions;
+    for (const auto& pulled : worker.pull()) versions.push_back(pulled.version);
+    for (std::uint32_t s = 0; s < shards.size(); ++s) {  // each shard's gradient, by its own index
+      auto gradient = worker.shard(s).gradient();
+      for (std::size_t j = 0; j < gradient.size(); ++j) gradient[j] = gradient_value(id, step, j, false);
+    }
+    worker.push(versions, step);
+  }
+  // A pull of a tensor the model does not have is refused with a clear error.
+  try {
+    (void)worker.model(tensors.size());
+    return 5;
+  } catch (const gradlane::Error& e) {
+    if (e.code() != gradlane::Errc::invalid_argument) return 5;
+  }
+  std::ofstream(a.text("out") + "/worker" + a.text("id") + ".json") << "{\"pushes\":" << updates << "}\n";
+  return 0;
+}
+
 int run_worker(const Args& a) {
+  if (a.values.contains("servers")) return run_sharded_worker(a);
   gradlane::ps::WorkerOptions options;
   options.id = static_cast<std::uint32_t>(a.number("id"));
   options.server = a.endpoint("server");

@@ -40,7 +40,8 @@ std::vector<float> read_model(const std::string& path, std::size_t floats) {
   std::vector<float> model(floats);
   std::ifstream in(path, std::ios::binary);
   in.read(reinterpret_cast<char*>(model.data()), static_cast<std::streamsize>(floats * sizeof(float)));
-  if (in.gcount() != static_cast<std::streamsize>(floats * sizeof(float))) {
+  if (in.gcount() != static_cast<std::streamsize>(floats * sizeof(float)) ||
+      std::filesystem::file_size(path) != floats * sizeof(float)) {
     throw std::runtime_error(path + ": not a model of " + std::to_string(floats) + " floats");
   }
   return model;
@@ -420,6 +421,67 @@ TEST(ReadmeExample, PsQuickstartRunsAsServerReplicaAndWorker) {
   std::string line;
   std::getline(in, line);
   EXPECT_EQ(line, "replica: version 20, model[0] = 0.50");  // 1.0 - 20 × 0.05 × 0.5
+}
+
+}  // namespace
+}  // namespace gradlane::testing
+
+namespace gradlane::testing {
+namespace {
+
+TEST(Sharding, AModelSpreadOverTwoServersIsAppliedShardByShard) {
+  // Tensors 3000, 1000, 2000, 500 floats over two servers (place_tensors: 3000 | 1000+2000+500);
+  // three workers push every shard each step, each shard server keeps its own sequence.
+  const auto hosts = hosts_from_env();
+  ASSERT_GE(hosts.size(), 3u);
+  const std::string out = std::string(std::getenv("GRADLANE_OUT_DIR")) + "/sharded";
+  std::filesystem::remove_all(out);
+  const std::string node = GRADLANE_PS_NODE, tensors = "tensors=3000,1000,2000,500";
+  constexpr std::uint64_t kWorkers = 3, kUpdates = 20;
+  std::vector<std::unique_ptr<ExternalProcess>> servers;
+  for (int s = 0; s < 2; ++s) {
+    const std::string dir = out + "/shard" + std::to_string(s);
+    std::filesystem::create_directories(dir);
+    servers.push_back(std::make_unique<ExternalProcess>(
+        std::vector<std::string>{node, "role=server", "device=" + hosts[s].device, "port=" + std::to_string(7820 + s),
+                                 tensors, "shards=2", "shard=" + std::to_string(s), "workers=3",
+                                 "updates=" + std::to_string(kUpdates), "out=" + dir},
+        dir + "/server"));
+  }
+  const std::string at = "servers=" + hosts[0].address + ":7820," + hosts[1].address + ":7821";
+  std::vector<std::unique_ptr<ExternalProcess>> workers;
+  for (std::uint64_t id = 1; id <= kWorkers; ++id) {
+    workers.push_back(std::make_unique<ExternalProcess>(
+        std::vector<std::string>{node, "role=worker", "device=" + hosts[2].device, "id=" + std::to_string(id), at,
+                                 tensors, "updates=" + std::to_string(kUpdates), "out=" + out},
+        out + "/worker" + std::to_string(id)));
+  }
+  for (auto& p : workers) {
+    const auto status = p->wait_exit(240s);
+    ASSERT_TRUE(status.has_value());
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "worker status " << *status;
+  }
+  // 3000 -> server 0; 2000, then 1000 -> server 1; 500 -> the tie goes to server 0.
+  const std::vector<std::size_t> sizes = {3000, 1000, 2000, 500};
+  const auto shard_floats = ps::shard_floats(ps::place_tensors(sizes, 2), 2);
+  ASSERT_EQ(shard_floats, (std::vector<std::size_t>{3500, 3000}));
+  for (int s = 0; s < 2; ++s) {
+    const auto status = servers[s]->wait_exit(60s);
+    ASSERT_TRUE(status.has_value());
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "server " << s;
+    const std::string dir = out + "/shard" + std::to_string(s);
+    const auto history = read_lines(dir + "/server.jsonl");
+    ASSERT_EQ(history.size(), kWorkers * kUpdates) << "shard " << s;
+    std::vector<float> reference(shard_floats[s], examples::initial_value(0)), gradient(shard_floats[s]);
+    for (const auto& u : history) {
+      for (std::size_t j = 0; j < gradient.size(); ++j) {
+        gradient[j] = examples::gradient_value(u["worker"].get<std::uint64_t>(), u["tag"].get<std::uint64_t>(), j, false);
+      }
+      ps::sgd_step(reference, gradient, examples::kLearningRate);
+    }
+    const auto model = read_model(dir + "/server.model", shard_floats[s]);  // throws if the size differs
+    EXPECT_EQ(std::memcmp(model.data(), reference.data(), model.size() * sizeof(float)), 0) << "shard " << s;
+  }
 }
 
 }  // namespace
