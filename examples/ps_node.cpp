@@ -21,6 +21,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "ps_synthetic.hpp"
 
@@ -212,8 +213,11 @@ int run_worker(const Args& a) {
     auto gradient = worker.gradient();
     for (std::size_t j = 0; j < gradient.size(); ++j) gradient[j] = gradient_value(options.id, step, j, uniform);
     if (step == die_after) {
-      // Ask for a slot and die before writing: the server must skip the hole, not stall.
+      // Ask for a slot and die before writing: the server must skip the hole, not stall. The
+      // second lets the grant happen first (a server grants within milliseconds), so the dead
+      // worker does hold a sequence number.
       worker.start_push(pulled.version, step);
+      std::this_thread::sleep_for(1s);
       std::fflush(stdout);
       std::_Exit(9);
     }

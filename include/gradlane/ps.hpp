@@ -163,7 +163,8 @@ struct WorkerOptions {
 
 struct PushResult {
   bool dropped = false;                    // sidecar mode: too stale, never sent (pull again)
-  bool lost = false;                       // the server died mid-push: pull again and go on
+  bool lost = false;                       // the server (or, in sidecar mode, the receiver's
+                                           // sidecar) was lost mid-push: pull again and go on
   std::uint64_t sequence = 0;              // what the server will apply it as (0 if dropped)
   std::chrono::nanoseconds wire_time{0};   // first post to last completion
 };

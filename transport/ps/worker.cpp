@@ -142,8 +142,10 @@ struct Worker::State {
         return result;
       }
       case sidecar::GrantKind::drop: {
+        // Too stale to help (pull a fresh model) — or, with reason peer_lost, the receiver's
+        // sidecar was lost: the model is not stale, the push simply did not happen.
         PushResult dropped;
-        dropped.dropped = true;
+        (g.reason == sidecar::Reason::peer_lost ? dropped.lost : dropped.dropped) = true;
         return dropped;
       }
       case sidecar::GrantKind::error:
