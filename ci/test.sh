@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The project's test command (README, .ci/run): install dependencies, build, run the unit
 # suite natively and the softroce suite over a real Soft-RoCE device (ci/softroce.sh boots a
-# VM with rdma_rxe where the kernel has none). The last two lines are the summaries:
+# VM with rdma_rxe where the kernel has none), then the layering and install checks. The last
+# four lines are the summaries:
+#   layers: N passed, M failed
+#   install: N passed, M failed
 #   unit: N passed, M failed
 #   softroce: N passed, M failed
 # Exits non-zero if anything failed or if either suite did not run.

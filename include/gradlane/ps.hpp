@@ -83,6 +83,7 @@ struct ServerStats {
   std::uint64_t applied = 0;          // updates applied to the shard
   std::uint64_t skipped = 0;          // holes skipped in order
   std::uint64_t refused_doorbells = 0;  // doorbells for a sequence not granted to that peer, or done
+  std::uint64_t refused_cancels = 0;  // sidecar cancels for a sequence already here or done
   std::uint64_t peers_lost = 0;       // connections that failed with work outstanding, or sent
                                       // a malformed message
   std::uint64_t peers_left = 0;       // workers that disconnected with nothing outstanding

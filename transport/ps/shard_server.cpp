@@ -268,7 +268,7 @@ std::size_t ShardServer::State::take_sidecar() {
   while (auto g = sidecar->poll()) {
     ++work;
     if (g->kind == sidecar::GrantKind::cancel) {
-      if (order.cancelled(g->sequence) != Admit::accepted) ++stats.refused_doorbells;
+      if (order.cancelled(g->sequence) != Admit::accepted) ++stats.refused_cancels;
     } else {
       std::fprintf(stderr, "gradlane ps server: the sidecar answered: %s (%s)\n",
                    std::string(sidecar::kind_name(g->kind)).c_str(), std::string(sidecar::reason_name(g->reason)).c_str());
