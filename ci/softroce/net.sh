@@ -173,6 +173,18 @@ softroce_net_up_hosts() {
     done
   done
 
+  # Permanent neighbour entries between the hosts: the first rdma_resolve_addr across the
+  # bridge otherwise waits on ARP, which on a CPU-starved TCG VM took longer than a 5–20 s
+  # connect timeout (seen as "no answer … while resolving" in the first cross-host test).
+  local j neigh=''
+  for ((i = 0; i < n; i++)); do
+    for ((j = 0; j < n; j++)); do
+      ((i == j)) && continue
+      neigh+="neigh replace $SOFTROCE_NET_PREFIX.1$j lladdr $(<"/sys/class/net/h$j/address") dev h$i nud permanent"$'\n'
+    done
+  done
+  ip -batch - <<<"$neigh" || return 1
+
   # rdma parses "-batch" as "-b atch": spell it -b.
   rdma -b - <<<"$batch_rdma" || return 1
   for ((i = 0; i < n; i++)); do SOFTROCE_NET_RXE+=("rxe$i"); done
