@@ -138,7 +138,9 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
   while (auto bytes = peer.conn.try_receive()) {
     ++work;
     const Message message = decode(*bytes);
-    if (const auto* request = std::get_if<Request>(&message); request && role == Role::server && !sidecar) {
+    // A replica queues requests too: a worker that saw the server die before we did fails over
+    // and asks us; it is granted once we are promoted.
+    if (const auto* request = std::get_if<Request>(&message); request && !sidecar) {
       if (peer.kind != PeerKind::worker || request->worker != peer.worker) {
         throw Error(Errc::protocol, fmt::format("request names worker {} on the connection of worker {}",
                                                 request->worker, peer.worker));
