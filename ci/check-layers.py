@@ -17,6 +17,7 @@ ALLOWED = {
     "transport": {"include/gradlane", "common"},
     "transport/ps": {"include/gradlane", "common"},
     "sidecar/core": set(),
+    "train": set(),
     "sidecar/shm": {"include/gradlane", "common"},
     "sidecar/client": {"include/gradlane", "common", "sidecar/shm"},
     "sidecar/peer": {"include/gradlane", "common", "sidecar/core"},

@@ -20,6 +20,7 @@ readonly BUILD_DEPS=(
   libboost-dev libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev libcli11-dev nlohmann-json3-dev
   gnuplot-nox python3
+  zlib1g-dev dataset-fashion-mnist
 )
 # Not rdma-core: it only carries udev rules and daemons, and Depends: udev pulls systemd in.
 # libibverbs1/librdmacm1 and the rxe provider come with ibverbs-providers and the utils.

@@ -1,0 +1,45 @@
+// Fashion-MNIST (or any MNIST-format set) as float images in [0, 1] and labels 0..9.
+// The files are the IDX files Debian's dataset-fashion-mnist installs (gzip-compressed, or
+// plain): train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], t10k-… for the test set.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace gradlane::train {
+
+// Where Debian's dataset-fashion-mnist puts the files.
+inline constexpr const char* kDefaultFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+
+struct Dataset {
+  std::size_t rows = 0;       // images
+  std::size_t features = 0;   // pixels per image (784)
+  std::vector<float> pixels;  // rows × features, row-major, each in [0, 1]
+  std::vector<std::uint8_t> labels;  // rows, each < classes
+  std::size_t classes = 10;
+
+  std::span<const float> image(std::size_t row) const {
+    return {pixels.data() + row * features, features};
+  }
+  // Rows [first, first + count) as a new set (a validation split, a small test set).
+  Dataset slice(std::size_t first, std::size_t count) const;
+};
+
+struct FashionMnist {
+  Dataset train;       // 60,000 images unless limited
+  Dataset test;        // 10,000
+};
+
+// Reads one IDX images file and its labels file (".gz" or not). Throws std::runtime_error
+// naming the file and what is wrong with it (missing, truncated, wrong magic, mismatched counts).
+Dataset load_idx(const std::filesystem::path& images, const std::filesystem::path& labels);
+
+// Reads the four Fashion-MNIST files from `dir`. A missing file gets an error that says to
+// install Debian's dataset-fashion-mnist or pass another directory.
+FashionMnist load_fashion_mnist(const std::filesystem::path& dir = kDefaultFashionMnistDir);
+
+}  // namespace gradlane::train
