@@ -24,7 +24,7 @@ ALLOWED = {
     "sidecar/daemon": {"include/gradlane", "common", "sidecar/core", "sidecar/shm", "sidecar/peer"},
     # Users' view: tools and examples see only the public API.
     "perf/tools": {"include/gradlane"},
-    "examples": {"include/gradlane"},
+    "examples": {"include/gradlane", "train"},
 }
 # Public headers must not expose internal types: a detail:: name may appear only in a private
 # section (a pimpl) or a forward declaration, never in what an embedder can call or touch.

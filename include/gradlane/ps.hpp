@@ -165,7 +165,8 @@ struct WorkerOptions {
 struct PushResult {
   bool dropped = false;                    // sidecar mode: too stale, never sent (pull again)
   bool lost = false;                       // the server (or, in sidecar mode, the receiver's
-                                           // sidecar) was lost mid-push: pull again and go on
+                                           // sidecar, or this host's sidecar restarted) was
+                                           // lost mid-push: pull again and go on
   std::uint64_t sequence = 0;              // what the server will apply it as (0 if dropped)
   std::chrono::nanoseconds wire_time{0};   // first post to last completion
 };
@@ -199,6 +200,9 @@ class Worker {
   }
   // Reads a consistent snapshot of the server's shard into model().
   PullResult pull();
+  // The server's model version (updates applied), with one small READ of the shard's header
+  // and no model transfer: for waiting on a version (a synchronous step's barrier).
+  std::uint64_t server_version();
   // Times this worker switched its server to the replica.
   std::uint64_t failovers() const;
 

@@ -149,6 +149,13 @@ struct Worker::State {
         return dropped;
       }
       case sidecar::GrantKind::error:
+        // The sidecar restarted (or stalled past its heartbeat) with this request owed: the
+        // push never happened, as after a lost peer — the caller pulls and goes on.
+        if (g.reason == sidecar::Reason::sidecar_restarted) {
+          PushResult lost;
+          lost.lost = true;
+          return lost;
+        }
         throw Error(Errc::protocol, fmt::format("the sidecar refused the push: {}", sidecar::reason_name(g.reason)));
       default:
         throw Error(Errc::protocol, fmt::format("the sidecar answered the push with '{}', which a ps::Worker does not "
@@ -263,6 +270,19 @@ PullResult Worker::pull() {
   }
   throw Error(Errc::timeout, fmt::format("pull from {}: the shard was mid-apply in {} consecutive reads",
                                          s.server.describe(), kMaxPullAttempts));
+}
+
+std::uint64_t Worker::server_version() {
+  State& s = *state_;
+  for (;;) {
+    try {
+      s.server.wait(s.server.read(s.model_region, 0, s.server_shard, 0, kHeaderBytes), s.options.timeout);
+      // An odd word means an apply is running: the updates finished are the ones before it.
+      return version_in(s.model_buffer.data()) / 2;
+    } catch (const Error&) {
+      if (!s.recover()) throw;
+    }
+  }
 }
 
 std::uint64_t Worker::failovers() const { return state_->failovers; }

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The main job: one data-parallel training run on Fashion-MNIST over gradlane, on emulated
+# Soft-RoCE hosts, then the recorded models evaluated on the full test set and a summary.
+#   bash examples/train.sh [BUILD_DIR] [NAME=VALUE ...]
+# Settings: those of examples/train-job.sh (MODE=gradlane|fifo|sync, MODEL, WORKERS, STEPS, LR,
+# BATCH, SEED, TAU, TARGET, SCHEDULE, REPLICA, SLOTS, STRAGGLER) and, for the network:
+#   SERVER_RATE  the server host's link (tc rate, e.g. 20mbit; default: unshaped)
+#   STRAGGLER=1  the last worker alone on host 3, its link at STRAGGLER_RATE
+#   STRAGGLER_RATE (default: a quarter of SERVER_RATE, or 10mbit)
+# Results in OUT_DIR=... (default: a new directory under /tmp, named at the end).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(dirname "$HERE")
+BUILD=build
+if [[ $# -gt 0 && $1 != *=* ]]; then BUILD=$1; shift; fi
+BUILD=$(cd "$BUILD" && pwd)
+JOB_SETTINGS=() MODE=gradlane MODEL=softmax TARGET=0.75 SERVER_RATE="" STRAGGLER=0 STRAGGLER_RATE="" OUT_DIR=""
+for setting in "$@"; do
+  case $setting in
+    SERVER_RATE=*) SERVER_RATE=${setting#*=} ;;
+    STRAGGLER_RATE=*) STRAGGLER_RATE=${setting#*=} ;;
+    OUT_DIR=*) OUT_DIR=${setting#*=} ;;
+    *=*) JOB_SETTINGS+=("$setting")
+         case $setting in MODE=*) MODE=${setting#*=} ;; MODEL=*) MODEL=${setting#*=} ;;
+                          TARGET=*) TARGET=${setting#*=} ;; STRAGGLER=*) STRAGGLER=${setting#*=} ;; esac ;;
+    *) echo "train.sh: settings are NAME=VALUE, got '$setting'" >&2; exit 2 ;;
+  esac
+done
+[[ -x $BUILD/examples/gradlane_train ]] || { echo "train.sh: $BUILD/examples/gradlane_train is missing: build first (bash ci/test.sh, or cmake --build $BUILD)" >&2; exit 2; }
+OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/gradlane-train.XXXXXX)}
+mkdir -p "$OUT_DIR"
+harness=(--hosts 3)
+[[ -n $SERVER_RATE ]] && harness+=(--shape "0:$SERVER_RATE")
+if [[ $STRAGGLER == 1 ]]; then
+  if [[ -z $STRAGGLER_RATE ]]; then
+    if [[ $SERVER_RATE =~ ^([0-9]+)mbit$ ]]; then STRAGGLER_RATE="$((BASH_REMATCH[1] * 1000 / 4))kbit"; else STRAGGLER_RATE=10mbit; fi
+  fi
+  harness=(--hosts 4 "${harness[@]:2}" --shape "3:$STRAGGLER_RATE")
+fi
+echo "network: ${harness[*]}"
+rc=0
+SOFTROCE_OUT=$OUT_DIR bash "$ROOT/ci/softroce.sh" "${harness[@]}" -- sh "$HERE/train-job.sh" "$BUILD" "${JOB_SETTINGS[@]}" || rc=$?
+RUN=$OUT_DIR/train-$MODE
+if [[ -f $RUN/snapshots.bin ]]; then
+  "$BUILD/examples/gradlane_train" evaluate --model "$MODEL" --out "$RUN" --target "$TARGET"
+  python3 "$HERE/train_summary.py" "$RUN"
+  # Every setting that made this run, for the results folder.
+  printf '%s\n' "bash examples/train.sh $*" "network: ${harness[*]}" > "$RUN/command.txt"
+fi
+echo "results: $RUN"
+exit $rc

@@ -1,0 +1,49 @@
+// gradlane_train's configuration: one process per role, all given the same run parameters.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace gradlane::examples::train {
+
+// How updates reach the server:
+//   gradlane  through the hosts' gradlaned: shortest-first ordering, staleness bound τ (drops),
+//             replica window — the sidecar owns the sequence;
+//   fifo      the plain asynchronous parameter server: every update pushed at once, applied
+//             in request order (same transport, same batch, same model);
+//   sync      synchronous SGD: a barrier per step (each worker waits until the server holds all
+//             N gradients of the previous step), the server averages the N gradients.
+enum class Mode : std::uint8_t { gradlane, fifo, sync };
+Mode parse_mode(const std::string& name);
+const char* to_string(Mode mode);
+
+struct Config {
+  std::string role;                 // server | replica | worker | evaluate
+  Mode mode = Mode::fifo;
+  std::string model = "softmax";    // softmax | mlp
+  std::string data;                 // Fashion-MNIST directory ("" = Debian's)
+  std::string device;               // RDMA device (server, replica, worker)
+  std::uint16_t port = 7800;        // server / replica: listen here
+  std::string server;               // worker: ADDR:PORT of the server
+  std::string replica;              // server, worker: ADDR:PORT of the replica ("" = none)
+  std::uint32_t workers = 2;        // the job's workers (server, replica: how many connect)
+  std::uint32_t id = 1;             // worker id, 1..workers
+  std::uint64_t steps = 200;        // gradients each worker computes
+  float learning_rate = 0.1F;       // per gradient (sync: per averaged step)
+  std::uint32_t batch = 64;
+  std::uint64_t seed = 1;           // model initialisation and every worker's data order
+  std::uint32_t slots = 8;          // the server's update slots (also the replica window)
+  std::string sidecar;              // gradlane mode: the host's gradlaned segment
+  std::uint32_t endpoint = 0;       // gradlane mode: this process's NIC endpoint id
+  std::uint32_t server_endpoint = 0;  // gradlane mode (worker): the server's endpoint id
+  std::string out = ".";            // where each role writes its files
+  std::uint32_t snapshot_ms = 250;  // server: the model is recorded this often
+  std::uint32_t live_eval = 500;    // server: test images behind the live accuracy (0: none)
+  double target = 0.80;             // evaluate: the accuracy whose time is reported
+};
+
+int run_server(const Config& config);    // server and replica
+int run_worker(const Config& config);
+int run_evaluate(const Config& config);  // offline: the server's snapshots on the test set
+
+}  // namespace gradlane::examples::train

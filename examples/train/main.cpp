@@ -1,0 +1,92 @@
+// gradlane_train: asynchronous (or synchronous) data-parallel SGD on Fashion-MNIST over
+// gradlane's parameter server. One process per role; examples/train-demo.sh starts a whole job
+// on the Soft-RoCE hosts. See README "Training".
+//
+//   gradlane_train server  --mode M --device rxe0 --port 7800 --workers N [--replica A:P] --out DIR
+//   gradlane_train replica --mode M --device rxe1 --port 7801 --workers N --out DIR
+//   gradlane_train worker  --mode M --device rxe2 --id I --server A:P [--replica A:P] --steps K --out DIR
+//   gradlane_train evaluate --out DIR            (the server's snapshots on the full test set)
+// gradlane mode adds --sidecar SHM --endpoint E (and --server-endpoint E on workers).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <stdexcept>
+
+#include "config.hpp"
+
+namespace gradlane::examples::train {
+
+Mode parse_mode(const std::string& name) {
+  if (name == "gradlane") return Mode::gradlane;
+  if (name == "fifo") return Mode::fifo;
+  if (name == "sync") return Mode::sync;
+  throw std::invalid_argument("unknown mode '" + name + "': use gradlane, fifo or sync");
+}
+
+const char* to_string(Mode mode) {
+  switch (mode) {
+    case Mode::gradlane: return "gradlane";
+    case Mode::fifo: return "fifo";
+    case Mode::sync: return "sync";
+  }
+  return "?";
+}
+
+}  // namespace gradlane::examples::train
+
+int main(int argc, char** argv) {
+  using gradlane::examples::train::Config;
+  Config c;
+  std::string mode = "fifo";
+  CLI::App app{"gradlane_train: data-parallel SGD on Fashion-MNIST over gradlane's parameter server"};
+  app.require_subcommand(1);
+  const auto common = [&](CLI::App* sub) {
+    sub->add_option("--mode", mode, "gradlane | fifo | sync")->check(CLI::IsMember({"gradlane", "fifo", "sync"}));
+    sub->add_option("--model", c.model, "softmax | mlp")->check(CLI::IsMember({"softmax", "mlp"}));
+    sub->add_option("--data", c.data, "Fashion-MNIST directory (default: Debian's dataset-fashion-mnist)");
+    sub->add_option("--out", c.out, "directory for this role's files");
+    sub->add_option("--workers", c.workers, "workers in the job")->check(CLI::Range(1U, 1024U));
+    sub->add_option("--lr", c.learning_rate, "learning rate (sync: of the averaged step)");
+    sub->add_option("--seed", c.seed, "model initialisation and data order");
+    sub->add_option("--slots", c.slots, "the server's update slots")->check(CLI::Range(1U, 4096U));
+    sub->add_option("--sidecar", c.sidecar, "gradlane mode: the host's gradlaned shared-memory name");
+    sub->add_option("--endpoint", c.endpoint, "gradlane mode: this process's NIC endpoint id");
+  };
+  for (const char* role : {"server", "replica"}) {
+    auto* sub = app.add_subcommand(role, std::string("run the ") + role);
+    common(sub);
+    sub->add_option("--device", c.device, "RDMA device")->required();
+    sub->add_option("--port", c.port, "listen port");
+    if (std::string(role) == "server") sub->add_option("--replica", c.replica, "ADDR:PORT of the replica");
+    sub->add_option("--snapshot-ms", c.snapshot_ms, "record the model this often")->check(CLI::Range(10U, 60000U));
+    sub->add_option("--live-eval", c.live_eval, "test images behind the live accuracy (0: none)");
+    sub->callback([&c, role] { c.role = role; });
+  }
+  auto* worker = app.add_subcommand("worker", "run a worker");
+  common(worker);
+  worker->add_option("--device", c.device, "RDMA device")->required();
+  worker->add_option("--id", c.id, "worker id (1..workers)")->required()->check(CLI::Range(1U, 1024U));
+  worker->add_option("--server", c.server, "ADDR:PORT of the server")->required();
+  worker->add_option("--replica", c.replica, "ADDR:PORT of the replica (every update is mirrored there)");
+  worker->add_option("--steps", c.steps, "gradients to compute")->check(CLI::Range(1ULL, 100000000ULL));
+  worker->add_option("--batch", c.batch, "minibatch size")->check(CLI::Range(1U, 50000U));
+  worker->add_option("--server-endpoint", c.server_endpoint, "gradlane mode: the server's endpoint id");
+  worker->callback([&c] { c.role = "worker"; });
+  auto* evaluate = app.add_subcommand("evaluate", "evaluate the server's snapshots on the test set");
+  common(evaluate);
+  evaluate->add_option("--target", c.target, "accuracy whose time is reported")->check(CLI::Range(0.0, 1.0));
+  evaluate->callback([&c] { c.role = "evaluate"; });
+  CLI11_PARSE(app, argc, argv);
+  try {
+    c.mode = gradlane::examples::train::parse_mode(mode);
+    if (c.mode == gradlane::examples::train::Mode::gradlane && (c.role == "server" || c.role == "worker") && c.sidecar.empty()) {
+      throw std::invalid_argument("--mode gradlane needs --sidecar SHM_NAME (the host's gradlaned) and --endpoint");
+    }
+    if (c.role == "worker") return gradlane::examples::train::run_worker(c);
+    if (c.role == "evaluate") return gradlane::examples::train::run_evaluate(c);
+    return gradlane::examples::train::run_server(c);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gradlane_train %s: %s\n", c.role.c_str(), e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,134 @@
+// The server (or its replica): a gradlane::ps::ShardServer holding the whole model, applying
+// the workers' gradients with SGD in sequence order. Records the model every snapshot_ms for
+// the offline evaluation and prints a progress line every second.
+#include <gradlane/gradlane.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <thread>
+#include <unistd.h>
+
+#include "config.hpp"
+#include "endpoint.hpp"
+#include "snapshots.hpp"
+#include "train/dataset.hpp"
+#include "train/model.hpp"
+
+namespace gradlane::examples::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+void write_stats(const Config& c, const ps::ShardServer& shard, const std::string& name, double seconds) {
+  const auto& st = shard.stats();
+  std::ofstream(c.out + "/" + name + ".stats.json")
+      << "{\"mode\":\"" << to_string(c.mode) << "\",\"version\":" << shard.version() << ",\"applied\":" << st.applied
+      << ",\"skipped\":" << st.skipped << ",\"refused_doorbells\":" << st.refused_doorbells
+      << ",\"peers_lost\":" << st.peers_lost << ",\"replica_acked\":" << st.replica_acked
+      << ",\"promoted_at_ns\":" << st.promoted_at_ns << ",\"lost_in_failover\":" << st.lost_in_failover
+      << ",\"seconds\":" << seconds << "}\n";
+  // What was applied, in order: the delay of each update is (updates applied before it) −
+  // (the version it was computed on).
+  std::ofstream log(c.out + "/" + name + ".applied.csv");
+  log << "sequence,worker,step,computed_on,skipped\n";
+  for (const auto& u : shard.history()) {
+    log << u.sequence << ',' << u.worker << ',' << u.tag << ',' << u.computed_on << ',' << (u.skipped ? 1 : 0) << '\n';
+  }
+  std::ofstream model(c.out + "/" + name + ".model", std::ios::binary);
+  model.write(reinterpret_cast<const char*>(shard.model().data()),
+              static_cast<std::streamsize>(shard.model().size_bytes()));
+}
+
+}  // namespace
+
+int run_server(const Config& c) {
+  const bool is_server = c.role == "server";
+  const std::string name = is_server ? "server" : "replica";
+  const gradlane::train::Model model(gradlane::train::ModelSpec{.kind = gradlane::train::parse_model_kind(c.model)});
+  // The live accuracy: a fixed subset of the test set (the offline evaluation uses all of it).
+  gradlane::train::Dataset live;
+  if (is_server && c.live_eval > 0) {
+    const std::filesystem::path dir = c.data.empty() ? gradlane::train::kDefaultFashionMnistDir : c.data;
+    const auto test = gradlane::train::load_idx(dir / "t10k-images-idx3-ubyte.gz", dir / "t10k-labels-idx1-ubyte.gz");
+    live = test.slice(0, std::min<std::size_t>(c.live_eval, test.rows));
+  }
+
+  ps::ShardOptions options;
+  options.floats = model.parameters();
+  options.slots = c.slots;
+  // sync: every step's N gradients are applied one by one at lr/N — their average at lr.
+  options.learning_rate = c.mode == Mode::sync ? c.learning_rate / static_cast<float>(c.workers) : c.learning_rate;
+  if (c.mode == Mode::gradlane && is_server) {  // the replica follows the server's decisions
+    sidecar::AttachOptions attach;
+    attach.shm_name = c.sidecar;
+    attach.job = 1;
+    attach.endpoint = c.endpoint;
+    options.sidecar = attach;
+  }
+  std::vector<float> initial(options.floats);
+  model.initialise(initial, c.seed);
+
+  Device device = Device::open({.name = c.device});
+  ps::ShardServer shard(device, is_server ? ps::Role::server : ps::Role::replica, c.port, options, initial);
+  if (is_server && !c.replica.empty()) {
+    // The replica may still be starting: retried for a minute while nothing listens.
+    const auto replica = parse_endpoint(c.replica);
+    for (const auto give_up = Clock::now() + 60s;;) {
+      try {
+        shard.connect_replica(replica.address, replica.port, 60s);
+        break;
+      } catch (const Error& e) {
+        if (e.code() != Errc::connection_rejected || Clock::now() > give_up) throw;
+        std::this_thread::sleep_for(200ms);
+      }
+    }
+  }
+  shard.accept_peers(c.workers, 300s);
+
+  // Training starts when every worker is connected: the snapshots' time origin.
+  const auto start = Clock::now();
+  std::optional<SnapshotWriter> snapshots;
+  if (is_server) snapshots.emplace(c.out + "/snapshots.bin");
+  auto next_snapshot = start, next_line = start + 1s;
+  std::uint64_t line_version = 0;
+  const bool tty = isatty(STDOUT_FILENO) != 0;
+  const auto deadline = start + 3600s;
+  while (!shard.finished() && Clock::now() < deadline) {
+    if (shard.progress() != 0) continue;
+    const auto now = Clock::now();
+    if (snapshots && now >= next_snapshot) {
+      snapshots->write((now - start).count(), shard.version(), shard.model());
+      next_snapshot += std::chrono::milliseconds(c.snapshot_ms);
+    }
+    if (is_server && now >= next_line) {
+      const double t = std::chrono::duration<double>(now - start).count();
+      const double accuracy = live.rows > 0 ? model.accuracy(shard.model(), live) : 0.0;
+      std::printf("%s[%s] %6.1f s  version %6llu  %6.1f updates/s  accuracy %.3f (%zu test images)  holes %llu%s",
+                  tty ? "\r" : "", to_string(c.mode), t, static_cast<unsigned long long>(shard.version()),
+                  static_cast<double>(shard.version() - line_version), accuracy, live.rows,
+                  static_cast<unsigned long long>(shard.stats().skipped), tty ? "" : "\n");
+      std::fflush(stdout);
+      line_version = shard.version();
+      next_line += 1s;
+    }
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (snapshots) snapshots->write((Clock::now() - start).count(), shard.version(), shard.model());
+  // The server stays until the replica acknowledged every decision, so the replica never waits
+  // for one the server did not send.
+  const std::uint64_t decided = shard.stats().applied + shard.stats().skipped;
+  const auto ack_deadline = Clock::now() + 30s;
+  while (is_server && !c.replica.empty() && shard.stats().replica_acked < decided && Clock::now() < ack_deadline) {
+    shard.progress();
+  }
+  write_stats(c, shard, name, seconds);
+  std::printf("%s%s: version %llu after %.1f s, applied %llu, holes skipped %llu, peers lost %llu\n", tty ? "\n" : "",
+              name.c_str(), static_cast<unsigned long long>(shard.version()), seconds,
+              static_cast<unsigned long long>(shard.stats().applied),
+              static_cast<unsigned long long>(shard.stats().skipped),
+              static_cast<unsigned long long>(shard.stats().peers_lost));
+  return shard.finished() ? 0 : 3;
+}
+
+}  // namespace gradlane::examples::train

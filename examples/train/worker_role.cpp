@@ -1,0 +1,104 @@
+// A worker: pull the model into its registered buffer, compute the minibatch gradient straight
+// into its registered gradient buffer (no copy on either side), push it; `steps` times.
+#include <gradlane/gradlane.hpp>
+
+#include <fstream>
+#include <thread>
+
+#include "config.hpp"
+#include "endpoint.hpp"
+#include "train/dataset.hpp"
+#include "train/model.hpp"
+
+namespace gradlane::examples::train {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+// The last 10,000 training images are the validation split (learning rates are chosen on it):
+// workers never train on them.
+constexpr std::size_t kValidationRows = 10000;
+
+// The job's processes start together: a server still loading is not listening yet. Retried
+// for a minute, then the error says what was refused.
+ps::Worker connect_when_listening(const Device& device, const ps::WorkerOptions& options) {
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  for (;;) {
+    try {
+      return ps::Worker(device, options);
+    } catch (const Error& e) {
+      if (e.code() != Errc::connection_rejected || Clock::now() > deadline) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+}
+}  // namespace
+
+int run_worker(const Config& c) {
+  const gradlane::train::Model model(gradlane::train::ModelSpec{.kind = gradlane::train::parse_model_kind(c.model)});
+  // Only the training files: under the emulator every decompressed megabyte costs.
+  const std::filesystem::path dir = c.data.empty() ? gradlane::train::kDefaultFashionMnistDir : c.data;
+  const auto train = gradlane::train::load_idx(dir / "train-images-idx3-ubyte.gz", dir / "train-labels-idx1-ubyte.gz");
+  const std::size_t train_rows = train.rows - kValidationRows;
+  // Each worker its own data order, reproducible from (seed, id).
+  gradlane::train::BatchSampler batches(train_rows, c.batch, c.seed * 1000003ULL + c.id);
+  gradlane::train::Workspace work;
+
+  ps::WorkerOptions options;
+  options.id = c.id;
+  options.server = parse_endpoint(c.server);
+  if (!c.replica.empty()) options.replica = parse_endpoint(c.replica);
+  options.floats = model.parameters();
+  options.timeout = std::chrono::milliseconds(120000);
+  if (c.mode == Mode::gradlane) {
+    sidecar::AttachOptions attach;
+    attach.shm_name = c.sidecar;
+    attach.job = 1;
+    attach.endpoint = c.endpoint;
+    options.sidecar = attach;
+    options.server_endpoint = c.server_endpoint;
+    options.tensor = 1;
+  }
+  Device device = Device::open({.name = c.device});
+  ps::Worker worker = connect_when_listening(device, options);
+
+  // Each push's fate, joined with the server's applied log by sequence (in gradlane mode the
+  // server learns only the sequence from the doorbell, not the version the gradient was
+  // computed on).
+  std::ofstream pushes(c.out + "/worker" + std::to_string(c.id) + ".pushes.csv");
+  pushes << "step,computed_on,sequence,dropped,lost\n";
+  std::uint64_t dropped = 0, lost = 0, pull_retries = 0;
+  std::chrono::nanoseconds computing{0}, pushing{0}, waiting{0};
+  const auto start = Clock::now();
+  for (std::uint64_t step = 0; step < c.steps; ++step) {
+    const auto t0 = Clock::now();
+    if (c.mode == Mode::sync) {
+      // The barrier: step k starts on the model that holds all N gradients of steps < k.
+      const std::uint64_t want = step * c.workers;
+      while (worker.server_version() < want) std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+    const ps::PullResult pulled = worker.pull();
+    pull_retries += pulled.attempts - 1;
+    const auto t1 = Clock::now();
+    // Zero-copy: the model the READs brought is the input, the registered buffer the output.
+    (void)model.gradient(worker.model(), train, batches.next(), worker.gradient(), work);
+    const auto t2 = Clock::now();
+    const ps::PushResult pushed = worker.push(pulled.version, step);
+    dropped += pushed.dropped ? 1 : 0;
+    lost += pushed.lost ? 1 : 0;
+    pushes << step << ',' << pulled.version << ',' << pushed.sequence << ',' << (pushed.dropped ? 1 : 0) << ','
+           << (pushed.lost ? 1 : 0) << '\n';
+    waiting += t1 - t0;
+    computing += t2 - t1;
+    pushing += Clock::now() - t2;
+  }
+  const auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };
+  std::ofstream(c.out + "/worker" + std::to_string(c.id) + ".json")
+      << "{\"id\":" << c.id << ",\"mode\":\"" << to_string(c.mode) << "\",\"steps\":" << c.steps
+      << ",\"dropped\":" << dropped << ",\"lost\":" << lost << ",\"failovers\":" << worker.failovers()
+      << ",\"pull_retries\":" << pull_retries << ",\"seconds\":" << seconds(Clock::now() - start)
+      << ",\"pull_s\":" << seconds(waiting) << ",\"compute_s\":" << seconds(computing)
+      << ",\"push_s\":" << seconds(pushing) << "}\n";
+  return 0;
+}
+
+}  // namespace gradlane::examples::train

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Summarises one gradlane_train run directory: the workers' counters, the server's applied
+log (delays), the evaluation. Prints a table and writes summary.json next to the inputs."""
+import csv
+import glob
+import json
+import os
+import statistics
+import sys
+
+
+def main(out):
+    server = json.load(open(os.path.join(out, "server.stats.json")))
+    accuracy = json.load(open(os.path.join(out, "accuracy.json")))
+    workers = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(out, "worker*.json")))]
+    # The version each pushed gradient was computed on, by the sequence it was applied as.
+    computed_on = {}
+    for path in glob.glob(os.path.join(out, "worker*.pushes.csv")):
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                if row["dropped"] == "0" and row["lost"] == "0":
+                    computed_on[int(row["sequence"])] = int(row["computed_on"])
+    # Delay of an applied gradient = updates applied before it − the version it was computed on.
+    delays, applied_before = [], 0
+    with open(os.path.join(out, "server.applied.csv")) as f:
+        for row in csv.DictReader(f):
+            if row["skipped"] == "1":
+                continue
+            if int(row["sequence"]) in computed_on:
+                delays.append(applied_before - computed_on[int(row["sequence"])])
+            applied_before += 1
+    with open(os.path.join(out, "delays.csv"), "w") as f:
+        f.write("delay\n" + "".join(f"{d}\n" for d in delays))
+    computed = sum(w["steps"] for w in workers)
+    dropped = sum(w["dropped"] for w in workers)
+    summary = {
+        "mode": server["mode"], "workers": len(workers), "gradients_computed": computed,
+        "applied": server["applied"], "dropped": dropped, "lost": sum(w["lost"] for w in workers),
+        "holes": server["skipped"], "seconds": server["seconds"],
+        "updates_per_s": server["applied"] / server["seconds"] if server["seconds"] > 0 else 0,
+        "delay_median": statistics.median(delays) if delays else None,
+        "delay_max": max(delays) if delays else None,
+        "delay_p90": sorted(delays)[int(0.9 * (len(delays) - 1))] if delays else None,
+        "final_accuracy": accuracy["final_accuracy"], "best_accuracy": accuracy["best_accuracy"],
+        "target": accuracy["target"], "time_to_target_s": accuracy["time_to_target_s"],
+        "worker_compute_s": sum(w["compute_s"] for w in workers) / max(len(workers), 1),
+        "worker_push_s": sum(w["push_s"] for w in workers) / max(len(workers), 1),
+        "worker_pull_s": sum(w["pull_s"] for w in workers) / max(len(workers), 1),
+    }
+    json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
+    t = summary["time_to_target_s"]
+    print(f"summary [{summary['mode']}]: {computed} gradients computed, {summary['applied']} applied, "
+          f"{dropped} dropped, {summary['lost']} lost, {summary['holes']} holes in {summary['seconds']:.1f} s "
+          f"({summary['updates_per_s']:.1f} updates/s)")
+    print(f"  delay (versions) median {summary['delay_median']}, p90 {summary['delay_p90']}, max {summary['delay_max']}; "
+          f"accuracy final {summary['final_accuracy']:.4f}, best {summary['best_accuracy']:.4f}; "
+          f"time to {summary['target']:.2f}: " + ("not reached" if t is None else f"{t:.1f} s"))
+    print(f"  per worker: compute {summary['worker_compute_s']:.1f} s, push {summary['worker_push_s']:.1f} s, "
+          f"pull/barrier {summary['worker_pull_s']:.1f} s")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
