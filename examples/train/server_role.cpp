@@ -89,8 +89,11 @@ int run_server(const Config& c) {
   // Training starts when every worker is connected: the snapshots' time origin.
   const auto start = Clock::now();
   std::optional<SnapshotWriter> snapshots;
-  if (is_server) snapshots.emplace(c.out + "/snapshots.bin");
-  auto next_snapshot = start, next_line = start + 1s;
+  if (is_server) {
+    snapshots.emplace(c.out + "/snapshots.bin");
+    snapshots->write(0, shard.version(), shard.model());  // the initial model, at time 0
+  }
+  auto next_snapshot = start + std::chrono::milliseconds(c.snapshot_ms), next_line = start + 1s;
   std::uint64_t line_version = 0;
   const bool tty = isatty(STDOUT_FILENO) != 0;
   const auto deadline = start + 3600s;

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The training comparison over Soft-RoCE: gradlane vs fifo vs sync, without and with a
+# straggler, on an ingress-bound server; one job per (case, mode, seed), each in a fresh VM.
+#   bash examples/train-experiment.sh [BUILD_DIR] [SEEDS="1 2 3"] [SERVER_RATE=4mbit] [STEPS=150] [WORKERS=4]
+# Writes every run's directory, a table (results.md) and the raw summaries (results.json) into
+# RESULTS=perf/results/train-softroce (or the RESULTS= given).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(dirname "$HERE")
+BUILD=build
+if [[ $# -gt 0 && $1 != *=* ]]; then BUILD=$1; shift; fi
+SEEDS="1" SERVER_RATE=4mbit STEPS=150 WORKERS=4 RESULTS=$ROOT/perf/results/train-softroce MODES="gradlane fifo sync"
+for setting in "$@"; do
+  case $setting in
+    SEEDS=*|SERVER_RATE=*|STEPS=*|WORKERS=*|RESULTS=*|MODES=*) declare "$setting" ;;
+    *) echo "train-experiment.sh: unknown setting '$setting'" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$RESULTS/runs"
+printf '%s\n' "bash examples/train-experiment.sh $*" > "$RESULTS/command.txt"
+for straggler in 0 1; do
+  for seed in $SEEDS; do
+    for mode in $MODES; do
+      run=$RESULTS/runs/straggler$straggler-$mode-seed$seed
+      rm -rf "$run"
+      bash "$HERE/train.sh" "$BUILD" MODE="$mode" SEED="$seed" STEPS="$STEPS" WORKERS="$WORKERS" \
+           SERVER_RATE="$SERVER_RATE" STRAGGLER="$straggler" OUT_DIR="$run" > "$run.log" 2>&1 || true
+      tail -n 4 "$run.log"
+    done
+  done
+done
+python3 "$HERE/train_table.py" "$RESULTS"
