@@ -1,0 +1,199 @@
+// Cluster: a discrete-event simulation of asynchronous (or synchronous) parameter-server
+// training traffic, driven through the pure scheduling core (sidecar/core). Shared by
+// gradlane_sched_sim (which counts delays) and gradlane_train_sim (which trains a real model
+// on the gradients as the simulation applies them, through an Observer).
+//
+// The model (deliberately simple, so what differs between modes is only the scheduling):
+//  - N workers push one update of `bytes` to a server after each compute step of
+//    `compute_ms` (uniform +-jitter), then pull the model (instantly: server egress is not
+//    modelled, the same for every mode) and compute the next. The update is computed on the
+//    server version current when its compute step started.
+//  - Every NIC direction is a serial resource: a transfer starts at max(its slot start, the
+//    moment both NICs are actually free) and runs at min(true egress, true ingress). The
+//    scheduler only knows declared line rates and what complete() teaches it.
+//  - Worker egress is uneven and changes: each worker's true egress is worker_gbps times a
+//    factor log-uniform in [1/spread, 1], redrawn for change_fraction of the workers every
+//    change_ms; the first `stragglers` workers are further slowed by straggler_slowdown.
+//  - The server applies updates in sequence order as they arrive (an aggregate is one update);
+//    the replica acknowledges each replica_lag_us later (window B = replica_bound).
+//  - A dropped update is never sent; its worker pulls and computes again at once.
+//  - Mode::sync: a barrier per step. Every worker pushes one update (FIFO order, no drops, no
+//    aggregation); when all N of the step are at the server, the step is applied as one, and
+//    only then do the workers pull and compute again. A step lasts until the slowest update
+//    arrived. One server only.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <queue>
+#include <random>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "sidecar/core/scheduler.hpp"
+
+namespace gradlane::sched::sim {
+
+enum class Mode : std::uint8_t {
+  fifo,      // plain asynchronous parameter server: arrival order, no drops, no aggregation
+  gradlane,  // the sidecar's ordering (MLfabric): SJF, tau drops, aggregation, replica window
+  sync,      // synchronous SGD: barrier per step
+};
+const char* to_string(Mode mode);
+// "fifo", "gradlane" or "sync"; throws std::invalid_argument naming the accepted ones.
+Mode parse_mode(const std::string& name);
+
+struct ClusterParams {
+  std::uint32_t workers = 1000;
+  std::uint32_t servers = 1;
+  Bytes bytes = Bytes{1} << 20;
+  double compute_ms = 45.0;
+  double jitter = 0.2;
+  double worker_gbps = 100.0;
+  double server_gbps = 100.0;
+  std::uint32_t stragglers = 1;
+  double straggler_slowdown = 10.0;
+  double spread = 1.0;           // worker egress factor log-uniform in [1/spread, 1]
+  double change_ms = 0.0;        // 0: the factors never change
+  double change_fraction = 0.1;  // share of workers redrawn per change
+  std::uint64_t replica_bound = 64;
+  double replica_lag_us = 20.0;
+  double horizon_us = static_cast<double>(SchedulerConfig{}.grant_horizon.count()) / 1e3;
+  std::uint64_t seed = 1;
+
+  Mode mode = Mode::gradlane;
+  std::optional<std::uint32_t> tau = 500;  // gradlane only
+  bool aggregation = true;                 // gradlane only
+
+  // A message naming the first unusable field, or nullopt.
+  std::optional<std::string> validate() const;
+};
+
+// One gradient as it travels: who computed it, on which server version, and the token the
+// Observer handed out when its worker pulled the model it was computed on.
+struct Gradient {
+  RequestId request{};
+  std::uint32_t worker = 0;
+  Version computed_on = 0;
+  std::uint64_t token = 0;
+};
+
+// What training needs to know. The cluster never sees parameters: the observer owns the model.
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  // `worker` pulls the current model to compute its next gradient on; the returned token comes
+  // back with that gradient in applied() or dropped().
+  virtual std::uint64_t pulled(std::uint32_t worker) = 0;
+  // One update reaches the model, in the server's apply order: one gradient, an aggregate's
+  // members (to be summed), or (sync) the step's N gradients (to be averaged).
+  virtual void applied(std::span<const Gradient> gradients, Instant now) = 0;
+  // A gradient the scheduler dropped (never sent): its pulled model is no longer needed.
+  virtual void dropped(const Gradient& gradient) = 0;
+};
+
+struct ClusterStats {
+  std::uint64_t submitted = 0;
+  std::uint64_t applied = 0;  // gradients applied (each aggregate member counts)
+  std::uint64_t drops = 0;
+  std::uint64_t server_slots = 0;  // sequence numbers used at the servers
+  std::uint64_t aggregates = 0;
+  std::uint64_t aggregated = 0;  // gradients that went through an aggregator
+  std::uint64_t steps = 0;       // sync: barrier steps applied
+  std::vector<std::uint64_t> delays;  // per applied gradient, in server versions
+  double latency_sum_ms = 0;          // submit -> applied, per applied gradient
+  std::uint64_t straggler_applied = 0;
+  std::uint64_t straggler_drops = 0;
+  double server_busy_ms = 0;
+  Bytes server_ingress_bytes = 0;  // bytes that crossed a server's ingress (simulated)
+};
+
+class Cluster {
+ public:
+  // Throws std::invalid_argument with validate()'s message. `observer` may be null (no
+  // training: only the traffic is simulated); it must outlive the cluster.
+  explicit Cluster(const ClusterParams& params, Observer* observer = nullptr);
+
+  // Processes every event up to and including `end` (simulated time since the start).
+  void run_until(Instant end);
+  Instant now() const { return now_; }
+  const ClusterStats& stats();
+  const ClusterParams& params() const { return p_; }
+
+ private:
+  enum class Kind { compute_done, transfer_done, replica_ack, wake, bandwidth_change };
+  struct Event {
+    Instant at;
+    std::uint64_t order;  // FIFO among equal times: deterministic
+    Kind kind;
+    std::uint64_t a;      // worker index / transfer id / server index
+    std::uint64_t b;      // seq for acks
+    bool operator>(const Event& o) const { return std::tie(at, order) > std::tie(o.at, o.order); }
+  };
+  struct Worker {
+    Version computed_on = 0;
+    std::uint64_t token = 0;
+  };
+  struct Transfer {
+    EndpointId out, in;
+    std::uint64_t aggregate = 0;  // for member transfers: the aggregate it feeds
+    bool to_server = false;
+    bool direct = false;          // a worker's own update straight to the server
+    Seq seq = 0;
+    Bytes bytes = 0;
+    std::vector<RequestId> gradients;
+  };
+  struct Pending {  // an aggregate being collected
+    std::size_t expected = 0;
+    std::size_t arrived = 0;
+    Instant last_arrival{};
+    std::optional<AggregateGrant> grant;
+  };
+
+  static EndpointId worker(std::uint32_t w) { return EndpointId{w + 1}; }
+  static EndpointId server(std::uint32_t s);
+
+  void push(Instant at, Kind kind, std::uint64_t a, std::uint64_t b = 0);
+  void start_compute(std::uint32_t w, Instant now);
+  void handle(const Event& e, Instant now);
+  void decide(Instant now);
+  void start(std::uint64_t id, Transfer t, Instant slot_start, Instant now);
+  void launch_aggregate(std::uint64_t aggregate, Instant now);
+  void finish_transfer(std::uint64_t id, Instant now);
+  void apply(EndpointId at, std::vector<RequestId> requests, Seq seq, Instant now);
+  void change_bandwidth(Instant now);
+  double draw_factor();
+  double worker_egress(std::uint32_t w) const;
+
+  ClusterParams p_;
+  Observer* observer_;
+  std::mt19937_64 rng_;      // compute times
+  std::mt19937_64 net_rng_;  // bandwidth factors: apart, so uneven links do not shift compute times
+  std::optional<Scheduler> scheduler_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  std::uint64_t order_ = 0;
+  std::uint64_t next_request_ = 1;
+  Instant now_{};
+  std::vector<Worker> workers_;
+  std::vector<double> factor_;  // per worker: true egress / declared
+  std::map<EndpointId, double> true_in_;
+  std::map<EndpointId, Instant> busy_out_, busy_in_;
+  std::map<EndpointId, Version> applied_;
+  std::map<EndpointId, Seq> next_apply_;
+  std::map<EndpointId, std::map<Seq, std::vector<RequestId>>> arrived_;
+  std::map<RequestId, Gradient> gradients_;  // submitted, not yet applied or dropped
+  std::map<RequestId, Instant> submit_time_;
+  std::map<std::uint64_t, Transfer> transfers_;
+  std::map<std::uint64_t, Instant> begins_;
+  std::map<std::uint64_t, Pending> pending_;
+  std::vector<Gradient> step_;  // sync: the gradients of the current step at the server
+  std::optional<Instant> scheduled_wake_;
+  std::vector<Outcome> out_;
+  std::vector<Gradient> scratch_;
+  ClusterStats stats_;
+};
+
+}  // namespace gradlane::sched::sim
