@@ -250,8 +250,11 @@ void Cluster::finish_transfer(std::uint64_t id, Instant now) {
     if (pa.grant && pa.arrived == pa.expected) launch_aggregate(t.aggregate, now);
     return;
   }
-  // Its push is done: an asynchronous worker goes on (a synchronous one waits for the step).
-  if (t.direct && p_.mode != Mode::sync) start_compute(gradients_.at(t.gradients.front()).worker, now);
+  // Its push is done: an asynchronous worker pulls and goes on (a synchronous one waits for
+  // the step) — after the server applied what it can, so the pull sees the worker's own update
+  // unless an earlier sequence number is still on its way.
+  const bool goes_on = t.direct && p_.mode != Mode::sync;
+  const std::uint32_t pusher = goes_on ? gradients_.at(t.gradients.front()).worker : 0;
   // Apply in sequence order at the server.
   arrived_[t.in][t.seq] = std::move(t.gradients);
   Seq& next = next_apply_[t.in];
@@ -261,6 +264,7 @@ void Cluster::finish_transfer(std::uint64_t id, Instant now) {
     arrived.erase(arrived.begin());
     ++next;
   }
+  if (goes_on) start_compute(pusher, now);
 }
 
 void Cluster::apply(EndpointId at, std::vector<RequestId> requests, Seq seq, Instant now) {

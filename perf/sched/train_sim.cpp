@@ -1,0 +1,219 @@
+// gradlane_train_sim: trains softmax regression (or the MLP) on Fashion-MNIST in simulated
+// time over a simulated 1,000-worker parameter server (cluster.hpp), in one mode — gradlane
+// (the sidecar's ordering, tau drops, aggregation), fifo (a plain asynchronous parameter
+// server) or sync (barrier per step) — and reports accuracy over simulated time and the time to
+// a target accuracy. perf/sched/train-sim-experiment runs the grid, the modes, the regimes and
+// the tau sweep and writes perf/results/train-sim/.
+//
+// Data: the first --train-rows of Fashion-MNIST's training set train; --eval validation
+// evaluates on the rest of it (the last 10,000 rows by default: for choosing the learning
+// rate), --eval test on the full 10,000-image test set (for the reported figures).
+//
+// The default tau is 2N versions (N workers) — see default_tau() for why.
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "perf/sched/training.hpp"
+
+namespace {
+
+using namespace gradlane;
+using namespace gradlane::sched;
+
+// With N asynchronous workers every update is about N versions old when it is applied (all
+// the others land while it computes): that is the natural delay, not a straggler. A bound
+// below it drops healthy updates wholesale (tau = N/2 drops about half of them, and the
+// server then idles while their workers recompute); the bound is for the tail that a slow
+// link or a queue adds on top. 2N keeps every update of an unloaded cluster and cuts only
+// those at least twice as stale as the typical one. Measured in the tau sweep
+// (perf/results/train-sim/): see README "Simulator with real convergence".
+std::uint32_t default_tau(std::uint32_t workers) { return 2 * workers; }
+
+std::uint64_t percentile(std::vector<std::uint64_t> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
+}
+
+void print_progress(const sim::EvalPoint& e, void* quiet) {
+  if (*static_cast<bool*>(quiet)) return;
+  std::fprintf(stderr, "\r  t %7.0f ms  acc %.4f  gradients %9llu  versions %8llu  drops %7llu  (%.1f s)   ",
+               e.t_ms, e.accuracy, static_cast<unsigned long long>(e.gradients),
+               static_cast<unsigned long long>(e.updates), static_cast<unsigned long long>(e.drops), e.wall_s);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  sim::ClusterParams c;
+  // The defaults, the overloaded regime: 1,000 workers computing 10 ms steps over uneven,
+  // changing 25 Gb/s links (each worker at 1/4..1 of it, 10 stragglers at a further 1/10) into
+  // a 25 Gb/s server. Slots are exclusive at the server and run at the slower NIC, so an update
+  // holds the server ~22 us on average: 100,000 offered per second against ~45,000 it can take.
+  // --worker-gbps 100 --server-gbps 100 is the light regime (about half that load).
+  c.workers = 1000;
+  c.compute_ms = 10.0;
+  c.worker_gbps = 25.0;
+  c.server_gbps = 25.0;
+  c.spread = 4.0;
+  c.change_ms = 100.0;
+  c.change_fraction = 0.2;
+  c.stragglers = 10;
+  c.straggler_slowdown = 10.0;
+  sim::TrainParams t;
+  std::string mode = "gradlane", model_name = "softmax", eval = "test", data_dir = train::kDefaultFashionMnistDir;
+  std::string json_path, csv_path;
+  std::int64_t tau = -1;  // -1: default_tau(workers); 0: unbounded
+  bool no_aggregation = false, quiet = false;
+  std::size_t train_rows = 50'000;
+
+  CLI::App app{"gradlane_train_sim: train Fashion-MNIST in simulated time over a simulated parameter server"};
+  app.add_option("--mode", mode, "gradlane, fifo or sync")->check(CLI::IsMember({"gradlane", "fifo", "sync"}));
+  app.add_option("--lr", t.learning_rate, "learning rate (sync: of the averaged gradient)")->check(CLI::PositiveNumber);
+  app.add_option("--tau", tau, "staleness bound in versions (gradlane); 0 = unbounded; default 2 x workers");
+  app.add_flag("--no-aggregation", no_aggregation, "gradlane without aggregation");
+  app.add_option("--workers", c.workers, "simulated workers")->check(CLI::Range(1u, 100000u));
+  app.add_option("--compute-ms", c.compute_ms, "mean compute time per step")->check(CLI::PositiveNumber);
+  app.add_option("--jitter", c.jitter, "compute time is uniform in mean*(1 +- jitter)")->check(CLI::Range(0.0, 0.99));
+  app.add_option("--worker-gbps", c.worker_gbps, "worker NIC line rate (declared)")->check(CLI::PositiveNumber);
+  app.add_option("--server-gbps", c.server_gbps, "server NIC line rate")->check(CLI::PositiveNumber);
+  app.add_option("--spread", c.spread, "worker egress log-uniform in [rate/spread, rate]")->check(CLI::Range(1.0, 1e6));
+  app.add_option("--change-ms", c.change_ms, "every this often, redraw some workers' egress (0: never)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--change-fraction", c.change_fraction, "share of workers redrawn per change")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--stragglers", c.stragglers, "workers whose egress is further slowed");
+  app.add_option("--straggler-slowdown", c.straggler_slowdown, "by this factor")->check(CLI::Range(1.0, 1e6));
+  app.add_option("--replica-bound", c.replica_bound, "B: sequence numbers ahead of the replica")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
+  app.add_option("--model", model_name, "softmax or mlp")->check(CLI::IsMember({"softmax", "mlp"}));
+  app.add_option("--batch", t.batch, "minibatch per gradient")->check(CLI::Range(std::size_t{1}, std::size_t{4096}));
+  app.add_option("--eval-every-ms", t.eval_every_ms, "evaluation cadence (simulated ms)")->check(CLI::PositiveNumber);
+  app.add_option("--duration-ms", t.duration_ms, "simulated time")->check(CLI::PositiveNumber);
+  app.add_option("--target", t.target, "target accuracy for time-to-accuracy")->check(CLI::Range(0.0, 1.0));
+  app.add_flag("--stop-at-target", t.stop_at_target, "stop at the first evaluation at or above the target");
+  app.add_option("--eval", eval, "test (full 10k test set) or validation (train rows past --train-rows)")
+      ->check(CLI::IsMember({"test", "validation"}));
+  app.add_option("--train-rows", train_rows, "rows of the training set used to train")->check(CLI::Range(1000, 59000));
+  app.add_option("--seed", c.seed, "seed of the cluster (compute times, links) and the data order");
+  app.add_option("--data-dir", data_dir, "Fashion-MNIST IDX files (Debian's dataset-fashion-mnist)");
+  app.add_option("--json", json_path, "write the run (config, curve, summary) as JSON here");
+  app.add_option("--csv", csv_path, "write the accuracy curve as CSV here");
+  app.add_flag("--quiet", quiet, "no progress line");
+  CLI11_PARSE(app, argc, argv);
+
+  c.mode = sim::parse_mode(mode);
+  c.aggregation = !no_aggregation;
+  if (tau < 0) tau = default_tau(c.workers);
+  c.tau = tau == 0 ? std::nullopt : std::optional<std::uint32_t>(static_cast<std::uint32_t>(tau));
+  t.seed = c.seed;
+  if (const auto bad = c.validate()) {
+    fmt::print(stderr, "gradlane_train_sim: {}\n", *bad);
+    return 2;
+  }
+  train::ModelSpec spec;
+  spec.kind = train::parse_model_kind(model_name);
+  const train::Model model(spec);
+  c.bytes = model.parameters() * sizeof(float);  // the real update: the whole gradient
+
+  const train::FashionMnist data = train::load_fashion_mnist(data_dir);
+  const train::Dataset train_set = data.train.slice(0, train_rows);
+  const train::Dataset eval_set =
+      eval == "test" ? data.test : data.train.slice(train_rows, data.train.rows - train_rows);
+
+  const sim::TrainResult r = sim::train_in_simulation(c, t, model, train_set, eval_set, print_progress, &quiet);
+  if (!quiet) std::fprintf(stderr, "\n");
+
+  const auto& s = r.stats;
+  const double seconds = r.curve.back().t_ms / 1e3;
+  fmt::print("{} lr {} tau {} aggregation {} | {} workers, server {} Gb/s, {} B updates, seed {}\n", mode,
+             t.learning_rate, tau == 0 ? std::string("unbounded") : std::to_string(tau), c.aggregation ? "on" : "off",
+             c.workers, c.server_gbps, c.bytes, c.seed);
+  fmt::print("  time to {:.0f}%: {}  best accuracy {:.4f}  final {:.4f}\n", t.target * 100,
+             r.time_to_target_ms ? fmt::format("{:.0f} ms", *r.time_to_target_ms) : std::string("not reached"),
+             r.best_accuracy, r.curve.back().accuracy);
+  fmt::print("  gradients applied {} ({:.0f}/s simulated), versions {}, drops {}, aggregates {} ({} gradients)\n",
+             s.applied, static_cast<double>(s.applied) / seconds, s.server_slots, s.drops, s.aggregates, s.aggregated);
+  fmt::print("  delay in versions p50 {} p99 {}; in gradients p50 {} p99 {}; server ingress busy {:.1f} %, {:.1f} MB\n",
+             percentile(s.delays, 0.5), percentile(s.delays, 0.99), percentile(r.gradient_delays, 0.5),
+             percentile(r.gradient_delays, 0.99), 100.0 * s.server_busy_ms / (seconds * 1e3),
+             static_cast<double>(s.server_ingress_bytes) / 1e6);
+  fmt::print("  wall {:.1f} s\n", r.wall_s);
+
+  if (!json_path.empty()) {
+    nlohmann::json j;
+    j["config"] = {{"mode", mode},
+                   {"lr", t.learning_rate},
+                   {"tau", tau},
+                   {"aggregation", c.aggregation},
+                   {"workers", c.workers},
+                   {"compute_ms", c.compute_ms},
+                   {"jitter", c.jitter},
+                   {"worker_gbps", c.worker_gbps},
+                   {"server_gbps", c.server_gbps},
+                   {"spread", c.spread},
+                   {"change_ms", c.change_ms},
+                   {"change_fraction", c.change_fraction},
+                   {"stragglers", c.stragglers},
+                   {"straggler_slowdown", c.straggler_slowdown},
+                   {"replica_bound", c.replica_bound},
+                   {"bytes", c.bytes},
+                   {"model", model_name},
+                   {"batch", t.batch},
+                   {"eval", eval},
+                   {"train_rows", train_rows},
+                   {"eval_rows", eval_set.rows},
+                   {"eval_every_ms", t.eval_every_ms},
+                   {"duration_ms", t.duration_ms},
+                   {"target", t.target},
+                   {"stop_at_target", t.stop_at_target},
+                   {"seed", c.seed}};
+    nlohmann::json curve = nlohmann::json::array();
+    for (const auto& e : r.curve) {
+      curve.push_back({{"t_ms", e.t_ms}, {"accuracy", e.accuracy}, {"gradients", e.gradients}, {"updates", e.updates},
+                       {"drops", e.drops}, {"server_ingress_bytes", e.server_ingress_bytes}, {"wall_s", e.wall_s}});
+    }
+    j["curve"] = curve;
+    j["summary"] = {
+        {"time_to_target_ms", r.time_to_target_ms ? nlohmann::json(*r.time_to_target_ms) : nlohmann::json(nullptr)},
+        {"ingress_bytes_at_target",
+         r.ingress_bytes_at_target ? nlohmann::json(*r.ingress_bytes_at_target) : nlohmann::json(nullptr)},
+        {"best_accuracy", r.best_accuracy},
+        {"final_accuracy", r.curve.back().accuracy},
+        {"simulated_ms", r.curve.back().t_ms},
+        {"submitted", s.submitted},
+        {"applied", s.applied},
+        {"versions", s.server_slots},
+        {"drops", s.drops},
+        {"aggregates", s.aggregates},
+        {"aggregated", s.aggregated},
+        {"steps", s.steps},
+        {"server_ingress_bytes", s.server_ingress_bytes},
+        {"server_busy_share", s.server_busy_ms / (seconds * 1e3)},
+        {"delay_versions_p50", percentile(s.delays, 0.5)},
+        {"delay_versions_p99", percentile(s.delays, 0.99)},
+        {"delay_gradients_p50", percentile(r.gradient_delays, 0.5)},
+        {"delay_gradients_p99", percentile(r.gradient_delays, 0.99)},
+        {"straggler_applied", s.straggler_applied},
+        {"straggler_drops", s.straggler_drops},
+        {"wall_s", r.wall_s}};
+    std::ofstream(json_path) << j.dump(1) << "\n";
+  }
+  if (!csv_path.empty()) {
+    std::ofstream csv(csv_path);
+    csv << "t_ms,accuracy,gradients,updates,drops,server_ingress_bytes\n";
+    for (const auto& e : r.curve) {
+      csv << e.t_ms << ',' << e.accuracy << ',' << e.gradients << ',' << e.updates << ',' << e.drops << ','
+          << e.server_ingress_bytes << '\n';
+    }
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "gradlane_train_sim: %s\n", e.what());
+  return 1;
+}
