@@ -178,6 +178,8 @@ void Cluster::change_bandwidth(Instant now) {
 void Cluster::decide(Instant now) {
   out_.clear();
   scheduler_->schedule(now, out_);
+  ++stats_.schedule_calls;
+  stats_.peak_pending_aggregates = std::max(stats_.peak_pending_aggregates, scheduler_->pending_aggregates());
   for (const Outcome& o : out_) {
     if (const Grant* g = std::get_if<Grant>(&o)) {
       Transfer t{g->sender, g->receiver, 0, true, true, g->seq, g->length, {g->request}};

@@ -109,6 +109,8 @@ struct ClusterStats {
   std::uint64_t straggler_drops = 0;
   double server_busy_ms = 0;
   Bytes server_ingress_bytes = 0;  // bytes that crossed a server's ingress (simulated)
+  std::size_t peak_pending_aggregates = 0;  // formed, not yet granted a server slot
+  std::uint64_t schedule_calls = 0;
 };
 
 class Cluster {

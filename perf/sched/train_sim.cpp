@@ -143,7 +143,8 @@ int main(int argc, char** argv) try {
              percentile(s.delays, 0.5), percentile(s.delays, 0.99), percentile(r.gradient_delays, 0.5),
              percentile(r.gradient_delays, 0.99), 100.0 * s.server_busy_ms / (seconds * 1e3),
              static_cast<double>(s.server_ingress_bytes) / 1e6);
-  fmt::print("  wall {:.1f} s\n", r.wall_s);
+  fmt::print("  wall {:.1f} s; schedule() calls {}, peak pending aggregates {}\n", r.wall_s, s.schedule_calls,
+             s.peak_pending_aggregates);
 
   if (!json_path.empty()) {
     nlohmann::json j;
@@ -201,6 +202,8 @@ int main(int argc, char** argv) try {
         {"delay_gradients_p99", percentile(r.gradient_delays, 0.99)},
         {"straggler_applied", s.straggler_applied},
         {"straggler_drops", s.straggler_drops},
+        {"schedule_calls", s.schedule_calls},
+        {"peak_pending_aggregates", s.peak_pending_aggregates},
         {"wall_s", r.wall_s}};
     std::ofstream(json_path) << j.dump(1) << "\n";
   }
