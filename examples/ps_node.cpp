@@ -7,7 +7,15 @@
 //   ps_node role=server  device=rxe0 port=7800 floats=4096 slots=8 workers=4 updates=50 out=DIR
 //           replica=ADDR:7801
 //   ps_node role=worker  device=rxe2 id=1 server=ADDR:7800 replica=ADDR:7801 floats=4096
-//           updates=50 gradient=pattern|uniform out=DIR [die_after=K]
+//           updates=50 gradient=pattern|uniform out=DIR [die_after=K] [aggregator=ADDR:7802]
+//   ps_node role=aggregator device=rxe2 port=7802 id=9 server=ADDR:7800 replica=ADDR:7801
+//           floats=4096 group=4 workers=4 out=DIR [slots=8] [linger_ms=500]
+//
+// With aggregator=, a worker pushes to the aggregator, which sums groups of `group` updates and
+// forwards each sum to the server and replica as worker `id`: the server and the replica then
+// count the aggregator among their `workers`. The aggregator writes what it forwarded
+// (aggregator.jsonl: the group's tag, the server's sequence, the members in sum order) and
+// each sum it wrote (aggregator.sums: the floats of every forwarded update, in order).
 //
 // `updates` is per worker. gradient=uniform makes every float of an update the same value, so
 // every model version is uniform too: a pull that mixed two versions shows as unequal floats.
@@ -176,12 +184,62 @@ int run_sharded_worker(const Args& a) {
   return 0;
 }
 
+int run_aggregator(const Args& a) {
+  const std::string out = a.text("out");
+  gradlane::ps::AggregatorOptions options;
+  options.id = static_cast<std::uint32_t>(a.number("id"));
+  options.server = a.endpoint("server");
+  if (a.values.contains("replica")) options.replica = a.endpoint("replica");
+  options.floats = a.number("floats");
+  options.group = static_cast<std::uint32_t>(a.number("group"));
+  options.slots = static_cast<std::uint32_t>(a.number("slots", 0));
+  options.linger = std::chrono::milliseconds(a.number("linger_ms", 500));
+  gradlane::Device device = gradlane::Device::open({.name = a.text("device")});
+  gradlane::ps::Aggregator aggregator(device, static_cast<std::uint16_t>(a.number("port")), options);
+  aggregator.accept_workers(a.number("workers"), 120s);
+  std::ofstream sums(out + "/aggregator.sums", std::ios::binary);
+  const auto deadline = std::chrono::steady_clock::now() + 300s;
+  while (!aggregator.finished() && std::chrono::steady_clock::now() < deadline) {
+    const std::size_t forwarded = aggregator.history().size();
+    aggregator.progress();
+    if (aggregator.history().size() != forwarded) {  // one forward per progress(): its sum
+      const auto sum = aggregator.last_sum();
+      sums.write(reinterpret_cast<const char*>(sum.data()), static_cast<std::streamsize>(sum.size_bytes()));
+    }
+  }
+  std::ofstream log(out + "/aggregator.jsonl");
+  for (const auto& u : aggregator.history()) {
+    log << "{\"tag\":" << u.tag << ",\"seq\":" << u.sequence << ",\"computed_on\":" << u.computed_on
+        << ",\"lost\":" << (u.lost ? "true" : "false") << ",\"members\":[";
+    for (std::size_t i = 0; i < u.members.size(); ++i) {
+      const auto& m = u.members[i];
+      log << (i == 0 ? "" : ",") << "[" << m.worker << "," << m.tag << "," << m.computed_on << "]";
+    }
+    log << "]}\n";
+  }
+  const auto& st = aggregator.stats();
+  std::ofstream(out + "/aggregator.stats.json")
+      << "{\"granted\":" << st.granted << ",\"summed\":" << st.summed << ",\"skipped\":" << st.skipped
+      << ",\"forwarded\":" << st.forwarded << ",\"short_groups\":" << st.short_groups << ",\"lost\":" << st.lost
+      << ",\"refused_doorbells\":" << st.refused_doorbells << ",\"peers_lost\":" << st.peers_lost
+      << ",\"peers_left\":" << st.peers_left << "}\n";
+  std::printf("aggregator: forwarded %llu updates summing %llu (short groups %llu), skipped %llu, lost %llu, "
+              "refused doorbells %llu, peers lost %llu, left %llu\n",
+              static_cast<unsigned long long>(st.forwarded), static_cast<unsigned long long>(st.summed),
+              static_cast<unsigned long long>(st.short_groups), static_cast<unsigned long long>(st.skipped),
+              static_cast<unsigned long long>(st.lost), static_cast<unsigned long long>(st.refused_doorbells),
+              static_cast<unsigned long long>(st.peers_lost), static_cast<unsigned long long>(st.peers_left));
+  if (!aggregator.finished()) std::fprintf(stderr, "aggregator: timed out\n");
+  return aggregator.finished() ? 0 : 3;
+}
+
 int run_worker(const Args& a) {
   if (a.values.contains("servers")) return run_sharded_worker(a);
   gradlane::ps::WorkerOptions options;
   options.id = static_cast<std::uint32_t>(a.number("id"));
   options.server = a.endpoint("server");
   if (a.values.contains("replica")) options.replica = a.endpoint("replica");
+  if (a.values.contains("aggregator")) options.aggregator = a.endpoint("aggregator");
   options.floats = a.number("floats");
   if (a.values.contains("sidecar")) {  // sidecar=SHM_NAME endpoint=ID server_endpoint=ID
     gradlane::sidecar::AttachOptions attach;
@@ -246,7 +304,8 @@ int main(int argc, char** argv) try {
   if (role == "server") return run_shard(a, gradlane::ps::Role::server);
   if (role == "replica") return run_shard(a, gradlane::ps::Role::replica);
   if (role == "worker") return run_worker(a);
-  throw std::runtime_error("role must be server, replica or worker");
+  if (role == "aggregator") return run_aggregator(a);
+  throw std::runtime_error("role must be server, replica, worker or aggregator");
 } catch (const std::exception& e) {
   std::fprintf(stderr, "ps_node: %s\n", e.what());
   return 1;

@@ -39,6 +39,20 @@
 // which is what lets the sidecar grant the slot again: gradlaned's --replica-bound must not
 // exceed the shard's slots. Each update must be one part: the shard at most the sidecar's
 // partition size (4 MiB).
+// Aggregation (direct mode): workers told to push to an Aggregator (WorkerOptions::aggregator)
+// ask it for a member slot instead of the server — the same request / grant / WRITE +
+// doorbell, into the aggregator's ring, and nothing to the replica. The aggregator takes
+// members in its own sequence order, and once `group` of them are here it sums them with the
+// Eigen kernel in a fixed order (by worker id, then tag) straight into the registered buffer
+// of its own ps::Worker, which pushes that one update to the server and the replica like any
+// worker (its id at the server is AggregatorOptions::id; its tag, the group's number). So the
+// server and the replica spend one slot, one version and one update's bytes per group. The
+// aggregate's computed_on is its OLDEST member's: its staleness is never understated. Members
+// that were granted and never written (dead worker, hole_timeout) are left out; a group
+// forwards short when no member is coming (workers gone, or `linger` without one). Pulls still
+// go to the server. A worker whose aggregator dies reports the push lost and pushes to the
+// server directly from then on. (Sidecar mode does not drive aggregation yet: gradlaned never
+// registers an aggregator, so the core never redirects.)
 // The pull: three chained RDMA READs of the server's model region (header, floats, header);
 // the copy is accepted only if both headers show the same even version (a seqlock: the server
 // marks the header odd while it applies), else it is read again. No server CPU on the path.
@@ -159,6 +173,9 @@ struct WorkerOptions {
   std::optional<sidecar::AttachOptions> sidecar;
   std::uint32_t server_endpoint = 0;
   std::uint32_t tensor = 0;
+  // Direct mode: push to this Aggregator instead of the server (pulls still go to the server;
+  // the replica gets the aggregate from the aggregator). Not with `sidecar`.
+  std::optional<Endpoint> aggregator;
   TransportOptions transport{};
 };
 
@@ -205,6 +222,87 @@ class Worker {
   std::uint64_t server_version();
   // Times this worker switched its server to the replica.
   std::uint64_t failovers() const;
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+// ---- aggregation: sum k workers' updates off the server ----
+
+struct AggregatorOptions {
+  std::uint32_t id = 0;         // its worker id at the server: unique among the shard's workers, > 0
+  Endpoint server;
+  std::optional<Endpoint> replica;  // the aggregate is mirrored there, as any worker's update
+  std::size_t floats = 0;       // the shard's size
+  std::uint32_t group = 4;      // k: member updates summed into one forwarded update
+  std::uint32_t slots = 0;      // member slots in the ring, >= group (0: 2 × group, so the next
+                                // group is written while one is summed and forwarded)
+  // A granted member whose write has not arrived by then is left out of its group.
+  std::chrono::milliseconds hole_timeout{3000};
+  // A short group is forwarded when no member is granted or waiting and none has arrived for
+  // this long (or at once when every worker has left), so no gradient waits without bound.
+  std::chrono::milliseconds linger{500};
+  Millis timeout{30000};        // bound on each wait (connect, the forward's grant and write)
+  TransportOptions transport{};
+};
+
+struct AggregateMember {
+  std::uint32_t worker = 0;
+  std::uint64_t tag = 0;
+  std::uint64_t computed_on = 0;
+};
+
+// One forwarded update: what the aggregator summed and what the server will apply it as.
+struct AggregatedUpdate {
+  std::uint64_t tag = 0;          // the group's number (1, 2, …): the tag the server records
+  std::uint64_t sequence = 0;     // the server's sequence for it (0 if the push was lost)
+  std::uint64_t computed_on = 0;  // the oldest member's
+  std::vector<AggregateMember> members;  // in the order they were summed (worker id, then tag)
+  bool lost = false;              // the server failed mid-push (the replica took over)
+};
+
+struct AggregatorStats {
+  std::uint64_t granted = 0;     // member slots handed out
+  std::uint64_t summed = 0;      // member updates summed into forwarded updates
+  std::uint64_t skipped = 0;     // granted members that never came (left out of their group)
+  std::uint64_t forwarded = 0;   // updates pushed to the server
+  std::uint64_t short_groups = 0;  // of them, with fewer than `group` members
+  std::uint64_t lost = 0;        // forwards lost to a server failure
+  std::uint64_t refused_doorbells = 0;  // for a member sequence not granted to that worker, or done
+  std::uint64_t peers_lost = 0;  // workers that failed with work outstanding or misbehaved
+  std::uint64_t peers_left = 0;  // workers that disconnected with nothing outstanding
+};
+
+class Aggregator {
+ public:
+  // Registers the member ring on `device`, listens on `port` (0 = any; see port()), and
+  // connects to the server (and replica) as worker options.id: the server must be accepting.
+  Aggregator(const Device& device, std::uint16_t port, const AggregatorOptions& options);
+  Aggregator(Aggregator&&) noexcept;
+  Aggregator& operator=(Aggregator&&) noexcept;
+  ~Aggregator();
+
+  std::uint16_t port() const;
+  // Accepts `workers` worker connections, each within `timeout` (Error(timeout) otherwise).
+  void accept_workers(std::size_t workers, Millis timeout);
+  // Does what is due without waiting, except that a group ready to forward is summed and
+  // pushed before it returns (at most one per call; the push waits for the server's grant).
+  // Returns how many things it did (0 = idle). Throws only when the server and its replica
+  // are both unreachable.
+  std::size_t progress();
+  // progress() until finished(), or `timeout` passes; false on timeout.
+  bool run(Millis timeout);
+  // No worker is left and every member that came was forwarded.
+  bool finished() const;
+
+  const AggregatorStats& stats() const;
+  const std::vector<AggregatedUpdate>& history() const;  // forwarded updates, in order
+  // The registered buffer the last group was summed into and written from (valid until the
+  // next progress()).
+  std::span<const float> last_sum() const;
+  std::size_t live_workers() const;
 
   struct State;
 

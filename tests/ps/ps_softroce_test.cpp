@@ -26,6 +26,7 @@
 #include "../common/external_process.hpp"
 #include "../common/hosts.hpp"
 #include "examples/ps_synthetic.hpp"
+#include "ps_run.hpp"
 #include "transport/ps/kernels.hpp"
 #include "transport/ps/messages.hpp"
 #include "transport/ps/regions.hpp"
@@ -35,17 +36,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using nlohmann::json;
-
-std::vector<float> read_model(const std::string& path, std::size_t floats) {
-  std::vector<float> model(floats);
-  std::ifstream in(path, std::ios::binary);
-  in.read(reinterpret_cast<char*>(model.data()), static_cast<std::streamsize>(floats * sizeof(float)));
-  if (in.gcount() != static_cast<std::streamsize>(floats * sizeof(float)) ||
-      std::filesystem::file_size(path) != floats * sizeof(float)) {
-    throw std::runtime_error(path + ": not a model of " + std::to_string(floats) + " floats");
-  }
-  return model;
-}
 
 struct RunSpec {
   std::size_t floats = 4096;
@@ -70,10 +60,7 @@ class ShardRun : public ::testing::Test {
     spec_ = spec;
     const auto hosts = hosts_from_env();
     ASSERT_GE(hosts.size(), 3u) << "needs ci/softroce.sh --hosts 3";
-    out_ = std::string(std::getenv("GRADLANE_OUT_DIR")) + "/" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(out_);  // a rerun into the same directory starts clean
-    std::filesystem::create_directories(out_);
+    out_ = fresh_test_dir();
     const std::string node = GRADLANE_PS_NODE, floats = "floats=" + std::to_string(spec.floats),
                       updates = "updates=" + std::to_string(spec.updates), out = "out=" + out_;
     const std::string replica_at = "replica=" + hosts[1].address + ":7801";
@@ -116,12 +103,8 @@ class ShardRun : public ::testing::Test {
       }
       workers.push_back(std::make_unique<ExternalProcess>(a, out_ + "/worker" + std::to_string(id)));
     }
-    for (std::uint32_t id = 1; id <= kWorkers; ++id) {
-      const auto status = workers[id - 1]->wait_exit(240s);
-      ASSERT_TRUE(status.has_value()) << "worker " << id << " did not finish";
-      const int expected = spec.die_after.contains(id) ? 9 : 0;
-      EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == expected) << "worker " << id << " status " << *status;
-    }
+    expect_workers_exit(workers, spec.die_after);
+    if (::testing::Test::HasFatalFailure()) return;
     for (auto* p : {&server, &replica}) {
       const auto status = p->wait_exit(120s);
       ASSERT_TRUE(status.has_value()) << (p == &server ? "server" : "replica") << " did not finish";

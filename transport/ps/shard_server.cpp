@@ -15,9 +15,11 @@
 
 #include "gradlane/ps.hpp"
 #include "transport/ps/apply_order.hpp"
+#include "transport/ps/join.hpp"
 #include "transport/ps/kernels.hpp"
 #include "transport/ps/messages.hpp"
 #include "transport/ps/model_version.hpp"
+#include "transport/ps/outstanding_grants.hpp"
 #include "transport/ps/regions.hpp"
 
 namespace gradlane::ps {
@@ -31,7 +33,7 @@ struct Peer {
   std::uint32_t worker = 0;
   bool alive = true;
   // Server: sequences granted to this worker whose doorbell has not come yet.
-  std::map<std::uint64_t, Clock::time_point> outstanding;
+  OutstandingGrants outstanding;
 };
 
 struct Waiting {
@@ -125,11 +127,7 @@ void ShardServer::State::lose(Peer& peer, const Error& why) {
                peer.kind == PeerKind::worker ? "worker" : "primary", peer.worker, why.what());
   if (peer.kind == PeerKind::primary && role == Role::replica) promote();
   // Its granted sequences will never be written: holes, skipped in order.
-  for (const auto& [sequence, since] : peer.outstanding) {
-    (void)since;
-    order.cancelled(sequence);
-  }
-  peer.outstanding.clear();
+  for (const std::uint64_t sequence : peer.outstanding.take_all()) order.cancelled(sequence);
 }
 
 std::size_t ShardServer::State::take_from(std::size_t index) {
@@ -178,7 +176,7 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
       continue;
     }
     // Server: only the worker it was granted to may ring for a sequence, once.
-    if (peer.outstanding.erase(sequence) == 0 ||
+    if (!peer.outstanding.ring(sequence) ||
         order.arrived(sequence, static_cast<std::uint32_t>(sequence % options.slots)) != Admit::accepted) {
       ++stats.refused_doorbells;
     }
@@ -233,7 +231,7 @@ std::size_t ShardServer::State::grant() {
       lose(peer, e);
       continue;
     }
-    peer.outstanding[sequence] = Clock::now();
+    peer.outstanding.add(sequence, Clock::now());
     granted[sequence] = {peer.worker, w.request.tag, w.request.computed_on};
     ++next_grant;
     ++stats.granted;
@@ -249,16 +247,10 @@ std::size_t ShardServer::State::expire_holes() {
   if (!any) return 0;
   const auto now = Clock::now();
   for (Peer& peer : peers) {
-    for (auto it = peer.outstanding.begin(); it != peer.outstanding.end();) {
-      if (now - it->second < options.hole_timeout) {
-        ++it;
-        continue;
-      }
+    for (const std::uint64_t sequence : peer.outstanding.expire(now, options.hole_timeout)) {
       std::fprintf(stderr, "gradlane ps server: worker %u granted sequence %llu and wrote nothing in %lld ms: skipped\n",
-                   peer.worker, static_cast<unsigned long long>(it->first),
-                   static_cast<long long>(options.hole_timeout.count()));
-      order.cancelled(it->first);
-      it = peer.outstanding.erase(it);
+                   peer.worker, static_cast<unsigned long long>(sequence), static_cast<long long>(options.hole_timeout.count()));
+      order.cancelled(sequence);
       ++work;
     }
   }
@@ -487,19 +479,17 @@ void ShardServer::connect_replica(const std::string& address, std::uint16_t port
 void ShardServer::accept_peers(std::size_t workers, Millis timeout) {
   State& s = *state_;
   const std::size_t expected = workers + (s.role == Role::replica ? 1 : 0);
-  for (std::size_t i = 0; i < expected; ++i) {
-    Connection conn = s.listener.accept(timeout);
+  const auto advertise = [&](Connection& conn) {
     conn.advertise(kSlotRegionId, s.slots.region().descriptor());
     conn.advertise(kShardRegionId, s.shard.region().descriptor());
-    const Message hello = decode(conn.receive(timeout));
-    const auto* h = std::get_if<Hello>(&hello);
-    if (h == nullptr) throw Error(Errc::protocol, fmt::format("{}: the first message was not a hello", conn.describe()));
-    if (h->kind == PeerKind::primary) {
+  };
+  for (Joined& j : accept_hellos(s.listener, expected, advertise, timeout, s.role == Role::server ? "server" : "replica")) {
+    if (j.hello.kind == PeerKind::primary) {
       if (s.role != Role::replica || s.primary) throw Error(Errc::protocol, "a second primary, or a primary at a server");
-      s.primary_slots = conn.wait_region(kSlotRegionId, timeout);
+      s.primary_slots = j.conn.wait_region(kSlotRegionId, timeout);
       s.primary = s.peers.size();
     }
-    s.peers.push_back(Peer{std::move(conn), h->kind, h->worker, true, {}});
+    s.peers.push_back(Peer{std::move(j.conn), j.hello.kind, j.hello.worker, true, {}});
   }
 }
 

@@ -53,12 +53,24 @@ struct Worker::State {
   RegionDescriptor server_slots, server_shard;
   std::optional<Connection> replica;
   RegionDescriptor replica_slots, replica_shard;
+  // Direct mode with an aggregator: requests, grants and the one write go there (no mirror:
+  // the aggregator's forward is mirrored); pulls stay with the server.
+  std::optional<Connection> aggregator;
+  RegionDescriptor aggregator_slots;
   std::uint64_t failovers = 0;
+
+  Connection& push_target() { return aggregator ? *aggregator : server; }
 
   // After an error: if the server's connection failed and the replica's is alive, the replica
   // (which promotes itself when it loses the server) is the server from now on; if only the
   // replica failed, go on without mirroring. Returns false when nothing can take over.
   bool recover() {
+    if (aggregator && aggregator->failed()) {
+      std::fprintf(stderr, "gradlane ps worker %u: aggregator lost (%s); pushing to the server directly\n", options.id,
+                   aggregator->failure()->what());
+      aggregator.reset();
+      return true;
+    }
     if (server.failed() && replica && !replica->failed()) {
       std::fprintf(stderr, "gradlane ps worker %u: server lost (%s); failing over to the replica %s\n", options.id,
                    server.failure()->what(), replica->describe().c_str());
@@ -84,9 +96,18 @@ struct Worker::State {
 
   // Writes the gradient into the slot of `sequence` at the replica, then at the server.
   PushResult write(std::uint64_t sequence) {
-    const std::uint64_t offset = (sequence % slots) * bytes;
     const auto imm = static_cast<std::uint32_t>(sequence);  // low 32 bits: ApplyOrder::widen
     const auto start = Clock::now();
+    if (aggregator) {  // a member slot of the aggregator's ring
+      const std::uint64_t offset = (sequence % (aggregator_slots.length / bytes)) * bytes;
+      aggregator->wait(aggregator->write_and_ring(gradient_region, 0, aggregator_slots, offset, bytes, imm),
+                       options.timeout);
+      PushResult result;
+      result.sequence = sequence;
+      result.wire_time = Clock::now() - start;
+      return result;
+    }
+    const std::uint64_t offset = (sequence % slots) * bytes;
     // The mirror first: if this worker dies between the two, the server never sees the update
     // and skips it, and so does the replica (it applies only what the server decided).
     std::optional<OpId> mirrored;
@@ -101,10 +122,11 @@ struct Worker::State {
   }
 
   PushResult wait_direct() {
-    const Message answer = decode(server.receive(options.timeout));
+    Connection& target = push_target();
+    const Message answer = decode(target.receive(options.timeout));
     const auto* grant = std::get_if<Grant>(&answer);
     if (grant == nullptr || grant->sequence == 0) {
-      throw Error(Errc::protocol, fmt::format("{}: expected a grant, got message kind {}", server.describe(),
+      throw Error(Errc::protocol, fmt::format("{}: expected a grant, got message kind {}", target.describe(),
                                               answer.index() + 1));
     }
     return write(grant->sequence);
@@ -183,6 +205,10 @@ Worker::Worker(const Device& device, const WorkerOptions& options) {
   if (options.id == 0 || options.floats == 0) {
     throw Error(Errc::invalid_argument, "ps::Worker: the id must be > 0 and the shard must have floats");
   }
+  if (options.aggregator && options.sidecar) {
+    throw Error(Errc::invalid_argument, "ps::Worker: an aggregator is a direct-mode option; with a sidecar, "
+                                        "gradlaned decides where updates go");
+  }
   state_ = std::make_unique<State>(device, options);
   State& s = *state_;
   std::tie(s.server_slots, s.server_shard) = s.join(s.server);
@@ -200,6 +226,17 @@ Worker::Worker(const Device& device, const WorkerOptions& options) {
       throw Error(Errc::protocol, fmt::format("the replica has {} bytes of slots, the server {}: they must match",
                                               s.replica_slots.length, s.server_slots.length));
     }
+  }
+  if (options.aggregator) {
+    s.aggregator.emplace(connect_with_retry(device, options.aggregator->address, options.aggregator->port,
+                                            options.transport, options.timeout));
+    s.aggregator_slots = s.aggregator->wait_region(kSlotRegionId, options.timeout);
+    if (s.aggregator_slots.length == 0 || s.aggregator_slots.length % s.bytes != 0) {
+      throw Error(Errc::protocol, fmt::format("{}: the aggregator's ring ({} bytes) is not whole slots of {} bytes: "
+                                              "are worker and aggregator configured with the same shard?",
+                                              s.aggregator->describe(), s.aggregator_slots.length, s.bytes));
+    }
+    s.aggregator->send(encode(Hello{PeerKind::worker, options.id}));
   }
 }
 
@@ -227,7 +264,7 @@ void Worker::start_push(std::uint64_t computed_on, std::uint64_t tag) {
                                     .gradient_norm = 0.0F,
                                     .priority = 0});
   } else {
-    s.server.send(encode(Request{s.options.id, tag, computed_on}));
+    s.push_target().send(encode(Request{s.options.id, tag, computed_on}));
   }
   s.push_in_flight = true;
 }

@@ -1,0 +1,58 @@
+// What the ps softroce tests share about a run of ps_node processes: the output directory, the
+// workers' exits, the model files they write (the floats of a shard, raw).
+#pragma once
+
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "../common/external_process.hpp"
+
+namespace gradlane::testing {
+
+// Exactly `floats` floats, or an exception naming the file.
+inline std::vector<float> read_model(const std::string& path, std::size_t floats) {
+  std::vector<float> model(floats);
+  std::ifstream in(path, std::ios::binary);
+  in.read(reinterpret_cast<char*>(model.data()), static_cast<std::streamsize>(floats * sizeof(float)));
+  if (in.gcount() != static_cast<std::streamsize>(floats * sizeof(float)) ||
+      std::filesystem::file_size(path) != floats * sizeof(float)) {
+    throw std::runtime_error(path + ": not a model of " + std::to_string(floats) + " floats");
+  }
+  return model;
+}
+
+// $GRADLANE_OUT_DIR/<current test's name>, emptied: a rerun into the same directory starts clean.
+inline std::string fresh_test_dir() {
+  const std::string dir = std::string(std::getenv("GRADLANE_OUT_DIR")) + "/" +
+                          ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// Waits for workers 1..N (workers[id - 1]); those in `die_after` must die with exit code 9
+// (ps_node's die_after), the others exit 0. Fails the test otherwise.
+inline void expect_workers_exit(const std::vector<std::unique_ptr<ExternalProcess>>& workers,
+                                const std::map<std::uint32_t, std::uint64_t>& die_after) {
+  for (std::uint32_t id = 1; id <= workers.size(); ++id) {
+    const auto status = workers[id - 1]->wait_exit(std::chrono::seconds(240));
+    ASSERT_TRUE(status.has_value()) << "worker " << id << " did not finish";
+    const int expected = die_after.contains(id) ? 9 : 0;
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == expected) << "worker " << id << " status " << *status;
+  }
+}
+
+}  // namespace gradlane::testing
