@@ -9,7 +9,7 @@
 //   ps_node role=worker  device=rxe2 id=1 server=ADDR:7800 replica=ADDR:7801 floats=4096
 //           updates=50 gradient=pattern|uniform out=DIR [die_after=K] [aggregator=ADDR:7802]
 //   ps_node role=aggregator device=rxe2 port=7802 id=9 server=ADDR:7800 replica=ADDR:7801
-//           floats=4096 group=4 workers=4 out=DIR [slots=8] [linger_ms=500]
+//           floats=4096 group=4 workers=4 out=DIR [slots=8] [linger_ms=500] [hole_timeout_ms=3000]
 //
 // With aggregator=, a worker pushes to the aggregator, which sums groups of `group` updates and
 // forwards each sum to the server and replica as worker `id`: the server and the replica then
@@ -17,8 +17,10 @@
 // (aggregator.jsonl: the group's tag, the server's sequence, the members in sum order) and
 // each sum it wrote (aggregator.sums: the floats of every forwarded update, in order).
 //
-// `updates` is per worker. gradient=uniform makes every float of an update the same value, so
-// every model version is uniform too: a pull that mixed two versions shows as unequal floats.
+// Transport knobs come from the environment (TransportOptions::from_env: GRADLANE_ACK_TIMEOUT,
+// GRADLANE_RETRY_COUNT, ...). `updates` is per worker. gradient=uniform makes every float of an
+// update the same value, so every model version is uniform too: a pull that mixed two versions
+// shows as unequal floats.
 #include <gradlane/gradlane.hpp>
 
 #include <csignal>
@@ -89,6 +91,7 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
   options.slots = static_cast<std::uint32_t>(a.number("slots", 8));
   options.learning_rate = gradlane::examples::kLearningRate;
   options.hole_timeout = std::chrono::milliseconds(a.number("hole_timeout_ms", 3000));
+  options.transport = gradlane::TransportOptions::from_env();  // GRADLANE_ACK_TIMEOUT, _RETRY_COUNT, ...
   if (a.values.contains("sidecar")) {  // sidecar=SHM_NAME, endpoint=ID: the host's gradlaned owns the sequence
     gradlane::sidecar::AttachOptions attach;
     attach.shm_name = a.text("sidecar");
@@ -194,6 +197,8 @@ int run_aggregator(const Args& a) {
   options.group = static_cast<std::uint32_t>(a.number("group"));
   options.slots = static_cast<std::uint32_t>(a.number("slots", 0));
   options.linger = std::chrono::milliseconds(a.number("linger_ms", 500));
+  options.hole_timeout = std::chrono::milliseconds(a.number("hole_timeout_ms", 3000));
+  options.transport = gradlane::TransportOptions::from_env();
   gradlane::Device device = gradlane::Device::open({.name = a.text("device")});
   gradlane::ps::Aggregator aggregator(device, static_cast<std::uint16_t>(a.number("port")), options);
   aggregator.accept_workers(a.number("workers"), 120s);
@@ -240,6 +245,7 @@ int run_worker(const Args& a) {
   options.server = a.endpoint("server");
   if (a.values.contains("replica")) options.replica = a.endpoint("replica");
   if (a.values.contains("aggregator")) options.aggregator = a.endpoint("aggregator");
+  options.transport = gradlane::TransportOptions::from_env();
   options.floats = a.number("floats");
   if (a.values.contains("sidecar")) {  // sidecar=SHM_NAME endpoint=ID server_endpoint=ID
     gradlane::sidecar::AttachOptions attach;
