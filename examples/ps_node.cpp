@@ -227,7 +227,7 @@ int run_aggregator(const Args& a) {
       << "{\"granted\":" << st.granted << ",\"summed\":" << st.summed << ",\"skipped\":" << st.skipped
       << ",\"forwarded\":" << st.forwarded << ",\"short_groups\":" << st.short_groups << ",\"lost\":" << st.lost
       << ",\"refused_doorbells\":" << st.refused_doorbells << ",\"peers_lost\":" << st.peers_lost
-      << ",\"peers_left\":" << st.peers_left << "}\n";
+      << ",\"peers_left\":" << st.peers_left << ",\"bytes_copied\":" << st.bytes_copied << "}\n";
   std::printf("aggregator: forwarded %llu updates summing %llu (short groups %llu), skipped %llu, lost %llu, "
               "refused doorbells %llu, peers lost %llu, left %llu\n",
               static_cast<unsigned long long>(st.forwarded), static_cast<unsigned long long>(st.summed),
@@ -291,7 +291,7 @@ int run_worker(const Args& a) {
   }
   std::ofstream(a.text("out") + "/worker" + a.text("id") + ".json")
       << "{\"pushes\":" << updates << ",\"dropped\":" << dropped << ",\"lost\":" << lost
-      << ",\"failovers\":" << worker.failovers() << ",\"torn\":" << torn
+      << ",\"failovers\":" << worker.failovers() << ",\"bytes_copied\":" << worker.bytes_copied() << ",\"torn\":" << torn
       << ",\"pull_retries\":" << retries << "}\n";
   return torn == 0 ? 0 : 4;
 }

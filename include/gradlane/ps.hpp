@@ -222,6 +222,11 @@ class Worker {
   std::uint64_t server_version();
   // Times this worker switched its server to the replica.
   std::uint64_t failovers() const;
+  // Bytes of gradient or model the CPU copied on this worker's data path. Pushes and pulls move
+  // by RDMA between registered buffers; the one copy is a payload of at most
+  // TransportOptions::max_inline bytes (64), which is posted inline: the provider copies it into
+  // the work request. So 0 for any shard above 16 floats.
+  std::uint64_t bytes_copied() const;
 
   struct State;
 
@@ -273,6 +278,9 @@ struct AggregatorStats {
   std::uint64_t refused_doorbells = 0;  // for a member sequence not granted to that worker, or done
   std::uint64_t peers_lost = 0;  // workers that failed with work outstanding or misbehaved
   std::uint64_t peers_left = 0;  // workers that disconnected with nothing outstanding
+  // Bytes the CPU copied: a group of one member (its "sum" is a copy of the member's slot)
+  // and the forward's inline payloads (Worker::bytes_copied). 0 with full groups of > 16 floats.
+  std::uint64_t bytes_copied = 0;
 };
 
 class Aggregator {

@@ -232,11 +232,15 @@ void Aggregator::State::forward_group() {
   // Straight into the registered buffer the forward writes from; the members' slots are free
   // once this returns.
   sum_in_order(forward.gradient(), parts);
+  const std::uint64_t forward_copied = forward.bytes_copied();
   AggregatedUpdate update;
   update.tag = history.size() + 1;
   update.computed_on = oldest_computed_on(members);
   for (const GroupMember& m : members) update.members.push_back({m.worker, m.tag, m.computed_on});
   const PushResult pushed = forward.push(update.computed_on, update.tag);
+  // Copies: the forward's inline payloads, and a short group of one, whose "sum" the kernel
+  // copied from the member's slot.
+  stats.bytes_copied += forward.bytes_copied() - forward_copied + (members.size() == 1 ? ring.slot_bytes() : 0);
   update.sequence = pushed.sequence;
   update.lost = pushed.lost;
   ++stats.forwarded;

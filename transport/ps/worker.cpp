@@ -58,6 +58,7 @@ struct Worker::State {
   std::optional<Connection> aggregator;
   RegionDescriptor aggregator_slots;
   std::uint64_t failovers = 0;
+  std::uint64_t bytes_copied = 0;  // Worker::bytes_copied()
 
   Connection& push_target() { return aggregator ? *aggregator : server; }
 
@@ -98,6 +99,9 @@ struct Worker::State {
   PushResult write(std::uint64_t sequence) {
     const auto imm = static_cast<std::uint32_t>(sequence);  // low 32 bits: ApplyOrder::widen
     const auto start = Clock::now();
+    // A payload of at most max_inline bytes is posted inline: the provider copies it into the
+    // work request (connection.hpp). Counted per copy written: 1 to an aggregator, else 1 + mirror.
+    if (bytes <= options.transport.max_inline) bytes_copied += bytes * (aggregator || !replica ? 1 : 2);
     if (aggregator) {  // a member slot of the aggregator's ring
       const std::uint64_t offset = (sequence % (aggregator_slots.length / bytes)) * bytes;
       aggregator->wait(aggregator->write_and_ring(gradient_region, 0, aggregator_slots, offset, bytes, imm),
@@ -323,5 +327,6 @@ std::uint64_t Worker::server_version() {
 }
 
 std::uint64_t Worker::failovers() const { return state_->failovers; }
+std::uint64_t Worker::bytes_copied() const { return state_->bytes_copied; }
 
 }  // namespace gradlane::ps
