@@ -3,22 +3,23 @@
 # straggler, on an ingress-bound server; one job per (case, mode, seed), each in a fresh VM.
 #   bash examples/train-experiment.sh [BUILD_DIR] [SEEDS="1 2 3"] [SERVER_RATE=4mbit] [STEPS=150] [WORKERS=4]
 # Writes every run's directory, a table (results.md) and the raw summaries (results.json) into
-# RESULTS=perf/results/train-softroce (or the RESULTS= given).
+# RESULTS=perf/results/train-softroce (or the RESULTS= given); runs already there are kept, so
+# seeds can be added by later invocations (command.txt lists them all).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
 BUILD=build
 if [[ $# -gt 0 && $1 != *=* ]]; then BUILD=$1; shift; fi
-SEEDS="1" SERVER_RATE=4mbit STEPS=150 WORKERS=4 RESULTS=$ROOT/perf/results/train-softroce MODES="gradlane fifo sync"
+SEEDS="1" STRAGGLERS="0 1" SERVER_RATE=4mbit STEPS=150 WORKERS=4 RESULTS=$ROOT/perf/results/train-softroce MODES="gradlane fifo sync"
 for setting in "$@"; do
   case $setting in
-    SEEDS=*|SERVER_RATE=*|STEPS=*|WORKERS=*|RESULTS=*|MODES=*) declare "$setting" ;;
+    SEEDS=*|STRAGGLERS=*|SERVER_RATE=*|STEPS=*|WORKERS=*|RESULTS=*|MODES=*) declare "$setting" ;;
     *) echo "train-experiment.sh: unknown setting '$setting'" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$RESULTS/runs"
-printf '%s\n' "bash examples/train-experiment.sh $*" > "$RESULTS/command.txt"
-for straggler in 0 1; do
+printf '%s\n' "bash examples/train-experiment.sh $*" >> "$RESULTS/command.txt"
+for straggler in $STRAGGLERS; do
   for seed in $SEEDS; do
     for mode in $MODES; do
       run=$RESULTS/runs/straggler$straggler-$mode-seed$seed

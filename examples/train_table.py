@@ -40,6 +40,27 @@ def main(results):
     text = f"Target accuracy {target}; values are the median (min–max) over seeds.\n\n" + "\n".join(lines) + "\n"
     open(os.path.join(results, "results.md"), "w").write(text)
     print(text)
+    plot(results)
+
+
+def plot(results):
+    """accuracy-straggler<S>.png: test accuracy over wall time, one line per mode, seed 1."""
+    import subprocess
+    for straggler in (0, 1):
+        curves = []
+        for mode in ("gradlane", "fifo", "sync"):
+            path = os.path.join(results, "runs", f"straggler{straggler}-{mode}-seed1", f"train-{mode}", "accuracy.csv")
+            if os.path.exists(path):
+                curves.append(f"'{path}' using 1:3 with lines lw 2 title '{mode}'")
+        if not curves:
+            continue
+        png = os.path.join(results, f"accuracy-straggler{straggler}.png")
+        script = (f"set terminal png size 800,500; set output '{png}'; set datafile separator ',';"
+                  f"set key bottom right; set xlabel 'wall time (s)'; set ylabel 'test accuracy (10,000 images)';"
+                  f"set yrange [0.5:0.85]; set grid; set title 'Soft-RoCE, server link 4 mbit/s, "
+                  f"{'one worker at 1 mbit/s' if straggler else 'no straggler'} (seed 1)';"
+                  "plot " + ", ".join(curves))
+        subprocess.run(["gnuplot", "-e", script], check=False)
 
 
 if __name__ == "__main__":
