@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <memory>
 #include <utility>
 
 #include "common/syscall_error.hpp"
@@ -26,6 +27,13 @@ void* map_anonymous(std::size_t bytes, int extra_flags) {
   return p == MAP_FAILED ? nullptr : p;
 }
 
+// The mapping as a shared_ptr whose deleter unmaps it: Buffers and the MemoryRegions
+// registered from them share it, and the last one to go unmaps.
+std::shared_ptr<void> own_mapping(void* p, std::size_t mapped) {
+  // munmap only fails for arguments we never produce; nothing useful to do in a deleter.
+  return std::shared_ptr<void>(p, [mapped](void* q) { (void)::munmap(q, mapped); });
+}
+
 }  // namespace
 
 Buffer Buffer::allocate(std::size_t bytes, Pages pages) {
@@ -34,7 +42,7 @@ Buffer Buffer::allocate(std::size_t bytes, Pages pages) {
   if (try_huge) {
     const std::size_t mapped = round_up(bytes, kHugePage);
     if (void* p = map_anonymous(mapped, MAP_HUGETLB)) {
-      return Buffer(static_cast<std::byte*>(p), bytes, mapped, true);
+      return Buffer(own_mapping(p, mapped), bytes, mapped, true);
     }
     if (pages == Pages::huge_only) {
       detail::throw_call_failed(
@@ -51,18 +59,19 @@ Buffer Buffer::allocate(std::size_t bytes, Pages pages) {
   if (p == nullptr) {
     detail::throw_call_failed(Errc::system, "mmap(" + std::to_string(mapped) + " bytes)", errno);
   }
-  return Buffer(static_cast<std::byte*>(p), bytes, mapped, false);
+  return Buffer(own_mapping(p, mapped), bytes, mapped, false);
 }
 
 Buffer::Buffer(Buffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)),
+    : pages_(std::move(other.pages_)),
+      data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
       mapped_(std::exchange(other.mapped_, 0)),
       huge_(other.huge_) {}
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
   if (this != &other) {
-    Buffer old(std::move(*this));
+    pages_ = std::move(other.pages_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
     mapped_ = std::exchange(other.mapped_, 0);
@@ -71,9 +80,6 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
   return *this;
 }
 
-Buffer::~Buffer() {
-  // munmap only fails for arguments we never produce; nothing useful to do in a destructor.
-  if (data_ != nullptr) (void)::munmap(data_, mapped_);
-}
+Buffer::~Buffer() = default;
 
 }  // namespace gradlane

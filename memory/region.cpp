@@ -87,6 +87,12 @@ MemoryRegion MemoryRegion::register_memory(const Device& device, void* addr, std
   return MemoryRegion(device, std::unique_ptr<ibv_mr, Deregister>(mr), access);
 }
 
+MemoryRegion MemoryRegion::register_buffer(const Device& device, const Buffer& buffer, Access access) {
+  MemoryRegion region = register_memory(device, buffer.data(), buffer.size(), access);
+  region.pages_ = buffer.pages_;
+  return region;
+}
+
 MemoryRegion::~MemoryRegion() = default;
 
 std::byte* MemoryRegion::data() const { return static_cast<std::byte*>(mr_->addr); }

@@ -33,6 +33,8 @@ class Buffer {
   Buffer& operator=(Buffer&&) noexcept;
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
+  // Releases this handle on the pages. They are unmapped once no MemoryRegion registered
+  // through register_buffer() pins them any more, so a registration never outlives its memory.
   ~Buffer();
 
   std::byte* data() const { return data_; }
@@ -42,8 +44,10 @@ class Buffer {
   std::span<std::byte> bytes() const { return {data_, size_}; }
 
  private:
-  Buffer(std::byte* data, std::size_t size, std::size_t mapped, bool huge)
-      : data_(data), size_(size), mapped_(mapped), huge_(huge) {}
+  friend class MemoryRegion;  // pins `pages_` for the lifetime of a registration
+  Buffer(std::shared_ptr<void> pages, std::size_t size, std::size_t mapped, bool huge)
+      : pages_(std::move(pages)), data_(static_cast<std::byte*>(pages_.get())), size_(size), mapped_(mapped), huge_(huge) {}
+  std::shared_ptr<void> pages_;  // the mapping; its deleter munmaps
   std::byte* data_ = nullptr;
   std::size_t size_ = 0;
   std::size_t mapped_ = 0;
@@ -88,22 +92,26 @@ struct RegionDescriptor {
 
 // ---- memory regions ------------------------------------------------------------------------
 
-// A registered memory region (RAII over ibv_mr). Keeps its Device alive.
+// A registered memory region (RAII over ibv_mr). Keeps its Device alive, and — when made by
+// register_buffer() — its Buffer's pages: destroying or reassigning the Buffer while the
+// region lives does not unmap them (the NIC could otherwise write into memory the process
+// reuses), they go when the region does.
 class MemoryRegion {
  public:
   // Registers [addr, addr+length) with exactly `access`. Throws Error(memlock_too_low) with
   // what to raise when pinning fails for lack of RLIMIT_MEMLOCK, Error(registration_failed)
-  // otherwise.
+  // otherwise. The caller keeps that memory mapped while the region lives (the library cannot
+  // see foreign memory go); prefer register_buffer(), which makes this automatic.
   static MemoryRegion register_memory(const Device& device, void* addr, std::size_t length,
                                       Access access);
-  static MemoryRegion register_buffer(const Device& device, const Buffer& buffer, Access access) {
-    return register_memory(device, buffer.data(), buffer.size(), access);
-  }
+  // Registers the whole buffer and pins its pages for the region's lifetime.
+  static MemoryRegion register_buffer(const Device& device, const Buffer& buffer, Access access);
 
   MemoryRegion(MemoryRegion&&) noexcept = default;
   // Releases the old MR before the device it belongs to (a PD cannot go while MRs use it).
   MemoryRegion& operator=(MemoryRegion&& other) noexcept {
     mr_ = std::move(other.mr_);
+    pages_ = std::move(other.pages_);  // after the old MR is gone: never unmap under an MR
     device_ = std::move(other.device_);
     access_ = other.access_;
     return *this;
@@ -126,6 +134,7 @@ class MemoryRegion {
   MemoryRegion(Device device, std::unique_ptr<ibv_mr, Deregister> mr, Access access)
       : device_(std::move(device)), mr_(std::move(mr)), access_(access) {}
   Device device_;  // declared first: destroyed after mr_, so the PD outlives the MR
+  std::shared_ptr<void> pages_;  // a Buffer's pages (register_buffer), unmapped after mr_ goes
   std::unique_ptr<ibv_mr, Deregister> mr_;
   Access access_;
 };
