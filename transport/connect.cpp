@@ -203,14 +203,12 @@ void ConnectionState::create_queue_pair() {
   }
 
   // Control-message rings: registered once, copied through (control traffic, not gradients).
-  const std::size_t slot = options.max_message_bytes;
+  const std::size_t slot = slot_bytes();
   const std::uint32_t send_slots = std::min<std::uint32_t>(32, options.send_queue_depth);
   recv_ring_memory = Buffer::allocate(slot * options.recv_queue_depth, Buffer::Pages::small_only);
   send_ring_memory = Buffer::allocate(slot * send_slots, Buffer::Pages::small_only);
-  recv_ring = MemoryRegion::register_memory(device, recv_ring_memory->data(),
-                                            recv_ring_memory->size(), Access::local_write);
-  send_ring = MemoryRegion::register_memory(device, send_ring_memory->data(),
-                                            send_ring_memory->size(), Access::local);
+  recv_ring = MemoryRegion::register_buffer(device, *recv_ring_memory, Access::local_write);
+  send_ring = MemoryRegion::register_buffer(device, *send_ring_memory, Access::local);
   send_slot_op.assign(send_slots, 0);
   ops.assign(options.send_queue_depth, OpRecord{});
   for (std::uint32_t i = 0; i < options.recv_queue_depth; ++i) post_receive(i);
@@ -289,6 +287,14 @@ Connection connect(const Device& device, const std::string& address, std::uint16
 
 namespace detail {
 
+// A peer whose connect request we accepted, waiting for its handshake to complete (its RTU).
+// Its id stays on the listener's channel until then, so one wait sees every peer's progress.
+struct PendingPeer {
+  std::unique_ptr<ConnectionState> state;
+  std::string peer;
+  Clock::time_point deadline;  // connect_timeout after its request: then it is dropped
+};
+
 class ListenerState {
  public:
   explicit ListenerState(const Device& dev) : device(dev) {}
@@ -298,6 +304,8 @@ class ListenerState {
   IdPtr id;
   std::string address;
   std::uint16_t port = 0;
+  // Declared after `channel`/`id`: destroyed first (their ids live on the listener's channel).
+  std::vector<PendingPeer> pending;
 };
 
 }  // namespace detail
@@ -318,11 +326,14 @@ Listener::Listener(const Device& device, std::uint16_t port, const TransportOpti
   sockaddr_in addr = detail::make_address(s.address, port, "listen");
   if (rdma_bind_addr(s.id.get(), reinterpret_cast<sockaddr*>(&addr)) != 0) {
     const int err = errno;
-    detail::throw_call_failed(
-        err == EADDRINUSE ? Errc::invalid_argument : Errc::address_unresolved,
-        fmt::format("rdma_bind_addr({}:{}){}", s.address, port,
-                    err == EADDRINUSE ? " — the port is taken" : " — is the address assigned to an RDMA interface?"),
-        err);
+    // Not call_failed(): "rdma_bind_addr(...) — the port is taken failed: ..." read backwards.
+    throw Error(err == EADDRINUSE ? Errc::invalid_argument : Errc::address_unresolved,
+                fmt::format("cannot listen on {}:{}: {} (rdma_bind_addr, errno {}) — {}", s.address, port,
+                            std::strerror(err), err,
+                            err == EADDRINUSE
+                                ? "another process (an earlier run?) holds this port: stop it or choose another port"
+                                : "is the address assigned to an RDMA interface?"),
+                err);
   }
   detail::require_device(s.id.get(), s.device, s.address);
   if (rdma_listen(s.id.get(), 64) != 0) {
@@ -337,56 +348,96 @@ Listener::~Listener() = default;
 std::uint16_t Listener::port() const { return state_->port; }
 const std::string& Listener::address() const { return state_->address; }
 
-Connection Listener::accept(Millis timeout) {
-  auto& s = *state_;
-  const auto deadline = detail::Clock::now() + timeout;
-  auto left = [&] {
-    return std::max(std::chrono::milliseconds(0),
-                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - detail::Clock::now()));
-  };
-  const std::string here = fmt::format("{}:{}", s.address, s.port);
-  for (;;) {
-    auto event = detail::next_cm_event(s.channel.get(), left());
-    if (!event) {
-      throw Error(Errc::timeout, fmt::format("no peer connected to {} within {} ms", here, timeout.count()));
-    }
-    if (event->type != RDMA_CM_EVENT_CONNECT_REQUEST) continue;  // e.g. a late event of an old id
+namespace {
 
-    auto state = std::make_unique<detail::ConnectionState>(s.device, s.options);
-    state->id.reset(event->id);
-    const std::string peer = detail::address_text(rdma_get_peer_addr(event->id));
-    try {
-      detail::check_handshake(event->private_data);
-    } catch (const Error& e) {
-      // A stranger or an incompatible peer: refuse it and keep listening.
-      std::fprintf(stderr, "gradlane: refused connection from %s on %s: %s\n", peer.c_str(), here.c_str(), e.what());
-      (void)rdma_reject(state->id.get(), nullptr, 0);
-      continue;
-    }
-    // Each connection gets its own event channel so it sees only its own events.
-    state->channel = detail::make_channel();
-    if (rdma_migrate_id(state->id.get(), state->channel.get()) != 0) {
-      detail::throw_call_failed(Errc::system, "rdma_migrate_id", errno);
-    }
+void drop_peer(const std::string& here, const std::string& peer, const std::string& why) {
+  std::fprintf(stderr, "gradlane: dropped connection attempt from %s on %s: %s\n", peer.c_str(), here.c_str(),
+               why.c_str());
+}
+
+// Accepts a connect request: QP, rings, rdma_accept. The handshake completes later (pending).
+std::optional<detail::PendingPeer> answer_request(detail::ListenerState& s, const detail::CmEvent& event,
+                                                  const std::string& here) {
+  auto state = std::make_unique<detail::ConnectionState>(s.device, s.options);
+  state->id.reset(event.id);
+  const std::string peer = detail::address_text(rdma_get_peer_addr(event.id));
+  try {
+    detail::check_handshake(event.private_data);
+  } catch (const Error& e) {
+    // A stranger or an incompatible peer: refuse it and keep listening.
+    std::fprintf(stderr, "gradlane: refused connection from %s on %s: %s\n", peer.c_str(), here.c_str(), e.what());
+    (void)rdma_reject(state->id.get(), nullptr, 0);
+    return std::nullopt;
+  }
+  try {
     state->create_queue_pair();
     const auto handshake = detail::encode_handshake();
     rdma_conn_param param = detail::connection_parameters(s.device, state->options, handshake);
     if (rdma_accept(state->id.get(), &param) != 0) {
       detail::throw_call_failed(Errc::system, fmt::format("rdma_accept({})", peer), errno);
     }
-    // The handshake completes when the peer's RTU arrives; bound it by connect_timeout.
-    auto established = detail::next_cm_event(state->channel.get(), s.options.connect_timeout);
-    if (!established) {
-      throw Error(Errc::unreachable, fmt::format("{} sent a connect request to {} but did not complete the "
-                                                 "handshake within {} ms",
-                                                 peer, here, s.options.connect_timeout.count()));
+  } catch (const Error& e) {
+    // This peer's failure is its own: the listener keeps serving the others.
+    drop_peer(here, peer, e.what());
+    return std::nullopt;
+  }
+  return detail::PendingPeer{std::move(state), peer, detail::Clock::now() + s.options.connect_timeout};
+}
+
+}  // namespace
+
+Connection Listener::accept(Millis timeout) {
+  // Every peer's handshake is bounded by connect_timeout and the whole call by `timeout`; a
+  // peer that sends a request and never completes the handshake (half-open) costs only
+  // itself: the others are accepted meanwhile, and it is dropped when its time is up.
+  auto& s = *state_;
+  const auto deadline = detail::Clock::now() + timeout;
+  const std::string here = fmt::format("{}:{}", s.address, s.port);
+  for (;;) {
+    const auto now = detail::Clock::now();
+    std::erase_if(s.pending, [&](const detail::PendingPeer& p) {
+      if (p.deadline > now) return false;
+      drop_peer(here, p.peer,
+                fmt::format("it did not complete the handshake within {} ms (GRADLANE_CONNECT_TIMEOUT_MS)",
+                            s.options.connect_timeout.count()));
+      return true;
+    });
+    auto until = deadline;
+    for (const auto& p : s.pending) until = std::min(until, p.deadline);
+    const auto wait = std::max(std::chrono::milliseconds(0),
+                               std::chrono::duration_cast<std::chrono::milliseconds>(until - now));
+    // A zero wait would be a single non-blocking look: wait at least 1 ms while time is left.
+    auto event = detail::next_cm_event(s.channel.get(), wait.count() > 0 ? wait : std::chrono::milliseconds(1));
+    if (!event) {
+      if (detail::Clock::now() < deadline) continue;  // a pending peer's time ran out: drop it
+      throw Error(Errc::timeout,
+                  fmt::format("no peer connected to {} within {} ms{}", here, timeout.count(),
+                              s.pending.empty() ? ""
+                                                : fmt::format(" ({} connect request(s) still in their handshake)",
+                                                              s.pending.size())));
     }
-    if (established->type != RDMA_CM_EVENT_ESTABLISHED) {
-      throw detail::cm_event_error(established->type, established->status, detail::CmPhase::accept, peer);
+    if (event->type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+      if (auto pending = answer_request(s, *event, here)) s.pending.push_back(std::move(*pending));
+      continue;
     }
-    state->established = true;
-    detail::describe(*state);
-    return Connection(std::move(state));
+    const auto it = std::find_if(s.pending.begin(), s.pending.end(),
+                                 [&](const detail::PendingPeer& p) { return p.state->id.get() == event->id; });
+    if (it == s.pending.end()) continue;  // e.g. a late event of an id already dropped
+    detail::PendingPeer peer = std::move(*it);
+    s.pending.erase(it);
+    if (event->type != RDMA_CM_EVENT_ESTABLISHED) {
+      drop_peer(here, peer.peer, detail::cm_event_error(event->type, event->status, detail::CmPhase::accept, peer.peer).what());
+      continue;
+    }
+    auto& state = *peer.state;
+    // Each connection gets its own event channel so it sees only its own events.
+    state.channel = detail::make_channel();
+    if (rdma_migrate_id(state.id.get(), state.channel.get()) != 0) {
+      detail::throw_call_failed(Errc::system, "rdma_migrate_id", errno);
+    }
+    state.established = true;
+    detail::describe(state);
+    return Connection(std::move(peer.state));
   }
 }
 

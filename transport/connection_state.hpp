@@ -18,6 +18,7 @@
 #include "gradlane/device.hpp"
 #include "gradlane/memory.hpp"
 #include "transport/error_text.hpp"
+#include "transport/wire.hpp"
 
 namespace gradlane::detail {
 
@@ -83,6 +84,9 @@ class ConnectionState {
   ConnectionState(const Device& dev, const TransportOptions& opts) : device(dev), options(opts) {}
   ~ConnectionState();
 
+  // Bytes of one control-message ring slot: a whole max_message_bytes payload plus the frame
+  // header, so a message of exactly max_message_bytes fits (the header says "≤").
+  std::size_t slot_bytes() const { return std::size_t{options.max_message_bytes} + kFrameHeaderSize; }
   // Creates CQ, QP and the control rings on `id`, posts every receive, sets the ACK timeout.
   void create_queue_pair();
   void post_receive(std::uint32_t slot);

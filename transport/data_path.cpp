@@ -66,8 +66,8 @@ const Error& ConnectionState::fail(Error error) {
 
 void ConnectionState::post_receive(std::uint32_t slot) {
   ibv_sge sge{};
-  sge.addr = reinterpret_cast<std::uintptr_t>(recv_ring->data()) + std::uint64_t{slot} * options.max_message_bytes;
-  sge.length = options.max_message_bytes;
+  sge.addr = reinterpret_cast<std::uintptr_t>(recv_ring->data()) + std::uint64_t{slot} * slot_bytes();
+  sge.length = static_cast<std::uint32_t>(slot_bytes());
   sge.lkey = recv_ring->lkey();
   ibv_recv_wr wr{};
   wr.wr_id = kRecvTag | slot;
@@ -93,7 +93,7 @@ void ConnectionState::handle_completion(const ibv_wc& wc) {
       doorbells.push_back({ntohl(wc.imm_data), wc.byte_len});
       ++stats.doorbells_received;
     } else {
-      const auto* base = recv_ring->data() + std::uint64_t{slot} * options.max_message_bytes;
+      const auto* base = recv_ring->data() + std::uint64_t{slot} * slot_bytes();
       try {
         const Frame frame = decode_frame({base, wc.byte_len});
         if (frame.kind == FrameKind::region) {
@@ -219,9 +219,19 @@ using Clock = std::chrono::steady_clock;
 // Zero bytes are refused except for a doorbell (WRITE_WITH_IMM), where the immediate is the point.
 enum class Empty { refused, allowed };
 
-void check_slices(const char* op, const MemoryRegion& local, std::size_t local_offset, const RegionDescriptor& remote,
-                  std::uint64_t remote_offset, std::size_t length, Empty empty = Empty::refused) {
+void check_slices(const char* op, const detail::ConnectionState& s, const MemoryRegion& local, std::size_t local_offset,
+                  const RegionDescriptor& remote, std::uint64_t remote_offset, std::size_t length,
+                  Empty empty = Empty::refused) {
   if (length == 0 && empty == Empty::refused) throw Error(Errc::invalid_argument, fmt::format("{} of 0 bytes", op));
+  // A work request's length is 32 bits and the port carries at most max_msg_sz bytes per
+  // message: a longer one would be cut (length mod 2^32) or fail the QP, so it is refused here.
+  const std::uint64_t limit = s.device.info().max_message_bytes;
+  if (length > limit) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("{} of {} bytes exceeds the largest message {} port {} carries ({} bytes, its "
+                            "max_msg_sz): split it into operations of at most that size; nothing was sent",
+                            op, length, s.device.info().name, s.device.info().port, limit));
+  }
   if (!local.contains(local_offset, length)) {
     throw Error(Errc::out_of_range, fmt::format("{} of {} bytes at local offset {} exceeds the local region ({} bytes)",
                                                 op, length, local_offset, local.length()));
@@ -264,7 +274,7 @@ ibv_send_wr one_sided(ibv_wr_opcode opcode, ibv_sge& sge, const MemoryRegion& lo
 
 OpId Connection::write(const MemoryRegion& src, std::size_t src_offset, const RegionDescriptor& dst,
                        std::uint64_t dst_offset, std::size_t length, Signal signal) {
-  check_slices("RDMA WRITE", src, src_offset, dst, dst_offset, length);
+  check_slices("RDMA WRITE", *state_, src, src_offset, dst, dst_offset, length);
   ibv_sge sge{};
   auto wr = one_sided(IBV_WR_RDMA_WRITE, sge, src, src_offset, dst, dst_offset, length, state_->options.max_inline);
   return state_->post(wr, {IBV_WR_RDMA_WRITE, length, wr.wr.rdma.remote_addr, dst.rkey}, signal == Signal::always);
@@ -272,7 +282,7 @@ OpId Connection::write(const MemoryRegion& src, std::size_t src_offset, const Re
 
 OpId Connection::write_with_imm(const MemoryRegion& src, std::size_t src_offset, const RegionDescriptor& dst,
                                 std::uint64_t dst_offset, std::size_t length, std::uint32_t imm, Signal signal) {
-  check_slices("RDMA WRITE_WITH_IMM", src, src_offset, dst, dst_offset, length, Empty::allowed);
+  check_slices("RDMA WRITE_WITH_IMM", *state_, src, src_offset, dst, dst_offset, length, Empty::allowed);
   ibv_sge sge{};
   auto wr = one_sided(IBV_WR_RDMA_WRITE_WITH_IMM, sge, src, src_offset, dst, dst_offset, length,
                       state_->options.max_inline);
@@ -283,7 +293,7 @@ OpId Connection::write_with_imm(const MemoryRegion& src, std::size_t src_offset,
 
 OpId Connection::write_and_ring(const MemoryRegion& src, std::size_t src_offset, const RegionDescriptor& dst,
                                 std::uint64_t dst_offset, std::size_t length, std::uint32_t imm) {
-  check_slices("RDMA WRITE", src, src_offset, dst, dst_offset, length);
+  check_slices("RDMA WRITE", *state_, src, src_offset, dst, dst_offset, length);
   ibv_sge payload_sge{};
   auto payload = one_sided(IBV_WR_RDMA_WRITE, payload_sge, src, src_offset, dst, dst_offset, length,
                            state_->options.max_inline);
@@ -300,7 +310,7 @@ OpId Connection::write_and_ring(const MemoryRegion& src, std::size_t src_offset,
 
 OpId Connection::read(const MemoryRegion& dst, std::size_t dst_offset, const RegionDescriptor& src,
                       std::uint64_t src_offset, std::size_t length) {
-  check_slices("RDMA READ", dst, dst_offset, src, src_offset, length);
+  check_slices("RDMA READ", *state_, dst, dst_offset, src, src_offset, length);
   if (!has(dst.access(), Access::local_write) && !has(dst.access(), Access::remote_write)) {
     throw Error(Errc::invalid_argument,
                 "RDMA READ destination region was registered without local_write access; the NIC cannot write it");
@@ -312,16 +322,24 @@ OpId Connection::read(const MemoryRegion& dst, std::size_t dst_offset, const Reg
 
 namespace {
 
-OpId send_frame(detail::ConnectionState& s, detail::FrameKind kind, std::span<const std::byte> payload) {
+// How long a blocking send() waits for a free control-message slot before giving up.
+constexpr std::chrono::milliseconds kSendSlotWait{10'000};
+
+// Posts `payload` as one framed SEND when a control-message slot and a send-queue entry are
+// free; nullopt (nothing posted) when not. Never waits.
+std::optional<OpId> try_send_frame(detail::ConnectionState& s, detail::FrameKind kind,
+                                   std::span<const std::byte> payload) {
   s.throw_if_failed();
-  const std::size_t slot_bytes = s.options.max_message_bytes;
+  const std::size_t slot_bytes = s.slot_bytes();
+  if (payload.size() > s.options.max_message_bytes) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("control message of {} bytes exceeds max_message_bytes ({}, GRADLANE_MAX_MESSAGE) on {}",
+                            payload.size(), s.options.max_message_bytes, s.description));
+  }
   const std::uint32_t slot = s.next_send_slot;
   // The slot is free once the SEND that last used it completed (sends are always signalled).
-  const auto slot_free = [&] { return s.send_slot_op[slot] == 0 || s.send_slot_op[slot] <= s.completed; };
-  if (!detail::poll_until(s, std::chrono::milliseconds(10'000), slot_free)) {
-    throw Error(Errc::timeout,
-                fmt::format("no free control-message slot on {}: the peer stopped acknowledging", s.description));
-  }
+  if (s.send_slot_op[slot] != 0 && s.send_slot_op[slot] > s.completed) return std::nullopt;
+  if (s.next_op - 1 - s.completed + 1 > s.options.send_queue_depth) return std::nullopt;
   std::byte* out = s.send_ring->data() + std::uint64_t{slot} * slot_bytes;
   const std::size_t length = detail::encode_frame(kind, payload, {out, slot_bytes});
   ibv_sge sge{reinterpret_cast<std::uintptr_t>(out), static_cast<std::uint32_t>(length), s.send_ring->lkey()};
@@ -335,6 +353,20 @@ OpId send_frame(detail::ConnectionState& s, detail::FrameKind kind, std::span<co
   s.next_send_slot = (slot + 1) % static_cast<std::uint32_t>(s.send_slot_op.size());
   return op;
 }
+
+OpId send_frame(detail::ConnectionState& s, detail::FrameKind kind, std::span<const std::byte> payload) {
+  std::optional<OpId> op;
+  if (!detail::poll_until(s, kSendSlotWait, [&] { return (op = try_send_frame(s, kind, payload)).has_value(); })) {
+    throw Error(Errc::timeout, fmt::format("no free control-message slot on {} for {} ms: the peer stopped "
+                                           "acknowledging (a stopped process, or a full receive queue)",
+                                           s.description, kSendSlotWait.count()));
+  }
+  return *op;
+}
+
+}  // namespace
+
+namespace {
 
 template <class Result, class Take>
 Result wait_until(detail::ConnectionState& s, Millis timeout, const char* what, Take take) {
@@ -358,6 +390,13 @@ std::optional<T> take_front(std::deque<T>& queue) {
 
 OpId Connection::send(std::span<const std::byte> message) {
   return send_frame(*state_, detail::FrameKind::message, message);
+}
+
+std::optional<OpId> Connection::try_send(std::span<const std::byte> message) {
+  auto& s = *state_;
+  if (auto op = try_send_frame(s, detail::FrameKind::message, message)) return op;
+  s.poll_once();  // frees slots whose SENDs completed since
+  return try_send_frame(s, detail::FrameKind::message, message);
 }
 
 std::optional<std::vector<std::byte>> Connection::try_receive() {
@@ -416,7 +455,23 @@ void Connection::wait(OpId op, Millis timeout) {
 }
 
 void Connection::flush(Millis timeout) {
-  if (state_->next_op > 1) wait(state_->next_op - 1, timeout);
+  auto& s = *state_;
+  const OpId last = s.next_op - 1;
+  if (last == 0) return;
+  if (last > s.last_signalled) {
+    // The newest operations went unsignalled, so no completion would report them: post a
+    // signalled zero-length WRITE behind them. RC completes in order, so its completion
+    // proves them done. Only writes go unsignalled (READs and SENDs never do), so the last
+    // op names a remote address and rkey of the peer's that a zero-byte write may carry.
+    const detail::OpRecord& record = s.ops[last % s.ops.size()];
+    ibv_send_wr marker{};
+    marker.opcode = IBV_WR_RDMA_WRITE;
+    marker.num_sge = 0;
+    marker.wr.rdma.remote_addr = record.remote_addr;
+    marker.wr.rdma.rkey = record.rkey;
+    s.post(marker, {IBV_WR_RDMA_WRITE, 0, record.remote_addr, record.rkey}, true);
+  }
+  wait(s.next_op - 1, timeout);
 }
 
 std::uint64_t Connection::outstanding() const { return state_->next_op - 1 - state_->completed; }

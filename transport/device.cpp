@@ -11,6 +11,7 @@
 #include "common/syscall_error.hpp"
 #include "gradlane/device.hpp"
 #include "gradlane/error.hpp"
+#include "transport/env.hpp"
 #include "transport/gid.hpp"
 
 namespace gradlane {
@@ -95,6 +96,14 @@ std::string table_summary(const std::vector<detail::GidEntry>& table) {
 
 }  // namespace
 
+DeviceSelector DeviceSelector::from_env(const std::function<std::optional<std::string>(const char*)>& getenv_fn) {
+  const auto getenv = detail::env_or_process(getenv_fn);
+  DeviceSelector s;
+  if (auto name = getenv("GRADLANE_DEVICE")) s.name = *name;
+  if (auto index = detail::env_integer(getenv, "GRADLANE_GID_INDEX", 0, 255)) s.gid_index = static_cast<int>(*index);
+  return s;
+}
+
 std::vector<std::string> Device::list() {
   RdmaDeviceList devices;
   std::vector<std::string> names;
@@ -154,6 +163,8 @@ Device Device::open(const DeviceSelector& selector) {
   const bool ethernet = port_attr.link_layer == IBV_LINK_LAYER_ETHERNET;
   info.link_layer = ethernet ? "Ethernet" : "InfiniBand";
   info.port_state = port_state_name(port_attr.state);
+  // 2^31 is the IB/RoCE ceiling; a provider that reports 0 gets that.
+  info.max_message_bytes = port_attr.max_msg_sz != 0 ? port_attr.max_msg_sz : (1ull << 31);
   info.active_mtu = 128u << static_cast<unsigned>(port_attr.active_mtu);
   if (port_attr.state != IBV_PORT_ACTIVE) {
     throw Error(Errc::port_not_active,
@@ -164,13 +175,16 @@ Device Device::open(const DeviceSelector& selector) {
 
   const auto table = read_gid_table(ctx, selector.port, port_attr.gid_tbl_len);
   std::optional<int> index;
-  if (selector.gid_index >= 0) {
-    const bool present = std::any_of(table.begin(), table.end(), [&](const auto& e) { return e.index == selector.gid_index; });
+  // The selector's index, else the environment's: every program honours GRADLANE_GID_INDEX.
+  const int wanted = selector.gid_index >= 0 ? selector.gid_index : DeviceSelector::from_env().gid_index;
+  if (wanted >= 0) {
+    const bool present = std::any_of(table.begin(), table.end(), [&](const auto& e) { return e.index == wanted; });
     if (!present) {
-      throw Error(Errc::no_usable_gid, fmt::format("{} port {} has no GID at index {}; valid entries:{}", info.name,
-                                                   selector.port, selector.gid_index, table_summary(table)));
+      throw Error(Errc::no_usable_gid,
+                  fmt::format("{} port {} has no GID at index {}{}; valid entries:{}", info.name, selector.port, wanted,
+                              selector.gid_index >= 0 ? "" : " (from GRADLANE_GID_INDEX)", table_summary(table)));
     }
-    index = selector.gid_index;
+    index = wanted;
   } else {
     index = detail::choose_gid_index(table, ethernet);
     if (!index) {

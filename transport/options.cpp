@@ -1,38 +1,23 @@
 #include "gradlane/options.hpp"
 
-#include <charconv>
-#include <cstdlib>
 #include <fmt/format.h>
 
 #include "gradlane/error.hpp"
+#include "transport/env.hpp"
 
 namespace gradlane {
 namespace {
 
 template <class T>
-void apply(const std::function<std::optional<std::string>(const char*)>& getenv, const char* name,
-           std::uint64_t min, std::uint64_t max, T& field) {
-  const auto text = getenv(name);
-  if (!text) return;
-  std::uint64_t value = 0;
-  const char* first = text->data();
-  const char* last = first + text->size();
-  auto [end, ec] = std::from_chars(first, last, value);
-  if (text->empty() || ec != std::errc() || end != last || value < min || value > max) {
-    throw Error(Errc::invalid_argument,
-                fmt::format("{}='{}' is not valid: expected an integer in [{}, {}]", name, *text, min, max));
-  }
-  field = static_cast<T>(value);
+void apply(const detail::Getenv& getenv, const char* name, std::uint64_t min, std::uint64_t max, T& field) {
+  if (auto value = detail::env_integer(getenv, name, min, max)) field = static_cast<T>(*value);
 }
 
 }  // namespace
 
 TransportOptions TransportOptions::from_env(
     const std::function<std::optional<std::string>(const char*)>& getenv_fn) {
-  const auto getenv = getenv_fn ? getenv_fn : [](const char* name) -> std::optional<std::string> {
-    const char* v = std::getenv(name);
-    return v ? std::optional<std::string>(v) : std::nullopt;
-  };
+  const auto getenv = detail::env_or_process(getenv_fn);
   TransportOptions o;
   apply(getenv, "GRADLANE_ACK_TIMEOUT", 1, 31, o.ack_timeout);
   apply(getenv, "GRADLANE_RETRY_COUNT", 0, 7, o.retry_count);

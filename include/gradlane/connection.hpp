@@ -71,7 +71,9 @@ class Connection {
 
   // ---- one-sided operations (zero-copy between registered regions) ----
   // Each checks both slices against their regions first and throws Error(out_of_range) naming
-  // the operation, without posting anything, when a slice does not fit.
+  // the operation, without posting anything, when a slice does not fit; a length above the
+  // port's largest message (DeviceInfo::max_message_bytes) is Error(invalid_argument), also
+  // before posting — split such transfers.
   OpId write(const MemoryRegion& src, std::size_t src_offset, const RegionDescriptor& dst,
              std::uint64_t dst_offset, std::size_t length, Signal signal = Signal::automatic);
   // `length` may be 0: a doorbell with only the immediate.
@@ -89,8 +91,18 @@ class Connection {
             std::uint64_t src_offset, std::size_t length);
 
   // ---- two-sided control messages ----
-  // Copies `message` (≤ max_message_bytes) into a registered send slot and posts a SEND.
+  // Copies `message` (≤ max_message_bytes bytes; the frame header is not counted) into a
+  // registered send slot and posts a SEND. Every SEND is signalled: wait(op, timeout) on the
+  // returned op — or flush() — returns once the peer's NIC acknowledged the message, i.e. it
+  // left this host and sits in the peer's receive queue (not that the peer read it). A
+  // program that sends last words before exiting must wait for them, or they may never
+  // leave. When all control slots are busy (the peer stopped acknowledging), send() waits for
+  // one up to 10 s, then throws Error(timeout).
   OpId send(std::span<const std::byte> message);
+  // send() that never waits: nullopt, with nothing posted, when no control slot or send-queue
+  // entry is free right now (retry after poll()). For event loops that must not block on one
+  // peer (gradlaned).
+  std::optional<OpId> try_send(std::span<const std::byte> message);
   // The next message, or nullopt when none has arrived (drives progress once).
   std::optional<std::vector<std::byte>> try_receive();
   std::vector<std::byte> receive(Millis timeout);
@@ -110,8 +122,9 @@ class Connection {
   // Waits until operation `op` (and, RC being ordered, everything posted before it) completed.
   // `op` must have been posted signalled, or be followed by a signalled operation.
   void wait(OpId op, Millis timeout);
-  // Waits until every operation posted so far completed (posts nothing extra: the last
-  // operation must be signalled or followed by one, as with wait()).
+  // Waits until every operation posted so far completed. When the newest ones went
+  // unsignalled, first posts a signalled zero-length WRITE behind them (to the last write's
+  // remote address and rkey) whose completion proves them done.
   void flush(Millis timeout);
   // Operations posted but not yet known complete.
   std::uint64_t outstanding() const;

@@ -2,14 +2,17 @@
 //
 // A Device is one opened RDMA device port plus its protection domain: everything registered
 // through it and every connection made from it share that PD. Select it by name (`rxe0`,
-// `mlx5_0`) and, for RoCE, by GID index — chosen automatically (the first RoCE v2 GID that
-// carries an IPv4 address) unless overridden, like perftest's `-x`. The GID's IPv4 address
+// `mlx5_0`) and, for RoCE, by GID index: the selector's, else GRADLANE_GID_INDEX's, else
+// chosen automatically (the first RoCE v2 GID that carries an IPv4 address) — like perftest's
+// `-x`. The GID's IPv4 address
 // becomes the source address of every rdma_cm connection from this device, so several
 // devices on one machine each use their own link.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,8 +23,13 @@ namespace gradlane {
 
 struct DeviceSelector {
   std::string name;     // e.g. "rxe0"; empty = the only device (error if several)
-  int gid_index = -1;   // -1 = automatic (GRADLANE_GID_INDEX overrides in from_env)
+  int gid_index = -1;   // -1 = GRADLANE_GID_INDEX when set, else automatic (see Device::open)
   std::uint8_t port = 1;
+
+  // A selector from GRADLANE_DEVICE (the name) and GRADLANE_GID_INDEX, read through `getenv`
+  // (injectable for tests; default: the process environment). Unset variables leave the
+  // defaults; a malformed GRADLANE_GID_INDEX throws Error(invalid_argument) naming it.
+  static DeviceSelector from_env(const std::function<std::optional<std::string>(const char*)>& getenv = {});
 };
 
 struct DeviceInfo {
@@ -36,12 +44,18 @@ struct DeviceInfo {
   std::string ipv4_address; // from an IPv4-mapped GID; empty for IB
   std::uint32_t max_qp_wr = 0;
   std::uint64_t max_mr_size = 0;
+  // Largest message one work request may carry on this port (max_msg_sz; ≤ 2^31 on IB/RoCE).
+  // Longer writes/reads are refused before posting, never cut.
+  std::uint64_t max_message_bytes = 0;
   int max_rd_atomic = 1;    // RDMA READs a QP may have outstanding (device limit, capped at 16)
 };
 
 class Device {
  public:
-  // Opens the device and allocates its protection domain. Calls ibv_fork_init() first so a
+  // Opens the device and allocates its protection domain. A selector without a GID index
+  // (-1) takes GRADLANE_GID_INDEX from the environment when it is set (malformed: Error
+  // invalid_argument naming it), so the connect errors' advice to set it works for every
+  // program, not only the tools. Calls ibv_fork_init() first so a
   // later fork() cannot corrupt registered memory. Throws Error(device_not_found) listing
   // the devices that exist, Error(port_not_active) or Error(no_usable_gid) with what to check.
   static Device open(const DeviceSelector& selector);

@@ -24,13 +24,15 @@ PeerAddress parse_peer_address(const std::string& text) {
 
 RdmaPeerTransport::RdmaPeerTransport(const Device& device, std::uint16_t listen_port,
                                      const std::vector<PeerAddress>& connect_to, std::size_t expect_inbound,
-                                     std::chrono::milliseconds timeout, const TransportOptions& options) {
+                                     std::chrono::milliseconds timeout, const TransportOptions& options,
+                                     std::chrono::milliseconds stall_limit)
+    : stall_limit_(stall_limit) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   listener_.emplace(device, listen_port, options);
   for (const auto& peer : connect_to) {
     for (;;) {
       try {
-        links_.push_back(Link{connect(device, peer.address, peer.port, options)});
+        links_.emplace_back(connect(device, peer.address, peer.port, options));
         break;
       } catch (const Error& e) {
         // Nothing listening yet: that peer's gradlaned is still starting. Anything else is real.
@@ -44,7 +46,7 @@ RdmaPeerTransport::RdmaPeerTransport(const Device& device, std::uint16_t listen_
   for (std::size_t i = 0; i < expect_inbound; ++i) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     try {
-      links_.push_back(Link{listener_->accept(std::max(left, std::chrono::milliseconds(1)))});
+      links_.emplace_back(listener_->accept(std::max(left, std::chrono::milliseconds(1))));
     } catch (const Error& e) {
       throw Error(e.code(), fmt::format("waiting for {} more peer sidecar(s) to connect to port {}: {}",
                                         expect_inbound - i, listener_->port(), e.what()));
@@ -60,22 +62,48 @@ void RdmaPeerTransport::mark_failed(PeerIndex peer, const Error& error) {
   }
 }
 
+void RdmaPeerTransport::drain(PeerIndex peer) {
+  Link& link = links_[peer];
+  try {
+    while (!link.failed && !link.queued.empty()) {
+      if (!link.connection.try_send(link.queued.front())) {
+        // The clock is read only while stuck: posting stays free of clock reads.
+        const auto now = std::chrono::steady_clock::now();
+        if (!link.stalled_since) link.stalled_since = now;
+        if (now - *link.stalled_since > stall_limit_) {
+          mark_failed(peer, Error(Errc::timeout,
+                                  fmt::format("{} message(s) could not be posted for {} ms: the peer stopped "
+                                              "acknowledging (stopped or overloaded)",
+                                              link.queued.size(), stall_limit_.count())));
+        }
+        return;
+      }
+      link.queued.pop_front();
+      link.stalled_since.reset();
+    }
+  } catch (const Error& e) {
+    mark_failed(peer, e);
+  }
+}
+
 bool RdmaPeerTransport::send(PeerIndex peer, std::span<const std::byte> message) {
   Link& link = links_.at(peer);
   if (link.failed) return false;
-  try {
-    link.connection.send(message);
-    return true;
-  } catch (const Error& e) {
-    mark_failed(peer, e);
+  if (link.queued.size() >= kMaxQueued) {
+    mark_failed(peer, Error(Errc::resource_exhausted,
+                            fmt::format("{} messages queued and none taken: the peer stopped acknowledging", kMaxQueued)));
     return false;
   }
+  link.queued.emplace_back(message.begin(), message.end());
+  drain(peer);
+  return !link.failed;
 }
 
 std::optional<std::pair<PeerIndex, std::vector<std::byte>>> RdmaPeerTransport::receive() {
   for (std::size_t i = 0; i < links_.size(); ++i) {
     const PeerIndex p = static_cast<PeerIndex>((next_ + i) % links_.size());
     Link& link = links_[p];
+    drain(p);
     if (link.failed) continue;
     try {
       if (auto message = link.connection.try_receive()) {

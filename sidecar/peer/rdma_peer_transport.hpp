@@ -5,10 +5,17 @@
 // every peer it is told about (retrying until they listen), and accepts the peers that are told
 // about it. So a mesh needs each pair configured on one side only, and start order does not
 // matter: a connect request waits in the listener's backlog until the other side accepts.
+//
+// Never blocking the daemon: send() only queues. Queued messages are posted (try_send) as
+// control slots free up, from send() and receive(); a peer that stopped acknowledging (a
+// stopped process: its receive queue fills and RDMA retries its RNR NAKs forever) delays only
+// its own messages, and once none of them could be posted for `stall_limit` its link is
+// declared failed, like a dead one.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,7 +36,13 @@ class RdmaPeerTransport final : public PeerTransport {
  public:
   RdmaPeerTransport(const Device& device, std::uint16_t listen_port, const std::vector<PeerAddress>& connect_to,
                     std::size_t expect_inbound, std::chrono::milliseconds timeout,
-                    const TransportOptions& options = TransportOptions::from_env());
+                    const TransportOptions& options = TransportOptions::from_env(),
+                    std::chrono::milliseconds stall_limit = kDefaultStallLimit);
+
+  // How long a peer may leave every queued message unposted before its link is failed.
+  static constexpr std::chrono::milliseconds kDefaultStallLimit{5000};
+  // Messages queued for one peer beyond which its link is failed (bounded memory).
+  static constexpr std::size_t kMaxQueued = 4096;
 
   std::size_t peer_count() const override { return links_.size(); }
   bool send(PeerIndex peer, std::span<const std::byte> message) override;
@@ -39,12 +52,18 @@ class RdmaPeerTransport final : public PeerTransport {
 
  private:
   struct Link {
+    explicit Link(Connection c) : connection(std::move(c)) {}
     Connection connection;
+    std::deque<std::vector<std::byte>> queued;  // accepted by send(), not yet posted
+    std::optional<std::chrono::steady_clock::time_point> stalled_since;  // first failed post
     bool failed = false;
     bool reported = false;
   };
   void mark_failed(PeerIndex peer, const Error& error);
+  // Posts what `peer`'s control slots take now; fails the link once it stalled too long.
+  void drain(PeerIndex peer);
 
+  std::chrono::milliseconds stall_limit_;
   std::optional<Listener> listener_;
   std::vector<Link> links_;
   PeerIndex next_ = 0;  // round-robin start, so one chatty peer cannot starve the others

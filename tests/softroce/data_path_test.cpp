@@ -1,5 +1,10 @@
 // The data path over real rxe between two processes, every byte verified.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include <gtest/gtest.h>
 
@@ -133,9 +138,105 @@ TEST_F(PeerTest, SendRecvRoundTripsInOrder) {
   stop_peer();
 }
 
+TEST_F(PeerTest, MessageOfExactlyMaxMessageBytesArrives) {
+  // The header promises "≤ max_message_bytes"; the 12-byte frame header must not count.
+  start_peer(4096);
+  const std::size_t max = conn->options().max_message_bytes;
+  std::string message = "echo ";
+  for (std::size_t i = message.size(); i < max; ++i) message += static_cast<char>('a' + i % 26);
+  ASSERT_EQ(message.size(), max);
+  EXPECT_EQ(command(message), message.substr(5)) << "the peer received the whole message";
+  stop_peer();
+}
+
+TEST_F(PeerTest, FlushCompletesUnsignalledWrites) {
+  // Five writes under automatic signalling (one in 32 is signalled): none of them is, so only
+  // a flush that posts its own signalled marker can know when they are done.
+  constexpr std::size_t kWrite = 4096, kWrites = 5;
+  start_peer(kWrite * kWrites);
+  Buffer src = Buffer::allocate(kWrite * kWrites);
+  fill_pattern(src.bytes(), 606);
+  MemoryRegion mr = MemoryRegion::register_buffer(*device, src, Access::local);
+  const std::uint64_t signalled_before = conn->stats().signalled;
+  for (std::size_t i = 0; i < kWrites; ++i) conn->write(mr, i * kWrite, peer_region, i * kWrite, kWrite);
+  ASSERT_EQ(conn->stats().signalled, signalled_before) << "a write was signalled: the test proves nothing";
+  conn->flush(30s);
+  EXPECT_EQ(conn->outstanding(), 0u);
+  EXPECT_EQ(command("verify 0 " + std::to_string(kWrite * kWrites) + " 606"), "ok");
+  conn->flush(30s);  // nothing new posted: returns at once, posts nothing
+  stop_peer();
+}
+
+TEST_F(PeerTest, RegionKeepsItsBuffersPagesAlive) {
+  // Freeing a Buffer under a live registration must not unmap the pages the NIC may write:
+  // the region pins them, and the peer's write lands in them byte for byte.
+  constexpr std::size_t kBytes = 64 * 1024;
+  start_peer(kBytes);
+  std::optional<Buffer> buffer = Buffer::allocate(kBytes);
+  std::optional<MemoryRegion> mr = MemoryRegion::register_buffer(*device, *buffer, Access::remote_write);
+  std::byte* pages = mr->data();
+  buffer.reset();
+  // msync fails with ENOMEM on an unmapped range: a cheap, crash-free probe.
+  ASSERT_EQ(::msync(pages, kBytes, MS_ASYNC), 0) << "the buffer's pages were unmapped under a live registration";
+  conn->advertise(2, mr->descriptor());
+  ASSERT_EQ(command("push 2 0 " + std::to_string(kBytes) + " 8080"), "ok");
+  EXPECT_EQ(check_pattern({pages, kBytes}, 8080), std::nullopt);
+  mr.reset();
+  EXPECT_NE(::msync(pages, kBytes, MS_ASYNC), 0) << "the pages outlived their last user";
+  stop_peer();
+}
+
+TEST_F(PeerTest, WriteOfFourGibibytesOrMoreIsRefusedNotTruncated) {
+  // A work request's length is 32 bits: a write of 4 GiB + 4 KiB once went out as a 4 KiB
+  // write. The local region must really be that long, so one 2 MiB hugepage is mapped over
+  // and over (2049 times) and registered as one region.
+  if (FILE* f = std::fopen("/proc/sys/vm/nr_hugepages", "w")) {
+    std::fputs("8", f);
+    std::fclose(f);
+  }
+  constexpr std::size_t kHuge = 2u << 20, kLength = (std::size_t{4} << 30) + 4096;
+  constexpr std::size_t kSpan = (std::size_t{4} << 30) + kHuge;
+  const int fd = ::memfd_create("gradlane-alias", MFD_HUGETLB);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::ftruncate(fd, kHuge), 0) << std::strerror(errno);
+  void* reserved = ::mmap(nullptr, kSpan + kHuge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(reserved, MAP_FAILED);
+  auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(reserved) + kHuge - 1) / kHuge * kHuge);
+  for (std::size_t off = 0; off < kSpan; off += kHuge) {
+    ASSERT_NE(::mmap(base + off, kHuge, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0), MAP_FAILED)
+        << "at " << off << ": " << std::strerror(errno);
+  }
+  fill_pattern({base, kHuge}, 4);
+  start_peer(8192);
+  ASSERT_EQ(command("fill 0 8192 77"), "ok");
+  {
+    MemoryRegion mr = MemoryRegion::register_memory(*device, base, kSpan, Access::local);
+    RegionDescriptor wide = peer_region;  // claims 8 GiB: only the length check can refuse
+    wide.length = std::uint64_t{8} << 30;
+    try {
+      conn->write(mr, 0, wide, 0, kLength, Signal::always);
+      conn->flush(30s);
+      FAIL() << "a write of " << kLength << " bytes was posted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::invalid_argument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("max_msg_sz"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("nothing was sent"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(conn->failed());
+    EXPECT_EQ(command("verify 0 8192 77"), "ok") << "the peer's region was written";
+    // The largest message the port carries still goes, byte for byte.
+    const std::size_t largest = std::min<std::uint64_t>(device->info().max_message_bytes, 8192);
+    conn->wait(conn->write(mr, 0, peer_region, 0, largest, Signal::always), 30s);
+    EXPECT_EQ(command("verify 0 " + std::to_string(largest) + " 4"), "ok");
+  }
+  ::munmap(reserved, kSpan + kHuge);
+  ::close(fd);
+  stop_peer();
+}
+
 TEST_F(PeerTest, OversizedMessageIsRefusedLocally) {
   start_peer(4096);
-  std::vector<std::byte> big(conn->options().max_message_bytes, std::byte{1});
+  std::vector<std::byte> big(conn->options().max_message_bytes + 1, std::byte{1});
   try {
     conn->send(big);
     FAIL() << "sent a message larger than the limit";

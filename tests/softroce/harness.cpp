@@ -47,7 +47,8 @@ std::vector<std::string> peer_argv(const std::vector<std::string>& args) {
 }
 }  // namespace
 
-PeerProcess::PeerProcess(const std::vector<std::string>& args) : ExternalProcess(peer_argv(args)) {}
+PeerProcess::PeerProcess(const std::vector<std::string>& args, const std::string& output_prefix)
+    : ExternalProcess(peer_argv(args), output_prefix) {}
 
 void PeerTest::SetUp() { device.emplace(Device::open(selector_from_env())); }
 

@@ -39,7 +39,8 @@ TransportOptions test_options();
 // This executable in its peer role: `/proc/self/exe --peer ARGS...`.
 class PeerProcess : public ExternalProcess {
  public:
-  explicit PeerProcess(const std::vector<std::string>& args);
+  // With an `output_prefix`, its stdout/stderr go to <prefix>.out / .err (see ExternalProcess).
+  explicit PeerProcess(const std::vector<std::string>& args, const std::string& output_prefix = {});
 };
 
 // Opens the device, listens, starts a peer that connects back and advertises its region.

@@ -13,8 +13,12 @@
 //   push ID OFF LEN SEED    RDMA WRITE pattern SEED from our region into the test's region ID
 //                           at OFF (waits for its completion) → "ok"
 //   connect_again           open a second connection to the same listener (region 1 again)
+// Other roles: `--peer memlock` (the memlock scenario), `--peer half-open ADDRESS PORT` (a
+// connect request whose handshake never completes).
 //   exit                    → "bye", exit 0
+#include <arpa/inet.h>
 #include <linux/capability.h>
+#include <rdma/rdma_cma.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -24,6 +28,7 @@
 #include <cstdlib>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../common/pattern.hpp"
@@ -50,7 +55,17 @@ struct Peer {
         region(MemoryRegion::register_buffer(device, buffer, Access::remote_write | Access::remote_read)) {}
 
   void connect_once() {
-    connections.push_back(connect(device, address, port, test_options()));
+    // Retries while nothing listens yet: some tests start the peer before their listener.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (;;) {
+      try {
+        connections.push_back(connect(device, address, port, test_options()));
+        break;
+      } catch (const Error& e) {
+        if (e.code() != Errc::connection_rejected || std::chrono::steady_clock::now() > give_up) throw;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
     connections.back().advertise(1, region.descriptor());
   }
 
@@ -175,12 +190,66 @@ int memlock_scenario() {
   return failures == 0 ? 0 : 1;
 }
 
+// A half-open peer: sends a gradlane connect request to ADDRESS:PORT and then never reads its
+// event channel, so librdmacm never answers the server's reply and the handshake never
+// completes. Prints "requested" once the request is out, then sleeps until killed.
+int half_open_scenario(const std::string& address, std::uint16_t port) {
+  const Device device = Device::open(selector_from_env());
+  rdma_event_channel* channel = rdma_create_event_channel();
+  rdma_cm_id* id = nullptr;
+  if (channel == nullptr || rdma_create_id(channel, &id, nullptr, RDMA_PS_TCP) != 0) {
+    std::perror("peer: rdma_create_id");
+    return 3;
+  }
+  sockaddr_in src{}, dst{};
+  src.sin_family = dst.sin_family = AF_INET;
+  dst.sin_port = htons(port);
+  if (::inet_pton(AF_INET, device.info().ipv4_address.c_str(), &src.sin_addr) != 1 ||
+      ::inet_pton(AF_INET, address.c_str(), &dst.sin_addr) != 1) {
+    std::fprintf(stderr, "peer: bad address\n");
+    return 2;
+  }
+  const auto expect = [&](rdma_cm_event_type wanted) {
+    rdma_cm_event* event = nullptr;
+    if (rdma_get_cm_event(channel, &event) != 0) return false;
+    const bool ok = event->event == wanted;
+    rdma_ack_cm_event(event);
+    return ok;
+  };
+  if (rdma_resolve_addr(id, reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst), 5000) != 0 ||
+      !expect(RDMA_CM_EVENT_ADDR_RESOLVED) || rdma_resolve_route(id, 5000) != 0 ||
+      !expect(RDMA_CM_EVENT_ROUTE_RESOLVED)) {
+    std::perror("peer: resolving the server");
+    return 3;
+  }
+  // gradlane's handshake (transport/wire.hpp): magic "GLN1" and protocol version 1, little-endian.
+  const unsigned char handshake[8] = {'G', 'L', 'N', '1', 1, 0, 0, 0};
+  rdma_conn_param param{};
+  param.private_data = handshake;
+  param.private_data_len = sizeof handshake;
+  param.responder_resources = 1;
+  param.initiator_depth = 1;
+  param.retry_count = 1;
+  param.qp_num = 1;  // no QP: the handshake is never meant to complete
+  if (rdma_connect(id, &param) != 0) {
+    std::perror("peer: rdma_connect");
+    return 3;
+  }
+  std::printf("requested\n");
+  std::fflush(stdout);
+  std::this_thread::sleep_for(std::chrono::minutes(5));
+  return 0;
+}
+
 }  // namespace
 
 int peer_main(int argc, char** argv) {
   if (argc >= 3 && std::string(argv[2]) == "memlock") return memlock_scenario();
+  if (argc == 5 && std::string(argv[2]) == "half-open") {
+    return half_open_scenario(argv[3], static_cast<std::uint16_t>(std::atoi(argv[4])));
+  }
   if (argc != 5) {
-    std::fprintf(stderr, "usage: %s --peer ADDRESS PORT REGION_BYTES | --peer memlock\n", argv[0]);
+    std::fprintf(stderr, "usage: %s --peer ADDRESS PORT REGION_BYTES | --peer memlock | --peer half-open ADDRESS PORT\n", argv[0]);
     return 2;
   }
   try {
