@@ -37,6 +37,19 @@ namespace {
 using namespace std::chrono_literals;
 using nlohmann::json;
 
+// True once `path` (a process's captured stderr) holds a line containing `text`, within `limit`.
+bool wait_for_text(const std::string& path, const std::string& text, std::chrono::seconds limit) {
+  const auto give_up = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < give_up) {
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      if (line.find(text) != std::string::npos) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
 struct RunSpec {
   std::size_t floats = 4096;
   std::uint64_t updates = 30;  // per worker
@@ -84,6 +97,11 @@ class ShardRun : public ::testing::Test {
                                                  hosts[0].address + ":7600", "--link-rate-gbps", "0.1",
                                                  "--replica-bound", "8"},
                         out_ + "/gradlaned-b");
+      // The server attaches within 2 s of starting; a loaded machine can take longer than that
+      // to link the two gradlaneds, so start it only once both serve.
+      for (const char* name : {"/gradlaned-a.err", "/gradlaned-b.err"}) {
+        ASSERT_TRUE(wait_for_text(out_ + name, "gradlaned: serving", std::chrono::seconds(120))) << name;
+      }
     }
     ExternalProcess replica(args({"role=replica", "device=" + hosts[1].device, "port=7801"}), out_ + "/replica");
     std::vector<std::string> server_args = {"role=server", "device=" + hosts[0].device, "port=7800", replica_at};
