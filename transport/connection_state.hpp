@@ -77,6 +77,9 @@ class ConnectionState {
   std::map<std::uint32_t, RegionDescriptor> regions;
 
   std::optional<Error> failure_error;
+  // The peer disconnected; its last messages are still being reaped (handle_cm_events).
+  std::optional<Error> disconnecting;
+  std::chrono::steady_clock::time_point disconnect_seen;
   std::function<void(const Error&)> failure_handler;
   std::uint32_t idle_polls = 0;
   ConnectionStats stats;
