@@ -118,14 +118,24 @@ TEST(TwoSidecars, TransfersFollowTheReceiversGrantedOrderAndSlots) {
     }
   }
   ASSERT_EQ(started.size(), kTotal) << "a sequence number was granted twice";
-  // The receiver's ingress timeline: each slot opens only after the previous one closed —
-  // at its planned end, or earlier when its transfer finished early and handed the rest back.
+  // The senders' own view of the same timeline. Slots are times: a sender the CPU starves starts
+  // late, finishes late, and may still be on the wire when the next slot opens (the receiver
+  // cuts a slot at slot_start + the reported wire time). That is measured, not asserted — a CI
+  // run under load saw seq 18 end 1.0 ms into seq 19's slot; the protocol's promise, asserted
+  // below on the receiver's log, is that the slots it hands out never overlap.
+  std::size_t overruns = 0;
+  std::int64_t worst_ns = 0;
   for (std::uint64_t seq = 2; seq <= kTotal; ++seq) {
     const auto previous_close = std::min(granted[seq - 1]["slot_end"].get<std::int64_t>(),
                                          started[seq - 1]["done"].get<std::int64_t>());
-    EXPECT_GE(granted[seq]["slot_start"].get<std::int64_t>(), previous_close)
-        << "slot of seq " << seq << " overlaps the previous one";
+    const auto late = previous_close - granted[seq]["slot_start"].get<std::int64_t>();
+    if (late > 0) {
+      ++overruns;
+      worst_ns = std::max(worst_ns, late);
+    }
   }
+  std::printf("sender-side overruns into the next slot: %zu of %zu (worst %.2f ms)\n", overruns,
+              static_cast<std::size_t>(kTotal - 1), static_cast<double>(worst_ns) / 1e6);
   // The same timeline as the receiver's sidecar logged it: each planned slot cut at the used_end
   // of its completion line. Every transfer it granted was completed, and none overlaps.
   std::map<std::uint64_t, std::pair<std::int64_t, std::int64_t>> used;  // transfer -> [start, end)
