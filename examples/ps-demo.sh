@@ -7,6 +7,9 @@
 #      replica bitwise equal?
 #   2. failover: the same run in direct mode, and the server kills itself (SIGKILL) after 50
 #      updates; the replica takes over and the workers finish against it.
+#   3. aggregation: the same four workers push to an aggregator (host 2) that sums groups of 4
+#      and forwards each sum to the server and the replica as one update: 120 gradients, 30
+#      server updates, and a quarter of the server's ingress bytes.
 # Run it through the harness (after `bash ci/test.sh` built build/):
 #   bash ci/softroce.sh --hosts 3 -- sh examples/ps-demo.sh build
 set -u
@@ -54,6 +57,8 @@ else
   echo "server and replica models: DIFFERENT"; ok1=1
 fi
 
+ingress() { cat "/sys/class/net/$(cat /sys/class/infiniband/$DEV0/parent)/statistics/rx_bytes"; }
+
 echo "== 2. failover: the server is killed (SIGKILL) after 50 updates"
 mkdir -p "$OUT/failover"
 "$NODE" role=replica device=$DEV1 port=7801 $COMMON out="$OUT/failover" > "$OUT/failover/replica.log" 2>&1 &
@@ -67,4 +72,31 @@ promoted=$(sed 's/.*"promoted_at_ns":\([0-9]*\).*/\1/' "$OUT/failover/replica.st
 echo "server killed at version $version; replica promoted $(( (promoted - died) / 1000000 )) ms later"
 grep -h "version" "$OUT/failover/replica.log"
 cat "$OUT"/failover/worker*.json | sed 's/^/worker: /'
-exit $((ok1 | ok2))
+
+echo "== 3. aggregation: the 4 workers push to an aggregator on host 2 that sums groups of 4"
+mkdir -p "$OUT/aggregation"
+rx0=$(ingress)
+AGG="floats=65536 slots=8 workers=5 updates=30 out=$OUT/aggregation"  # 4 workers + the aggregator
+"$NODE" role=replica device=$DEV1 port=7811 $AGG > "$OUT/aggregation/replica.log" 2>&1 &
+R=$!
+"$NODE" role=server device=$DEV0 port=7810 $AGG replica=$ADDR1:7811 > "$OUT/aggregation/server.log" 2>&1 &
+S=$!
+"$NODE" role=aggregator device=$DEV2 port=7812 id=9 server=$ADDR0:7810 replica=$ADDR1:7811 floats=65536 group=4 \
+        workers=4 out="$OUT/aggregation" > "$OUT/aggregation/aggregator.log" 2>&1 &
+G=$!
+ADDR2=${3#*,}
+for i in 1 2 3 4; do
+  if [ $i -le 2 ]; then dev=$DEV2; else dev=$DEV1; fi
+  "$NODE" role=worker device=$dev id=$i server=$ADDR0:7810 replica=$ADDR1:7811 aggregator=$ADDR2:7812 \
+    floats=65536 updates=30 gradient=pattern out="$OUT/aggregation" > "$OUT/aggregation/worker$i.log" 2>&1 &
+done
+wait $G; ok3=$?
+wait $S; wait $R
+grep -h "forwarded\|version" "$OUT/aggregation/aggregator.log" "$OUT/aggregation/server.log" "$OUT/aggregation/replica.log"
+echo "server ingress: $(( ($(ingress) - rx0) / 1048576 )) MiB for 120 gradients of 256 KiB (30 MiB of them)"
+if cmp -s "$OUT/aggregation/server.model" "$OUT/aggregation/replica.model"; then
+  echo "server and replica models: bitwise equal"
+else
+  echo "server and replica models: DIFFERENT"; ok3=1
+fi
+exit $((ok1 | ok2 | ok3))
