@@ -170,15 +170,17 @@ void describe(ConnectionState& state) {
 
 void ConnectionState::create_queue_pair() {
   const auto& info = device.info();
-  const int cq_entries = static_cast<int>(options.send_queue_depth + options.recv_queue_depth);
-  cq.reset(ibv_create_cq(device.context(), cq_entries, nullptr, nullptr, 0));
-  if (!cq) {
-    throw_call_failed(Errc::system, fmt::format("ibv_create_cq({}, {} entries)", info.name, cq_entries),
-                      last_errno_or(ENOMEM));
+  if (!shared) {
+    cq.reset(ibv_create_cq(device.context(), cq_entries(), nullptr, nullptr, 0));
+    if (!cq) {
+      throw_call_failed(Errc::system, fmt::format("ibv_create_cq({}, {} entries)", info.name, cq_entries()),
+                        last_errno_or(ENOMEM));
+    }
   }
+  ibv_cq* completions = shared ? shared->cq.get() : cq.get();
   ibv_qp_init_attr attr{};
-  attr.send_cq = cq.get();
-  attr.recv_cq = cq.get();
+  attr.send_cq = completions;
+  attr.recv_cq = completions;
   attr.qp_type = IBV_QPT_RC;
   attr.sq_sig_all = 0;  // we choose per request which ones are signalled
   attr.cap.max_send_wr = options.send_queue_depth;
@@ -194,6 +196,8 @@ void ConnectionState::create_queue_pair() {
                                   info.max_qp_wr),
                       last_errno_or(EINVAL));
   }
+  // Before anything can complete: the shared queue grows for this QP and routes its completions.
+  if (shared) shared->attach(id->qp->qp_num, *this, cq_entries());
   // Providers may round the inline size up (rxe turns 0 into 16); never inline more than asked.
   options.max_inline = std::min(options.max_inline, attr.cap.max_inline_data);
 
@@ -215,6 +219,8 @@ void ConnectionState::create_queue_pair() {
 }
 
 ConnectionState::~ConnectionState() {
+  // Completions still queued for this QP are dropped by the shared queue from now on.
+  if (shared && id && id->qp) shared->detach(id->qp->qp_num, cq_entries());
   if (established && id) {
     // Tells the peer at once (it sees DISCONNECTED) instead of letting it time out.
     (void)rdma_disconnect(id.get());
@@ -225,10 +231,13 @@ ConnectionState::~ConnectionState() {
 
 // ---- active side ----------------------------------------------------------------------------
 
-Connection connect(const Device& device, const std::string& address, std::uint16_t port,
-                   const TransportOptions& options) {
+namespace {
+
+Connection connect_on(const Device& device, const std::string& address, std::uint16_t port,
+                      const TransportOptions& options, std::shared_ptr<detail::SharedCq> shared) {
   using detail::CmPhase;
   auto state = detail::new_state(device, options);
+  state->shared = std::move(shared);
   const Device& dev = state->device;
   const std::string peer = fmt::format("{}:{}", address, port);
   const auto timeout = options.connect_timeout;
@@ -280,7 +289,29 @@ Connection connect(const Device& device, const std::string& address, std::uint16
   expect(RDMA_CM_EVENT_ESTABLISHED, CmPhase::connect);
   state->established = true;
   detail::describe(*state);
-  return Connection(std::move(state));
+  return detail::ConnectionAccess::make(std::move(state));
+}
+
+void require_same_device(const Device& device, const CompletionQueue& cq) {
+  if (detail::CqAccess::state(cq)->device.context() != device.context()) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("the completion queue belongs to {}, the connection to {}: a QP can only use a CQ of its "
+                            "own device",
+                            detail::CqAccess::state(cq)->device.info().name, device.info().name));
+  }
+}
+
+}  // namespace
+
+Connection connect(const Device& device, const std::string& address, std::uint16_t port,
+                   const TransportOptions& options) {
+  return connect_on(device, address, port, options, nullptr);
+}
+
+Connection connect(const Device& device, const std::string& address, std::uint16_t port,
+                   const TransportOptions& options, const CompletionQueue& shared) {
+  require_same_device(device, shared);
+  return connect_on(device, address, port, options, detail::CqAccess::state(shared));
 }
 
 // ---- passive side ---------------------------------------------------------------------------
@@ -304,6 +335,7 @@ class ListenerState {
   IdPtr id;
   std::string address;
   std::uint16_t port = 0;
+  std::shared_ptr<SharedCq> shared;  // completion queue for the connections accepted, or null
   // Declared after `channel`/`id`: destroyed first (their ids live on the listener's channel).
   std::vector<PendingPeer> pending;
 };
@@ -346,6 +378,10 @@ Listener::Listener(Listener&&) noexcept = default;
 Listener& Listener::operator=(Listener&&) noexcept = default;
 Listener::~Listener() = default;
 std::uint16_t Listener::port() const { return state_->port; }
+void Listener::use_completion_queue(const CompletionQueue& cq) {
+  require_same_device(state_->device, cq);
+  state_->shared = detail::CqAccess::state(cq);
+}
 const std::string& Listener::address() const { return state_->address; }
 
 namespace {
@@ -359,6 +395,7 @@ void drop_peer(const std::string& here, const std::string& peer, const std::stri
 std::optional<detail::PendingPeer> answer_request(detail::ListenerState& s, const detail::CmEvent& event,
                                                   const std::string& here) {
   auto state = std::make_unique<detail::ConnectionState>(s.device, s.options);
+  state->shared = s.shared;
   state->id.reset(event.id);
   const std::string peer = detail::address_text(rdma_get_peer_addr(event.id));
   try {

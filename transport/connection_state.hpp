@@ -18,17 +18,16 @@
 #include "gradlane/device.hpp"
 #include "gradlane/memory.hpp"
 #include "transport/error_text.hpp"
+#include "transport/shared_cq.hpp"
 #include "transport/wire.hpp"
 
 namespace gradlane::detail {
 
 struct DestroyChannel { void operator()(rdma_event_channel* channel) const noexcept; };
-struct DestroyCq { void operator()(ibv_cq* cq) const noexcept; };
 // Destroys the id's QP (if any) first: rdma_destroy_id does not.
 struct DestroyId { void operator()(rdma_cm_id* id) const noexcept; };
 
 using ChannelPtr = std::unique_ptr<rdma_event_channel, DestroyChannel>;
-using CqPtr = std::unique_ptr<ibv_cq, DestroyCq>;
 using IdPtr = std::unique_ptr<rdma_cm_id, DestroyId>;
 
 // An event channel whose fd is non-blocking, so every wait on it is a bounded poll().
@@ -51,6 +50,9 @@ class ConnectionState {
   // registered rings, then the channel, then our reference on the device.
   Device device;
   TransportOptions options;
+  // A completion queue shared with other connections (Listener::use_completion_queue,
+  // connect(..., cq)); null: this connection has its own `cq`. Outlives the QP.
+  std::shared_ptr<SharedCq> shared;
   ChannelPtr channel;
   std::optional<Buffer> recv_ring_memory;
   std::optional<Buffer> send_ring_memory;
@@ -80,6 +82,9 @@ class ConnectionState {
   // The peer disconnected; its last messages are still being reaped (handle_cm_events).
   std::optional<Error> disconnecting;
   std::chrono::steady_clock::time_point disconnect_seen;
+  // Fails the connection once its peer's disconnect is older than the grace for its last
+  // completions (a clock read, only while disconnecting).
+  void end_disconnect_grace();
   std::function<void(const Error&)> failure_handler;
   std::uint32_t idle_polls = 0;
   ConnectionStats stats;
@@ -90,6 +95,10 @@ class ConnectionState {
   // Bytes of one control-message ring slot: a whole max_message_bytes payload plus the frame
   // header, so a message of exactly max_message_bytes fits (the header says "≤").
   std::size_t slot_bytes() const { return std::size_t{options.max_message_bytes} + kFrameHeaderSize; }
+  // Entries this connection may need in its completion queue.
+  int cq_entries() const { return static_cast<int>(options.send_queue_depth + options.recv_queue_depth); }
+  // Messages or doorbells already reaped and not yet taken, or a failure to report.
+  bool has_pending_input() const { return !messages.empty() || !doorbells.empty() || failure_error.has_value(); }
   // Creates CQ, QP and the control rings on `id`, posts every receive, sets the ACK timeout.
   void create_queue_pair();
   void post_receive(std::uint32_t slot);
@@ -111,6 +120,11 @@ class ConnectionState {
   // Waits until `ops` more operations fit in the send queue.
   void wait_for_send_queue_space(std::uint64_t ops = 1);
   int poll_once();
+};
+
+// Makes a Connection from its state (the constructor is private to the public API).
+struct ConnectionAccess {
+  static Connection make(std::unique_ptr<ConnectionState> state) { return Connection(std::move(state)); }
 };
 
 }  // namespace gradlane::detail

@@ -156,13 +156,22 @@ void ConnectionState::handle_cm_events() {
   }
 }
 
+void ConnectionState::end_disconnect_grace() {
+  if (disconnecting && !failure_error && Clock::now() - disconnect_seen > kDisconnectGrace) fail(*disconnecting);
+}
+
 int ConnectionState::poll_once() {
   throw_if_failed();
-  ibv_wc wcs[16];
-  const int n = ibv_poll_cq(cq.get(), 16, wcs);
-  if (n < 0) throw fail(Error(Errc::system, fmt::format("ibv_poll_cq on {} failed ({})", description, n)));
-  for (int i = 0; i < n; ++i) handle_completion(wcs[i]);
-  if (n == 0 && disconnecting && Clock::now() - disconnect_seen > kDisconnectGrace) fail(*disconnecting);
+  int n = 0;
+  if (shared) {
+    n = shared->poll();  // every attached connection's completions, each to its owner
+  } else {
+    ibv_wc wcs[16];
+    n = ibv_poll_cq(cq.get(), 16, wcs);
+    if (n < 0) throw fail(Error(Errc::system, fmt::format("ibv_poll_cq on {} failed ({})", description, n)));
+    for (int i = 0; i < n; ++i) handle_completion(wcs[i]);
+  }
+  end_disconnect_grace();
   if (n == 0 && ++idle_polls % kPollsPerEventCheck == 0) handle_cm_events();
   // What was reaped is delivered before a failure is thrown (the next call throws it).
   if (n == 0) throw_if_failed();
@@ -468,6 +477,7 @@ RegionDescriptor Connection::wait_region(std::uint32_t region_id, Millis timeout
 }
 
 int Connection::poll() { return state_->poll_once(); }
+bool Connection::has_pending_input() const { return state_->has_pending_input(); }
 
 void Connection::wait(OpId op, Millis timeout) {
   auto& s = *state_;

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "gradlane/completion_queue.hpp"
 #include "gradlane/device.hpp"
 #include "gradlane/error.hpp"
 #include "gradlane/memory.hpp"
@@ -36,7 +37,11 @@
 
 namespace gradlane {
 
-namespace detail { class ConnectionState; class ListenerState; }
+namespace detail {
+class ConnectionState;
+class ListenerState;
+struct ConnectionAccess;  // lets the transport make Connections from their state
+}  // namespace detail
 
 using Millis = std::chrono::milliseconds;
 
@@ -116,9 +121,13 @@ class Connection {
   RegionDescriptor wait_region(std::uint32_t region_id, Millis timeout);
 
   // ---- progress ----
-  // Reaps completions and connection events; returns how many completions it reaped.
-  // Throws the connection's failure once failed.
+  // Reaps completions and connection events; returns how many completions it reaped (on a
+  // shared CompletionQueue: those of every connection on it). Throws the connection's failure
+  // once failed.
   int poll();
+  // True when messages or doorbells were reaped and not yet taken, or the connection failed —
+  // without polling: after one CompletionQueue::poll(), a server visits only these.
+  bool has_pending_input() const;
   // Waits until operation `op` (and, RC being ordered, everything posted before it) completed.
   // `op` must have been posted signalled, or be followed by a signalled operation.
   void wait(OpId op, Millis timeout);
@@ -142,7 +151,7 @@ class Connection {
 
  private:
   friend class Listener;
-  friend Connection connect(const Device&, const std::string&, std::uint16_t, const TransportOptions&);
+  friend struct detail::ConnectionAccess;
   explicit Connection(std::unique_ptr<detail::ConnectionState> state);
   std::unique_ptr<detail::ConnectionState> state_;
 };
@@ -159,6 +168,9 @@ class Listener {
 
   std::uint16_t port() const;
   const std::string& address() const;
+  // Connections accepted from now on share `cq` (same device) instead of each having its own
+  // completion queue: one poll serves them all, and an idle server can block in cq.wait().
+  void use_completion_queue(const CompletionQueue& cq);
   // Waits up to `timeout` for a peer, completes the handshake, returns the connection.
   // Throws Error(timeout) when no peer came.
   Connection accept(Millis timeout);
@@ -173,5 +185,8 @@ class Listener {
 // unreachable (no answer).
 Connection connect(const Device& device, const std::string& address, std::uint16_t port,
                    const TransportOptions& options = {});
+// The same, with the connection's completions on the shared queue `cq` (same device).
+Connection connect(const Device& device, const std::string& address, std::uint16_t port,
+                   const TransportOptions& options, const CompletionQueue& cq);
 
 }  // namespace gradlane

@@ -1,6 +1,7 @@
 // gradlane — the embedding API. Include this one header and link gradlane::gradlane.
 #pragma once
 
+#include "gradlane/completion_queue.hpp"
 #include "gradlane/connection.hpp"
 #include "gradlane/device.hpp"
 #include "gradlane/error.hpp"

@@ -90,6 +90,10 @@ struct ShardOptions {
   // endpoint as the workers' requests name them).
   std::optional<sidecar::AttachOptions> sidecar;
   TransportOptions transport{};
+  // run_until() sleeps on the shared completion queue while nothing arrives (20 ms at a time,
+  // so the timers above still run) instead of spinning a core. Costs a wake-up (an interrupt
+  // and a thread switch) on the first arrival after a quiet spell: perf/results/ps-doorbells.md.
+  bool block_when_idle = false;
 };
 
 struct ServerStats {
@@ -139,8 +143,14 @@ class ShardServer {
   // updates in order, acknowledges, skips holes. Returns how many things it did (0 = idle).
   std::size_t progress();
   // progress() until `applied + skipped` reaches `sequence`, or finished(), or `timeout`
-  // passes; false on timeout.
+  // passes; false on timeout. Idle, it spins, or sleeps when options.block_when_idle is set.
   bool run_until(std::uint64_t sequence, Millis timeout);
+  // Sleeps (no spinning) until a message, doorbell or connection event arrives on any of the
+  // server's connections, or `timeout` passes; false on timeout. Every connection of a
+  // ShardServer — workers, primary, replica — shares one completion queue, which a
+  // progress() polls once per round and this call blocks on. For embedders with their own
+  // loop: progress() while it does work, wait_for_input() when it returns 0.
+  bool wait_for_input(Millis timeout);
   // Nothing more can arrive: a server has no live worker and every granted sequence is
   // decided; a replica has lost its primary and applied every decision it was sent.
   bool finished() const;

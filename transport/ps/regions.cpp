@@ -18,11 +18,12 @@ SlotRing::SlotRing(const Device& device, std::size_t floats, std::uint32_t slots
       region_(MemoryRegion::register_buffer(device, buffer_, Access::remote_write | Access::remote_read)) {}
 
 Connection connect_with_retry(const Device& device, const std::string& address, std::uint16_t port,
-                              const TransportOptions& options, Millis timeout) {
+                              const TransportOptions& options, Millis timeout,
+                              const std::optional<CompletionQueue>& shared) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     try {
-      return connect(device, address, port, options);
+      return shared ? connect(device, address, port, options, *shared) : connect(device, address, port, options);
     } catch (const Error& e) {
       // Rejected: its listener is not up yet. Unreachable: no answer in connect_timeout (a
       // loaded host, a first ARP). Anything else (a wrong address) is final at once.

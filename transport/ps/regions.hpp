@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -51,8 +52,9 @@ class SlotRing {
 };
 
 // connect(), retried while the peer's listener is not up yet or the peer does not answer
-// (connection_rejected, unreachable), within `timeout`.
+// (connection_rejected, unreachable), within `timeout`; on `shared` when given.
 Connection connect_with_retry(const Device& device, const std::string& address, std::uint16_t port,
-                              const TransportOptions& options, Millis timeout);
+                              const TransportOptions& options, Millis timeout,
+                              const std::optional<CompletionQueue>& shared = std::nullopt);
 
 }  // namespace gradlane::ps

@@ -58,7 +58,12 @@ struct ShardServer::State {
         slots(dev, o.floats, o.slots),
         writer(shard.header()),
         order(o.slots, 1),
-        listener(dev, port, o.transport) {}
+        cq(dev),
+        listener(dev, port, o.transport) {
+    // One completion queue for every connection (workers, primary, replica): a round polls it
+    // once instead of once per connection, and an idle server can sleep on it (wait()).
+    listener.use_completion_queue(cq);
+  }
 
   Role role;
   ShardOptions options;
@@ -68,6 +73,7 @@ struct ShardServer::State {
   std::vector<float> velocity;  // momentum state, when momentum > 0
   ShardWriter writer;
   ApplyOrder order;
+  CompletionQueue cq;
   Listener listener;
   std::vector<Peer> peers;
   ServerStats stats;
@@ -185,9 +191,11 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
 }
 
 std::size_t ShardServer::State::take_input() {
-  std::size_t work = 0;
+  // One poll reaps every connection's arrivals into its connection; then only the connections
+  // that got something (or failed) are visited.
+  std::size_t work = static_cast<std::size_t>(cq.poll());
   for (std::size_t i = 0; i < peers.size(); ++i) {
-    if (!peers[i].alive) continue;
+    if (!peers[i].alive || !peers[i].conn.has_pending_input()) continue;
     try {
       work += take_from(i);
     } catch (const Error& e) {
@@ -195,7 +203,7 @@ std::size_t ShardServer::State::take_input() {
       ++work;
     }
   }
-  if (replica) {
+  if (replica && replica->has_pending_input()) {
     try {
       while (auto bytes = replica->try_receive()) {
         ++work;
@@ -470,7 +478,7 @@ std::uint16_t ShardServer::port() const { return state_->listener.port(); }
 void ShardServer::connect_replica(const std::string& address, std::uint16_t port, Millis timeout) {
   State& s = *state_;
   if (s.role != Role::server) throw Error(Errc::invalid_argument, "connect_replica: only a server has a replica");
-  Connection conn = connect_with_retry(s.device, address, port, s.options.transport, timeout);
+  Connection conn = connect_with_retry(s.device, address, port, s.options.transport, timeout, s.cq);
   conn.advertise(kSlotRegionId, s.slots.region().descriptor());
   conn.send(encode(Hello{PeerKind::primary, 0}));
   s.replica.emplace(std::move(conn));
@@ -515,13 +523,23 @@ std::size_t ShardServer::progress() {
   return work;
 }
 
+bool ShardServer::wait_for_input(Millis timeout) { return state_->cq.wait(timeout); }
+
 bool ShardServer::run_until(std::uint64_t sequence, Millis timeout) {
+  // Longest sleep while idle: the server's own timers (hole_timeout, the sidecar's cancels,
+  // which come through shared memory, not the completion channel) still run this often.
+  constexpr Millis kIdleSleep{20};
   const auto deadline = Clock::now() + timeout;
   std::uint32_t idle = 0;
   while (state_->stats.applied + state_->stats.skipped < sequence && !finished()) {
     if (progress() != 0) continue;
     // Read the clock only every so many idle rounds (a read costs ~1 µs under some VMs).
-    if (++idle % 64 == 0 && Clock::now() > deadline) return false;
+    if (++idle % 64 != 0) continue;
+    const auto now = Clock::now();
+    if (now > deadline) return false;
+    if (state_->options.block_when_idle) {
+      wait_for_input(std::min(kIdleSleep, std::chrono::duration_cast<Millis>(deadline - now) + Millis(1)));
+    }
   }
   return true;
 }

@@ -1,0 +1,156 @@
+// The shared completion queue: one CQ (and its completion channel) for many connections, with
+// each completion handed to the connection whose QP it names.
+#include <fcntl.h>
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <fmt/format.h>
+#include <vector>
+
+#include "common/syscall_error.hpp"
+#include "transport/connection_state.hpp"
+#include "transport/shared_cq.hpp"
+
+namespace gradlane {
+namespace detail {
+namespace {
+
+// Polls between looks at the attached connections' rdma_cm events (a syscall each).
+constexpr std::uint32_t kPollsPerEventCheck = 256;
+// Channel events acknowledged in batches (each ack takes a lock in libibverbs).
+constexpr unsigned kEventsPerAck = 64;
+
+}  // namespace
+
+void DestroyCompChannel::operator()(ibv_comp_channel* channel) const noexcept {
+  if (int rc = ibv_destroy_comp_channel(channel); rc != 0) {
+    std::fprintf(stderr, "gradlane: %s\n", call_failed("ibv_destroy_comp_channel", rc).c_str());
+  }
+}
+
+SharedCq::SharedCq(const Device& dev, std::uint32_t entries) : device(dev) {
+  channel.reset(ibv_create_comp_channel(device.context()));
+  if (!channel) {
+    throw_call_failed(Errc::system, fmt::format("ibv_create_comp_channel({})", device.info().name),
+                      last_errno_or(ENOMEM));
+  }
+  const int flags = ::fcntl(channel->fd, F_GETFL);
+  if (flags < 0 || ::fcntl(channel->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+    throw_call_failed(Errc::system, "fcntl(completion channel, O_NONBLOCK)", errno);
+  }
+  capacity_ = static_cast<int>(std::max<std::uint32_t>(entries, 1));
+  cq.reset(ibv_create_cq(device.context(), capacity_, nullptr, channel.get(), 0));
+  if (!cq) {
+    throw_call_failed(Errc::system, fmt::format("ibv_create_cq({}, {} entries, shared)", device.info().name, capacity_),
+                      last_errno_or(ENOMEM));
+  }
+  capacity_ = cq->cqe;
+}
+
+SharedCq::~SharedCq() {
+  if (cq && unacked_events_ > 0) ibv_ack_cq_events(cq.get(), unacked_events_);
+}
+
+void SharedCq::attach(std::uint32_t qp_num, ConnectionState& owner, int entries) {
+  // A CQ that overflows fails every QP on it: grow it before the new QP can complete anything.
+  if (reserved_ + entries > capacity_) {
+    const int wanted = reserved_ + entries;
+    if (int rc = ibv_resize_cq(cq.get(), wanted); rc != 0) {
+      throw_call_failed(Errc::resource_exhausted,
+                        fmt::format("ibv_resize_cq({}, {} entries) for connection {} on a shared completion queue "
+                                    "— lower GRADLANE_SQ_DEPTH / GRADLANE_RQ_DEPTH",
+                                    device.info().name, wanted, owners_.size() + 1),
+                        rc);
+    }
+    capacity_ = cq->cqe;
+  }
+  reserved_ += entries;
+  owners_[qp_num] = &owner;
+}
+
+void SharedCq::detach(std::uint32_t qp_num, int entries) {
+  if (owners_.erase(qp_num) != 0) reserved_ -= entries;
+}
+
+void SharedCq::check_events() {
+  // Copied first: a failure handler may destroy a connection (and detach it) meanwhile.
+  std::vector<ConnectionState*> owners;
+  owners.reserve(owners_.size());
+  for (const auto& [qp, owner] : owners_) owners.push_back(owner);
+  for (ConnectionState* owner : owners) {
+    if (owner->failure_error || !owner->channel) continue;
+    try {
+      owner->handle_cm_events();
+      owner->end_disconnect_grace();
+    } catch (const Error& e) {
+      owner->fail(e);
+    }
+  }
+}
+
+int SharedCq::poll() {
+  ibv_wc wcs[32];
+  const int n = ibv_poll_cq(cq.get(), 32, wcs);
+  if (n < 0) throw Error(Errc::system, fmt::format("ibv_poll_cq on the shared completion queue of {} failed ({})",
+                                                   device.info().name, n));
+  for (int i = 0; i < n; ++i) {
+    const auto owner = owners_.find(wcs[i].qp_num);
+    if (owner == owners_.end()) continue;  // a connection already gone
+    try {
+      owner->second->handle_completion(wcs[i]);
+    } catch (const Error& e) {
+      owner->second->fail(e);  // that connection's failure, reported by its next call
+    }
+  }
+  // Every so many polls, busy or not: a queue that never runs dry must still see a disconnect.
+  if (++polls_ % kPollsPerEventCheck == 0) check_events();
+  return n;
+}
+
+bool SharedCq::wait(std::chrono::milliseconds timeout) {
+  if (int rc = ibv_req_notify_cq(cq.get(), 0); rc != 0) throw_call_failed(Errc::system, "ibv_req_notify_cq", rc);
+  // Completions that arrived before the queue was armed raise no event: look once more.
+  if (poll() > 0) return true;
+  std::vector<pollfd> fds{{channel->fd, POLLIN, 0}};
+  bool grace_running = false;  // a peer left; its connection fails once its last completions are in
+  for (const auto& [qp, owner] : owners_) {
+    owner->end_disconnect_grace();
+    grace_running = grace_running || (owner->disconnecting && !owner->failure_error);
+    if (owner->channel && !owner->failure_error) fds.push_back({owner->channel->fd, POLLIN, 0});
+  }
+  if (grace_running) timeout = std::min(timeout, std::chrono::milliseconds(60));
+  const int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<std::int64_t>(timeout.count(), 0)));
+  if (rc < 0 && errno != EINTR) throw_call_failed(Errc::system, "poll(completion channel)", errno);
+  if (rc <= 0) {
+    if (grace_running) check_events();
+    return grace_running;  // something changed: a connection may have failed
+  }
+  if (fds[0].revents & POLLIN) {
+    ibv_cq* event_cq = nullptr;
+    void* context = nullptr;
+    if (ibv_get_cq_event(channel.get(), &event_cq, &context) == 0 && ++unacked_events_ >= kEventsPerAck) {
+      ibv_ack_cq_events(cq.get(), unacked_events_);
+      unacked_events_ = 0;
+    }
+  }
+  for (std::size_t i = 1; i < fds.size(); ++i) {
+    if (fds[i].revents != 0) {
+      check_events();
+      break;
+    }
+  }
+  return true;
+}
+
+}  // namespace detail
+
+CompletionQueue::CompletionQueue(const Device& device, std::uint32_t entries)
+    : state_(std::make_shared<detail::SharedCq>(device, entries)) {}
+
+int CompletionQueue::poll() { return state_->poll(); }
+bool CompletionQueue::wait(std::chrono::milliseconds timeout) { return state_->wait(timeout); }
+std::size_t CompletionQueue::connections() const { return state_->connections(); }
+
+}  // namespace gradlane
