@@ -7,7 +7,7 @@ set -euo pipefail
 
 usage() {
   cat <<'EOF'
-Usage: ci/softroce.sh [--hosts N] [--shape I:RATE]... -- CMD [ARGS...]
+Usage: ci/softroce.sh [--hosts N] [--shape I:RATE[:in]]... -- CMD [ARGS...]
 
 Runs CMD where a Soft-RoCE device exists and exits with CMD's exit code (125 when the
 harness itself failed: VM did not boot, timeout, ...). CMD's stdout and stderr are this
@@ -22,6 +22,8 @@ Options:
                    device rxe<i>. Default: one host, rxe0 on veth0, 198.18.0.1.
   --shape I:RATE   limit host I's link to RATE (tc tbf rate, e.g. 40mbit) in both
                    directions. Repeatable. Needs --hosts.
+  --shape I:RATE:in   only the traffic into host I (a server whose ingress is the
+                   bottleneck while its replies and the model's READ responses are not)
   -h, --help       this message
 
 CMD's environment (both modes):
@@ -97,7 +99,7 @@ parse_args() {
       -h | --help) usage; exit 0 ;;
       --hosts) (($# >= 2)) || die "--hosts needs a number"; HOSTS=$2; shift 2 ;;
       --hosts=*) HOSTS=${1#*=}; shift ;;
-      --shape) (($# >= 2)) || die "--shape needs I:RATE"; SHAPES+=("$2"); shift 2 ;;
+      --shape) (($# >= 2)) || die "--shape needs I:RATE[:in]"; SHAPES+=("$2"); shift 2 ;;
       --shape=*) SHAPES+=("${1#*=}"); shift ;;
       --) shift; break ;;
       -*) usage >&2; die "unknown option $1" ;;
@@ -110,7 +112,7 @@ parse_args() {
   local spec
   for spec in "${SHAPES[@]}"; do
     ((HOSTS > 1)) || die "--shape needs --hosts N (N >= 2)"
-    [[ $spec =~ ^([0-9]+):([0-9]+(\.[0-9]+)?[a-zA-Z]*)$ ]] || die "--shape wants I:RATE (e.g. 1:40mbit), not '$spec'"
+    [[ $spec =~ ^([0-9]+):([0-9]+(\.[0-9]+)?[a-zA-Z]*)(:in)?$ ]] || die "--shape wants I:RATE or I:RATE:in (e.g. 1:40mbit), not '$spec'"
     ((BASH_REMATCH[1] < HOSTS)) || die "--shape $spec: there is no host ${BASH_REMATCH[1]} (hosts are 0..$((HOSTS - 1)))"
   done
 }

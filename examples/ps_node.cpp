@@ -8,6 +8,8 @@
 //           replica=ADDR:7801
 //   ps_node role=worker  device=rxe2 id=1 server=ADDR:7800 replica=ADDR:7801 floats=4096
 //           updates=50 gradient=pattern|uniform out=DIR [die_after=K] [aggregator=ADDR:7802]
+//   replica_reads=1 (replica and workers): workers do not mirror; the replica reads each update
+//           from the server's slot
 //   ps_node role=aggregator device=rxe2 port=7802 id=9 server=ADDR:7800 replica=ADDR:7801
 //           floats=4096 group=4 workers=4 out=DIR [slots=8] [linger_ms=500] [hole_timeout_ms=3000]
 //
@@ -91,6 +93,7 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
   options.slots = static_cast<std::uint32_t>(a.number("slots", 8));
   options.learning_rate = gradlane::examples::kLearningRate;
   options.hole_timeout = std::chrono::milliseconds(a.number("hole_timeout_ms", 3000));
+  options.read_updates_from_server = a.number("replica_reads", 0) != 0;  // replica_reads=1: workers do not mirror
   options.transport = gradlane::TransportOptions::from_env();  // GRADLANE_ACK_TIMEOUT, _RETRY_COUNT, ...
   if (a.values.contains("sidecar")) {  // sidecar=SHM_NAME, endpoint=ID: the host's gradlaned owns the sequence
     gradlane::sidecar::AttachOptions attach;
@@ -141,9 +144,9 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
       << "{\"version\":" << shard.version() << ",\"applied\":" << st.applied << ",\"skipped\":" << st.skipped
       << ",\"refused_doorbells\":" << st.refused_doorbells << ",\"peers_lost\":" << st.peers_lost
       << ",\"peers_left\":" << st.peers_left << ",\"promoted_at_ns\":" << st.promoted_at_ns
-      << ",\"lost_in_failover\":" << st.lost_in_failover << "}\n";
+      << ",\"lost_in_failover\":" << st.lost_in_failover << ",\"mirrors_fetched\":" << st.mirrors_fetched << "}\n";
   std::printf("%s: version %llu, applied %llu, skipped %llu, refused doorbells %llu, peers lost %llu, left %llu, "
-              "replica acked %llu, mirrors fetched %llu\n",
+              "replica acked %llu, updates read from the server %llu\n",
               name.c_str(), static_cast<unsigned long long>(shard.version()),
               static_cast<unsigned long long>(st.applied), static_cast<unsigned long long>(st.skipped),
               static_cast<unsigned long long>(st.refused_doorbells), static_cast<unsigned long long>(st.peers_lost),
@@ -245,6 +248,7 @@ int run_worker(const Args& a) {
   options.server = a.endpoint("server");
   if (a.values.contains("replica")) options.replica = a.endpoint("replica");
   if (a.values.contains("aggregator")) options.aggregator = a.endpoint("aggregator");
+  options.mirror = a.number("replica_reads", 0) == 0;
   options.transport = gradlane::TransportOptions::from_env();
   options.floats = a.number("floats");
   if (a.values.contains("sidecar")) {  // sidecar=SHM_NAME endpoint=ID server_endpoint=ID

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The training comparison over Soft-RoCE: gradlane vs fifo vs sync, without and with a
-# straggler, on an ingress-bound server; one job per (case, mode, seed), each in a fresh VM.
+# The training comparison over Soft-RoCE: gradlane vs fifo vs sync vs aggregate, without and
+# with a straggler, on an ingress-bound server (SERVER_RATE limits what enters the server's host); one job per (case, mode, seed), each in a fresh VM.
 #   bash examples/train-experiment.sh [BUILD_DIR] [SEEDS="1 2 3"] [SERVER_RATE=4mbit] [STEPS=150] [WORKERS=4]
 # Writes every run's directory, a table (results.md) and the raw summaries (results.json) into
 # RESULTS=perf/results/train-softroce (or the RESULTS= given); runs already there are kept, so
@@ -10,7 +10,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
 BUILD=build
 if [[ $# -gt 0 && $1 != *=* ]]; then BUILD=$1; shift; fi
-SEEDS="1" STRAGGLERS="0 1" SERVER_RATE=4mbit STEPS=150 WORKERS=4 RESULTS=$ROOT/perf/results/train-softroce MODES="gradlane fifo sync"
+SEEDS="1" STRAGGLERS="0 1" SERVER_RATE=4mbit STEPS=150 WORKERS=4 RESULTS=$ROOT/perf/results/train-softroce MODES="gradlane fifo sync aggregate"
 for setting in "$@"; do
   case $setting in
     SEEDS=*|STRAGGLERS=*|SERVER_RATE=*|STEPS=*|WORKERS=*|RESULTS=*|MODES=*) declare "$setting" ;;

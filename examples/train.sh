@@ -2,9 +2,11 @@
 # The main job: one data-parallel training run on Fashion-MNIST over gradlane, on emulated
 # Soft-RoCE hosts, then the recorded models evaluated on the full test set and a summary.
 #   bash examples/train.sh [BUILD_DIR] [NAME=VALUE ...]
-# Settings: those of examples/train-job.sh (MODE=gradlane|fifo|sync, MODEL, WORKERS, STEPS, LR,
-# BATCH, SEED, TAU, TARGET, SCHEDULE, REPLICA, SLOTS, STRAGGLER) and, for the network:
-#   SERVER_RATE  the server host's link (tc rate, e.g. 20mbit; default: unshaped)
+# Settings: those of examples/train-job.sh (MODE=gradlane|fifo|sync|aggregate, MODEL, WORKERS,
+# STEPS, LR, BATCH, SEED, TAU, TARGET, SCHEDULE, REPLICA, SLOTS, STRAGGLER, GROUP) and, for the network:
+#   SERVER_RATE  the server host's ingress (tc rate, e.g. 20mbit; default: unshaped): what the
+#                workers push; the model's READ responses leave unshaped
+#   SERVER_SHAPE=both  shape the server's link in both directions instead (pulls too)
 #   STRAGGLER=1  the last worker alone on host 3, its link at STRAGGLER_RATE
 #   STRAGGLER_RATE (default: a quarter of SERVER_RATE, or 10mbit)
 # Results in OUT_DIR=... (default: a new directory under /tmp, named at the end).
@@ -14,10 +16,12 @@ ROOT=$(dirname "$HERE")
 BUILD=build
 if [[ $# -gt 0 && $1 != *=* ]]; then BUILD=$1; shift; fi
 BUILD=$(cd "$BUILD" && pwd)
-JOB_SETTINGS=() MODE=gradlane MODEL=softmax TARGET=0.75 SERVER_RATE="" STRAGGLER=0 STRAGGLER_RATE="" OUT_DIR=""
+JOB_SETTINGS=() MODE=gradlane MODEL=softmax TARGET=0.75 SERVER_RATE="" SERVER_SHAPE=in STRAGGLER=0 STRAGGLER_RATE="" OUT_DIR=""
 for setting in "$@"; do
   case $setting in
     SERVER_RATE=*) SERVER_RATE=${setting#*=} ;;
+    SERVER_SHAPE=*) SERVER_SHAPE=${setting#*=}
+                    [[ $SERVER_SHAPE == in || $SERVER_SHAPE == both ]] || { echo "train.sh: SERVER_SHAPE is in or both" >&2; exit 2; } ;;
     STRAGGLER_RATE=*) STRAGGLER_RATE=${setting#*=} ;;
     OUT_DIR=*) OUT_DIR=${setting#*=} ;;
     *=*) JOB_SETTINGS+=("$setting")
@@ -30,7 +34,7 @@ done
 OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/gradlane-train.XXXXXX)}
 mkdir -p "$OUT_DIR"
 harness=(--hosts 3)
-[[ -n $SERVER_RATE ]] && harness+=(--shape "0:$SERVER_RATE")
+[[ -n $SERVER_RATE ]] && harness+=(--shape "0:$SERVER_RATE$([[ $SERVER_SHAPE == in ]] && echo :in)")
 if [[ $STRAGGLER == 1 ]]; then
   if [[ -z $STRAGGLER_RATE ]]; then
     if [[ $SERVER_RATE =~ ^([0-9]+)mbit$ ]]; then STRAGGLER_RATE="$((BASH_REMATCH[1] * 1000 / 4))kbit"; else STRAGGLER_RATE=10mbit; fi

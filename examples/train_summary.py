@@ -14,28 +14,46 @@ def main(out):
     accuracy = json.load(open(os.path.join(out, "accuracy.json")))
     workers = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(out, "worker*.json")))]
     # The version each pushed gradient was computed on, by the sequence it was applied as.
-    computed_on = {}
-    for path in glob.glob(os.path.join(out, "worker*.pushes.csv")):
+    # aggregate mode: the workers' sequences are the aggregator's; what the server applied is
+    # in the aggregator's log (computed_on: the oldest member's) with its member count.
+    computed_on, gradients_in = {}, {}
+    aggregated = os.path.exists(os.path.join(out, "aggregator.updates.csv"))
+    if aggregated:
+        with open(os.path.join(out, "aggregator.updates.csv")) as f:
+            for row in csv.DictReader(f):
+                if row["lost"] == "0":
+                    computed_on[int(row["sequence"])] = int(row["computed_on"])
+                    gradients_in[int(row["sequence"])] = int(row["members"])
+    for path in [] if aggregated else glob.glob(os.path.join(out, "worker*.pushes.csv")):
         with open(path) as f:
             for row in csv.DictReader(f):
                 if row["dropped"] == "0" and row["lost"] == "0":
                     computed_on[int(row["sequence"])] = int(row["computed_on"])
     # Delay of an applied gradient = updates applied before it − the version it was computed on.
-    delays, applied_before = [], 0
+    delays, applied_before, gradients_applied = [], 0, 0
     with open(os.path.join(out, "server.applied.csv")) as f:
         for row in csv.DictReader(f):
             if row["skipped"] == "1":
                 continue
             if int(row["sequence"]) in computed_on:
                 delays.append(applied_before - computed_on[int(row["sequence"])])
+            gradients_applied += gradients_in.get(int(row["sequence"]), 1)
             applied_before += 1
+    # Bytes into the server's host (the bridge port's transmit counter), when the job recorded them.
+    server_ingress = None
+    link_path = os.path.join(out, "link-bytes.json")
+    if os.path.exists(link_path):
+        link = json.load(open(link_path))
+        if "h0" in link["before"] and "h0" in link["after"]:
+            server_ingress = link["after"]["h0"]["rx"] - link["before"]["h0"]["rx"]
     with open(os.path.join(out, "delays.csv"), "w") as f:
         f.write("delay\n" + "".join(f"{d}\n" for d in delays))
     computed = sum(w["steps"] for w in workers)
     dropped = sum(w["dropped"] for w in workers)
     summary = {
         "mode": server["mode"], "workers": len(workers), "gradients_computed": computed,
-        "applied": server["applied"], "dropped": dropped, "lost": sum(w["lost"] for w in workers),
+        "applied": server["applied"], "gradients_applied": gradients_applied,
+        "server_ingress_bytes": server_ingress, "dropped": dropped, "lost": sum(w["lost"] for w in workers),
         "holes": server["skipped"], "seconds": server["seconds"],
         "updates_per_s": server["applied"] / server["seconds"] if server["seconds"] > 0 else 0,
         "delay_median": statistics.median(delays) if delays else None,
@@ -49,12 +67,16 @@ def main(out):
     }
     json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
     t = summary["time_to_target_s"]
-    print(f"summary [{summary['mode']}]: {computed} gradients computed, {summary['applied']} applied, "
+    print(f"summary [{summary['mode']}]: {computed} gradients computed, {summary['applied']} updates applied"
+          + (f" ({gradients_applied} gradients summed in)" if aggregated else "") + ", "
           f"{dropped} dropped, {summary['lost']} lost, {summary['holes']} holes in {summary['seconds']:.1f} s "
           f"({summary['updates_per_s']:.1f} updates/s)")
     print(f"  delay (versions) median {summary['delay_median']}, p90 {summary['delay_p90']}, max {summary['delay_max']}; "
           f"accuracy final {summary['final_accuracy']:.4f}, best {summary['best_accuracy']:.4f}; "
           f"time to {summary['target']:.2f}: " + ("not reached" if t is None else f"{t:.1f} s"))
+    if server_ingress is not None:
+        print(f"  server ingress {server_ingress / 1e6:.2f} MB "
+              f"({server_ingress / max(gradients_applied, 1) / 1e3:.1f} kB per gradient applied)")
     print(f"  per worker: compute {summary['worker_compute_s']:.1f} s, push {summary['worker_push_s']:.1f} s, "
           f"pull/barrier {summary['worker_pull_s']:.1f} s")
 

@@ -22,19 +22,39 @@ def fmt(values, digits=1):
 def main(results):
     rows = {}
     for path in sorted(glob.glob(os.path.join(results, "runs", "*", "train-*", "summary.json"))):
-        m = re.search(r"straggler(\d)-(\w+)-seed(\d+)", path)
+        # runs/straggler<S>-<mode>-seed<N>[-replica0][-lr<LR>]/train-<mode>/summary.json
+        m = re.search(r"straggler(\d)-(\w+)-seed(\d+)((?:-[\w.]+)*)/", path)
         if not m:
             continue
         s = json.load(open(path))
         s["straggler"], s["seed"] = int(m.group(1)), int(m.group(3))
-        rows.setdefault((s["straggler"], m.group(2)), []).append(s)
+        variants = [v for v in m.group(4).split("-") if v]
+        labels = ["no replica" if v == "replica0" else f"lr {v[2:]}" if v.startswith("lr") else v for v in variants]
+        mode = m.group(2) + (f" ({', '.join(labels)})" if labels else "")
+        rows.setdefault((s["straggler"], mode), []).append(s)
     json.dump({f"straggler{k[0]}-{k[1]}": v for k, v in rows.items()}, open(os.path.join(results, "results.json"), "w"), indent=1)
-    lines = ["| straggler | mode | seeds | time to target (s) | final accuracy | applied | dropped | updates/s | delay median / max |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    # Speed-up vs fifo: per seed, fifo's time to target / the mode's (same seed, same case), so
+    # a slow seed for both does not count as a difference; then median (range) over seeds.
+    def speedups(straggler, runs):
+        fifo = {r["seed"]: r["time_to_target_s"] for r in rows.get((straggler, "fifo"), [])}
+        return [fifo[r["seed"]] / r["time_to_target_s"] for r in runs
+                if r["time_to_target_s"] and fifo.get(r["seed"])]
+
+    def per_gradient(r):  # server ingress bytes per gradient applied (summed in, for aggregate)
+        b, g = r.get("server_ingress_bytes"), r.get("gradients_applied")
+        return b / g / 1e3 if b and g else None
+
+    lines = ["| straggler | mode | seeds | time to target (s) | speed-up vs fifo | final accuracy | updates applied | "
+             "gradients applied | dropped | server ingress (MB) | kB in per gradient | delay median / max |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (straggler, mode), runs in sorted(rows.items()):
         lines.append(f"| {straggler} | {mode} | {len(runs)} | {fmt([r['time_to_target_s'] for r in runs])} | "
+                     f"{fmt(speedups(straggler, runs), 2)} | "
                      f"{fmt([r['final_accuracy'] for r in runs], 4)} | {fmt([r['applied'] for r in runs], 0)} | "
-                     f"{fmt([r['dropped'] for r in runs], 0)} | {fmt([r['updates_per_s'] for r in runs])} | "
+                     f"{fmt([r.get('gradients_applied') for r in runs], 0)} | "
+                     f"{fmt([r['dropped'] for r in runs], 0)} | "
+                     f"{fmt([(r.get('server_ingress_bytes') or 0) / 1e6 or None for r in runs], 2)} | "
+                     f"{fmt([per_gradient(r) for r in runs], 1)} | "
                      f"{fmt([r['delay_median'] for r in runs])} / {fmt([r['delay_max'] for r in runs], 0)} |")
     target = next(iter(rows.values()))[0]["target"] if rows else None
     text = f"Target accuracy {target}; values are the median (min–max) over seeds.\n\n" + "\n".join(lines) + "\n"
@@ -48,7 +68,7 @@ def plot(results):
     import subprocess
     for straggler in (0, 1):
         curves = []
-        for mode in ("gradlane", "fifo", "sync"):
+        for mode in ("gradlane", "fifo", "sync", "aggregate"):
             path = os.path.join(results, "runs", f"straggler{straggler}-{mode}-seed1", f"train-{mode}", "accuracy.csv")
             if os.path.exists(path):
                 curves.append(f"'{path}' using 1:3 with lines lw 2 title '{mode}'")
@@ -57,7 +77,7 @@ def plot(results):
         png = os.path.join(results, f"accuracy-straggler{straggler}.png")
         script = (f"set terminal png size 800,500; set output '{png}'; set datafile separator ',';"
                   f"set key bottom right; set xlabel 'wall time (s)'; set ylabel 'test accuracy (10,000 images)';"
-                  f"set yrange [0.5:0.85]; set grid; set title 'Soft-RoCE, server link 4 mbit/s, "
+                  f"set yrange [0.5:0.85]; set grid; set title 'Soft-RoCE, server ingress 4 mbit/s, "
                   f"{'one worker at 1 mbit/s' if straggler else 'no straggler'} (seed 1)';"
                   "plot " + ", ".join(curves))
         subprocess.run(["gnuplot", "-e", script], check=False)

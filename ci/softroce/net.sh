@@ -206,7 +206,8 @@ softroce_net_up_hosts() {
   SOFTROCE_DESCRIPTION="$n hosts rxe0..rxe$((n - 1)) on br0 $SOFTROCE_NET_PREFIX.10-1$((n - 1)) gid $gids"
 }
 
-# Shape host I's link in both directions (its veth and the bridge port). tbf: netem rate
+# Shape host I's link: "I:RATE" in both directions (its veth h<I> carries what it sends, the
+# bridge port h<I>-p what it receives), "I:RATE:in" only what it receives. tbf: netem rate
 # does the same, htb+fq_codel was worse. The rate seen by one flow is RATE x 0.946.
 softroce_net_shape() {
   local -a specs=("$@")
@@ -214,9 +215,14 @@ softroce_net_shape() {
   ((${#specs[@]})) || return 0
   for spec in "${specs[@]}"; do
     i=${spec%%:*} rate=${spec#*:}
-    batch+="qdisc replace dev h$i root tbf rate $rate burst 32kb latency 400ms"$'\n'
+    if [[ $rate == *:in ]]; then
+      rate=${rate%:in}
+      SOFTROCE_DESCRIPTION+=", into h$i at $rate"
+    else
+      batch+="qdisc replace dev h$i root tbf rate $rate burst 32kb latency 400ms"$'\n'
+      SOFTROCE_DESCRIPTION+=", h$i at $rate"
+    fi
     batch+="qdisc replace dev h$i-p root tbf rate $rate burst 32kb latency 400ms"$'\n'
-    SOFTROCE_DESCRIPTION+=", h$i at $rate"
   done
   tc -batch - <<<"$batch" || return 1
 }

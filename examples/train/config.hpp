@@ -13,12 +13,16 @@ namespace gradlane::examples::train {
 //             in request order (same transport, same batch, same model);
 //   sync      synchronous SGD: a barrier per step (each worker waits until the server holds all
 //             N gradients of the previous step), the server averages the N gradients.
-enum class Mode : std::uint8_t { gradlane, fifo, sync };
+//   aggregate fifo's direct pushes, but to a ps::Aggregator on a worker host, which sums each
+//             group of `group` gradients and forwards one update to the server and replica
+//             (MLfabric's R1: the server's ingress carries one update per group). The sidecar
+//             does not drive aggregation yet, so this mode has no ordering and no τ.
+enum class Mode : std::uint8_t { gradlane, fifo, sync, aggregate };
 Mode parse_mode(const std::string& name);
 const char* to_string(Mode mode);
 
 struct Config {
-  std::string role;                 // server | replica | worker | evaluate
+  std::string role;                 // server | replica | worker | aggregator | evaluate
   Mode mode = Mode::fifo;
   std::string model = "softmax";    // softmax | mlp
   std::string data;                 // Fashion-MNIST directory ("" = Debian's)
@@ -26,7 +30,13 @@ struct Config {
   std::uint16_t port = 7800;        // server / replica: listen here
   std::string server;               // worker: ADDR:PORT of the server
   std::string replica;              // server, worker: ADDR:PORT of the replica ("" = none)
-  std::uint32_t workers = 2;        // the job's workers (server, replica: how many connect)
+  bool replica_reads = false;       // workers do not mirror; the replica READs each update from
+                                    // the server's slot (give it to the replica and the workers)
+  std::uint32_t workers = 2;        // the job's workers
+  std::uint32_t peers = 0;          // server, replica: connections to accept (0: workers);
+                                    // aggregator: its members (0: workers)
+  std::string aggregator;           // aggregate mode (worker): ADDR:PORT of its aggregator
+  std::uint32_t group = 4;          // aggregator: gradients summed into one update
   std::uint32_t id = 1;             // worker id, 1..workers
   std::uint64_t steps = 200;        // gradients each worker computes
   float learning_rate = 0.1F;       // per gradient (sync: per averaged step)
@@ -44,6 +54,7 @@ struct Config {
 
 int run_server(const Config& config);    // server and replica
 int run_worker(const Config& config);
+int run_aggregator(const Config& config);
 int run_evaluate(const Config& config);  // offline: the server's snapshots on the test set
 
 }  // namespace gradlane::examples::train

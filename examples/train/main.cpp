@@ -5,8 +5,10 @@
 //   gradlane_train server  --mode M --device rxe0 --port 7800 --workers N [--replica A:P] --out DIR
 //   gradlane_train replica --mode M --device rxe1 --port 7801 --workers N --out DIR
 //   gradlane_train worker  --mode M --device rxe2 --id I --server A:P [--replica A:P] --steps K --out DIR
+//   gradlane_train aggregator --mode aggregate --device rxe2 --port 7802 --id I --server A:P [--replica A:P] --group K
 //   gradlane_train evaluate --out DIR            (the server's snapshots on the full test set)
-// gradlane mode adds --sidecar SHM --endpoint E (and --server-endpoint E on workers).
+// gradlane mode adds --sidecar SHM --endpoint E (and --server-endpoint E on workers); aggregate
+// mode gives workers --aggregator A:P and the server and replica --peers (the aggregators).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -20,7 +22,8 @@ Mode parse_mode(const std::string& name) {
   if (name == "gradlane") return Mode::gradlane;
   if (name == "fifo") return Mode::fifo;
   if (name == "sync") return Mode::sync;
-  throw std::invalid_argument("unknown mode '" + name + "': use gradlane, fifo or sync");
+  if (name == "aggregate") return Mode::aggregate;
+  throw std::invalid_argument("unknown mode '" + name + "': use gradlane, fifo, sync or aggregate");
 }
 
 const char* to_string(Mode mode) {
@@ -28,6 +31,7 @@ const char* to_string(Mode mode) {
     case Mode::gradlane: return "gradlane";
     case Mode::fifo: return "fifo";
     case Mode::sync: return "sync";
+    case Mode::aggregate: return "aggregate";
   }
   return "?";
 }
@@ -41,7 +45,8 @@ int main(int argc, char** argv) {
   CLI::App app{"gradlane_train: data-parallel SGD on Fashion-MNIST over gradlane's parameter server"};
   app.require_subcommand(1);
   const auto common = [&](CLI::App* sub) {
-    sub->add_option("--mode", mode, "gradlane | fifo | sync")->check(CLI::IsMember({"gradlane", "fifo", "sync"}));
+    sub->add_option("--mode", mode, "gradlane | fifo | sync | aggregate")
+        ->check(CLI::IsMember({"gradlane", "fifo", "sync", "aggregate"}));
     sub->add_option("--model", c.model, "softmax | mlp")->check(CLI::IsMember({"softmax", "mlp"}));
     sub->add_option("--data", c.data, "Fashion-MNIST directory (default: Debian's dataset-fashion-mnist)");
     sub->add_option("--out", c.out, "directory for this role's files");
@@ -51,12 +56,15 @@ int main(int argc, char** argv) {
     sub->add_option("--slots", c.slots, "the server's update slots")->check(CLI::Range(1U, 4096U));
     sub->add_option("--sidecar", c.sidecar, "gradlane mode: the host's gradlaned shared-memory name");
     sub->add_option("--endpoint", c.endpoint, "gradlane mode: this process's NIC endpoint id");
+    sub->add_flag("--replica-reads", c.replica_reads,
+                  "workers write each update to the server only; the replica READs it from the server's slot");
   };
   for (const char* role : {"server", "replica"}) {
     auto* sub = app.add_subcommand(role, std::string("run the ") + role);
     common(sub);
     sub->add_option("--device", c.device, "RDMA device")->required();
     sub->add_option("--port", c.port, "listen port");
+    sub->add_option("--peers", c.peers, "connections to accept (default: --workers; aggregate mode: the aggregators)");
     if (std::string(role) == "server") sub->add_option("--replica", c.replica, "ADDR:PORT of the replica");
     sub->add_option("--snapshot-ms", c.snapshot_ms, "record the model this often")->check(CLI::Range(10U, 60000U));
     sub->add_option("--live-eval", c.live_eval, "test images behind the live accuracy (0: none)");
@@ -71,7 +79,20 @@ int main(int argc, char** argv) {
   worker->add_option("--steps", c.steps, "gradients to compute")->check(CLI::Range(1ULL, 100000000ULL));
   worker->add_option("--batch", c.batch, "minibatch size")->check(CLI::Range(1U, 50000U));
   worker->add_option("--server-endpoint", c.server_endpoint, "gradlane mode: the server's endpoint id");
+  worker->add_option("--aggregator", c.aggregator, "aggregate mode: ADDR:PORT of the worker's aggregator");
   worker->callback([&c] { c.role = "worker"; });
+  auto* aggregator = app.add_subcommand("aggregator", "run an aggregator (aggregate mode)");
+  common(aggregator);
+  aggregator->add_option("--device", c.device, "RDMA device")->required();
+  aggregator->add_option("--port", c.port, "listen port (workers connect here)");
+  aggregator->add_option("--id", c.id, "its worker id at the server (distinct from the workers')")
+      ->required()
+      ->check(CLI::Range(1U, 1U << 20));
+  aggregator->add_option("--server", c.server, "ADDR:PORT of the server")->required();
+  aggregator->add_option("--replica", c.replica, "ADDR:PORT of the replica (the aggregate is mirrored there)");
+  aggregator->add_option("--group", c.group, "gradients summed into one update")->check(CLI::Range(1U, 1024U));
+  aggregator->add_option("--peers", c.peers, "workers that push to it (default: --workers)");
+  aggregator->callback([&c] { c.role = "aggregator"; });
   auto* evaluate = app.add_subcommand("evaluate", "evaluate the server's snapshots on the test set");
   common(evaluate);
   evaluate->add_option("--target", c.target, "accuracy whose time is reported")->check(CLI::Range(0.0, 1.0));
@@ -82,7 +103,11 @@ int main(int argc, char** argv) {
     if (c.mode == gradlane::examples::train::Mode::gradlane && (c.role == "server" || c.role == "worker") && c.sidecar.empty()) {
       throw std::invalid_argument("--mode gradlane needs --sidecar SHM_NAME (the host's gradlaned) and --endpoint");
     }
+    if (c.mode == gradlane::examples::train::Mode::aggregate && c.role == "worker" && c.aggregator.empty()) {
+      throw std::invalid_argument("--mode aggregate needs --aggregator ADDR:PORT on each worker");
+    }
     if (c.role == "worker") return gradlane::examples::train::run_worker(c);
+    if (c.role == "aggregator") return gradlane::examples::train::run_aggregator(c);
     if (c.role == "evaluate") return gradlane::examples::train::run_evaluate(c);
     return gradlane::examples::train::run_server(c);
   } catch (const std::exception& e) {

@@ -57,6 +57,7 @@ int run_server(const Config& c) {
   ps::ShardOptions options;
   options.floats = model.parameters();
   options.slots = c.slots;
+  options.read_updates_from_server = c.replica_reads;
   // sync: every step's N gradients are applied one by one at lr/N — their average at lr.
   options.learning_rate = c.mode == Mode::sync ? c.learning_rate / static_cast<float>(c.workers) : c.learning_rate;
   if (c.mode == Mode::gradlane && is_server) {  // the replica follows the server's decisions
@@ -84,7 +85,7 @@ int run_server(const Config& c) {
       }
     }
   }
-  shard.accept_peers(c.workers, 300s);
+  shard.accept_peers(c.peers != 0 ? c.peers : c.workers, 300s);
 
   // Training starts when every worker is connected: the snapshots' time origin.
   const auto start = Clock::now();

@@ -46,7 +46,14 @@ int run_worker(const Config& c) {
   ps::WorkerOptions options;
   options.id = c.id;
   options.server = parse_endpoint(c.server);
-  if (!c.replica.empty()) options.replica = parse_endpoint(c.replica);
+  // aggregate mode: pushes go to the aggregator (pulls stay with the server); its forward is
+  // what the replica mirrors, so the worker has no replica of its own.
+  if (c.mode == Mode::aggregate) {
+    options.aggregator = parse_endpoint(c.aggregator);
+  } else if (!c.replica.empty()) {
+    options.replica = parse_endpoint(c.replica);
+    options.mirror = !c.replica_reads;
+  }
   options.floats = model.parameters();
   options.timeout = std::chrono::milliseconds(120000);
   if (c.mode == Mode::gradlane) {
@@ -63,7 +70,7 @@ int run_worker(const Config& c) {
 
   // Each push's fate, joined with the server's applied log by sequence (in gradlane mode the
   // server learns only the sequence from the doorbell, not the version the gradient was
-  // computed on).
+  // computed on). In aggregate mode the sequence is the aggregator's member sequence.
   std::ofstream pushes(c.out + "/worker" + std::to_string(c.id) + ".pushes.csv");
   pushes << "step,computed_on,sequence,dropped,lost\n";
   std::uint64_t dropped = 0, lost = 0, pull_retries = 0;

@@ -90,6 +90,12 @@ struct ShardOptions {
   // endpoint as the workers' requests name them).
   std::optional<sidecar::AttachOptions> sidecar;
   TransportOptions transport{};
+  // Replica: read each update the server applied from the server's slot (one RDMA READ, no
+  // server CPU: the server keeps a slot until the replica acknowledged it) as soon as the
+  // server's decision for it arrives, instead of waiting for the worker's mirror. With workers
+  // that do not mirror (WorkerOptions::mirror = false) every update leaves the worker once, and
+  // the replica's copy crosses the server's egress, not the worker's link again.
+  bool read_updates_from_server = false;
   // run_until() sleeps on the shared completion queue while nothing arrives (20 ms at a time,
   // so the timers above still run) instead of spinning a core. Costs a wake-up (an interrupt
   // and a thread switch) on the first arrival after a quiet spell: perf/results/ps-doorbells.md.
@@ -175,7 +181,13 @@ struct Endpoint {
 struct WorkerOptions {
   std::uint32_t id = 1;                // unique among the shard's workers, > 0
   Endpoint server;
-  std::optional<Endpoint> replica;     // where every update is mirrored
+  std::optional<Endpoint> replica;     // where every update is mirrored; where pulls and pushes
+                                       // go if the server fails
+  // Write every update to the replica's slot too (R3: the server's NIC does not forward it). Off:
+  // the worker only stays connected to the replica for failover, and the replica reads each
+  // update from the server's slot (ShardOptions::read_updates_from_server must be on there, or
+  // it waits hole_timeout per update before reading).
+  bool mirror = true;
   std::size_t floats = 0;              // the shard's size
   Millis timeout{30000};               // bound on each wait (grant, completion, connect)
   // Sidecar mode: ask the host's gradlaned (attached as this worker's NIC endpoint and job)

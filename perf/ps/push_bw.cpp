@@ -54,6 +54,7 @@ struct Options {
   std::uint32_t slots = 8;
   int timeout_s = 60;
   int idle_nap_us = 1000;
+  bool replica_reads = false;  // worker: no mirror; replica: reads each update from the server
   std::string out_json;
 };
 
@@ -103,6 +104,9 @@ std::variant<Options, int> parse(int argc, char** argv) {
   app.add_option("--idle_nap_us", o.idle_nap_us,
                  "server/replica: after 256 idle rounds nap 20 µs, doubling up to this (0 = spin, as run_until)")
       ->check(CLI::Range(0, 100000));
+  app.add_flag("--replica_reads", o.replica_reads,
+               "worker: write each update to the server only; replica: read each one from the server's slot "
+               "(give it to both)");
   app.add_option("--out_json", o.out_json, "also write the results as JSON to this file");
   try {
     app.parse(argc, argv);
@@ -174,6 +178,7 @@ int run_shard(const Options& o) {
   shard_options.floats = o.bytes / sizeof(float);
   shard_options.slots = o.slots;
   shard_options.transport = gradlane::TransportOptions::from_env();
+  shard_options.read_updates_from_server = o.replica_reads;
   const std::vector<float> initial(shard_options.floats, 0.0F);
   ps::ShardServer shard(device, role, o.port, shard_options, initial);
   std::cout << " " << o.role << " listening on port " << shard.port() << ", expecting " << o.workers
@@ -282,6 +287,7 @@ int run_worker(const Options& o) {
   worker_options.id = o.id;
   worker_options.server = *o.server;
   worker_options.replica = o.replica;
+  worker_options.mirror = !o.replica_reads;
   worker_options.floats = o.bytes / sizeof(float);
   worker_options.timeout = std::chrono::duration_cast<gradlane::Millis>(std::chrono::seconds(o.timeout_s));
   worker_options.transport = gradlane::TransportOptions::from_env();
@@ -313,7 +319,7 @@ int run_worker(const Options& o) {
   }
   const double seconds = std::chrono::duration<double>(before - t0).count();
 
-  const std::uint64_t copies = o.replica ? 2 : 1;
+  const std::uint64_t copies = o.replica && !o.replica_reads ? 2 : 1;
   const double bytes = static_cast<double>(o.bytes) * static_cast<double>(o.iterations);
   const double mbps = bytes / seconds / kBytesPerMB;
   const double gbps = bytes / seconds / kBytesPerGb;

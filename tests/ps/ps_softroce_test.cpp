@@ -56,6 +56,7 @@ struct RunSpec {
   std::string gradient = "pattern";
   std::map<std::uint32_t, std::uint64_t> die_after;  // worker -> step at which it dies after its request
   std::string hole_timeout_ms;  // empty: ps_node's default
+  bool replica_reads = false;   // workers do not mirror; the replica reads from the server's slots
   // Sidecar mode: gradlaned A on host 0 (endpoints 0 = the server's NIC, 2 = host 2's) owns the
   // server's sequence; gradlaned B serves host 1 (endpoint 1) and reaches A over RDMA.
   bool sidecar = false;
@@ -79,6 +80,7 @@ class ShardRun : public ::testing::Test {
     const std::string replica_at = "replica=" + hosts[1].address + ":7801";
     std::vector<std::string> shard_args = {floats, "slots=8", "workers=" + std::to_string(kWorkers), updates, out};
     if (!spec.hole_timeout_ms.empty()) shard_args.push_back("hole_timeout_ms=" + spec.hole_timeout_ms);
+    if (spec.replica_reads) shard_args.push_back("replica_reads=1");
     auto args = [&](std::vector<std::string> head) {
       head.insert(head.begin(), node);
       head.insert(head.end(), shard_args.begin(), shard_args.end());
@@ -115,6 +117,7 @@ class ShardRun : public ::testing::Test {
                                     "server=" + hosts[0].address + ":7800", replica_at, floats, updates,
                                     "gradient=" + spec.gradient, out};
       if (spec.die_after.contains(id)) a.push_back("die_after=" + std::to_string(spec.die_after.at(id)));
+      if (spec.replica_reads) a.push_back("replica_reads=1");
       if (spec.sidecar) {  // workers 1, 2 on host 2 (endpoint 2, sidecar A); 3, 4 on host 1 (endpoint 1, B)
         a.insert(a.end(), {std::string("sidecar=") + (id <= 2 ? kShmA : kShmB), id <= 2 ? "endpoint=2" : "endpoint=1",
                            "server_endpoint=0"});
@@ -189,6 +192,21 @@ TEST_F(ShardRun, ServerAndReplicaAreBitwiseEqualAndMatchTheReference) {
   EXPECT_TRUE(bitwise_equal(server_model_, reference())) << "the server's model is not the granted order applied";
   // The updates really changed the model (a server that applied nothing would match nothing).
   EXPECT_NE(server_model_[0], examples::initial_value(0));
+}
+
+TEST_F(ShardRun, AReplicaThatReadsFromTheServersSlotsStaysBitwiseEqual) {
+  // Workers write each update once (to the server); the replica reads every one of them from the
+  // server's slot when the server's decision comes. Same guarantees as with mirroring.
+  RunSpec spec;
+  spec.replica_reads = true;
+  run(spec);
+  const std::uint64_t total = kWorkers * spec_.updates;
+  ASSERT_EQ(history_.size(), total);
+  EXPECT_TRUE(bitwise_equal(server_model_, replica_model_)) << "server and replica diverged";
+  EXPECT_TRUE(bitwise_equal(server_model_, reference())) << "the server's model is not the granted order applied";
+  const json replica_stats = read_lines(out_ + "/replica.stats.json").at(0);
+  EXPECT_EQ(replica_stats["mirrors_fetched"].get<std::uint64_t>(), total)
+      << "every update must have come by a READ from the server, none by a mirror";
 }
 
 TEST_F(ShardRun, PullsDuringAppliesAreNeverTorn) {

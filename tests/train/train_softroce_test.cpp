@@ -1,15 +1,18 @@
 // gradlane_train over real rxe (`ci/softroce.sh --hosts 3`): a short training job — server on
 // host 0, replica on host 1, a worker on each of hosts 1 and 2, each a separate process — in
-// fifo mode (direct) and in gradlane mode (two gradlaneds). Checked after each run:
+// fifo mode (direct), in gradlane mode (two gradlaneds) and in aggregate mode (an aggregator on
+// host 2 sums pairs of gradients and forwards each sum). Checked after each run:
 //   - the server's model and the replica's are bitwise equal;
 //   - the server's model is bitwise what replaying the run gives: every applied gradient
 //     recomputed here from its worker's data order on the model version it was computed on,
-//     applied in the server's sequence order with the server's kernel — so every byte that
-//     crossed the network (pull and push) was the right one;
+//     applied in the server's sequence order with the server's kernel (aggregate mode: each
+//     forwarded update the ordered sum of its members, in the aggregator's logged order) — so
+//     every byte that crossed the network (pull, push, forward) was the right one;
 //   - accuracy on 1,000 test images rises from chance (~10 %) to above 60 %.
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -31,6 +34,7 @@ constexpr std::uint32_t kWorkers = 2;
 constexpr std::uint64_t kSteps = 150;
 constexpr float kLearningRate = 0.05F;
 constexpr std::uint64_t kSeed = 7;
+constexpr std::uint32_t kGroup = 2;  // aggregate mode: gradients per forwarded update
 
 struct Push {
   std::uint64_t step = 0, computed_on = 0, sequence = 0;
@@ -100,50 +104,127 @@ class TrainingRun : public ::testing::Test {
               std::to_string(endpoint)};
     };
     const std::string replica_at = hosts[1].address + ":7821";
-    ExternalProcess replica(args({train, "replica"}, {"--device", hosts[1].device, "--port", "7821"}), out_ + "/replica");
+    const bool aggregate = mode == "aggregate";
+    // aggregate: the workers pull from the server but push to the aggregator (id kWorkers + 1),
+    // whose forwards are the only updates the server and the replica see.
+    std::optional<ExternalProcess> aggregator;
+    if (aggregate) {
+      aggregator.emplace(args({train, "aggregator"}, {"--device", hosts[2].device, "--port", "7822", "--id",
+                                                      std::to_string(kWorkers + 1), "--server",
+                                                      hosts[0].address + ":7820", "--replica", replica_at, "--group",
+                                                      std::to_string(kGroup)}),
+                         out_ + "/aggregator");
+    }
+    auto replica_tail = std::vector<std::string>{"--device", hosts[1].device, "--port", "7821"};
+    if (aggregate) replica_tail.insert(replica_tail.end(), {"--peers", "1"});
+    ExternalProcess replica(args({train, "replica"}, replica_tail), out_ + "/replica");
     auto server_tail = std::vector<std::string>{"--device", hosts[0].device, "--port", "7820", "--replica",
                                                 replica_at, "--snapshot-ms", "200", "--live-eval", "0"};
+    if (aggregate) server_tail.insert(server_tail.end(), {"--peers", std::to_string(kWorkers + 1)});
     for (const auto& a : sidecar(0)) server_tail.push_back(a);
     ExternalProcess server(args({train, "server"}, server_tail), out_ + "/server");
     std::vector<std::unique_ptr<ExternalProcess>> workers;
     for (std::uint32_t id = 1; id <= kWorkers; ++id) {
       const int host = id == 1 ? 2 : 1;
       auto tail = std::vector<std::string>{"--device", hosts[static_cast<std::size_t>(host)].device, "--id",
-                                           std::to_string(id), "--server", hosts[0].address + ":7820", "--replica",
-                                           replica_at, "--steps", std::to_string(kSteps), "--server-endpoint", "0"};
+                                           std::to_string(id), "--server", hosts[0].address + ":7820",
+                                           "--steps", std::to_string(kSteps), "--server-endpoint", "0"};
+      if (aggregate) {
+        tail.insert(tail.end(), {"--aggregator", hosts[2].address + ":7822"});
+      } else {
+        tail.insert(tail.end(), {"--replica", replica_at});
+      }
       for (const auto& a : sidecar(host)) tail.push_back(a);
       workers.push_back(std::make_unique<ExternalProcess>(args({train, "worker"}, tail), out_ + "/worker" + std::to_string(id)));
     }
     for (auto& w : workers) EXPECT_EQ(w->wait_exit(600s), std::optional<int>(0)) << "see " << out_ << "/worker*.err";
+    if (aggregator) {
+      EXPECT_EQ(aggregator->wait_exit(120s), std::optional<int>(0)) << "see " << out_ << "/aggregator.err";
+    }
     EXPECT_EQ(server.wait_exit(120s), std::optional<int>(0)) << "see " << out_ << "/server.out/.err";
     EXPECT_EQ(replica.wait_exit(120s), std::optional<int>(0)) << "see " << out_ << "/replica.out/.err";
   }
 
-  // Replays the run from its logs and checks the model, the replica and the learning.
-  void check() {
-    const tr::Model model(tr::ModelSpec{});
-    const auto data = tr::load_fashion_mnist();
-    // The server's applied log: sequence order, with each update's worker and step.
+  // The server's applied log, in sequence order: (worker, sequence) of each applied update.
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> server_order() const {
     std::ifstream log(out_ + "/server.applied.csv");
     std::string line;
     std::getline(log, line);
-    std::vector<std::pair<std::uint32_t, std::uint64_t>> order;  // (worker, sequence)
+    std::vector<std::pair<std::uint32_t, std::uint64_t>> order;
     while (std::getline(log, line)) {
       std::stringstream row(line);
       std::uint64_t sequence = 0, worker = 0, step = 0, computed_on = 0;
       int skipped = 0;
       char c = 0;
       row >> sequence >> c >> worker >> c >> step >> c >> computed_on >> c >> skipped;
-      ASSERT_EQ(skipped, 0) << "no worker died, so no sequence may be a hole";
+      EXPECT_EQ(skipped, 0) << "no worker died, so no sequence may be a hole (sequence " << sequence << ")";
       order.emplace_back(static_cast<std::uint32_t>(worker), sequence);
     }
-    std::map<std::uint32_t, std::vector<Push>> pushes;
+    return order;
+  }
+
+  // The run replayed here: versions[v] is the model after v updates; each worker's gradient at
+  // a step is recomputed from its data order (seeded as gradlane_train seeds it).
+  struct Replay {
+    explicit Replay(const tr::Model& m, const tr::FashionMnist& d) : model(m), data(d) {
+      versions.emplace_back(model.parameters());
+      model.initialise(versions[0], kSeed);
+      for (std::uint32_t id = 1; id <= kWorkers; ++id) {
+        samplers.emplace(id, tr::BatchSampler(data.train.rows - 10000, 64, kSeed * 1000003ULL + id));
+      }
+    }
+    // The gradient worker `worker` computed at `step` on version `computed_on`, into `out`.
+    // Steps of one worker must come in order (dropped steps used a batch too).
+    void gradient(std::uint32_t worker, std::uint64_t step, std::uint64_t computed_on, std::vector<float>& out) {
+      ASSERT_LT(computed_on, versions.size()) << "computed on a version the server did not have yet";
+      ASSERT_GE(step, next_step[worker]) << "worker " << worker << "'s steps out of order";
+      std::span<const std::uint32_t> rows;
+      for (; next_step[worker] <= step; ++next_step[worker]) rows = samplers.at(worker).next();
+      out.resize(model.parameters());
+      model.gradient(versions[computed_on], data.train, rows, out, work);
+    }
+    void apply(std::span<const float> update) {
+      auto next = versions.back();
+      ps::sgd_step(next, update, kLearningRate);
+      versions.push_back(std::move(next));
+    }
+    const tr::Model& model;
+    const tr::FashionMnist& data;
+    std::vector<std::vector<float>> versions;
+    std::map<std::uint32_t, tr::BatchSampler> samplers;
+    std::map<std::uint32_t, std::uint64_t> next_step;
+    tr::Workspace work;
+  };
+
+  // Server == replica == the replay, bitwise; the recorded model learned.
+  void check_models(const tr::Model& model, const tr::FashionMnist& data, const Replay& replay, std::size_t gradients) {
+    const auto server_model = read_floats(out_ + "/server.model", model.parameters());
+    const auto replica_model = read_floats(out_ + "/replica.model", model.parameters());
+    EXPECT_TRUE(server_model == replica_model) << "server and replica differ";
+    EXPECT_TRUE(server_model == replay.versions.back()) << "the server's model is not the replay of the run";
+    const auto snapshots = gradlane::examples::train::read_snapshots(out_ + "/snapshots.bin");
+    ASSERT_GE(snapshots.size(), 2u);
+    const auto test = data.test.slice(0, 1000);
+    const double first = model.accuracy(snapshots.front().model, test);
+    const double last = model.accuracy(snapshots.back().model, test);
+    EXPECT_LT(first, 0.2) << "the initial model guesses";
+    EXPECT_GT(last, 0.6) << "after " << gradients << " gradients softmax regression is well above chance";
+    EXPECT_TRUE(snapshots.back().model == server_model);
+    std::printf("train %s: %zu gradients in %zu updates, accuracy %.3f -> %.3f on 1,000 test images\n", out_.c_str(),
+                gradients, replay.versions.size() - 1, first, last);
+  }
+
+  // fifo and gradlane modes: every applied update is one worker's push.
+  void check() {
+    const tr::Model model(tr::ModelSpec{});
+    const auto data = tr::load_fashion_mnist();
+    const auto order = server_order();
     std::map<std::uint64_t, std::pair<std::uint32_t, Push>> by_sequence;
     std::size_t applied_pushes = 0;
     for (std::uint32_t id = 1; id <= kWorkers; ++id) {
-      pushes[id] = read_pushes(out_ + "/worker" + std::to_string(id) + ".pushes.csv");
-      ASSERT_EQ(pushes[id].size(), kSteps);
-      for (const auto& p : pushes[id]) {
+      const auto pushes = read_pushes(out_ + "/worker" + std::to_string(id) + ".pushes.csv");
+      ASSERT_EQ(pushes.size(), kSteps);
+      for (const auto& p : pushes) {
         if (!p.applied) continue;
         ++applied_pushes;
         ASSERT_TRUE(by_sequence.emplace(p.sequence, std::make_pair(id, p)).second) << "sequence " << p.sequence << " twice";
@@ -151,47 +232,65 @@ class TrainingRun : public ::testing::Test {
     }
     ASSERT_EQ(order.size(), applied_pushes) << "every applied push is in the server's log, once";
     ASSERT_GT(applied_pushes, kWorkers * kSteps / 2) << "most gradients must reach the server";
-
-    // Replay: versions[v] is the model after v updates.
-    std::vector<std::vector<float>> versions(1, std::vector<float>(model.parameters()));
-    model.initialise(versions[0], kSeed);
-    std::map<std::uint32_t, tr::BatchSampler> samplers;
-    std::map<std::uint32_t, std::uint64_t> next_step;
-    for (std::uint32_t id = 1; id <= kWorkers; ++id) {
-      samplers.emplace(id, tr::BatchSampler(data.train.rows - 10000, 64, kSeed * 1000003ULL + id));
-    }
-    std::vector<float> gradient(model.parameters());
-    tr::Workspace work;
+    Replay replay(model, data);
+    std::vector<float> gradient;
     for (const auto& [worker, sequence] : order) {
       const auto it = by_sequence.find(sequence);
       ASSERT_NE(it, by_sequence.end()) << "sequence " << sequence << " applied but no worker pushed it";
       ASSERT_EQ(it->second.first, worker);
       const Push& p = it->second.second;
-      ASSERT_LT(p.computed_on, versions.size()) << "computed on a version the server did not have yet";
-      // Advance the worker's data order to this step (dropped steps used a batch too).
-      auto& sampler = samplers.at(worker);
-      std::span<const std::uint32_t> rows;
-      for (; next_step[worker] <= p.step; ++next_step[worker]) rows = sampler.next();
-      model.gradient(versions[p.computed_on], data.train, rows, gradient, work);
-      auto next = versions.back();
-      ps::sgd_step(next, gradient, kLearningRate);
-      versions.push_back(std::move(next));
+      replay.gradient(worker, p.step, p.computed_on, gradient);
+      if (HasFatalFailure()) return;
+      replay.apply(gradient);
     }
-    const auto server_model = read_floats(out_ + "/server.model", model.parameters());
-    const auto replica_model = read_floats(out_ + "/replica.model", model.parameters());
-    EXPECT_TRUE(server_model == replica_model) << "server and replica differ";
-    EXPECT_TRUE(server_model == versions.back()) << "the server's model is not the replay of the run";
+    check_models(model, data, replay, order.size());
+  }
 
-    const auto snapshots = gradlane::examples::train::read_snapshots(out_ + "/snapshots.bin");
-    ASSERT_GE(snapshots.size(), 2u);
-    const auto test = data.test.slice(0, 1000);
-    const double first = model.accuracy(snapshots.front().model, test);
-    const double last = model.accuracy(snapshots.back().model, test);
-    EXPECT_LT(first, 0.2) << "the initial model guesses";
-    EXPECT_GT(last, 0.6) << "after " << order.size() << " updates softmax regression is well above chance";
-    EXPECT_TRUE(snapshots.back().model == server_model);
-    std::printf("train %s: %zu updates applied, accuracy %.3f -> %.3f on 1,000 test images\n", out_.c_str(),
-                order.size(), first, last);
+  // aggregate mode: every applied update is the ordered sum of its members (the aggregator's
+  // log, in sum order), each recomputed on the version it was computed on.
+  void check_aggregated() {
+    const tr::Model model(tr::ModelSpec{});
+    const auto data = tr::load_fashion_mnist();
+    struct Member {
+      std::uint32_t worker = 0;
+      std::uint64_t step = 0, computed_on = 0;
+    };
+    std::map<std::uint64_t, std::vector<Member>> members;  // by server sequence, in sum order
+    std::ifstream in(out_ + "/aggregator.members.csv");
+    std::string line;
+    std::getline(in, line);
+    std::size_t summed = 0;
+    while (std::getline(in, line)) {
+      std::stringstream row(line);
+      std::uint64_t sequence = 0;
+      Member m;
+      char c = 0;
+      row >> sequence >> c >> m.worker >> c >> m.step >> c >> m.computed_on;
+      members[sequence].push_back(m);
+      ++summed;
+    }
+    const auto order = server_order();
+    EXPECT_EQ(summed, kWorkers * kSteps) << "every gradient was summed into exactly one forwarded update";
+    ASSERT_EQ(order.size(), members.size()) << "every forwarded update was applied, once";
+    ASSERT_LT(order.size(), kWorkers * kSteps * 3 / 4) << "pairs, mostly: the server saw far fewer updates than gradients";
+    Replay replay(model, data);
+    std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<float>> gradients;  // (worker, step)
+    std::vector<float> sum(model.parameters());
+    for (const auto& [worker, sequence] : order) {
+      ASSERT_EQ(worker, kWorkers + 1) << "only the aggregator pushes to the server";
+      const auto it = members.find(sequence);
+      ASSERT_NE(it, members.end()) << "sequence " << sequence << " applied but the aggregator did not forward it";
+      std::vector<std::span<const float>> parts;
+      for (const Member& m : it->second) {
+        auto& g = gradients[{m.worker, m.step}];
+        replay.gradient(m.worker, m.step, m.computed_on, g);
+        if (HasFatalFailure()) return;
+        parts.emplace_back(g);
+      }
+      ps::sum_in_order(sum, parts);
+      replay.apply(sum);
+    }
+    check_models(model, data, replay, summed);
   }
 
   std::string out_;
@@ -205,6 +304,11 @@ TEST_F(TrainingRun, FifoTrainsAndTheModelIsTheReplayOfTheRun) {
 TEST_F(TrainingRun, GradlaneModeTrainsAndTheModelIsTheReplayOfTheRun) {
   run("gradlane");
   check();
+}
+
+TEST_F(TrainingRun, AggregateModeTrainsAndTheModelIsTheReplayOfTheSums) {
+  run("aggregate");
+  check_aggregated();
 }
 
 }  // namespace

@@ -359,11 +359,12 @@ std::size_t ShardServer::State::decide_head() {
       order.arrived(head, static_cast<std::uint32_t>(head % options.slots));
     } else {
       // The server applied it but our mirror has not come: give the worker's write the hole
-      // timeout, then read the update from the server's slot, which the server keeps until
-      // we acknowledge it.
+      // timeout (none when workers do not mirror), then read the update from the server's
+      // slot, which the server keeps until we acknowledge it.
       const auto now = Clock::now();
       if (!head_waiting_since) head_waiting_since = now;
-      if (now - *head_waiting_since < options.hole_timeout || !primary) break;
+      const auto patience = options.read_updates_from_server ? Clock::duration::zero() : Clock::duration(options.hole_timeout);
+      if (now - *head_waiting_since < patience || !primary) break;
       Connection& conn = peers[*primary].conn;
       const std::uint64_t offset = (head % options.slots) * slots.slot_bytes();
       conn.wait(conn.read(slots.region(), offset, primary_slots, offset, slots.slot_bytes()), options.hole_timeout);

@@ -101,7 +101,8 @@ struct Worker::State {
     const auto start = Clock::now();
     // A payload of at most max_inline bytes is posted inline: the provider copies it into the
     // work request (connection.hpp). Counted per copy written: 1 to an aggregator, else 1 + mirror.
-    if (bytes <= options.transport.max_inline) bytes_copied += bytes * (aggregator || !replica ? 1 : 2);
+    const bool mirroring = replica && options.mirror && !aggregator;
+    if (bytes <= options.transport.max_inline) bytes_copied += bytes * (mirroring ? 2 : 1);
     if (aggregator) {  // a member slot of the aggregator's ring
       const std::uint64_t offset = (sequence % (aggregator_slots.length / bytes)) * bytes;
       aggregator->wait(aggregator->write_and_ring(gradient_region, 0, aggregator_slots, offset, bytes, imm),
@@ -115,7 +116,7 @@ struct Worker::State {
     // The mirror first: if this worker dies between the two, the server never sees the update
     // and skips it, and so does the replica (it applies only what the server decided).
     std::optional<OpId> mirrored;
-    if (replica) mirrored = replica->write_and_ring(gradient_region, 0, replica_slots, offset, bytes, imm);
+    if (mirroring) mirrored = replica->write_and_ring(gradient_region, 0, replica_slots, offset, bytes, imm);
     const OpId written = server.write_and_ring(gradient_region, 0, server_slots, offset, bytes, imm);
     if (mirrored) replica->wait(*mirrored, options.timeout);
     server.wait(written, options.timeout);

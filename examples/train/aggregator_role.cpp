@@ -1,0 +1,77 @@
+// The aggregator (aggregate mode): a gradlane::ps::Aggregator on a worker host. Workers push
+// their gradients into its member slots; it sums each group in a fixed order straight into its
+// registered buffer and forwards the sum as one update to the server (and the replica), so the
+// server's ingress carries one update per group. Writes what it forwarded for the summary.
+#include <gradlane/gradlane.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "config.hpp"
+#include "endpoint.hpp"
+#include "train/model.hpp"
+
+namespace gradlane::examples::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+void write_log(const Config& c, const ps::Aggregator& aggregator) {
+  // One line per forwarded update (its server sequence; computed_on is the oldest member's),
+  // one per member summed into it.
+  std::ofstream updates(c.out + "/aggregator.updates.csv");
+  std::ofstream members(c.out + "/aggregator.members.csv");
+  updates << "sequence,group,computed_on,members,lost\n";
+  members << "sequence,worker,step,computed_on\n";
+  for (const auto& u : aggregator.history()) {
+    updates << u.sequence << ',' << u.tag << ',' << u.computed_on << ',' << u.members.size() << ','
+            << (u.lost ? 1 : 0) << '\n';
+    for (const auto& m : u.members) members << u.sequence << ',' << m.worker << ',' << m.tag << ',' << m.computed_on << '\n';
+  }
+  const auto& st = aggregator.stats();
+  std::ofstream(c.out + "/aggregator.stats.json")
+      << "{\"group\":" << c.group << ",\"granted\":" << st.granted << ",\"summed\":" << st.summed
+      << ",\"skipped\":" << st.skipped << ",\"forwarded\":" << st.forwarded << ",\"short_groups\":" << st.short_groups
+      << ",\"lost\":" << st.lost << ",\"peers_lost\":" << st.peers_lost << ",\"bytes_copied\":" << st.bytes_copied
+      << "}\n";
+}
+
+}  // namespace
+
+int run_aggregator(const Config& c) {
+  const gradlane::train::Model model(gradlane::train::ModelSpec{.kind = gradlane::train::parse_model_kind(c.model)});
+  ps::AggregatorOptions options;
+  options.id = c.id;
+  options.server = parse_endpoint(c.server);
+  if (!c.replica.empty()) options.replica = parse_endpoint(c.replica);
+  options.floats = model.parameters();
+  options.group = c.group;
+  // Room for the next groups while one is summed and forwarded, so a slow member (a straggler
+  // still writing) does not stop the others.
+  options.slots = 4 * c.group;
+  options.timeout = 120s;
+  Device device = Device::open({.name = c.device});
+  // The server may still be loading: its port refuses until it listens. Retried for a minute.
+  std::optional<ps::Aggregator> aggregator;
+  for (const auto give_up = Clock::now() + 60s; !aggregator;) {
+    try {
+      aggregator.emplace(device, c.port, options);
+    } catch (const Error& e) {
+      if (e.code() != Errc::connection_rejected || Clock::now() > give_up) throw;
+      std::this_thread::sleep_for(200ms);
+    }
+  }
+  aggregator->accept_workers(c.peers != 0 ? c.peers : c.workers, 300s);
+  const bool finished = aggregator->run(3600s);
+  write_log(c, *aggregator);
+  const auto& st = aggregator->stats();
+  std::printf("aggregator: forwarded %llu updates summing %llu gradients (short groups %llu), skipped %llu, lost %llu\n",
+              static_cast<unsigned long long>(st.forwarded), static_cast<unsigned long long>(st.summed),
+              static_cast<unsigned long long>(st.short_groups), static_cast<unsigned long long>(st.skipped),
+              static_cast<unsigned long long>(st.lost));
+  return finished ? 0 : 3;
+}
+
+}  // namespace gradlane::examples::train
