@@ -367,7 +367,11 @@ std::size_t ShardServer::State::decide_head() {
       if (now - *head_waiting_since < patience || !primary) break;
       Connection& conn = peers[*primary].conn;
       const std::uint64_t offset = (head % options.slots) * slots.slot_bytes();
-      conn.wait(conn.read(slots.region(), offset, primary_slots, offset, slots.slot_bytes()), options.hole_timeout);
+      // Bounded by the transport's own give-up time, not hole_timeout: a multi-MiB READ under
+      // load can take seconds (seen: 4 MiB over rxe on a loaded 2-core VM), and a peer that
+      // really stopped answering fails the QP long before this.
+      conn.wait(conn.read(slots.region(), offset, primary_slots, offset, slots.slot_bytes()),
+                std::max<Millis>(options.hole_timeout, std::chrono::seconds(30)));
       order.arrived(head, static_cast<std::uint32_t>(head % options.slots));
       ++stats.mirrors_fetched;
     }
