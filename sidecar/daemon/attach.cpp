@@ -156,13 +156,17 @@ void Daemon::reclaim(std::uint32_t slot, sched::Instant now) {
 
 void Daemon::take_last_completions(AppSession& app, sched::Instant now) {
   // A detaching app is alive and finished: completions it queued before leaving still return
-  // credit and measure bandwidth. Its unanswered requests are moot (nobody will read a grant).
+  // credit and measure bandwidth, and a server app's last `applied` still opens the replica
+  // window (found by reading while fuzzing: it used to be taken for a completion and lost).
+  // Its unanswered requests are moot (nobody will read a grant).
   shm::AppEntry entry;
   for (std::uint32_t n = 0; n < shm::kRingCapacity && app.requests.pop(entry) == shm::RingStatus::ok; ++n) {
-    if (!check_envelope(entry) && entry.op != shm::Op::submit) {
-      complete(app, entry, now);
-    } else {
+    if (check_envelope(entry) || entry.op == shm::Op::submit) {
       ++stats_.reclaimed_entries;
+    } else if (entry.op == shm::Op::applied) {
+      applied(app, entry);
+    } else {
+      complete(app, entry, now);
     }
   }
   app.outbox.clear();  // answers to a departed app (incl. errors from complete() above)

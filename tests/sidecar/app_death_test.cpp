@@ -137,5 +137,33 @@ TEST(SidecarReceiver, AppliedAcksOpenTheReplicaWindow) {
   EXPECT_EQ(driver.daemon().stats().acknowledged, 1U);
 }
 
+TEST(SidecarReceiver, AServerAppsLastAppliedBeforeDetachingStillCounts) {
+  // The server app queues `applied(1)` and detaches before the daemon reads it: the ack must
+  // still open the window (it used to be handed to complete() and refused as a bad completion).
+  const std::string name = unique_shm_name();
+  sched::SchedulerConfig sc;
+  sc.replica_bound = 1;
+  DaemonDriver driver(test_config(name), std::make_unique<sched::SchedulerPolicy>(sc));
+  AttachOptions as_server = test_attach(name, 1);
+  as_server.endpoint = 9;
+  Client server = Client::attach(as_server);
+  Client worker = Client::attach(test_attach(name, 1));
+  const auto first = worker.request(small_update(1));
+  const Grant g1 = worker.wait(2s);
+  ASSERT_EQ(g1.kind, GrantKind::go);
+  worker.complete(first, 0, std::chrono::microseconds(10));
+  worker.request(small_update(2));
+  EXPECT_THROW(worker.wait(300ms), Error) << "granted beyond the replica window";
+  {
+    const auto held = driver.hold();  // the daemon reads nothing until the server has left
+    server.applied(1);
+    server.detach();
+  }
+  const Grant g2 = worker.wait(2s);
+  EXPECT_EQ(g2.kind, GrantKind::go) << "the detached server's last ack was lost";
+  EXPECT_EQ(g2.sequence, 2U);
+  EXPECT_EQ(driver.daemon().stats().acknowledged, 1U);
+}
+
 }  // namespace
 }  // namespace gradlane::sidecar::test
