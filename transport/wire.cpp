@@ -54,6 +54,11 @@ Frame decode_frame(std::span<const std::byte> bytes) {
                             magic, kFrameMagic));
   }
   const auto kind = get_u16(bytes.data() + 4);
+  // Reserved: every gradlane peer writes 0. Accepting other values would take frames no peer of
+  // this version sends (and silently ignore whatever a future version puts there).
+  if (const auto reserved = get_u16(bytes.data() + 6); reserved != 0) {
+    throw Error(Errc::protocol, fmt::format("control message header has reserved bytes {:#06x}, expected 0", reserved));
+  }
   const auto length = get_u32(bytes.data() + 8);
   if (length != bytes.size() - kFrameHeaderSize) {
     throw Error(Errc::protocol, fmt::format("control message header says {} payload bytes but {} arrived", length,

@@ -1,6 +1,7 @@
 // Internal: the framing of SEND/RECV control messages and of the connect handshake.
 //
-// Every control message starts with a 12-byte header (magic, kind, payload length). A peer is
+// Every control message starts with a 12-byte header (magic u32, kind u16, reserved u16 = 0,
+// payload length u32; little-endian). A peer is
 // untrusted input: decode_frame() checks everything and throws Error(protocol) naming what is
 // wrong, so a malformed or hostile message fails only its own connection.
 #pragma once

@@ -58,6 +58,16 @@ TEST(Wire, UnknownKindIsRefused) {
   expect_protocol_error(bytes, "unknown kind 99");
 }
 
+// Found by tests/fuzz (wire): decode_frame ignored header bytes 6-7, which encode_frame writes
+// as 0, so a frame with them set was accepted (GLC1 01 00 00 01 ...: reserved 0x0100).
+TEST(Wire, ReservedHeaderBytesMustBeZero) {
+  for (const std::size_t at : {std::size_t{6}, std::size_t{7}}) {
+    auto bytes = frame(FrameKind::message, "x");
+    bytes[at] = std::byte{1};
+    expect_protocol_error(bytes, "reserved bytes");
+  }
+}
+
 TEST(Wire, OversizedPayloadIsRefusedWhenEncoding) {
   std::vector<std::byte> out(kFrameHeaderSize + 3);
   const std::string big = "four";
