@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install what gradlane needs to build and what ci/softroce.sh needs to run, on Debian 12.
+# Install what gradlane needs to build, what ci/fuzz.sh and ci/softroce.sh need to run, on Debian 12.
 # Idempotent: when every package is already installed it touches neither the network nor
 # dpkg, so rerunning it costs a dpkg-query. Root, or sudo when it exists.
 set -euo pipefail
@@ -8,8 +8,9 @@ usage() {
   cat <<'EOF'
 Usage: ci/install-deps.sh [-n] [-h]
 
-Installs (apt-get install --no-install-recommends) the build dependencies and the
-Soft-RoCE harness dependencies that are missing; runs `apt-get update` once first.
+Installs (apt-get install --no-install-recommends) the build dependencies, the fuzzing
+toolchain (ci/fuzz.sh) and the Soft-RoCE harness dependencies that are missing; runs
+`apt-get update` once first.
   -n  only print the missing packages, install nothing (exit 1 if any are missing)
 EOF
 }
@@ -22,6 +23,10 @@ readonly BUILD_DEPS=(
   gnuplot-nox python3
   zlib1g-dev dataset-fashion-mnist
 )
+# ci/fuzz.sh: libFuzzer. clang brings the compiler (clang-14); libclang-rt-14-dev holds the
+# fuzzer and sanitizer runtimes (libclang_rt.fuzzer-x86_64.a), which clang-14 does not pull in
+# without recommends.
+readonly FUZZ_DEPS=(clang libclang-rt-14-dev)
 # Not rdma-core: it only carries udev rules and daemons, and Depends: udev pulls systemd in.
 # libibverbs1/librdmacm1 and the rxe provider come with ibverbs-providers and the utils.
 # xz-utils: ci/softroce.sh unpacks the kernel's vmlinux to boot it without SeaBIOS (3 s less).
@@ -67,9 +72,9 @@ main() {
     esac
   done
 
-  find_missing "${BUILD_DEPS[@]}" "${HARNESS_DEPS[@]}"
+  find_missing "${BUILD_DEPS[@]}" "${FUZZ_DEPS[@]}" "${HARNESS_DEPS[@]}"
   if ((${#MISSING[@]} == 0)); then
-    log "all $((${#BUILD_DEPS[@]} + ${#HARNESS_DEPS[@]})) packages already installed"
+    log "all $((${#BUILD_DEPS[@]} + ${#FUZZ_DEPS[@]} + ${#HARNESS_DEPS[@]})) packages already installed"
     return 0
   fi
   log "missing: ${MISSING[*]}"

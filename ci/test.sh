@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The project's test command (README, .ci/run): install dependencies, build, run the unit
-# suite natively and the softroce suite over a real Soft-RoCE device (ci/softroce.sh boots a
-# VM with rdma_rxe where the kernel has none), then the layering and install checks. The last
-# four lines are the summaries:
+# suite natively, the decoders' fuzz targets for a bounded minute (ci/fuzz.sh, its own Clang
+# build), and the softroce suite over a real Soft-RoCE device (ci/softroce.sh boots a VM with
+# rdma_rxe where the kernel has none), then the layering and install checks. The last five
+# lines are the summaries:
+#   fuzz: N passed, M failed
 #   layers: N passed, M failed
 #   install: N passed, M failed
 #   unit: N passed, M failed
 #   softroce: N passed, M failed
-# Exits non-zero if anything failed or if either suite did not run.
+# Exits non-zero if anything failed or if a suite did not run.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -34,6 +36,15 @@ for bin in "${unit_bins[@]}"; do
   "$bin" --gtest_output="json:$REPORTS/unit/$(basename "$bin").json" || true
 done
 
+echo "=== fuzz (libFuzzer, bounded): ci/fuzz.sh"
+fuzz_ok=0
+GRADLANE_FUZZ_BUILD_DIR=${GRADLANE_FUZZ_BUILD_DIR:-$BUILD-fuzz} bash "$ROOT/ci/fuzz.sh" 2>&1 | tee "$REPORTS/fuzz.log" || fuzz_ok=1
+grep -E '^fuzz: [0-9]+ passed, [0-9]+ failed$' "$REPORTS/fuzz.log" | tail -1 > "$REPORTS/fuzz.summary" || true
+if [[ ! -s $REPORTS/fuzz.summary ]]; then  # it died before its summary: count it as one failure
+  echo "fuzz: 0 passed, 1 failed" > "$REPORTS/fuzz.summary"
+  fuzz_ok=1
+fi
+
 echo "=== softroce suite (over rxe): ${#softroce_bins[@]} executables"
 # Three emulated hosts: the single-host tests use the first, the sidecar tests all three.
 SOFTROCE_OUT="$REPORTS/softroce" bash "$ROOT/ci/softroce.sh" --hosts 3 -- sh "$ROOT/ci/softroce-suite.sh" "${softroce_bins[@]}" || true
@@ -49,5 +60,5 @@ unit_ok=0; softroce_ok=0
 python3 "$ROOT/ci/gtest_summary.py" unit $(names "${unit_bins[@]}") -- "$REPORTS/unit" > "$REPORTS/unit.summary" || unit_ok=1
 # shellcheck disable=SC2046
 python3 "$ROOT/ci/gtest_summary.py" softroce $(names "${softroce_bins[@]}") -- "$REPORTS/softroce" > "$REPORTS/softroce.summary" || softroce_ok=1
-cat "$REPORTS/layers.summary" "$REPORTS/install.summary" "$REPORTS/unit.summary" "$REPORTS/softroce.summary"
-exit $(( layers_ok | install_ok | unit_ok | softroce_ok ))
+cat "$REPORTS/fuzz.summary" "$REPORTS/layers.summary" "$REPORTS/install.summary" "$REPORTS/unit.summary" "$REPORTS/softroce.summary"
+exit $(( fuzz_ok | layers_ok | install_ok | unit_ok | softroce_ok ))

@@ -24,15 +24,6 @@ int to_ibv_access(Access access) {
 
 namespace {
 
-void put_le(std::byte* out, std::uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
-}
-std::uint64_t get_le(const std::byte* in, int bytes) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= static_cast<std::uint64_t>(in[i]) << (8 * i);
-  return v;
-}
-
 std::string access_text(Access access) {
   std::string s;
   if (has(access, Access::local_write)) s += "local_write|";
@@ -44,16 +35,6 @@ std::string access_text(Access access) {
 }
 
 }  // namespace
-
-void RegionDescriptor::encode(std::span<std::byte, kWireSize> out) const {
-  put_le(out.data(), addr, 8);
-  put_le(out.data() + 8, length, 8);
-  put_le(out.data() + 16, rkey, 4);
-}
-
-RegionDescriptor RegionDescriptor::decode(std::span<const std::byte, kWireSize> in) {
-  return {get_le(in.data(), 8), get_le(in.data() + 8, 8), static_cast<std::uint32_t>(get_le(in.data() + 16, 4))};
-}
 
 void MemoryRegion::Deregister::operator()(ibv_mr* mr) const noexcept {
   if (int rc = ibv_dereg_mr(mr); rc != 0) {

@@ -1,0 +1,63 @@
+// Fuzz target: the sidecar-to-sidecar control messages (sidecar/peer/messages.cpp), as a
+// hostile peer sidecar sends them. The input is one received message.
+//
+// What must hold (a violation aborts, so libFuzzer keeps the input):
+//   - decode() either returns a message or throws gradlane::Error(protocol); anything else
+//     (another exception type, a crash, a sanitizer report) is a bug (fuzz_util.hpp decoded());
+//   - the wire format has one encoding per message, so a message that decodes re-encodes to
+//     exactly the input bytes;
+//   - a decoded message is within the bounds messages.hpp promises to the scheduler (sizes,
+//     kinds, parts, non-negative times), restated here rather than trusted.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <variant>
+
+#include "common/overloaded.hpp"
+#include "fuzz_util.hpp"
+#include "sidecar/peer/messages.hpp"
+
+namespace gradlane::fuzz {
+namespace {
+
+constexpr std::uint64_t kMaxBytes = std::uint64_t{1} << 40;  // messages.cpp's bound, as documented
+
+void check_bounds(const peer::Message& message) {
+  std::visit(detail::Overloaded{
+                 [](const peer::Hello& m) {
+                   require(!m.endpoints.empty() && m.endpoints.size() <= 1024, "hello with an endpoint count out of 1..1024");
+                 },
+                 [](const peer::SlotRequest& m) {
+                   require(m.bytes != 0 && m.bytes <= kMaxBytes, "slot request size out of bounds");
+                   require(std::isfinite(m.gradient_norm), "slot request with a non-finite norm");
+                   require(m.sender != m.receiver, "slot request to itself");
+                 },
+                 [](const peer::SlotAnswer& m) {
+                   const auto kind = static_cast<unsigned>(m.kind);
+                   require(kind >= 1 && kind <= 4, "slot answer of an unknown kind");
+                   require(m.part_count != 0 && m.part < m.part_count, "slot answer part out of its count");
+                   require(m.offset <= kMaxBytes && m.length <= kMaxBytes, "slot answer offset or length out of bounds");
+                   require(m.start_in_ns >= 0 && m.length_ns >= 0, "slot answer with a negative slot time");
+                   require(m.kind == peer::AnswerKind::drop || m.transfer != 0, "slot answer without a transfer id");
+                   require(m.members.size() <= 65536, "aggregate with too many members");
+                 },
+                 [](const peer::TransferDone& m) { require(m.measured_ns >= 0, "transfer done with a negative time"); },
+             },
+             message);
+}
+
+}  // namespace
+}  // namespace gradlane::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace gradlane;
+  using fuzz::require;
+  const auto bytes = fuzz::as_bytes(data, size);
+  const auto message = fuzz::decoded([&] { return peer::decode(bytes); });
+  if (!message) return 0;
+  fuzz::check_bounds(*message);
+  const auto again = peer::encode(*message);
+  require(again.size() == bytes.size() && std::equal(again.begin(), again.end(), bytes.begin()),
+          "a decoded peer message does not re-encode to its bytes");
+  return 0;
+}
