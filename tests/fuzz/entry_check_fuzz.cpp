@@ -19,12 +19,12 @@
 //   - every check agrees with the entry contract in layout.hpp, restated below without the
 //     checker's overflow-avoiding arithmetic (128-bit sums), in both directions: nothing
 //     malformed passes, nothing well-formed is refused;
+//   - the reader and the writer answer (ok / empty / full / corrupt, and the writer's backlog)
+//     exactly as a model of ring.hpp's protocol does: cached peer index, read again only when
+//     the cache says empty / full, more than a ring (or less than nothing) in between = corrupt;
 //   - the reader hands out exactly the bytes of the slot its head points at, publishes its head,
-//     never consumes past any tail the app published, and says empty / corrupt only when the
-//     published tail is equal / implausible;
-//   - the writer publishes its tail, puts the entry where it says, never runs more than a ring
-//     ahead of any head the app published, and says full / corrupt only when the published head
-//     says so; its backlog never exceeds the ring;
+//     and never consumes past any tail the app published; the writer publishes its tail, puts
+//     the entry where it says, and never runs more than a ring ahead of any published head;
 //   - no slot index ever leaves the ring (AddressSanitizer: the rings are a real heap object).
 #include <algorithm>
 #include <cmath>
@@ -150,53 +150,39 @@ class Session {
     auto& ring = rings_->requests;
     for (unsigned i = 0; i < n; ++i) {
       const shm::AppEntry expected = ring.slots[popped_ % kCapacity];
-      const std::uint64_t tail = ring.tail.load();
       const std::uint64_t head = ring.head.load();
+      const shm::RingStatus want = reader_model();
       shm::AppEntry entry{};
-      switch (reader_.pop(entry)) {
-        case shm::RingStatus::ok:
-          ++popped_;
-          require(ring.head.load() == popped_, "the reader did not publish its head");
-          require(popped_ <= max_tail_, "the reader consumed an entry no tail ever published");
-          require(std::memcmp(&entry, &expected, sizeof entry) == 0, "the reader handed out another slot's bytes");
-          check_entry(entry, limits_);
-          break;
-        case shm::RingStatus::empty:
-          require(tail == popped_, "the reader said empty while the published tail was ahead");
-          require(ring.head.load() == head, "an empty pop moved the head");
-          return;
-        case shm::RingStatus::corrupt:
-          require(tail < popped_ || tail - popped_ > kCapacity, "the reader called a plausible tail corrupt");
-          require(ring.head.load() == head, "a refused pop moved the head");
-          return;  // the daemon evicts the app here; the fuzz input carries on regardless
-        case shm::RingStatus::full:
-          require(false, "a reader reported full");
+      const shm::RingStatus got = reader_.pop(entry);
+      require(got == want, "the reader's answer is not the ring protocol's");
+      if (got != shm::RingStatus::ok) {
+        require(ring.head.load() == head, "a refused pop moved the head");
+        return;  // empty; or corrupt, where the daemon evicts the app (the input carries on)
       }
+      ++popped_;
+      require(ring.head.load() == popped_, "the reader did not publish its head");
+      require(popped_ <= max_tail_, "the reader consumed an entry no tail ever published");
+      require(std::memcmp(&entry, &expected, sizeof entry) == 0, "the reader handed out another slot's bytes");
+      check_entry(entry, limits_);
     }
   }
 
   void push_grant(const shm::GrantEntry& g) {
     auto& ring = rings_->grants;
-    const std::uint64_t head = ring.head.load();
-    switch (granter_.push(g)) {
-      case shm::RingStatus::ok:
-        ++pushed_;
-        require(ring.tail.load() == pushed_, "the writer did not publish its tail");
-        require(std::memcmp(&ring.slots[(pushed_ - 1) % kCapacity], &g, sizeof g) == 0,
-                "the writer put the entry in another slot");
-        require(pushed_ <= kCapacity || pushed_ - kCapacity <= max_head_,
-                "the writer ran more than a ring ahead of every head the app published");
-        break;
-      case shm::RingStatus::full:
-        require(head <= pushed_ && pushed_ - head == kCapacity, "the writer said full with room in the ring");
-        break;
-      case shm::RingStatus::corrupt:
-        require(head > pushed_ || pushed_ - head > kCapacity, "the writer called a plausible head corrupt");
-        break;
-      case shm::RingStatus::empty:
-        require(false, "a writer reported empty");
+    const shm::RingStatus want = writer_model();
+    const shm::RingStatus got = granter_.push(g);
+    require(got == want, "the writer's answer is not the ring protocol's");
+    if (got == shm::RingStatus::ok) {
+      ++pushed_;
+      require(ring.tail.load() == pushed_, "the writer did not publish its tail");
+      require(std::memcmp(&ring.slots[(pushed_ - 1) % kCapacity], &g, sizeof g) == 0,
+              "the writer put the entry in another slot");
+      require(pushed_ <= kCapacity || pushed_ - kCapacity <= max_head_,
+              "the writer ran more than a ring ahead of every head the app published");
     }
-    require(granter_.backlog() <= kCapacity, "the writer's backlog exceeds the ring");
+    // backlog() takes a fresh look at the head too, keeping it only if plausible.
+    if (const std::uint64_t h = ring.head.load(); h <= pushed_ && pushed_ - h <= kCapacity) seen_head_ = h;
+    require(granter_.backlog() == pushed_ - seen_head_, "the writer's backlog is not the ring protocol's");
   }
 
   void publish_head(std::uint64_t head) {
@@ -210,6 +196,25 @@ class Session {
  private:
   void note_tail() { max_tail_ = std::max(max_tail_, rings_->requests.tail.load()); }
 
+  // ring.hpp's protocol as a model: each side caches the other's index and reads it again only
+  // when its cached view says empty (reader) or full (writer); a published index that would put
+  // more than a ring, or less than nothing, between the two is corrupt and changes nothing.
+  shm::RingStatus reader_model() {
+    if (popped_ != seen_tail_) return shm::RingStatus::ok;
+    const std::uint64_t tail = rings_->requests.tail.load();
+    if (tail == popped_) return shm::RingStatus::empty;
+    if (tail < popped_ || tail - popped_ > kCapacity) return shm::RingStatus::corrupt;
+    seen_tail_ = tail;
+    return shm::RingStatus::ok;
+  }
+  shm::RingStatus writer_model() {
+    if (pushed_ - seen_head_ < kCapacity) return shm::RingStatus::ok;
+    const std::uint64_t head = rings_->grants.head.load();
+    if (head > pushed_ || pushed_ - head > kCapacity) return shm::RingStatus::corrupt;
+    seen_head_ = head;
+    return pushed_ - head >= kCapacity ? shm::RingStatus::full : shm::RingStatus::ok;
+  }
+
   AppLimits limits_;
   std::unique_ptr<Rings> rings_;
   shm::RingWriter<shm::AppEntry, shm::kRingCapacity> app_;        // the application's
@@ -219,6 +224,8 @@ class Session {
   std::uint64_t pushed_ = 0;
   std::uint64_t max_tail_ = 0;
   std::uint64_t max_head_ = 0;
+  std::uint64_t seen_tail_ = 0;  // the reader model's cached tail
+  std::uint64_t seen_head_ = 0;  // the writer model's cached head
 };
 
 }  // namespace

@@ -149,6 +149,22 @@ void entry_check_seeds(const fs::path& dir) {
     write(dir, "grants-full", s.bytes());
   }
   {
+    // A full grant ring makes the daemon look at the app's head: one ahead of what it pushed is
+    // corrupt, and so is one below zero; a head of 1 frees one slot, then the ring is full again;
+    // a head of 0 is then more than a ring behind: corrupt.
+    Stream s = session();
+    s.put(push_grants).record(go(1)).put(std::uint8_t{255});
+    s.put(publish_head).put(std::uint8_t{0}).put(std::uint16_t{1});
+    s.put(push_grants).record(go(257)).put(std::uint8_t{0});
+    s.put(publish_head).put(std::uint8_t{1}).put(std::uint16_t{257});
+    s.put(push_grants).record(go(257)).put(std::uint8_t{0});
+    s.put(publish_head).put(std::uint8_t{1}).put(std::uint16_t{255});
+    s.put(push_grants).record(go(257)).put(std::uint8_t{1});
+    s.put(publish_head).put(std::uint8_t{2}).put(std::uint64_t{0});  // 257 pushed: more than a ring behind
+    s.put(push_grants).record(go(258)).put(std::uint8_t{0});
+    write(dir, "bad-grant-heads", s.bytes());
+  }
+  {
     Stream s = session();
     shm::AppEntry bad_format = submit(1, 0, 64, 1.0F);
     bad_format.format = 2;
