@@ -2,9 +2,12 @@
 # The project's test command (README, .ci/run): install dependencies, build, run the unit
 # suite natively, the decoders' fuzz targets for a bounded minute (ci/fuzz.sh, its own Clang
 # build), and the softroce suite over a real Soft-RoCE device (ci/softroce.sh boots a VM with
-# rdma_rxe where the kernel has none), then the layering and install checks. The last five
-# lines are the summaries:
+# rdma_rxe where the kernel has none), the unit suite again under ASan+UBSan and the sidecar's
+# tests under TSan (ci/sanitizers.sh ci, their own build directories), then the layering and
+# install checks. The last seven lines are the summaries:
 #   fuzz: N passed, M failed
+#   asan-unit: N passed, M failed
+#   tsan-sidecar: N passed, M failed
 #   layers: N passed, M failed
 #   install: N passed, M failed
 #   unit: N passed, M failed
@@ -49,6 +52,15 @@ echo "=== softroce suite (over rxe): ${#softroce_bins[@]} executables"
 # Three emulated hosts: the single-host tests use the first, the sidecar tests all three.
 SOFTROCE_OUT="$REPORTS/softroce" bash "$ROOT/ci/softroce.sh" --hosts 3 -- sh "$ROOT/ci/softroce-suite.sh" "${softroce_bins[@]}" || true
 
+echo "=== sanitizers: the unit suite under ASan+UBSan, the sidecar's rings/futexes/client/daemon under TSan"
+san_ok=0
+GRADLANE_BUILD_DIR=$BUILD bash "$ROOT/ci/sanitizers.sh" ci 2>&1 | tee "$REPORTS/sanitizers.log" || san_ok=1
+grep -E '^(asan-unit|tsan-sidecar): [0-9]+ passed, [0-9]+ failed$' "$REPORTS/sanitizers.log" > "$REPORTS/sanitizers.summary" || true
+if [[ $(wc -l < "$REPORTS/sanitizers.summary") -ne 2 ]]; then  # one died before its summary
+  echo "sanitizers: 0 passed, 1 failed (see $REPORTS/sanitizers.log)" >> "$REPORTS/sanitizers.summary"
+  san_ok=1
+fi
+
 install_ok=0
 bash "$ROOT/ci/check-install.sh" "$BUILD" > "$REPORTS/install.summary" || install_ok=1
 layers_ok=0
@@ -60,5 +72,5 @@ unit_ok=0; softroce_ok=0
 python3 "$ROOT/ci/gtest_summary.py" unit $(names "${unit_bins[@]}") -- "$REPORTS/unit" > "$REPORTS/unit.summary" || unit_ok=1
 # shellcheck disable=SC2046
 python3 "$ROOT/ci/gtest_summary.py" softroce $(names "${softroce_bins[@]}") -- "$REPORTS/softroce" > "$REPORTS/softroce.summary" || softroce_ok=1
-cat "$REPORTS/fuzz.summary" "$REPORTS/layers.summary" "$REPORTS/install.summary" "$REPORTS/unit.summary" "$REPORTS/softroce.summary"
-exit $(( fuzz_ok | layers_ok | install_ok | unit_ok | softroce_ok ))
+cat "$REPORTS/fuzz.summary" "$REPORTS/sanitizers.summary" "$REPORTS/layers.summary" "$REPORTS/install.summary" "$REPORTS/unit.summary" "$REPORTS/softroce.summary"
+exit $(( fuzz_ok | san_ok | layers_ok | install_ok | unit_ok | softroce_ok ))

@@ -23,7 +23,7 @@ TEST(SidecarAppDeath, QueuedEntriesAndSlotAreReclaimed) {
   Child child("app-queue", {"--shm=" + name, "--entries=" + std::to_string(kQueued)});
   // Step only until the child is attached: its requests must stay queued, unread.
   const auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (driver.daemon().attached_apps() < 2) {
+  while (driver.attached_apps() < 2) {
     driver.step();
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the child never attached";
   }
@@ -36,7 +36,7 @@ TEST(SidecarAppDeath, QueuedEntriesAndSlotAreReclaimed) {
   EXPECT_EQ(stats.reclaimed, 1U);
   EXPECT_EQ(stats.reclaimed_entries, static_cast<std::uint64_t>(kQueued));
   EXPECT_EQ(stats.submitted, 0U) << "a dead app's queued requests must not be scheduled";
-  EXPECT_EQ(driver.daemon().attached_apps(), 1U);
+  EXPECT_EQ(driver.attached_apps(), 1U);
 
   // The survivor is unaffected, and the dead app's slot can be taken again.
   const std::uint64_t id = survivor.request(small_update());
@@ -102,7 +102,7 @@ TEST(SidecarAppDeath, TheServerAppIsToldToSkipTheDeadSendersSequence) {
   EXPECT_EQ(cancel.kind, GrantKind::cancel);
   EXPECT_EQ(cancel.sequence, 1U);
   EXPECT_EQ(cancel.target, 9U);
-  EXPECT_EQ(driver.daemon().stats().cancelled, 1U);
+  EXPECT_EQ(driver.stats().cancelled, 1U);
 }
 
 TEST(SidecarReceiver, AppliedAcksOpenTheReplicaWindow) {
@@ -134,7 +134,7 @@ TEST(SidecarReceiver, AppliedAcksOpenTheReplicaWindow) {
   const Grant g2 = worker.wait(2s);
   EXPECT_EQ(g2.kind, GrantKind::go);
   EXPECT_EQ(g2.sequence, 2U);
-  EXPECT_EQ(driver.daemon().stats().acknowledged, 1U);
+  EXPECT_EQ(driver.stats().acknowledged, 1U);
 }
 
 TEST(SidecarReceiver, AServerAppsLastAppliedBeforeDetachingStillCounts) {
@@ -162,7 +162,7 @@ TEST(SidecarReceiver, AServerAppsLastAppliedBeforeDetachingStillCounts) {
   const Grant g2 = worker.wait(2s);
   EXPECT_EQ(g2.kind, GrantKind::go) << "the detached server's last ack was lost";
   EXPECT_EQ(g2.sequence, 2U);
-  EXPECT_EQ(driver.daemon().stats().acknowledged, 1U);
+  EXPECT_EQ(driver.stats().acknowledged, 1U);
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ TEST(SidecarDetach, DetachThenExitCountsAsDetachedNeverReclaimed) {
   EXPECT_EQ(stats.detached, kRounds);
   EXPECT_EQ(stats.reclaimed, 0U);
   EXPECT_EQ(stats.rejected, 0U);
-  EXPECT_EQ(driver.daemon().attached_apps(), 0U);
+  EXPECT_EQ(driver.attached_apps(), 0U);
 }
 
 TEST(SidecarAttach, AnEndpointTheDaemonDoesNotServeIsRefused) {

@@ -38,6 +38,16 @@ class DaemonDriver {
   // Only while holding.
   Daemon& daemon() { return *daemon_; }
   std::size_t step() { return daemon_->step(Daemon::clock_now()); }
+  // Not while holding: a copy of the counters / the attached count, read under the lock the
+  // stepping thread takes (ThreadSanitizer found tests reading them while the thread wrote).
+  DaemonStats stats() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return daemon_->stats();
+  }
+  std::size_t attached_apps() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return daemon_->attached_apps();
+  }
   // Steps at a time past every housekeeping deadline (forces heartbeat + liveness sweep).
   std::size_t step_far_ahead();
   // Stops the thread for good; the daemon stays up and the test steps it by hand.
