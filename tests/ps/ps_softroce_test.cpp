@@ -199,6 +199,7 @@ TEST_F(ShardRun, AReplicaThatReadsFromTheServersSlotsStaysBitwiseEqual) {
   // server's slot when the server's decision comes. Same guarantees as with mirroring.
   RunSpec spec;
   spec.replica_reads = true;
+  spec.floats = 70000;  // 280,000-byte updates: the replica READs each in two pieces (256 KiB + the rest)
   run(spec);
   const std::uint64_t total = kWorkers * spec_.updates;
   ASSERT_EQ(history_.size(), total);

@@ -367,11 +367,17 @@ std::size_t ShardServer::State::decide_head() {
       if (now - *head_waiting_since < patience || !primary) break;
       Connection& conn = peers[*primary].conn;
       const std::uint64_t offset = (head % options.slots) * slots.slot_bytes();
-      // Bounded by the transport's own give-up time, not hole_timeout: a multi-MiB READ under
-      // load can take seconds (seen: 4 MiB over rxe on a loaded 2-core VM), and a peer that
-      // really stopped answering fails the QP long before this.
-      conn.wait(conn.read(slots.region(), offset, primary_slots, offset, slots.slot_bytes()),
-                std::max<Millis>(options.hole_timeout, std::chrono::seconds(30)));
+      // In pieces of at most 256 KiB, all posted before waiting: one 4 MiB READ over rxe took
+      // ~4 s per update (the responder's burst of 4,096 packets; a lost one restarts the READ),
+      // and a replica that reads slowly holds every slot. Bounded by the transport's own
+      // give-up time, not hole_timeout: a peer that stopped answering fails the QP first.
+      constexpr std::size_t kReadPiece = std::size_t{256} << 10;
+      std::vector<OpId> pieces;
+      for (std::size_t at = 0; at < slots.slot_bytes(); at += kReadPiece) {
+        const std::size_t n = std::min(kReadPiece, slots.slot_bytes() - at);
+        pieces.push_back(conn.read(slots.region(), offset + at, primary_slots, offset + at, n));
+      }
+      for (const OpId op : pieces) conn.wait(op, std::max<Millis>(options.hole_timeout, std::chrono::seconds(30)));
       order.arrived(head, static_cast<std::uint32_t>(head % options.slots));
       ++stats.mirrors_fetched;
     }
