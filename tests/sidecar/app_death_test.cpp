@@ -105,27 +105,39 @@ TEST(SidecarAppDeath, TheServerAppIsToldToSkipTheDeadSendersSequence) {
   EXPECT_EQ(driver.stats().cancelled, 1U);
 }
 
-TEST(SidecarReceiver, AppliedAcksOpenTheReplicaWindow) {
-  // B = 1: the second grant to receiver 9 waits until the server app reports seq 1 applied at
-  // server and replica. An ack for a sequence never granted, or from an app that is not the
-  // receiver, is refused and changes nothing.
+// B = 1, a server app on receiver 9 and a worker: seq 1 granted and completed, the request for
+// seq 2 held back by the window until the server app reports seq 1 applied.
+class ReplicaWindow : public ::testing::Test {
+ protected:
+  static sched::SchedulerConfig bound_one() {
+    sched::SchedulerConfig sc;
+    sc.replica_bound = 1;
+    return sc;
+  }
+  static AttachOptions as_server(const std::string& name) {
+    AttachOptions o = test_attach(name, 1);
+    o.endpoint = 9;
+    return o;
+  }
+  void SetUp() override {
+    const auto first = worker.request(small_update(1));
+    const Grant g1 = worker.wait(2s);
+    ASSERT_EQ(g1.kind, GrantKind::go);
+    EXPECT_EQ(g1.sequence, 1U);
+    worker.complete(first, 0, std::chrono::microseconds(10));
+    worker.request(small_update(2));
+    EXPECT_THROW(worker.wait(300ms), Error) << "granted beyond the replica window";
+  }
+
   const std::string name = unique_shm_name();
-  sched::SchedulerConfig sc;
-  sc.replica_bound = 1;
-  DaemonDriver driver(test_config(name), std::make_unique<sched::SchedulerPolicy>(sc));
-  AttachOptions as_server = test_attach(name, 1);
-  as_server.endpoint = 9;
-  Client server = Client::attach(as_server);
+  DaemonDriver driver{test_config(name), std::make_unique<sched::SchedulerPolicy>(bound_one())};
+  Client server = Client::attach(as_server(name));
   Client worker = Client::attach(test_attach(name, 1));
+};
 
-  const auto first = worker.request(small_update(1));
-  const Grant g1 = worker.wait(2s);
-  ASSERT_EQ(g1.kind, GrantKind::go);
-  EXPECT_EQ(g1.sequence, 1U);
-  worker.complete(first, 0, std::chrono::microseconds(10));
-  worker.request(small_update(2));
-  EXPECT_THROW(worker.wait(300ms), Error) << "granted beyond the replica window";
-
+TEST_F(ReplicaWindow, AppliedAcksOpenIt) {
+  // An ack for a sequence never granted, or from an app that is not the receiver, is refused and
+  // changes nothing.
   worker.applied(1);  // not the receiver's app
   EXPECT_EQ(worker.wait(2s).kind, GrantKind::error);
   server.applied(5);  // never granted
@@ -137,23 +149,9 @@ TEST(SidecarReceiver, AppliedAcksOpenTheReplicaWindow) {
   EXPECT_EQ(driver.stats().acknowledged, 1U);
 }
 
-TEST(SidecarReceiver, AServerAppsLastAppliedBeforeDetachingStillCounts) {
+TEST_F(ReplicaWindow, AServerAppsLastAppliedBeforeDetachingStillCounts) {
   // The server app queues `applied(1)` and detaches before the daemon reads it: the ack must
   // still open the window (it used to be handed to complete() and refused as a bad completion).
-  const std::string name = unique_shm_name();
-  sched::SchedulerConfig sc;
-  sc.replica_bound = 1;
-  DaemonDriver driver(test_config(name), std::make_unique<sched::SchedulerPolicy>(sc));
-  AttachOptions as_server = test_attach(name, 1);
-  as_server.endpoint = 9;
-  Client server = Client::attach(as_server);
-  Client worker = Client::attach(test_attach(name, 1));
-  const auto first = worker.request(small_update(1));
-  const Grant g1 = worker.wait(2s);
-  ASSERT_EQ(g1.kind, GrantKind::go);
-  worker.complete(first, 0, std::chrono::microseconds(10));
-  worker.request(small_update(2));
-  EXPECT_THROW(worker.wait(300ms), Error) << "granted beyond the replica window";
   {
     const auto held = driver.hold();  // the daemon reads nothing until the server has left
     server.applied(1);
