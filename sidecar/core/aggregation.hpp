@@ -52,6 +52,14 @@ struct AggregationConfig {
   // Time the aggregator needs to sum a group once the last member has arrived. 20 us covers an
   // Eigen sum of 16 x 4 MiB at memory bandwidth on a server core, roughly.
   Nanos sum_time{20'000};
+  // Endpoints that may aggregate a job's updates from the start (gradlaned --aggregator
+  // JOB:ENDPOINT): an app of that job attached from that endpoint sums what is redirected to it.
+  // Scheduler::add_aggregator adds one later.
+  struct Seat {
+    JobId job{};
+    EndpointId endpoint{};
+  };
+  std::vector<Seat> aggregators;
 };
 
 // A waiting update that could join a group.

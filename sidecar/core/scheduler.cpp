@@ -23,7 +23,10 @@ Scheduler::Scheduler(SchedulerConfig config)
     : config_(checked(config)),
       partitioner_(config_.partition_bytes, config_.partition_align),
       bandwidth_(config_.bandwidth),
-      bandwidth_generation_(bandwidth_.generation()) {}
+      bandwidth_generation_(bandwidth_.generation()) {
+  for (const AggregationConfig::Seat& seat : config_.aggregation.aggregators) add_aggregator(seat.job, seat.endpoint);
+  for (const BandwidthConfig::Declared& d : config_.bandwidth.declared) set_rate(d.endpoint, d.direction, d.bytes_per_sec);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Endpoints

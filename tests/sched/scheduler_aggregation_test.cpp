@@ -16,7 +16,7 @@ constexpr std::uint32_t kServer = 100;
 // ingress, aggregator 201 a full 10 GB/s one.
 Scheduler make(std::optional<std::uint32_t> tau = std::nullopt, bool aggregators = true) {
   SchedulerConfig c = plain_config();
-  c.bandwidth = BandwidthConfig{10 * kGBps, 0.25, 1e6};
+  c.bandwidth = testing::bandwidth_config(10 * kGBps, 0.25, 1e6);
   c.staleness_bound = tau;
   Scheduler s(c);
   if (aggregators) {
@@ -108,7 +108,7 @@ TEST(SchedulerAggregation, ASingleWaitingUpdateIsNotAGroup) {
 
 TEST(SchedulerAggregation, MinGroupIsRespected) {
   SchedulerConfig c = plain_config();
-  c.bandwidth = BandwidthConfig{10 * kGBps, 0.25, 1e6};
+  c.bandwidth = testing::bandwidth_config(10 * kGBps, 0.25, 1e6);
   c.aggregation.min_group = 3;
   Scheduler s(c);
   s.add_aggregator(JobId{1}, ep(201));
@@ -120,7 +120,7 @@ TEST(SchedulerAggregation, MinGroupIsRespected) {
 // The server and the group's own members may not.
 TEST(SchedulerAggregation, NeitherTheServerNorAMemberAggregates) {
   SchedulerConfig c = plain_config();
-  c.bandwidth = BandwidthConfig{10 * kGBps, 0.25, 1e6};
+  c.bandwidth = testing::bandwidth_config(10 * kGBps, 0.25, 1e6);
   Scheduler s(c);
   s.add_aggregator(JobId{1}, ep(kServer));
   s.add_aggregator(JobId{1}, ep(2));
