@@ -2,13 +2,13 @@
 # One training job inside the Soft-RoCE harness: data-parallel SGD on Fashion-MNIST with
 # gradlane_train. examples/train.sh runs it (and evaluates the recorded models afterwards,
 # outside the emulator, where it is ~50× faster). Hosts:
-#   host 0: the server (endpoint 0)            host 1: the replica, workers 2, 4, ... (endpoint 1)
-#   host 2: workers 1, 3, ... (endpoint 2)     host 3 (STRAGGLER=1): the last worker (endpoint 3)
+#   host 0: the server                host 1: the replica, workers 2, 4, ...
+#   host 2: workers 1, 3, ...         host 3 (STRAGGLER=1): the last worker
 # aggregate mode: the aggregator on host 2 (port 7802); every worker pushes to it.
-# gradlane mode: gradlaned A on host 0 serves endpoints 0, 2, 3 and 4; gradlaned B on host 1
-# serves endpoint 1 and reaches A over RDMA. The aggregator (AGGREGATE=1, the default) runs on
-# host 2 as endpoint 4 (its own endpoint id, sharing host 2's link); A redirects updates to it
-# when they would wait for the server.
+# gradlane mode: gradlaned A on host 0 serves the server (endpoint 0), the aggregator (4) and
+# the workers of hosts 2 and 3 (100 + id); gradlaned B on host 1 serves host 1's workers and
+# reaches A over RDMA. The aggregator (AGGREGATE=1, the default) runs on host 2; A redirects
+# updates to it when they would wait for the server.
 #   bash ci/softroce.sh --hosts 3 -- sh examples/train-job.sh build [NAME=VALUE ...]
 # Settings (NAME=VALUE arguments): MODE=gradlane|fifo|sync|aggregate (gradlane), GROUP (aggregate:
 #   gradients per forwarded update, WORKERS), MODEL=softmax|mlp (softmax),
@@ -63,41 +63,51 @@ if [ "$MODE" = aggregate ]; then  # workers pull from the server; only the aggre
            --group "$GROUP" > "$OUT/aggregator.log" 2>&1 &
   G=$!
 fi
+host_of() {  # worker I's host: the straggler alone on host 3, odd ids on host 2, even on host 1
+  if [ "$STRAGGLER" = 1 ] && [ "$1" -eq "$WORKERS" ]; then echo 3; elif [ $(($1 % 2)) -eq 1 ]; then echo 2; else echo 1; fi
+}
+# Scheduler endpoints (gradlane mode): the server 0, the aggregator 4, worker I 100 + I — each
+# worker its own NIC, as on a cluster (here co-located workers share their host's unshaped link).
 if [ "$MODE" = gradlane ]; then
   BOUND=$([ "$REPLICA" = 1 ] && echo "$SLOTS" || echo 0)
   A_EXTRA=""; [ "$AGGREGATE" = 1 ] && A_EXTRA="--endpoint 4 --aggregator 1:4"
   [ -n "${SERVER_RATE:-}" ] && A_EXTRA="$A_EXTRA --link-rate 0:in:$SERVER_RATE"
-  "$D" --foreground --shm-name /gradlane-train-a --device "$DEV0" --endpoint 0 --endpoint 2 --endpoint 3 $A_EXTRA --listen-port 7600 \
+  B_EXTRA=""; i=1
+  while [ $i -le "$WORKERS" ]; do
+    if [ "$(host_of $i)" = 1 ]; then B_EXTRA="$B_EXTRA --endpoint $((100 + i))"; else A_EXTRA="$A_EXTRA --endpoint $((100 + i))"; fi
+    i=$((i + 1))
+  done
+  "$D" --foreground --shm-name /gradlane-train-a --device "$DEV0" --endpoint 0 $A_EXTRA --listen-port 7600 \
        --expect-peers 1 --staleness-bound "$TAU" --replica-bound "$BOUND" --schedule-log "$OUT/schedule.jsonl" \
        > "$OUT/gradlaned-a.log" 2>&1 &
   A=$!
-  "$D" --foreground --shm-name /gradlane-train-b --device "$DEV1" --endpoint 1 --listen-port 7601 \
+  "$D" --foreground --shm-name /gradlane-train-b --device "$DEV1" --endpoint 1 $B_EXTRA --listen-port 7601 \
        --peer "$ADDR0:7600" --staleness-bound "$TAU" --replica-bound "$BOUND" > "$OUT/gradlaned-b.log" 2>&1 &
   B=$!
 fi
-sidecar() {  # ENDPOINT: the options that attach a role on that endpoint's host to its gradlaned
+sidecar() {  # HOST ENDPOINT: the options that attach a role on that host to its gradlaned
   [ "$MODE" = gradlane ] || return 0
-  if [ "$1" = 1 ]; then echo "--sidecar /gradlane-train-b --endpoint 1"; else echo "--sidecar /gradlane-train-a --endpoint $1"; fi
+  if [ "$1" = 1 ]; then echo "--sidecar /gradlane-train-b --endpoint $2"; else echo "--sidecar /gradlane-train-a --endpoint $2"; fi
 }
 if [ "$AGGREGATE" = 1 ]; then  # workers mirror their direct grants; the aggregator its sums
   SERVER_PEERS="--peers $((WORKERS + 1))"; REPLICA_PEERS="--peers $((WORKERS + 1))"
   WORKER_TO="--aggregator $ADDR2:7802 --aggregator-endpoint 4"
   "$TRAIN" aggregator $COMMON --device "$DEV2" --port 7802 --id $((WORKERS + 1)) --server "$ADDR0:7800" $REPLICA_AT \
-           $(sidecar 4) > "$OUT/aggregator.log" 2>&1 &
+           $(sidecar 2 4) > "$OUT/aggregator.log" 2>&1 &
   G=$!
 fi
 if [ "$REPLICA" = 1 ]; then
   "$TRAIN" replica $COMMON --device "$DEV1" --port 7801 $REPLICA_PEERS > "$OUT/replica.log" 2>&1 &
   R=$!
 fi
-"$TRAIN" server $COMMON --device "$DEV0" --port 7800 $REPLICA_AT $SERVER_PEERS $(sidecar 0) 2>&1 | tee "$OUT/server.log" &
+"$TRAIN" server $COMMON --device "$DEV0" --port 7800 $REPLICA_AT $SERVER_PEERS $(sidecar 0 0) 2>&1 | tee "$OUT/server.log" &
 S=$!
 i=1
 while [ $i -le "$WORKERS" ]; do
-  if [ "$STRAGGLER" = 1 ] && [ $i -eq "$WORKERS" ]; then dev=$DEV3; ep=3
-  elif [ $((i % 2)) -eq 1 ]; then dev=$DEV2; ep=2; else dev=$DEV1; ep=1; fi
+  host=$(host_of $i)
+  case $host in 1) dev=$DEV1 ;; 2) dev=$DEV2 ;; *) dev=$DEV3 ;; esac
   "$TRAIN" worker $COMMON --device "$dev" --id $i --server "$ADDR0:7800" $([ "$MODE" = aggregate ] || echo "$REPLICA_AT") $WORKER_TO --steps "$STEPS" \
-           --batch "$BATCH" $(sidecar $ep) --server-endpoint 0 > "$OUT/worker$i.log" 2>&1 &
+           --batch "$BATCH" $(sidecar "$host" $((100 + i))) --server-endpoint 0 > "$OUT/worker$i.log" 2>&1 &
   PIDS="$PIDS $!"
   i=$((i + 1))
 done
