@@ -14,7 +14,10 @@
 #   gradients per forwarded update, WORKERS), MODEL=softmax|mlp (softmax),
 #   WORKERS (4), STEPS per worker (150), LR (0.05; sync: 0.2), BATCH (64), SEED (1),
 #   TAU (gradlaned's staleness bound, 2×WORKERS), AGGREGATE=0 (gradlane mode without the
-#   aggregator: ordering and tau only), TARGET (0.75), SCHEDULE=1 prints gradlaned's
+#   aggregator: ordering and tau only), EAGER=0 (gradlaned without --aggregate-eagerly: only
+#   the updates waiting behind a grant are grouped, and no relays), RELAY (gradlaned's
+#   --relay-slower-than, 2: a straggler's update goes through the aggregator; 0: never), TARGET
+#   (0.75), SCHEDULE=1 prints gradlaned's
 #   schedule, REPLICA=0 runs without a replica, REPLICA_READS=1 has the replica READ each update
 #   from the server's slot instead of every worker mirroring it, STRAGGLER=1 puts the last worker alone on host 3
 #   (which train.sh shapes), SERVER_RATE (the server's ingress as train.sh shaped it, e.g. 4mbit:
@@ -25,7 +28,7 @@ BUILD=${1:?usage: train-demo.sh BUILD_DIR [NAME=VALUE ...]}
 shift
 for setting in "$@"; do
   case $setting in
-    MODE=*|MODEL=*|WORKERS=*|STEPS=*|LR=*|BATCH=*|SEED=*|TAU=*|TARGET=*|SCHEDULE=*|REPLICA=*|SLOTS=*|STRAGGLER=*|GROUP=*|REPLICA_READS=*|AGGREGATE=*|SERVER_RATE=*) export "$setting" ;;
+    MODE=*|MODEL=*|WORKERS=*|STEPS=*|LR=*|BATCH=*|SEED=*|TAU=*|TARGET=*|SCHEDULE=*|REPLICA=*|SLOTS=*|STRAGGLER=*|GROUP=*|REPLICA_READS=*|AGGREGATE=*|EAGER=*|RELAY=*|SERVER_RATE=*) export "$setting" ;;
     *) echo "train-demo.sh: unknown setting '$setting' (see the comment at the top)" >&2; exit 2 ;;
   esac
 done
@@ -71,6 +74,7 @@ host_of() {  # worker I's host: the straggler alone on host 3, odd ids on host 2
 if [ "$MODE" = gradlane ]; then
   BOUND=$([ "$REPLICA" = 1 ] && echo "$SLOTS" || echo 0)
   A_EXTRA=""; [ "$AGGREGATE" = 1 ] && A_EXTRA="--endpoint 4 --aggregator 1:4"
+  [ "$AGGREGATE" = 1 ] && [ "${EAGER:-1}" = 1 ] && A_EXTRA="$A_EXTRA --aggregate-eagerly --relay-slower-than ${RELAY:-2}"
   [ -n "${SERVER_RATE:-}" ] && A_EXTRA="$A_EXTRA --link-rate 0:in:$SERVER_RATE"
   B_EXTRA=""; i=1
   while [ $i -le "$WORKERS" ]; do

@@ -185,6 +185,16 @@ int main(int argc, char** argv) {
                  "updates that would wait for a busy server to an app of the job attached from that endpoint (a "
                  "ps::Aggregator in sidecar mode), which forwards their sum as one update. Give it to the sidecar "
                  "that owns the servers' endpoints");
+  cli.add_flag("--aggregate-eagerly", sched_config.aggregation.pick_joins,
+               "let the update about to be granted join the updates waiting behind it in a group for an "
+               "aggregator, when that beats sending it to the server (pays when the workers' links are much "
+               "faster than the server's ingress)");
+  cli.add_option("--relay-slower-than", sched_config.aggregation.relay_ratio,
+                 "with --aggregate-eagerly: an update about to be granted goes alone through an aggregator when its "
+                 "transfer straight to the server would hold the server's ingress at least this many times longer "
+                 "than the aggregator's forward (a straggler's update); 0: never")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   std::vector<std::string> link_rates;
   cli.add_option("--link-rate", link_rates,
                  "ENDPOINT:in|out:RATE (tc units: 4mbit, 25gbit): a rate known before any transfer, e.g. a server "

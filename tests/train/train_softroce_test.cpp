@@ -116,7 +116,9 @@ class TrainingRun : public ::testing::Test {
       for (std::uint32_t id = 1; id <= workers_; ++id) {
         (host_of(id) == 1 ? b : a).insert((host_of(id) == 1 ? b : a).end(), {"--endpoint", std::to_string(100 + id)});
       }
-      if (with_aggregator) a.insert(a.end(), {"--endpoint", "4", "--aggregator", "1:4", "--link-rate", "0:in:4mbit"});
+      if (with_aggregator) {
+        a.insert(a.end(), {"--endpoint", "4", "--aggregator", "1:4", "--link-rate", "0:in:4mbit", "--aggregate-eagerly"});
+      }
       sidecars.push_back(std::make_unique<ExternalProcess>(a, out_ + "/gradlaned-a"));
       sidecars.push_back(std::make_unique<ExternalProcess>(b, out_ + "/gradlaned-b"));
     }
