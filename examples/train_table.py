@@ -29,7 +29,8 @@ def main(results):
         s = json.load(open(path))
         s["straggler"], s["seed"] = int(m.group(1)), int(m.group(3))
         variants = [v for v in m.group(4).split("-") if v]
-        labels = ["no replica" if v == "replica0" else f"lr {v[2:]}" if v.startswith("lr") else v for v in variants]
+        named = {"replica0": "no replica", "aggregate0": "no aggregator, before --link-rate (aa72afc)"}
+        labels = [named.get(v, f"lr {v[2:]}" if v.startswith("lr") else v) for v in variants]
         mode = m.group(2) + (f" ({', '.join(labels)})" if labels else "")
         rows.setdefault((s["straggler"], mode), []).append(s)
     json.dump({f"straggler{k[0]}-{k[1]}": v for k, v in rows.items()}, open(os.path.join(results, "results.json"), "w"), indent=1)
