@@ -54,13 +54,17 @@ esac
 version=$(last_version server); [ -n "$version" ] || version=0
 echo "injected $FAULT at $injected (training started $started, server version $version)"
 
-# The watchdog: nothing may outlive the fault by HANG_S.
-i=0 limit=$((HANG_S * 4))
-while [ $i -lt $limit ]; do
+# The watchdog: nothing may outlive the fault by HANG_S (by the clock: a loaded emulator makes
+# every fork slow, so counting sleeps would not bound it).
+read -r up _ < /proc/uptime
+deadline=$(( ${up%.*} + HANG_S ))
+while :; do
   running=""
   for f in "$OUT"/*.pid; do n=${f##*/}; n=${n%.pid}; alive "$n" && running="$running $n"; done
   [ -z "$running" ] && break
-  sleep 0.25; i=$((i + 1))
+  read -r up _ < /proc/uptime
+  [ "${up%.*}" -ge "$deadline" ] && break
+  sleep 0.25
 done
 hung=""
 for f in "$OUT"/*.pid; do

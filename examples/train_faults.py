@@ -9,7 +9,7 @@ Every field is measured from the run's files:
             X s' when it exited non-zero within 5 s of the fault (its .exit time) with an error
             line in its log, or 'FAILED ...'.
   lost      acknowledged updates (a push that returned neither lost nor dropped, in a worker's
-            pushes.csv) missing from the surviving server's applied log (the promoted replica's
+            pushes.csv) whose sequence is not in the surviving server's applied log as that worker's (the promoted replica's
             when the server died); in aggregate mode through the aggregator's member log.
   equal     server and replica model hashes (NAME.versions.csv) compared at every version both
             saw: equal at all of them, and at least one compared.
@@ -89,9 +89,13 @@ def check(run):
     roles = [os.path.basename(f)[:-4] for f in glob.glob(os.path.join(run, '*.pid'))]
     killed = target if kind == 'kill' else None
     replica_stats = read_json(os.path.join(run, 'replica.stats.json')) or {}
+    # The replica also "promotes" itself when a finished server disconnects: what counts is
+    # whether the server itself ended cleanly with its applied log.
     promoted = replica_stats.get('promoted_at_ns', 0) > 0
-    survivor = 'replica' if promoted else 'server'
+    server_ended = exits.get('server', (None, None))[0] == 0 and os.path.exists(os.path.join(run, 'server.applied.csv'))
+    survivor = 'server' if server_ended or not promoted else 'replica'
     row['promoted'] = promoted
+    row['survivor'] = survivor
 
     outcomes = []
     failed = False
@@ -144,7 +148,9 @@ def check(run):
     else:
         applied = {}
         for u in surv_applied:
-            if u['skipped'] == '0':
+            # Step 0 is also what the promoted replica records for a mirror it applied without
+            # the dead server's decision (its tag unknown): only later steps count here.
+            if u['skipped'] == '0' and int(u['step']) > 0:
                 key = (int(u['worker']), int(u['step']))
                 applied[key] = applied.get(key, 0) + 1
         by_sequence = {int(u['sequence']): u for u in surv_applied if u['skipped'] == '0'}
@@ -169,14 +175,16 @@ def check(run):
                 if p['dropped'] == '1' or p['sequence'] == '0':
                     continue
                 acked += 1
-                key = (worker, int(p['step']))
-                if key in applied:
+                # The survivor applied this sequence as this worker's (the promoted replica names
+                # the worker of an update it took from a mirror, not always its step).
+                entry = by_sequence.get(int(p['sequence']))
+                if entry is not None and int(entry['worker']) == worker:
                     continue
                 if os.path.exists(agg_stats_path):  # aggregate mode: through the aggregator's group
                     if members is None:
                         unverified += 1
                         continue
-                    seq = member_of.get(key)
+                    seq = member_of.get((worker, int(p['step'])))
                     if seq and seq in by_sequence:
                         continue
                 missing += 1
