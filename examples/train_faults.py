@@ -148,9 +148,7 @@ def check(run):
     else:
         applied = {}
         for u in surv_applied:
-            # Step 0 is also what the promoted replica records for a mirror it applied without
-            # the dead server's decision (its tag unknown): only later steps count here.
-            if u['skipped'] == '0' and int(u['step']) > 0:
+            if u['skipped'] == '0':
                 key = (int(u['worker']), int(u['step']))
                 applied[key] = applied.get(key, 0) + 1
         by_sequence = {int(u['sequence']): u for u in surv_applied if u['skipped'] == '0'}
