@@ -111,6 +111,9 @@ struct ShardServer::State {
   std::size_t expire_holes();
   std::size_t take_sidecar();
   std::size_t skip_stuck_head();
+  void probe_idle_workers();
+  std::uint32_t rounds = 0;                 // progress() calls, to read the clock only so often
+  Clock::time_point last_probe{};
   void report_applied();
   void tell_replica(const AppliedUpdate& record);
   void apply_update(std::uint32_t slot);
@@ -550,9 +553,31 @@ void ShardServer::accept_peers(std::size_t workers, Millis timeout) {
   }
 }
 
+// A worker connection the server only answers goes silent when the worker's host or link
+// dies without a disconnect (the CM's disconnect request lost with the link): nothing would
+// ever fail it, and the server would wait for that worker forever (seen over Soft-RoCE: a
+// worker host's link down 4 s, both its workers exited, the server waited 300 s and more).
+// So once a second every idle worker connection gets a zero-length probe; a dead peer fails
+// it within the transport's ACK timeout and retries (~2 s), and lose() skips its sequences.
+void ShardServer::State::probe_idle_workers() {
+  if (++rounds % 256 != 0) return;
+  const auto now = Clock::now();
+  if (now - last_probe < std::chrono::seconds(1)) return;
+  last_probe = now;
+  for (Peer& peer : peers) {
+    if (!peer.alive || peer.kind != PeerKind::worker || peer.conn.outstanding() != 0) continue;
+    try {
+      peer.conn.probe();
+    } catch (const Error& e) {
+      lose(peer, e);
+    }
+  }
+}
+
 std::size_t ShardServer::progress() {
   State& s = *state_;
   std::size_t work = s.take_input();
+  if (s.role == Role::server) s.probe_idle_workers();
   if (s.role == Role::server && s.sidecar) {
     work += s.take_sidecar();
     work += s.skip_stuck_head();
