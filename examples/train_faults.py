@@ -95,6 +95,13 @@ def check(run):
     server_ended = exits.get('server', (None, None))[0] == 0 and os.path.exists(os.path.join(run, 'server.applied.csv'))
     survivor = 'server' if server_ended or not promoted else 'replica'
     row['promoted'] = promoted
+    # A server that ended while workers still pushed to its promoted replica: two final models
+    # (seen when a link's loss made the server drop workers that then failed over).
+    server_final = read_json(os.path.join(run, 'server.stats.json')) or {}
+    if server_ended and promoted and replica_stats.get('version', 0) > server_final.get('version', 0):
+        problems.append(f"split: the server ended at v{server_final.get('version')} while the replica, promoted when it "
+                        f"left, went on to v{replica_stats.get('version')}: two final models")
+        survivor = 'replica'
     row['survivor'] = survivor
 
     outcomes = []
@@ -217,4 +224,13 @@ def check(run):
 
 
 if __name__ == '__main__':
-    print(json.dumps(check(sys.argv[1])))
+    if sys.argv[1] == '--recheck':  # OUT: every runs/*/row.json checked again from its files
+        for row_path in sorted(glob.glob(os.path.join(sys.argv[2], 'runs', '*', 'row.json'))):
+            with open(row_path) as f:
+                old = json.load(f)
+            new = check(os.path.dirname(row_path))
+            new.update({k: old[k] for k in ('job_exit', 'spec', 'mode') if k in old})
+            with open(row_path, 'w') as f:
+                f.write(json.dumps(new) + '\n')
+    else:
+        print(json.dumps(check(sys.argv[1])))

@@ -99,6 +99,16 @@ class TrainFaultsCheck(unittest.TestCase):
         self.assertTrue(row['survived'], row)
         self.assertIn('replica promoted 0.50 s after', row['outcome'])
 
+    def test_a_server_that_ended_while_its_promoted_replica_went_on_is_a_split(self):
+        run = make_run(promoted=int(60e9))
+        write(run, 'server.stats.json', json.dumps({'version': 3}))
+        write(run, 'replica.stats.json', json.dumps({'promoted_at_ns': int(60e9), 'version': 9}))
+        write(run, 'server.applied.csv', 'sequence,worker,step,computed_on,skipped\n1,1,0,0,0\n2,2,0,0,0\n')
+        row = train_faults.check(run)
+        self.assertEqual(row['survivor'], 'replica')
+        self.assertFalse(row['survived'])
+        self.assertTrue(any(p.startswith('split') for p in row['problems']), row['problems'])
+
 
 if __name__ == '__main__':
     unittest.main()
