@@ -24,7 +24,12 @@ for r in rows:
     d = r.get('lost_details') or {}
     if d:
         lost += f" of {d.get('acked', '?')} acked ({d.get('reported_lost', 0)} reported lost to their worker)"
-    verdict = 'survived' if r['survived'] else 'FAILED: ' + '; '.join(r.get('problems') or ['see outcome'])
+    reasons = list(r.get('problems') or [])
+    if r['lost']:
+        reasons.append(f"{r['lost']} acknowledged updates lost ({', '.join(d.get('missing', [])[:5])})")
+    if r['hung'] != 'no':
+        reasons.append(f"hung: {r['hung']}")
+    verdict = 'survived' if r['survived'] else 'FAILED: ' + '; '.join(reasons or ['see outcome'])
     outcome = r['outcome'].replace('|', '/')
     lines.append(f"| {r['fault']} | {r['target']} | {r.get('mode', '?')} | {r['injected_at']} | {outcome} | {lost} | "
                  f"{r['equal']} | {r['hung']} | {verdict} |")
