@@ -2,19 +2,27 @@
 # One training job inside the Soft-RoCE harness: data-parallel SGD on Fashion-MNIST with
 # gradlane_train. examples/train.sh runs it (and evaluates the recorded models afterwards,
 # outside the emulator, where it is ~50× faster). Hosts:
-#   host 0: the server (endpoint 0)            host 1: the replica, workers 2, 4, ... (endpoint 1)
-#   host 2: workers 1, 3, ... (endpoint 2)     host 3 (STRAGGLER=1): the last worker (endpoint 3)
+#   host 0: the server                host 1: the replica, workers 2, 4, ...
+#   host 2: workers 1, 3, ...         host 3 (STRAGGLER=1): the last worker
 # aggregate mode: the aggregator on host 2 (port 7802); every worker pushes to it.
-# gradlane mode: gradlaned A on host 0 serves endpoints 0, 2 and 3; gradlaned B on host 1
-# serves endpoint 1 and reaches A over RDMA.
+# gradlane mode: gradlaned A on host 0 serves the server (endpoint 0), the aggregator (4) and
+# the workers of hosts 2 and 3 (100 + id); gradlaned B on host 1 serves host 1's workers and
+# reaches A over RDMA. The aggregator (AGGREGATE=1, the default) runs on host 2; A redirects
+# updates to it when they would wait for the server.
 #   bash ci/softroce.sh --hosts 3 -- sh examples/train-job.sh build [NAME=VALUE ...]
 # Settings (NAME=VALUE arguments): MODE=gradlane|fifo|sync|aggregate (gradlane), GROUP (aggregate:
 #   gradients per forwarded update, WORKERS), MODEL=softmax|mlp (softmax),
 #   WORKERS (4), STEPS per worker (150), LR (0.05; sync: 0.2), BATCH (64), SEED (1),
-#   TAU (gradlaned's staleness bound, 2×WORKERS), TARGET (0.75), SCHEDULE=1 prints gradlaned's
+#   TAU (gradlaned's staleness bound, 2×WORKERS), AGGREGATE=0 (gradlane mode without the
+#   aggregator: ordering and tau only), EAGER=0 (gradlaned without --aggregate-eagerly: only
+#   the updates waiting behind a grant are grouped, and no relays), RELAY (gradlaned's
+#   --relay-slower-than, 2: a straggler's update goes through the aggregator; 0: never), TARGET
+#   (0.75), SCHEDULE=1 prints gradlaned's
 #   schedule, REPLICA=0 runs without a replica, REPLICA_READS=1 has the replica READ each update
 #   from the server's slot instead of every worker mirroring it, STRAGGLER=1 puts the last worker alone on host 3
-#   (which train.sh shapes). Results: $GRADLANE_OUT_DIR/train-$MODE.
+#   (which train.sh shapes), SERVER_RATE (the server's ingress as train.sh shaped it, e.g. 4mbit:
+#   gradlaned is told it, as it would be told a NIC's line rate; the straggler is learned).
+#   Results: $GRADLANE_OUT_DIR/train-$MODE.
 #   FAULT=KIND:TARGET:DELAY_MS (examples/train-fault.sh, which examples/train-faults.sh drives):
 #   one fault injected DELAY_MS after training starts. Every role records its pid
 #   (NAME.pid) and its exit status and time (NAME.exit: "STATUS EPOCH_SECONDS").
@@ -23,7 +31,7 @@ BUILD=${1:?usage: train-demo.sh BUILD_DIR [NAME=VALUE ...]}
 shift
 for setting in "$@"; do
   case $setting in
-    MODE=*|MODEL=*|WORKERS=*|STEPS=*|LR=*|BATCH=*|SEED=*|TAU=*|TARGET=*|SCHEDULE=*|REPLICA=*|SLOTS=*|STRAGGLER=*|GROUP=*|REPLICA_READS=*|FAULT=*) export "$setting" ;;
+    MODE=*|MODEL=*|WORKERS=*|STEPS=*|LR=*|BATCH=*|SEED=*|TAU=*|TARGET=*|SCHEDULE=*|REPLICA=*|SLOTS=*|STRAGGLER=*|GROUP=*|REPLICA_READS=*|AGGREGATE=*|EAGER=*|RELAY=*|SERVER_RATE=*|FAULT=*) export "$setting" ;;
     *) echo "train-demo.sh: unknown setting '$setting' (see the comment at the top)" >&2; exit 2 ;;
   esac
 done
@@ -31,6 +39,7 @@ MODE=${MODE:-gradlane}; MODEL=${MODEL:-softmax}; WORKERS=${WORKERS:-4}; STEPS=${
 BATCH=${BATCH:-64}; SEED=${SEED:-1}; TAU=${TAU:-$((2 * WORKERS))}; TARGET=${TARGET:-0.75}
 if [ "$MODE" = sync ]; then LR=${LR:-0.2}; else LR=${LR:-0.05}; fi
 REPLICA=${REPLICA:-1}; SLOTS=${SLOTS:-8}; STRAGGLER=${STRAGGLER:-0}; GROUP=${GROUP:-$WORKERS}
+AGGREGATE=${AGGREGATE:-1}; [ "$MODE" = gradlane ] || AGGREGATE=0
 OUT=${GRADLANE_OUT_DIR:-/tmp}/train-$MODE
 set -- $GRADLANE_HOSTS
 DEV0=${1%%,*}; ADDR0=${1#*,}; DEV1=${2%%,*}; ADDR1=${2#*,}; DEV2=${3%%,*}; ADDR2=${3#*,}; DEV3=${4:-none}; DEV3=${DEV3%%,*}
@@ -41,7 +50,7 @@ COMMON="--mode $MODE --model $MODEL --workers $WORKERS --lr $LR --seed $SEED --s
 [ "${REPLICA_READS:-0}" = 1 ] && COMMON="$COMMON --replica-reads"
 REPLICA_AT=""; [ "$REPLICA" = 1 ] && REPLICA_AT="--replica $ADDR1:7801"
 
-echo "== $MODE$([ "$STRAGGLER" = 1 ] && echo " (worker $WORKERS a straggler on host 3)"): $WORKERS workers x $STEPS steps, $MODEL, batch $BATCH, lr $LR$([ "$MODE" = gradlane ] && echo ", tau $TAU")$([ "$MODE" = aggregate ] && echo ", groups of $GROUP on host 2")$([ "$REPLICA" = 1 ] && echo ", replica on host 1")"
+echo "== $MODE$([ "$STRAGGLER" = 1 ] && echo " (worker $WORKERS a straggler on host 3)"): $WORKERS workers x $STEPS steps, $MODEL, batch $BATCH, lr $LR$([ "$MODE" = gradlane ] && echo ", tau $TAU")$([ "$AGGREGATE" = 1 ] && echo ", aggregator on host 2")$([ "$MODE" = aggregate ] && echo ", groups of $GROUP on host 2")$([ "$REPLICA" = 1 ] && echo ", replica on host 1")"
 # Bytes on the links (the bridge port h<i>-p transmits what host i receives): the proof that the
 # traffic crossed the shaped links, and the server's ingress per applied gradient.
 link_bytes() {
@@ -67,33 +76,53 @@ if [ "$MODE" = aggregate ]; then  # workers pull from the server; only the aggre
            --group "$GROUP"
   G=$!
 fi
+host_of() {  # worker I's host: the straggler alone on host 3, odd ids on host 2, even on host 1
+  if [ "$STRAGGLER" = 1 ] && [ "$1" -eq "$WORKERS" ]; then echo 3; elif [ $(($1 % 2)) -eq 1 ]; then echo 2; else echo 1; fi
+}
+# Scheduler endpoints (gradlane mode): the server 0, the aggregator 4, worker I 100 + I — each
+# worker its own NIC, as on a cluster (here co-located workers share their host's unshaped link).
 if [ "$MODE" = gradlane ]; then
   BOUND=$([ "$REPLICA" = 1 ] && echo "$SLOTS" || echo 0)
-  "$D" --foreground --shm-name /gradlane-train-a --device "$DEV0" --endpoint 0 --endpoint 2 --endpoint 3 --listen-port 7600 \
+  A_EXTRA=""; [ "$AGGREGATE" = 1 ] && A_EXTRA="--endpoint 4 --aggregator 1:4"
+  [ "$AGGREGATE" = 1 ] && [ "${EAGER:-1}" = 1 ] && A_EXTRA="$A_EXTRA --aggregate-eagerly --relay-slower-than ${RELAY:-2}"
+  [ -n "${SERVER_RATE:-}" ] && A_EXTRA="$A_EXTRA --link-rate 0:in:$SERVER_RATE"
+  B_EXTRA=""; i=1
+  while [ $i -le "$WORKERS" ]; do
+    if [ "$(host_of $i)" = 1 ]; then B_EXTRA="$B_EXTRA --endpoint $((100 + i))"; else A_EXTRA="$A_EXTRA --endpoint $((100 + i))"; fi
+    i=$((i + 1))
+  done
+  "$D" --foreground --shm-name /gradlane-train-a --device "$DEV0" --endpoint 0 $A_EXTRA --listen-port 7600 \
        --expect-peers 1 --staleness-bound "$TAU" --replica-bound "$BOUND" --schedule-log "$OUT/schedule.jsonl" \
        > "$OUT/gradlaned-a.log" 2>&1 &
   A=$!
-  "$D" --foreground --shm-name /gradlane-train-b --device "$DEV1" --endpoint 1 --listen-port 7601 \
+  "$D" --foreground --shm-name /gradlane-train-b --device "$DEV1" --endpoint 1 $B_EXTRA --listen-port 7601 \
        --peer "$ADDR0:7600" --staleness-bound "$TAU" --replica-bound "$BOUND" > "$OUT/gradlaned-b.log" 2>&1 &
   B=$!
 fi
-sidecar() {  # ENDPOINT: the options that attach a role on that endpoint's host to its gradlaned
+sidecar() {  # HOST ENDPOINT: the options that attach a role on that host to its gradlaned
   [ "$MODE" = gradlane ] || return 0
-  if [ "$1" = 1 ]; then echo "--sidecar /gradlane-train-b --endpoint 1"; else echo "--sidecar /gradlane-train-a --endpoint $1"; fi
+  if [ "$1" = 1 ]; then echo "--sidecar /gradlane-train-b --endpoint $2"; else echo "--sidecar /gradlane-train-a --endpoint $2"; fi
 }
+if [ "$AGGREGATE" = 1 ]; then  # workers mirror their direct grants; the aggregator its sums
+  SERVER_PEERS="--peers $((WORKERS + 1))"; REPLICA_PEERS="--peers $((WORKERS + 1))"
+  WORKER_TO="--aggregator $ADDR2:7802 --aggregator-endpoint 4"
+  role aggregator "$TRAIN" aggregator $COMMON --device "$DEV2" --port 7802 --id $((WORKERS + 1)) --server "$ADDR0:7800" $REPLICA_AT \
+           $(sidecar 2 4)
+  G=$!
+fi
 if [ "$REPLICA" = 1 ]; then
   role replica "$TRAIN" replica $COMMON --device "$DEV1" --port 7801 $REPLICA_PEERS
   R=$!
 fi
-role server "$TRAIN" server $COMMON --device "$DEV0" --port 7800 $REPLICA_AT $SERVER_PEERS $(sidecar 0)
+role server "$TRAIN" server $COMMON --device "$DEV0" --port 7800 $REPLICA_AT $SERVER_PEERS $(sidecar 0 0)
 S=$!
 [ -n "${FAULT:-}" ] || { tail -n +1 -F "$OUT/server.log" 2>/dev/null & TAIL=$!; }  # the progress lines, as before
 i=1
 while [ $i -le "$WORKERS" ]; do
-  if [ "$STRAGGLER" = 1 ] && [ $i -eq "$WORKERS" ]; then dev=$DEV3; ep=3
-  elif [ $((i % 2)) -eq 1 ]; then dev=$DEV2; ep=2; else dev=$DEV1; ep=1; fi
+  host=$(host_of $i)
+  case $host in 1) dev=$DEV1 ;; 2) dev=$DEV2 ;; *) dev=$DEV3 ;; esac
   role worker$i "$TRAIN" worker $COMMON --device "$dev" --id $i --server "$ADDR0:7800" $([ "$MODE" = aggregate ] || echo "$REPLICA_AT") $WORKER_TO --steps "$STEPS" \
-           --batch "$BATCH" $(sidecar $ep) --server-endpoint 0
+           --batch "$BATCH" $(sidecar "$host" $((100 + i))) --server-endpoint 0
   PIDS="$PIDS $!"
   i=$((i + 1))
 done
@@ -104,7 +133,7 @@ if [ -n "${FAULT:-}" ]; then
 fi
 failed=0
 for p in $PIDS; do wait "$p" || failed=1; done
-[ "$MODE" = aggregate ] && { wait $G || failed=1; }
+{ [ "$MODE" = aggregate ] || [ "$AGGREGATE" = 1 ]; } && { wait $G || failed=1; }
 wait $S || failed=1
 [ -n "${TAIL:-}" ] && { sleep 0.2; kill $TAIL 2>/dev/null; }
 printf '{"before":{%s},"after":{%s}}\n' "$(echo "$BYTES_BEFORE" | sed 's/,$//')" "$(link_bytes | sed 's/,$//')" > "$OUT/link-bytes.json"

@@ -34,7 +34,7 @@ done
 OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/gradlane-train.XXXXXX)}
 mkdir -p "$OUT_DIR"
 harness=(--hosts 3)
-[[ -n $SERVER_RATE ]] && harness+=(--shape "0:$SERVER_RATE$([[ $SERVER_SHAPE == in ]] && echo :in)")
+[[ -n $SERVER_RATE ]] && harness+=(--shape "0:$SERVER_RATE$([[ $SERVER_SHAPE == in ]] && echo :in)") && JOB_SETTINGS+=("SERVER_RATE=$SERVER_RATE")
 if [[ $STRAGGLER == 1 ]]; then
   if [[ -z $STRAGGLER_RATE ]]; then
     if [[ $SERVER_RATE =~ ^([0-9]+)mbit$ ]]; then STRAGGLER_RATE="$((BASH_REMATCH[1] * 1000 / 4))kbit"; else STRAGGLER_RATE=10mbit; fi

@@ -16,19 +16,28 @@ def main(out):
     # The version each pushed gradient was computed on, by the sequence it was applied as.
     # aggregate mode: the workers' sequences are the aggregator's; what the server applied is
     # in the aggregator's log (computed_on: the oldest member's) with its member count.
-    computed_on, gradients_in = {}, {}
+    # gradlane mode with an aggregator: a redirected push names its aggregate; the aggregator's
+    # log says which sequence each aggregate became, computed on its oldest member's version.
+    computed_on, gradients_in, members_on = {}, {}, {}
+    direct_aggregation = server["mode"] == "aggregate"
+    for path in glob.glob(os.path.join(out, "worker*.pushes.csv")):
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                if row["dropped"] != "0" or row["lost"] != "0" or direct_aggregation:
+                    continue
+                if row.get("aggregate", "0") != "0":
+                    members_on.setdefault(int(row["aggregate"]), []).append(int(row["computed_on"]))
+                else:
+                    computed_on[int(row["sequence"])] = int(row["computed_on"])
     aggregated = os.path.exists(os.path.join(out, "aggregator.updates.csv"))
     if aggregated:
         with open(os.path.join(out, "aggregator.updates.csv")) as f:
             for row in csv.DictReader(f):
                 if row["lost"] == "0":
-                    computed_on[int(row["sequence"])] = int(row["computed_on"])
-                    gradients_in[int(row["sequence"])] = int(row["members"])
-    for path in [] if aggregated else glob.glob(os.path.join(out, "worker*.pushes.csv")):
-        with open(path) as f:
-            for row in csv.DictReader(f):
-                if row["dropped"] == "0" and row["lost"] == "0":
-                    computed_on[int(row["sequence"])] = int(row["computed_on"])
+                    sequence = int(row["sequence"])
+                    on = members_on.get(int(row["group"])) if not direct_aggregation else None
+                    computed_on[sequence] = min(on) if on else int(row["computed_on"])
+                    gradients_in[sequence] = int(row["members"])
     # Delay of an applied gradient = updates applied before it − the version it was computed on.
     delays, applied_before, gradients_applied = [], 0, 0
     with open(os.path.join(out, "server.applied.csv")) as f:

@@ -51,6 +51,14 @@ int run_aggregator(const Config& c) {
   // Room for the next groups while one is summed and forwarded, so a slow member (a straggler
   // still writing) does not stop the others.
   options.slots = 4 * c.group;
+  if (c.mode == Mode::gradlane) {  // gradlaned forms the groups; 16 member slots per worker
+    sidecar::AttachOptions attach;
+    attach.shm_name = c.sidecar;
+    attach.job = 1;
+    attach.endpoint = c.endpoint;
+    options.sidecar = attach;
+    options.slots = 16;
+  }
   options.timeout = 120s;
   Device device = Device::open({.name = c.device});
   // The server may still be loading: its port refuses until it listens. Retried for a minute.

@@ -13,10 +13,12 @@ namespace gradlane::examples::train {
 //             in request order (same transport, same batch, same model);
 //   sync      synchronous SGD: a barrier per step (each worker waits until the server holds all
 //             N gradients of the previous step), the server averages the N gradients.
+//             With an aggregator (gradlaned --aggregator), the sidecar also redirects updates
+//             that would wait for the busy server to it, and it forwards their sum.
 //   aggregate fifo's direct pushes, but to a ps::Aggregator on a worker host, which sums each
 //             group of `group` gradients and forwards one update to the server and replica
-//             (MLfabric's R1: the server's ingress carries one update per group). The sidecar
-//             does not drive aggregation yet, so this mode has no ordering and no τ.
+//             (MLfabric's R1: the server's ingress carries one update per group), in direct
+//             mode: fixed groups, no ordering and no τ.
 enum class Mode : std::uint8_t { gradlane, fifo, sync, aggregate };
 Mode parse_mode(const std::string& name);
 const char* to_string(Mode mode);
@@ -35,7 +37,8 @@ struct Config {
   std::uint32_t workers = 2;        // the job's workers
   std::uint32_t peers = 0;          // server, replica: connections to accept (0: workers);
                                     // aggregator: its members (0: workers)
-  std::string aggregator;           // aggregate mode (worker): ADDR:PORT of its aggregator
+  std::string aggregator;           // worker: ADDR:PORT of its aggregator ("" = none)
+  std::uint32_t aggregator_endpoint = 0;  // gradlane mode (worker): the aggregator's endpoint id
   std::uint32_t group = 4;          // aggregator: gradients summed into one update
   std::uint32_t id = 1;             // worker id, 1..workers
   std::uint64_t steps = 200;        // gradients each worker computes

@@ -79,9 +79,13 @@ int main(int argc, char** argv) {
   worker->add_option("--steps", c.steps, "gradients to compute")->check(CLI::Range(1ULL, 100000000ULL));
   worker->add_option("--batch", c.batch, "minibatch size")->check(CLI::Range(1U, 50000U));
   worker->add_option("--server-endpoint", c.server_endpoint, "gradlane mode: the server's endpoint id");
-  worker->add_option("--aggregator", c.aggregator, "aggregate mode: ADDR:PORT of the worker's aggregator");
+  worker->add_option("--aggregator", c.aggregator,
+                     "ADDR:PORT of the worker's aggregator (aggregate mode: every push goes there; gradlane mode: "
+                     "the updates gradlaned redirects to --aggregator-endpoint)");
+  worker->add_option("--aggregator-endpoint", c.aggregator_endpoint, "gradlane mode: the aggregator's endpoint id");
   worker->callback([&c] { c.role = "worker"; });
-  auto* aggregator = app.add_subcommand("aggregator", "run an aggregator (aggregate mode)");
+  auto* aggregator = app.add_subcommand("aggregator", "run an aggregator (aggregate mode, or gradlane mode: the groups "
+                                                      "gradlaned forms; attach it with --sidecar and --endpoint)");
   common(aggregator);
   aggregator->add_option("--device", c.device, "RDMA device")->required();
   aggregator->add_option("--port", c.port, "listen port (workers connect here)");
@@ -100,7 +104,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     c.mode = gradlane::examples::train::parse_mode(mode);
-    if (c.mode == gradlane::examples::train::Mode::gradlane && (c.role == "server" || c.role == "worker") && c.sidecar.empty()) {
+    if (c.mode == gradlane::examples::train::Mode::gradlane &&
+        (c.role == "server" || c.role == "worker" || c.role == "aggregator") && c.sidecar.empty()) {
       throw std::invalid_argument("--mode gradlane needs --sidecar SHM_NAME (the host's gradlaned) and --endpoint");
     }
     if (c.mode == gradlane::examples::train::Mode::aggregate && c.role == "worker" && c.aggregator.empty()) {

@@ -54,6 +54,11 @@ int run_worker(const Config& c) {
     options.replica = parse_endpoint(c.replica);
     options.mirror = !c.replica_reads;
   }
+  // gradlane mode: the aggregator takes only what the sidecar redirects to it.
+  if (c.mode == Mode::gradlane && !c.aggregator.empty()) {
+    options.aggregator = parse_endpoint(c.aggregator);
+    options.aggregator_endpoint = c.aggregator_endpoint;
+  }
   options.floats = model.parameters();
   options.timeout = std::chrono::milliseconds(120000);
   if (c.mode == Mode::gradlane) {
@@ -70,9 +75,10 @@ int run_worker(const Config& c) {
 
   // Each push's fate, joined with the server's applied log by sequence (in gradlane mode the
   // server learns only the sequence from the doorbell, not the version the gradient was
-  // computed on). In aggregate mode the sequence is the aggregator's member sequence.
+  // computed on). In aggregate mode the sequence is the aggregator's member sequence; in
+  // gradlane mode a redirected push has sequence 0 and the sidecar's aggregate id.
   std::ofstream pushes(c.out + "/worker" + std::to_string(c.id) + ".pushes.csv");
-  pushes << "step,computed_on,sequence,dropped,lost\n";
+  pushes << "step,computed_on,sequence,aggregate,dropped,lost\n";
   std::uint64_t dropped = 0, lost = 0, pull_retries = 0;
   std::chrono::nanoseconds computing{0}, pushing{0}, waiting{0};
   const auto start = Clock::now();
@@ -92,8 +98,8 @@ int run_worker(const Config& c) {
     const ps::PushResult pushed = worker.push(pulled.version, step);
     dropped += pushed.dropped ? 1 : 0;
     lost += pushed.lost ? 1 : 0;
-    pushes << step << ',' << pulled.version << ',' << pushed.sequence << ',' << (pushed.dropped ? 1 : 0) << ','
-           << (pushed.lost ? 1 : 0) << '\n';
+    pushes << step << ',' << pulled.version << ',' << pushed.sequence << ',' << pushed.aggregate << ','
+           << (pushed.dropped ? 1 : 0) << ',' << (pushed.lost ? 1 : 0) << '\n';
     waiting += t1 - t0;
     computing += t2 - t1;
     pushing += Clock::now() - t2;

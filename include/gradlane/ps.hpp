@@ -51,8 +51,16 @@
 // that were granted and never written (dead worker, hole_timeout) are left out; a group
 // forwards short when no member is coming (workers gone, or `linger` without one). Pulls still
 // go to the server. A worker whose aggregator dies reports the push lost and pushes to the
-// server directly from then on. (Sidecar mode does not drive aggregation yet: gradlaned never
-// registers an aggregator, so the core never redirects.)
+// server directly from then on.
+// Aggregation (sidecar mode): gradlaned decides it (gradlaned --aggregator JOB:ENDPOINT names
+// the endpoint whose Aggregator, attached in sidecar mode, may sum a job's updates). When
+// updates would queue for the server's ingress, its scheduler redirects a group of them: each
+// member's worker gets a redirect grant (sequence = the aggregate id, a slot at the aggregator)
+// and writes its gradient into its own member slot there (aggregate id % slots), doorbell = the
+// id's low 32 bits; the aggregator gets one aggregate grant (the server's sequence, the member
+// count, a slot), sums the members that came in a fixed order (worker id) and writes the sum
+// as that sequence to the server and the replica, like any granted update. The scheduler
+// gives the group the staleness of its stalest member, so tau holds for the sum.
 // The pull: three chained RDMA READs of the server's model region (header, floats, header);
 // the copy is accepted only if both headers show the same even version (a seqlock: the server
 // marks the header odd while it applies), else it is read again. No server CPU on the path.
@@ -196,8 +204,12 @@ struct WorkerOptions {
   std::uint32_t server_endpoint = 0;
   std::uint32_t tensor = 0;
   // Direct mode: push to this Aggregator instead of the server (pulls still go to the server;
-  // the replica gets the aggregate from the aggregator). Not with `sidecar`.
+  // the replica gets the aggregate from the aggregator).
+  // Sidecar mode: the Aggregator (in sidecar mode) at endpoint `aggregator_endpoint`; the worker
+  // writes there only the updates its sidecar redirects to that endpoint. A redirect to an
+  // aggregator the worker is not connected to is completed as failed and reported lost.
   std::optional<Endpoint> aggregator;
+  std::uint32_t aggregator_endpoint = 0;
   TransportOptions transport{};
 };
 
@@ -206,7 +218,11 @@ struct PushResult {
   bool lost = false;                       // the server (or, in sidecar mode, the receiver's
                                            // sidecar, or this host's sidecar restarted) was
                                            // lost mid-push: pull again and go on
-  std::uint64_t sequence = 0;              // what the server will apply it as (0 if dropped)
+  std::uint64_t sequence = 0;              // what the server will apply it as (0 if dropped or
+                                           // redirected)
+  std::uint64_t aggregate = 0;             // sidecar mode: redirected to the aggregator as a
+                                           // member of this aggregate (it reaches the server
+                                           // summed; AggregatedUpdate::tag names it)
   std::chrono::nanoseconds wire_time{0};   // first post to last completion
 };
 
@@ -253,6 +269,10 @@ class Worker {
   struct State;
 
  private:
+  friend class Aggregator;
+  // The aggregator's forward in sidecar mode: the gradient written as sequence `sequence` (its
+  // sidecar's grant), mirrored to the replica; a server failure fails over (lost = true).
+  PushResult write_as(std::uint64_t sequence);
   std::unique_ptr<State> state_;
 };
 
@@ -273,6 +293,14 @@ struct AggregatorOptions {
   std::chrono::milliseconds linger{500};
   Millis timeout{30000};        // bound on each wait (connect, the forward's grant and write)
   TransportOptions transport{};
+  // Sidecar mode: attach to the host's gradlaned as this job and endpoint (gradlaned started
+  // with --aggregator JOB:ENDPOINT). Its scheduler forms the groups: it redirects members here
+  // when the server is busy and grants each aggregate a server sequence and slot; `group` and
+  // `linger` are unused, `slots` counts member slots per worker (0: 16) — aggregate id % slots
+  // is a worker's slot for that aggregate, so a worker may have that many aggregates in flight
+  // here. A member that has not come by hole_timeout after its aggregate's slot is left out;
+  // an aggregate none of whose members came is completed as failed (the server skips it).
+  std::optional<sidecar::AttachOptions> sidecar;
 };
 
 struct AggregateMember {
@@ -282,6 +310,8 @@ struct AggregateMember {
 };
 
 // One forwarded update: what the aggregator summed and what the server will apply it as.
+// Sidecar mode: tag is the sidecar's aggregate id (PushResult::aggregate at the members'
+// workers); a member's tag and computed_on are 0 (the aggregator only sees its write).
 struct AggregatedUpdate {
   std::uint64_t tag = 0;          // the group's number (1, 2, …): the tag the server records
   std::uint64_t sequence = 0;     // the server's sequence for it (0 if the push was lost)
@@ -291,7 +321,7 @@ struct AggregatedUpdate {
 };
 
 struct AggregatorStats {
-  std::uint64_t granted = 0;     // member slots handed out
+  std::uint64_t granted = 0;     // member slots handed out (sidecar mode: aggregate grants)
   std::uint64_t summed = 0;      // member updates summed into forwarded updates
   std::uint64_t skipped = 0;     // granted members that never came (left out of their group)
   std::uint64_t forwarded = 0;   // updates pushed to the server
@@ -300,6 +330,9 @@ struct AggregatorStats {
   std::uint64_t refused_doorbells = 0;  // for a member sequence not granted to that worker, or done
   std::uint64_t peers_lost = 0;  // workers that failed with work outstanding or misbehaved
   std::uint64_t peers_left = 0;  // workers that disconnected with nothing outstanding
+  std::uint64_t cancelled = 0;   // sidecar mode: aggregates none of whose members came
+  std::uint64_t displaced = 0;   // sidecar mode: members overwritten in their slot before their
+                                 // aggregate was due (a worker had more than `slots` in flight)
   // Bytes the CPU copied: a group of one member (its "sum" is a copy of the member's slot)
   // and the forward's inline payloads (Worker::bytes_copied). 0 with full groups of > 16 floats.
   std::uint64_t bytes_copied = 0;

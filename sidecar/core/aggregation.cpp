@@ -79,4 +79,25 @@ std::optional<GroupPlan> choose_aggregator(const AggregationConfig& config, Inst
   return best;
 }
 
+std::optional<GroupPlan> choose_relay(const AggregationConfig& config, Instant now, const GroupCandidate& member,
+                                      Bytes length, std::span<const AggregatorOption> options, Instant server_free,
+                                      double server_rate) {
+  if (!(config.relay_ratio > 0)) return std::nullopt;
+  std::optional<GroupPlan> best;
+  for (const AggregatorOption& a : options) {
+    const Nanos forward = transfer_time(length, std::min(a.egress_rate, server_rate));
+    if (static_cast<double>(member.direct_time.count()) < config.relay_ratio * static_cast<double>(forward.count())) {
+      continue;  // the server's ingress would not be held much less
+    }
+    const Instant start = std::max({now, member.ready, a.ingress_free});
+    const Instant arrived = start + transfer_time(length, std::min(member.egress_rate, a.ingress_rate));
+    const Instant sum_ready = arrived + config.sum_time;
+    const Instant done = std::max({sum_ready, a.egress_free, server_free}) + forward;
+    if (!best || std::tuple(done, to_int(a.id)) < std::tuple(best->predicted_done, to_int(best->aggregator))) {
+      best = GroupPlan{a.id, {member}, {Slot{start, arrived}}, sum_ready, forward, done};
+    }
+  }
+  return best;
+}
+
 }  // namespace gradlane::sched

@@ -52,6 +52,27 @@ struct AggregationConfig {
   // Time the aggregator needs to sum a group once the last member has arrived. 20 us covers an
   // Eigen sum of 16 x 4 MiB at memory bandwidth on a server core, roughly.
   Nanos sum_time{20'000};
+  // Also consider the update about to be granted (the pick) as a member: it and those that
+  // would wait behind it go to the aggregator if that beats sending it to the server now (the
+  // benefit test below). Off, a group is formed only of those behind the pick: with n senders
+  // taking turns, at most n - 2 wait at a grant (one is granted, one is computing), so groups
+  // stay small. On pays where the senders' links are much faster than the server's ingress
+  // (the aggregator collects in a fraction of a server slot); with equal links it never
+  // qualifies. Default off: the scheduler simulator's figures are measured without it.
+  bool pick_joins = false;
+  // With pick_joins: the pick alone goes through an aggregator (a relay, a group of one) when
+  // its transfer straight to the server would hold the server's ingress at least this many
+  // times longer than the aggregator's forward: a straggler's slow update then occupies the
+  // aggregator's ingress, not the server's. 0: never.
+  double relay_ratio = 0;
+  // Endpoints that may aggregate a job's updates from the start (gradlaned --aggregator
+  // JOB:ENDPOINT): an app of that job attached from that endpoint sums what is redirected to it.
+  // Scheduler::add_aggregator adds one later.
+  struct Seat {
+    JobId job{};
+    EndpointId endpoint{};
+  };
+  std::vector<Seat> aggregators;
 };
 
 // A waiting update that could join a group.
@@ -105,5 +126,12 @@ std::optional<GroupPlan> choose_aggregator(const AggregationConfig& config, Inst
                                            Bytes length, std::span<const AggregatorOption> options,
                                            Instant server_free, double server_rate,
                                            Instant latest_start = Instant::max());
+
+// A relay: `member` alone through the aggregator whose forward reaches the server first, among
+// those whose forward would take at most 1/relay_ratio of the member's direct transfer (so the
+// server's ingress is held that much less). nullopt if none qualifies or relay_ratio is 0.
+std::optional<GroupPlan> choose_relay(const AggregationConfig& config, Instant now, const GroupCandidate& member,
+                                      Bytes length, std::span<const AggregatorOption> options, Instant server_free,
+                                      double server_rate);
 
 }  // namespace gradlane::sched

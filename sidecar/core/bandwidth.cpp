@@ -43,7 +43,7 @@ void BandwidthEstimator::lower(Estimate& estimate, double sample) {
 
 void BandwidthEstimator::set_rate(EndpointId endpoint, Direction direction, double bytes_per_sec) {
   const double rate = std::max(config_.min_bytes_per_sec, bytes_per_sec);
-  side(endpoint, direction) = Estimate{rate, rate};
+  side(endpoint, direction) = Estimate{rate, rate, rate};
   ++generation_;
 }
 
@@ -67,19 +67,34 @@ void BandwidthEstimator::observe_transfer(EndpointId sender, EndpointId receiver
   Estimate& in = side(receiver, Direction::ingress);  // distinct: sender != receiver sides
   const double out_before = out.ewma;
   const double in_before = in.ewma;
+  // Recorded after the decision below, so this sample is not its own evidence. 0.95: a rate
+  // carried fades to half in ~14 samples through that side.
+  constexpr double kCarriedDecay = 0.95;
+  const auto remember = [&] {
+    out.carried = std::max(x, out.carried * kCarriedDecay);
+    in.carried = std::max(x, in.carried * kCarriedDecay);
+  };
   if (x >= std::min(out_before, in_before)) {
     // Evidence that both sides carry at least x: raise whichever is below it.
     if (out_before < x) blend(out, x);
     if (in_before < x) blend(in, x);
+    remember();
     return;
   }
-  // Slower than both estimates: blame the believed bottleneck only, the sender on a tie.
+  // Slower than both estimates. A side that recently carried clearly more is not the
+  // bottleneck; otherwise blame the believed bottleneck, the sender on a tie.
+  constexpr double kClearlyMore = 1.5;
   constexpr double kTie = 1.05;
-  if (out_before <= in_before * kTie) {
+  const bool out_cleared = out.carried >= x * kClearlyMore;
+  const bool in_cleared = in.carried >= x * kClearlyMore;
+  if (in_cleared != out_cleared) {
+    lower(in_cleared ? out : in, x);
+  } else if (out_before <= in_before * kTie) {
     lower(out, x);
   } else {
     lower(in, x);
   }
+  remember();
 }
 
 double BandwidthEstimator::rate(EndpointId endpoint, Direction direction) const {

@@ -20,6 +20,12 @@
 // A genuinely slow server is still found: every sender's transfers to it are slow, and once
 // they are believed slow their next slow transfers fall below the server's estimate only.
 //
+// What a side has carried breaks the tie of a slow transfer: each side remembers the fastest
+// rate it recently carried (decaying, and a declared rate counts as carried). A transfer slower
+// than both estimates whose one side recently carried clearly more (1.5x) is blamed on the other
+// side. So once a server's ingress is declared or seen at its rate, a straggler's slow
+// transfers to it lower the straggler's egress, not the server's ingress.
+//
 // Bad news travels fast: a sample more than `gross_error` times slower than the blamed side's
 // estimate replaces the estimate instead of being averaged in. A slot sized from an optimistic
 // estimate overruns and delays every slot booked after it, so one clear sample of a straggler
@@ -28,6 +34,7 @@
 
 #include <cstdint>
 #include <unordered_map>
+#include <vector>
 
 #include "sidecar/core/types.hpp"
 
@@ -43,11 +50,21 @@ struct BandwidthConfig {
   // sample moves the estimate by a quarter at most.
   double ewma_weight = 0.25;
   // Estimates never fall below this, so a broken sample cannot make transfer times explode.
-  double min_bytes_per_sec = 1e6;
+  // 10 kB/s (80 kbit/s): below the 1-4 Mbit/s links the Soft-RoCE experiments shape, whose
+  // estimates a higher floor would overstate (slots too short, every later slot overrun).
+  double min_bytes_per_sec = 1e4;
   // A new estimate is published once the EWMA drifts more than 1% from the published one.
   double republish_fraction = 0.01;
   // A sample this many times slower than the estimate replaces it outright.
   double gross_error = 2.0;
+  // Rates known before any transfer (gradlaned --link-rate): the NICs' line rates, or a link an
+  // operator knows to be narrower. Learned from like any estimate afterwards.
+  struct Declared {
+    EndpointId endpoint{};
+    Direction direction = Direction::egress;
+    double bytes_per_sec = 0;
+  };
+  std::vector<Declared> declared;
 };
 
 class BandwidthEstimator {
@@ -73,8 +90,9 @@ class BandwidthEstimator {
 
  private:
   struct Estimate {
-    double ewma;       // follows every sample
-    double published;  // what rate() reports
+    double ewma;         // follows every sample
+    double published;    // what rate() reports
+    double carried = 0;  // the fastest rate recently carried (decays with each sample)
   };
   struct Link {
     Estimate egress;

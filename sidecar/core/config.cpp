@@ -19,6 +19,7 @@ std::optional<std::string> SchedulerConfig::validate() const {
     return "aggregation.max_group must be >= aggregation.min_group";
   }
   if (aggregation.shortlist == 0) return "aggregation.shortlist must be >= 1";
+  if (!(aggregation.relay_ratio >= 0.0)) return "aggregation.relay_ratio must be >= 0 (0: no relays)";
   if (aggregation.min_wait < Nanos::zero() || aggregation.sum_time < Nanos::zero()) {
     return "aggregation.min_wait and aggregation.sum_time must be >= 0";
   }

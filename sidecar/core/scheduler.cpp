@@ -23,7 +23,10 @@ Scheduler::Scheduler(SchedulerConfig config)
     : config_(checked(config)),
       partitioner_(config_.partition_bytes, config_.partition_align),
       bandwidth_(config_.bandwidth),
-      bandwidth_generation_(bandwidth_.generation()) {}
+      bandwidth_generation_(bandwidth_.generation()) {
+  for (const AggregationConfig::Seat& seat : config_.aggregation.aggregators) add_aggregator(seat.job, seat.endpoint);
+  for (const BandwidthConfig::Declared& d : config_.bandwidth.declared) set_rate(d.endpoint, d.direction, d.bytes_per_sec);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Endpoints
@@ -312,6 +315,8 @@ void Scheduler::drop(const std::vector<std::uint32_t>& hopeless, std::vector<Out
 
 void Scheduler::grant_part(const Pick& pick, Instant now, std::vector<Outcome>& out) {
   const Candidate c = candidates_[static_cast<std::size_t>(pick.index)];
+  // The pick and those that would wait behind it, summed off-server, if that beats sending it.
+  if (config_.aggregation.pick_joins && try_aggregate(c, now, out, /*pick_joins=*/true)) return;
   EndpointState& s = endpoints_[c.sender];
   EndpointState& r = endpoints_[c.receiver];
   RequestState& q = requests_.at(RequestId{c.id});
@@ -345,7 +350,7 @@ void Scheduler::grant_part(const Pick& pick, Instant now, std::vector<Outcome>& 
   s.head = kNone;
   refresh_head(c.sender);
   sync_receiver(c.receiver);
-  try_aggregate(c, now, out);
+  try_aggregate(c, now, out, /*pick_joins=*/false);
 }
 
 void Scheduler::grant_aggregate(const Pick& pick, Instant now, std::vector<Outcome>& out) {
@@ -396,13 +401,18 @@ void Scheduler::grant_aggregate(const Pick& pick, Instant now, std::vector<Outco
   sync_receiver(receiver);
 }
 
-void Scheduler::try_aggregate(const Candidate& granted, Instant now, std::vector<Outcome>& out) {
-  if (!config_.aggregation.enabled || config_.ordering != Ordering::mlfabric) return;
+bool Scheduler::try_aggregate(const Candidate& granted, Instant now, std::vector<Outcome>& out, bool pick_joins) {
+  if (!config_.aggregation.enabled || config_.ordering != Ordering::mlfabric) return false;
   const auto job_aggregators = aggregators_.find(granted.job);
-  if (job_aggregators == aggregators_.end() || job_aggregators->second.empty()) return;
+  if (job_aggregators == aggregators_.end() || job_aggregators->second.empty()) return false;
 
   const Index receiver = granted.receiver;
-  const Instant server_free = endpoints_[receiver].ingress.tail();
+  // After a grant, the others wait behind it. For the pick itself (not granted yet), they and it
+  // are measured against the server as it would be after the pick: those that would then wait,
+  // the pick among them, may form the group.
+  const Instant server_free = pick_joins ? std::max(now, endpoints_[receiver].ingress.tail())
+                                         : endpoints_[receiver].ingress.tail();
+  const Instant wait_behind = pick_joins ? server_free + granted.duration : server_free;
   const Version next_applied_to = endpoints_[receiver].window.granted();
   const Bytes credit = config_.credit_bytes;
 
@@ -417,17 +427,30 @@ void Scheduler::try_aggregate(const Candidate& granted, Instant now, std::vector
     if (next_applied_to > m.deadline) continue;  // hopeless: the next scan drops it
     if (s.in_flight > 0 && s.in_flight + m.length > credit) continue;
     const Instant ready = std::max(now, s.egress_tail);
-    if (ready >= server_free || server_free - ready < config_.aggregation.min_wait) continue;
+    if (ready >= wait_behind || wait_behind - ready < config_.aggregation.min_wait) continue;
     const EndpointId sender_id = endpoints_[m.sender].id;
     waiting.push_back(GroupCandidate{m.sender, sender_id, RequestId{m.id}, m.part, ready,
                                      bandwidth_.rate(sender_id, Direction::egress), m.duration,
                                      m.deadline});
   }
-  if (waiting.size() < config_.aggregation.min_group) return;
-  const std::vector<GroupCandidate> members =
+  const auto is_pick = [&](const GroupCandidate& m) { return to_int(m.request) == granted.id && m.part == granted.part; };
+  const auto has_pick = [&](const std::vector<GroupCandidate>& group) {
+    return std::any_of(group.begin(), group.end(), is_pick);
+  };
+  // A relay (a group of one) is only ever the pick itself.
+  const bool may_relay = pick_joins && config_.aggregation.relay_ratio > 0 && has_pick(waiting);
+  if (waiting.size() < config_.aggregation.min_group && !may_relay) return false;
+  std::optional<GroupCandidate> pick_member;
+  if (may_relay) pick_member = *std::find_if(waiting.begin(), waiting.end(), is_pick);
+  std::vector<GroupCandidate> members =
       choose_members(config_.aggregation, std::move(waiting), endpoints_[receiver].reservations,
                      next_applied_to);
-  if (members.empty()) return;
+  if (members.empty() || (pick_joins && !has_pick(members))) {
+    if (!may_relay || !endpoints_[receiver].reservations.feasible_with(next_applied_to, pick_member->deadline)) {
+      return false;
+    }
+    members = {*pick_member};
+  }
 
   // Shortlist the least busy aggregators of the job; members and the server cannot aggregate.
   std::vector<std::pair<Instant, Index>> shortlist;
@@ -455,10 +478,12 @@ void Scheduler::try_aggregate(const Candidate& granted, Instant now, std::vector
                                        bandwidth_.rate(e.id, Direction::ingress),
                                        bandwidth_.rate(e.id, Direction::egress)});
   }
+  const double server_rate = bandwidth_.rate(endpoints_[receiver].id, Direction::ingress);
   const std::optional<GroupPlan> plan =
-      choose_aggregator(config_.aggregation, now, members, granted.length, options, server_free,
-                        bandwidth_.rate(endpoints_[receiver].id, Direction::ingress));
-  if (!plan) return;
+      members.size() == 1
+          ? choose_relay(config_.aggregation, now, members.front(), granted.length, options, server_free, server_rate)
+          : choose_aggregator(config_.aggregation, now, members, granted.length, options, server_free, server_rate);
+  if (!plan || (pick_joins && !has_pick(plan->members))) return false;
 
   // Commit: redirect every member, then offer the aggregate as a candidate of its own.
   const AggregateId id{next_aggregate_++};
@@ -521,6 +546,7 @@ void Scheduler::try_aggregate(const Candidate& granted, Instant now, std::vector
   endpoints_[receiver].reservations.insert(group_deadline_version, id);
   sync_receiver(aggregator);
   sync_receiver(receiver);
+  return true;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -283,7 +283,9 @@ class Scheduler {
   void drop(const std::vector<std::uint32_t>& hopeless, std::vector<Outcome>& out);
   void grant_part(const Pick& pick, Instant now, std::vector<Outcome>& out);
   void grant_aggregate(const Pick& pick, Instant now, std::vector<Outcome>& out);
-  void try_aggregate(const Candidate& granted, Instant now, std::vector<Outcome>& out);
+  // Groups the updates that would wait for the server behind `granted` (just granted), or, with
+  // pick_joins, `granted` (the pick, not granted yet) with them. True if a group was formed.
+  bool try_aggregate(const Candidate& granted, Instant now, std::vector<Outcome>& out, bool pick_joins);
 
   void refresh_head(Index sender);
   void refresh_durations();

@@ -12,12 +12,14 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -58,6 +60,60 @@ UniqueFd detach_into_background() {
   UniqueFd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (devnull) ::dup2(devnull.get(), STDIN_FILENO);
   return write_end;
+}
+
+// --aggregator JOB:ENDPOINT
+gradlane::sched::AggregationConfig::Seat parse_aggregator(const std::string& text) {
+  const auto colon = text.find(':');
+  const auto number = [&](std::string_view part) -> std::optional<std::uint32_t> {
+    std::uint32_t value = 0;
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
+    if (ec != std::errc{} || end != part.data() + part.size() || part.empty()) return std::nullopt;
+    return value;
+  };
+  const std::string_view all(text);
+  const auto job = colon == std::string::npos ? std::nullopt : number(all.substr(0, colon));
+  const auto endpoint = colon == std::string::npos ? std::nullopt : number(all.substr(colon + 1));
+  if (!job || !endpoint) {
+    throw gradlane::Error(gradlane::Errc::invalid_argument,
+                          fmt::format("--aggregator '{}': expected JOB:ENDPOINT, two numbers (e.g. 1:4)", text));
+  }
+  return {gradlane::sched::JobId{*job}, gradlane::sched::EndpointId{*endpoint}};
+}
+
+// --link-rate ENDPOINT:in|out:RATE, RATE in tc's units: 4mbit, 25gbit, 500kbit, 1000bit.
+gradlane::sched::BandwidthConfig::Declared parse_link_rate(const std::string& text) {
+  const auto bad = [&] {
+    return gradlane::Error(gradlane::Errc::invalid_argument,
+                           fmt::format("--link-rate '{}': expected ENDPOINT:in|out:RATE, e.g. 0:in:4mbit or 3:out:25gbit",
+                                       text));
+  };
+  const auto first = text.find(':');
+  const auto second = first == std::string::npos ? std::string::npos : text.find(':', first + 1);
+  if (second == std::string::npos) throw bad();
+  std::uint32_t endpoint = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + first, endpoint);
+  if (ec != std::errc{} || end != text.data() + first || first == 0) throw bad();
+  const std::string direction = text.substr(first + 1, second - first - 1);
+  if (direction != "in" && direction != "out") throw bad();
+  const std::string rate = text.substr(second + 1);
+  std::size_t digits = 0;
+  double value = 0;
+  try {
+    value = std::stod(rate, &digits);
+  } catch (const std::exception&) {
+    throw bad();
+  }
+  const std::string unit = rate.substr(digits);
+  double bits = 0;
+  if (unit == "bit") bits = value;
+  else if (unit == "kbit") bits = value * 1e3;
+  else if (unit == "mbit") bits = value * 1e6;
+  else if (unit == "gbit") bits = value * 1e9;
+  else throw bad();
+  if (!(bits > 0)) throw bad();
+  return {gradlane::sched::EndpointId{endpoint},
+          direction == "in" ? gradlane::sched::Direction::ingress : gradlane::sched::Direction::egress, bits / 8};
 }
 
 std::unique_ptr<gradlane::sched::Policy> make_policy(const std::string& name, gradlane::peer::Fabric& fabric,
@@ -123,6 +179,27 @@ int main(int argc, char** argv) {
   cli.add_option("--replica-bound", replica_bound,
                  "B: sequence numbers may run at most this far ahead of the replica's ack; 0 = no replica")
       ->capture_default_str();
+  std::vector<std::string> aggregators;
+  cli.add_option("--aggregator", aggregators,
+                 "JOB:ENDPOINT: that endpoint may sum updates of that job (repeatable). The scheduler then redirects "
+                 "updates that would wait for a busy server to an app of the job attached from that endpoint (a "
+                 "ps::Aggregator in sidecar mode), which forwards their sum as one update. Give it to the sidecar "
+                 "that owns the servers' endpoints");
+  cli.add_flag("--aggregate-eagerly", sched_config.aggregation.pick_joins,
+               "let the update about to be granted join the updates waiting behind it in a group for an "
+               "aggregator, when that beats sending it to the server (pays when the workers' links are much "
+               "faster than the server's ingress)");
+  cli.add_option("--relay-slower-than", sched_config.aggregation.relay_ratio,
+                 "with --aggregate-eagerly: an update about to be granted goes alone through an aggregator when its "
+                 "transfer straight to the server would hold the server's ingress at least this many times longer "
+                 "than the aggregator's forward (a straggler's update); 0: never")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  std::vector<std::string> link_rates;
+  cli.add_option("--link-rate", link_rates,
+                 "ENDPOINT:in|out:RATE (tc units: 4mbit, 25gbit): a rate known before any transfer, e.g. a server "
+                 "NIC narrower than the workers' (repeatable). Estimates are still learned from transfers; a side "
+                 "known to carry its rate is not blamed for a straggler's slow transfer through it");
   cli.add_flag("--foreground", foreground, "stay in the foreground (default: detach once the segment is ready)");
   cli.add_option("--pid-file", pid_file,
                  "write the daemon's pid to FILE once the segment is ready and remove it on a clean exit; FILE "
@@ -138,6 +215,8 @@ int main(int argc, char** argv) {
   config.endpoints = fabric_options.endpoints;
 
   try {
+    for (const std::string& seat : aggregators) sched_config.aggregation.aggregators.push_back(parse_aggregator(seat));
+    for (const std::string& rate : link_rates) sched_config.bandwidth.declared.push_back(parse_link_rate(rate));
     config.validate();
     UniqueFd ready;
     if (!foreground) ready = detach_into_background();

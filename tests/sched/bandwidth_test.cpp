@@ -11,14 +11,16 @@ using testing::ep;
 using testing::kGBps;
 using testing::us;
 
+using testing::bandwidth_config;
+
 TEST(Bandwidth, UnknownEndpointsUseTheDefault) {
-  const BandwidthEstimator bw(BandwidthConfig{10 * kGBps, 0.5, 1e6});
+  const BandwidthEstimator bw(bandwidth_config(10 * kGBps, 0.5, 1e6));
   EXPECT_DOUBLE_EQ(bw.rate(ep(1), Direction::egress), 10 * kGBps);
   EXPECT_EQ(bw.transfer_time(ep(1), ep(2), 1'000'000), us(100));
 }
 
 TEST(Bandwidth, TransferTimeIsBytesOverTheBottleneckRoundedUp) {
-  BandwidthEstimator bw(BandwidthConfig{10 * kGBps, 0.5, 1e6});
+  BandwidthEstimator bw(bandwidth_config(10 * kGBps, 0.5, 1e6));
   bw.set_rate(ep(1), Direction::egress, 2 * kGBps);
   EXPECT_DOUBLE_EQ(bw.path_rate(ep(1), ep(2)), 2 * kGBps);
   EXPECT_EQ(bw.transfer_time(ep(1), ep(2), 1'000'000), us(500));
@@ -27,7 +29,7 @@ TEST(Bandwidth, TransferTimeIsBytesOverTheBottleneckRoundedUp) {
 }
 
 TEST(Bandwidth, EwmaMovesByTheWeight) {
-  BandwidthEstimator bw(BandwidthConfig{10 * kGBps, 0.25, 1e6});
+  BandwidthEstimator bw(bandwidth_config(10 * kGBps, 0.25, 1e6));
   // One sample of 6 GB/s on the egress side: 10 -> 0.75 * 10 + 0.25 * 6 = 9 GB/s.
   bw.observe(ep(1), Direction::egress, 6'000'000, us(1000));
   EXPECT_DOUBLE_EQ(bw.rate(ep(1), Direction::egress), 9 * kGBps);
@@ -35,7 +37,7 @@ TEST(Bandwidth, EwmaMovesByTheWeight) {
 }
 
 TEST(Bandwidth, ASlowSenderDoesNotDragDownAHealthyServer) {
-  BandwidthEstimator bw(BandwidthConfig{10 * kGBps, 0.5, 1e6});
+  BandwidthEstimator bw(bandwidth_config(10 * kGBps, 0.5, 1e6));
   bw.set_rate(ep(9), Direction::egress, 1 * kGBps);  // already known slow
   bw.observe_transfer(ep(9), ep(100), 1'000'000, us(1000));  // 1 GB/s observed
   EXPECT_DOUBLE_EQ(bw.rate(ep(9), Direction::egress), 1 * kGBps);
@@ -47,7 +49,7 @@ TEST(Bandwidth, ASlowSenderDoesNotDragDownAHealthyServer) {
 }
 
 TEST(Bandwidth, AFastObservationRaisesWhicheverSideIsBelowIt) {
-  BandwidthEstimator bw(BandwidthConfig{10 * kGBps, 0.5, 1e6});
+  BandwidthEstimator bw(bandwidth_config(10 * kGBps, 0.5, 1e6));
   bw.set_rate(ep(1), Direction::egress, 2 * kGBps);
   bw.set_rate(ep(100), Direction::ingress, 4 * kGBps);
   bw.observe_transfer(ep(1), ep(100), 3'000'000, us(1000));  // 3 GB/s: sender >= 3
@@ -56,14 +58,14 @@ TEST(Bandwidth, AFastObservationRaisesWhicheverSideIsBelowIt) {
 }
 
 TEST(Bandwidth, OnATieTheSenderIsBlamed) {
-  BandwidthEstimator bw(BandwidthConfig{10 * kGBps, 0.5, 1e6});
+  BandwidthEstimator bw(bandwidth_config(10 * kGBps, 0.5, 1e6));
   bw.observe_transfer(ep(9), ep(100), 6'000'000, us(1000));  // 6 GB/s, both at 10: tie
   EXPECT_DOUBLE_EQ(bw.rate(ep(9), Direction::egress), 8 * kGBps);
   EXPECT_DOUBLE_EQ(bw.rate(ep(100), Direction::ingress), 10 * kGBps);
 }
 
 TEST(Bandwidth, AGrossErrorIsBelievedAtOnce) {
-  BandwidthEstimator bw(BandwidthConfig{10 * kGBps, 0.25, 1e6});
+  BandwidthEstimator bw(bandwidth_config(10 * kGBps, 0.25, 1e6));
   // 100x slower than declared: averaging would take ~16 samples to get there.
   bw.observe_transfer(ep(9), ep(100), 100'000, us(1000));  // 0.1 GB/s
   EXPECT_DOUBLE_EQ(bw.rate(ep(9), Direction::egress), 0.1 * kGBps);
@@ -76,7 +78,7 @@ TEST(Bandwidth, AGrossErrorIsBelievedAtOnce) {
 // A slow server: once its senders are believed slow, their next slow transfers fall below the
 // server's estimate only, and the blame moves to the server.
 TEST(Bandwidth, ASlowServerIsFoundThroughItsSenders) {
-  BandwidthEstimator bw(BandwidthConfig{10 * kGBps, 0.5, 1e6});
+  BandwidthEstimator bw(bandwidth_config(10 * kGBps, 0.5, 1e6));
   bw.set_rate(ep(1), Direction::egress, 4 * kGBps);  // sender known at 4
   bw.set_rate(ep(100), Direction::ingress, 5 * kGBps);
   bw.observe_transfer(ep(1), ep(100), 3'000'000, us(1000));  // 3 GB/s: below both, blame 1
@@ -88,8 +90,35 @@ TEST(Bandwidth, ASlowServerIsFoundThroughItsSenders) {
   EXPECT_DOUBLE_EQ(bw.rate(ep(2), Direction::egress), 8 * kGBps);
 }
 
+// A server whose ingress is known to be narrow (declared, as gradlaned --link-rate does): a
+// straggler's much slower transfer to it is the straggler's egress, not the server's ingress,
+// though the server's estimate is the lower one. Fast senders' transfers at the server's rate
+// still tune the server's estimate.
+TEST(Bandwidth, ASideThatCarriedClearlyMoreIsNotBlamed) {
+  BandwidthEstimator bw;  // the defaults: 12.5 GB/s, floor 10 kB/s
+  bw.set_rate(ep(100), Direction::ingress, 500'000);             // 4 Mbit/s, declared
+  bw.observe_transfer(ep(9), ep(100), 31'250, us(250'000));     // 125 kB/s: 4x slower
+  EXPECT_DOUBLE_EQ(bw.rate(ep(9), Direction::egress), 125'000);  // a gross error: at once
+  EXPECT_DOUBLE_EQ(bw.rate(ep(100), Direction::ingress), 500'000);
+  bw.observe_transfer(ep(1), ep(100), 31'250, us(69'444));      // 450 kB/s from a fast sender
+  EXPECT_NEAR(bw.rate(ep(100), Direction::ingress), 487'500, 1);  // 0.75 * 500 + 0.25 * 450
+  EXPECT_DOUBLE_EQ(bw.rate(ep(1), Direction::egress), 12.5e9);
+  // Nobody carried clearly more than a sample: the believed bottleneck takes the blame again.
+  BandwidthEstimator fresh;
+  fresh.set_rate(ep(100), Direction::ingress, 500'000);
+  fresh.observe_transfer(ep(9), ep(100), 31'250, us(90'000));   // 347 kB/s: not 1.5x below
+  EXPECT_LT(fresh.rate(ep(100), Direction::ingress), 500'000);
+  EXPECT_DOUBLE_EQ(fresh.rate(ep(9), Direction::egress), 12.5e9);
+}
+
+TEST(Bandwidth, TheDefaultFloorAdmitsMegabitLinks) {
+  BandwidthEstimator bw;
+  bw.set_rate(ep(3), Direction::egress, 125'000);  // 1 Mbit/s, as the CI's straggler
+  EXPECT_DOUBLE_EQ(bw.rate(ep(3), Direction::egress), 125'000);
+}
+
 TEST(Bandwidth, SmallDriftIsNotRepublished) {
-  BandwidthEstimator bw(BandwidthConfig{10 * kGBps, 0.25, 1e6});
+  BandwidthEstimator bw(bandwidth_config(10 * kGBps, 0.25, 1e6));
   const auto gen = bw.generation();
   bw.observe(ep(1), Direction::egress, 9'980'000, us(1000));  // 9.98 GB/s: 0.05% drift
   EXPECT_EQ(bw.generation(), gen);
@@ -100,7 +129,7 @@ TEST(Bandwidth, SmallDriftIsNotRepublished) {
 }
 
 TEST(Bandwidth, BadSamplesAreIgnoredAndTheFloorHolds) {
-  BandwidthEstimator bw(BandwidthConfig{10 * kGBps, 1.0, 1e6});
+  BandwidthEstimator bw(bandwidth_config(10 * kGBps, 1.0, 1e6));
   const auto gen = bw.generation();
   bw.observe(ep(1), Direction::egress, 1000, Nanos{0});
   bw.observe(ep(1), Direction::egress, 0, us(1));

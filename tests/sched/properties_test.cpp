@@ -156,7 +156,7 @@ class Harness {
     c.aggregation.max_group = c.aggregation.min_group + static_cast<std::uint32_t>(uniform(0, 4));
     c.aggregation.sum_time = us(uniform(0, 30));
     c.aggregation.shortlist = static_cast<std::uint32_t>(uniform(1, 4));
-    c.bandwidth = BandwidthConfig{10 * kGBps, 0.25, 1e6};
+    c.bandwidth = testing::bandwidth_config(10 * kGBps, 0.25, 1e6);
     return c;
   }
 

@@ -43,7 +43,7 @@ TEST(ReplicationWindow, StartsAtTheGivenVersion) {
 
 TEST(SchedulerReplication, TheServerWaitsForTheReplicaAtB) {
   SchedulerConfig c = plain_config();
-  c.bandwidth = BandwidthConfig{10 * kGBps, 0.25, 1e6};
+  c.bandwidth = testing::bandwidth_config(10 * kGBps, 0.25, 1e6);
   c.replica_bound = 2;
   c.staleness_bound = 8;
   Scheduler s(c);

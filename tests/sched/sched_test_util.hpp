@@ -52,6 +52,15 @@ inline std::vector<std::uint64_t> granted_ids(const std::vector<Outcome>& outcom
 }
 
 // A config with everything that is not under test switched off or out of the way.
+// A BandwidthConfig with these three fields and the other defaults.
+inline BandwidthConfig bandwidth_config(double default_rate, double ewma_weight, double floor) {
+  BandwidthConfig c;
+  c.default_bytes_per_sec = default_rate;
+  c.ewma_weight = ewma_weight;
+  c.min_bytes_per_sec = floor;
+  return c;
+}
+
 inline SchedulerConfig plain_config() {
   SchedulerConfig c;
   c.staleness_bound = std::nullopt;

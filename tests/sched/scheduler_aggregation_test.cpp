@@ -16,7 +16,7 @@ constexpr std::uint32_t kServer = 100;
 // ingress, aggregator 201 a full 10 GB/s one.
 Scheduler make(std::optional<std::uint32_t> tau = std::nullopt, bool aggregators = true) {
   SchedulerConfig c = plain_config();
-  c.bandwidth = BandwidthConfig{10 * kGBps, 0.25, 1e6};
+  c.bandwidth = testing::bandwidth_config(10 * kGBps, 0.25, 1e6);
   c.staleness_bound = tau;
   Scheduler s(c);
   if (aggregators) {
@@ -73,6 +73,81 @@ TEST(SchedulerAggregation, WaitingUpdatesAreSummedAtTheAggregatorWithSpareBandwi
   EXPECT_EQ(s.pending_aggregates(), 0u);
 }
 
+// A server whose ingress is 10x narrower than the workers' links: two updates arrive together.
+// By default the first is granted and the second, alone behind it, is no group; with
+// pick_joins both go to the aggregator, which collects them in a fraction of one server slot,
+// and the server spends one slot on the two.
+TEST(SchedulerAggregation, WithPickJoinsTheNextUpdateJoinsThoseBehindIt) {
+  for (const bool pick_joins : {false, true}) {
+    SchedulerConfig c = plain_config();
+    c.bandwidth = testing::bandwidth_config(10 * kGBps, 0.25, 1e6);
+    c.aggregation.pick_joins = pick_joins;
+    Scheduler s(c);
+    s.add_aggregator(JobId{1}, ep(201));
+    s.set_rate(ep(kServer), Direction::ingress, 1 * kGBps);  // 1 MB = 1000 us
+    submit_workers(s, {1, 2});
+    const auto out = s.schedule(at_us(0));
+    if (!pick_joins) {  // each its own server slot
+      EXPECT_EQ(granted_ids(out), (std::vector<std::uint64_t>{1, 2}));
+      EXPECT_EQ(s.stats().redirects, 0u);
+      continue;
+    }
+    ASSERT_EQ(out.size(), 3u);
+    const Redirect& first = std::get<Redirect>(out[0]);
+    const Redirect& second = std::get<Redirect>(out[1]);
+    EXPECT_EQ(first.request, RequestId{1});
+    EXPECT_EQ(second.request, RequestId{2});
+    EXPECT_EQ(first.slot, (Slot{at_us(0), at_us(100)}));  // at the workers' 10 GB/s
+    EXPECT_EQ(second.slot, (Slot{at_us(100), at_us(200)}));
+    const AggregateGrant& a = std::get<AggregateGrant>(out[2]);
+    EXPECT_EQ(a.members, (std::vector<PartRef>{{RequestId{1}, 0}, {RequestId{2}, 0}}));
+    EXPECT_EQ(a.slot, (Slot{at_us(220), at_us(1220)}));  // summed at 200 + 20, one server slot
+    EXPECT_EQ(a.seq, 1u);
+    EXPECT_EQ(s.stats().grants, 0u);
+  }
+}
+
+// A straggler (egress 0.1 GB/s) alone, to a server of 1 GB/s: sent straight, it would hold the
+// server's ingress for 10 ms; relayed, the aggregator's ingress takes those 10 ms and the server
+// only the 1 ms forward. Without relay_ratio it is granted as usual.
+TEST(SchedulerAggregation, ARelayTakesAStragglersUpdateOffTheServersIngress) {
+  for (const double relay_ratio : {0.0, 4.0}) {
+    SchedulerConfig c = plain_config();
+    c.bandwidth = testing::bandwidth_config(10 * kGBps, 0.25, 1e6);
+    c.aggregation.pick_joins = true;
+    c.aggregation.relay_ratio = relay_ratio;
+    Scheduler s(c);
+    s.add_aggregator(JobId{1}, ep(201));
+    s.set_rate(ep(kServer), Direction::ingress, 1 * kGBps);
+    s.set_rate(ep(9), Direction::egress, 0.1 * kGBps);
+    submit_workers(s, {9});
+    const auto out = s.schedule(at_us(0));
+    if (relay_ratio == 0.0) {
+      EXPECT_EQ(granted_ids(out), (std::vector<std::uint64_t>{9}));
+      continue;
+    }
+    ASSERT_EQ(out.size(), 2u);
+    const Redirect& r = std::get<Redirect>(out[0]);
+    EXPECT_EQ(r.request, RequestId{9});
+    EXPECT_EQ(r.aggregator, ep(201));
+    EXPECT_EQ(r.slot, (Slot{at_us(0), at_us(10'000)}));
+    const AggregateGrant& a = std::get<AggregateGrant>(out[1]);
+    EXPECT_EQ(a.members, (std::vector<PartRef>{{RequestId{9}, 0}}));
+    EXPECT_EQ(a.slot, (Slot{at_us(10'020), at_us(11'020)}));  // the server holds 1 ms, not 10
+  }
+  // A ratio the straggler does not reach (10 ms is not 20x the 1 ms forward): granted.
+  SchedulerConfig c = plain_config();
+  c.bandwidth = testing::bandwidth_config(10 * kGBps, 0.25, 1e6);
+  c.aggregation.pick_joins = true;
+  c.aggregation.relay_ratio = 20.0;
+  Scheduler s(c);
+  s.add_aggregator(JobId{1}, ep(201));
+  s.set_rate(ep(kServer), Direction::ingress, 1 * kGBps);
+  s.set_rate(ep(9), Direction::egress, 0.1 * kGBps);
+  submit_workers(s, {9});
+  EXPECT_EQ(granted_ids(s.schedule(at_us(0))), (std::vector<std::uint64_t>{9}));
+}
+
 TEST(SchedulerAggregation, WithoutAggregatorsEveryUpdateTakesItsOwnSlot) {
   Scheduler s = make(std::nullopt, /*aggregators=*/false);
   submit_workers(s, {1, 2, 3, 4});
@@ -108,7 +183,7 @@ TEST(SchedulerAggregation, ASingleWaitingUpdateIsNotAGroup) {
 
 TEST(SchedulerAggregation, MinGroupIsRespected) {
   SchedulerConfig c = plain_config();
-  c.bandwidth = BandwidthConfig{10 * kGBps, 0.25, 1e6};
+  c.bandwidth = testing::bandwidth_config(10 * kGBps, 0.25, 1e6);
   c.aggregation.min_group = 3;
   Scheduler s(c);
   s.add_aggregator(JobId{1}, ep(201));
@@ -120,7 +195,7 @@ TEST(SchedulerAggregation, MinGroupIsRespected) {
 // The server and the group's own members may not.
 TEST(SchedulerAggregation, NeitherTheServerNorAMemberAggregates) {
   SchedulerConfig c = plain_config();
-  c.bandwidth = BandwidthConfig{10 * kGBps, 0.25, 1e6};
+  c.bandwidth = testing::bandwidth_config(10 * kGBps, 0.25, 1e6);
   Scheduler s(c);
   s.add_aggregator(JobId{1}, ep(kServer));
   s.add_aggregator(JobId{1}, ep(2));

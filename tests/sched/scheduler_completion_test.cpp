@@ -15,7 +15,7 @@ constexpr std::uint32_t kServer = 100;
 
 SchedulerConfig one_gbps() {
   SchedulerConfig c = plain_config();
-  c.bandwidth = BandwidthConfig{1 * kGBps, 0.25, 1e6};  // 1 MB takes 1000 us
+  c.bandwidth = testing::bandwidth_config(1 * kGBps, 0.25, 1e6);  // 1 MB takes 1000 us
   return c;
 }
 

@@ -13,7 +13,7 @@ constexpr std::uint32_t kServer = 100;
 
 SchedulerConfig with_credit(Bytes credit) {
   SchedulerConfig c = plain_config();
-  c.bandwidth = BandwidthConfig{10 * kGBps, 0.25, 1e6};
+  c.bandwidth = testing::bandwidth_config(10 * kGBps, 0.25, 1e6);
   c.credit_bytes = credit;
   return c;
 }

@@ -22,7 +22,7 @@ Request job_request(std::uint64_t id, std::uint32_t job, Bytes bytes) {
 
 TEST(SchedulerTenants, ShortestRemainingJobGoesFirstOnTheSharedNic) {
   SchedulerConfig c = plain_config();
-  c.bandwidth = BandwidthConfig{10 * kGBps, 0.25, 1e6};
+  c.bandwidth = testing::bandwidth_config(10 * kGBps, 0.25, 1e6);
   Scheduler s(c);
   for (std::uint64_t i = 1; i <= 3; ++i) {
     ASSERT_EQ(s.submit(job_request(i, 1, kMB), at_us(0)), SubmitStatus::accepted);  // 3 MB job
@@ -36,7 +36,7 @@ TEST(SchedulerTenants, ShortestRemainingJobGoesFirstOnTheSharedNic) {
 // never send; with a 25% floor it gets exactly every fourth grant once it is owed a part.
 TEST(SchedulerTenants, TheFloorKeepsTheBigJobMoving) {
   SchedulerConfig c = plain_config();
-  c.bandwidth = BandwidthConfig{10 * kGBps, 0.25, 1e6};
+  c.bandwidth = testing::bandwidth_config(10 * kGBps, 0.25, 1e6);
   c.grant_horizon = Nanos{0};
   c.tenant_floor_share = 0.25;
   Scheduler s(c);

@@ -1,12 +1,15 @@
 // gradlane_train over real rxe (`ci/softroce.sh --hosts 3`): a short training job — server on
 // host 0, replica on host 1, a worker on each of hosts 1 and 2, each a separate process — in
-// fifo mode (direct), in gradlane mode (two gradlaneds) and in aggregate mode (an aggregator on
-// host 2 sums pairs of gradients and forwards each sum). Checked after each run:
+// fifo mode (direct), in gradlane mode (two gradlaneds), in aggregate mode (an aggregator on
+// host 2 sums pairs of gradients and forwards each sum) and in gradlane mode with an aggregator
+// (three workers, the server's ingress shaped to 4 Mbit/s so updates queue for it, and
+// gradlaned redirects groups of them to the aggregator). Checked after each run:
 //   - the server's model and the replica's are bitwise equal;
 //   - the server's model is bitwise what replaying the run gives: every applied gradient
 //     recomputed here from its worker's data order on the model version it was computed on,
 //     applied in the server's sequence order with the server's kernel (aggregate mode: each
-//     forwarded update the ordered sum of its members, in the aggregator's logged order) — so
+//     forwarded update the ordered sum of its members, in the aggregator's logged order; a
+//     redirected push found by its aggregate id) — so
 //     every byte that crossed the network (pull, push, forward) was the right one;
 //   - accuracy on 1,000 test images rises from chance (~10 %) to above 60 %.
 #include <filesystem>
@@ -37,11 +40,11 @@ constexpr std::uint64_t kSeed = 7;
 constexpr std::uint32_t kGroup = 2;  // aggregate mode: gradients per forwarded update
 
 struct Push {
-  std::uint64_t step = 0, computed_on = 0, sequence = 0;
+  std::uint64_t step = 0, computed_on = 0, sequence = 0, aggregate = 0;
   bool applied = false;
 };
 
-// worker<id>.pushes.csv: step,computed_on,sequence,dropped,lost
+// worker<id>.pushes.csv: step,computed_on,sequence,aggregate,dropped,lost
 std::vector<Push> read_pushes(const std::string& path) {
   std::ifstream in(path);
   std::string line;
@@ -52,7 +55,8 @@ std::vector<Push> read_pushes(const std::string& path) {
     Push p;
     char comma = 0;
     int dropped = 0, lost = 0;
-    row >> p.step >> comma >> p.computed_on >> comma >> p.sequence >> comma >> dropped >> comma >> lost;
+    row >> p.step >> comma >> p.computed_on >> comma >> p.sequence >> comma >> p.aggregate >> comma >> dropped >> comma >>
+        lost;
     p.applied = dropped == 0 && lost == 0;
     pushes.push_back(p);
   }
@@ -69,14 +73,23 @@ std::vector<float> read_floats(const std::string& path, std::size_t floats) {
 
 class TrainingRun : public ::testing::Test {
  protected:
-  void run(const std::string& mode) {
+  void TearDown() override {
+    if (shaped_) {  // never leave the server's link narrow for the tests after this one
+      ExternalProcess undo({"/bin/sh", "-c", "tc qdisc del dev h0-p root"});
+      (void)undo.wait_exit(20s);
+    }
+  }
+
+  // mode: fifo | gradlane | aggregate; with_aggregator (gradlane): gradlaned seats an aggregator
+  // on host 2 (endpoint 4) and is told the server's 4 Mbit/s ingress, to which h0-p is shaped.
+  void run(const std::string& mode, bool with_aggregator = false) {
     const auto hosts = hosts_from_env();
     ASSERT_GE(hosts.size(), 3u) << "needs ci/softroce.sh --hosts 3";
-    out_ = std::string(std::getenv("GRADLANE_OUT_DIR")) + "/train-" + mode;
+    out_ = std::string(std::getenv("GRADLANE_OUT_DIR")) + "/train-" + mode + (with_aggregator ? "-aggregator" : "");
     std::filesystem::remove_all(out_);
     std::filesystem::create_directories(out_);
     const std::string train = GRADLANE_TRAIN, daemon = GRADLANE_GRADLANED;
-    const std::vector<std::string> common = {"--mode", mode, "--workers", std::to_string(kWorkers), "--lr",
+    const std::vector<std::string> common = {"--mode", mode, "--workers", std::to_string(workers_), "--lr",
                                              std::to_string(kLearningRate), "--seed", std::to_string(kSeed),
                                              "--out", out_};
     const auto args = [&](std::vector<std::string> head, const std::vector<std::string>& tail) {
@@ -84,57 +97,77 @@ class TrainingRun : public ::testing::Test {
       head.insert(head.end(), tail.begin(), tail.end());
       return head;
     };
+    if (with_aggregator) {
+      ExternalProcess shape({"/bin/sh", "-c", "tc qdisc replace dev h0-p root tbf rate 4mbit burst 32kb latency 400ms"});
+      ASSERT_EQ(shape.wait_exit(20s), std::optional<int>(0)) << "tc could not shape the server's link";
+      shaped_ = true;
+    }
+    // Worker `id` runs on host 2 (odd ids) or 1 and is scheduler endpoint 100 + id.
+    const auto host_of = [](std::uint32_t id) { return id % 2 == 1 ? 2 : 1; };
     std::vector<std::unique_ptr<ExternalProcess>> sidecars;
     const bool gradlane = mode == "gradlane";
     if (gradlane) {
-      sidecars.push_back(std::make_unique<ExternalProcess>(
-          std::vector<std::string>{daemon, "--foreground", "--shm-name", "/gradlane-train-test-a", "--device",
-                                   hosts[0].device, "--endpoint", "0", "--endpoint", "2", "--listen-port", "7610",
-                                   "--expect-peers", "1", "--staleness-bound", "8", "--replica-bound", "8"},
-          out_ + "/gradlaned-a"));
-      sidecars.push_back(std::make_unique<ExternalProcess>(
-          std::vector<std::string>{daemon, "--foreground", "--shm-name", "/gradlane-train-test-b", "--device",
-                                   hosts[1].device, "--endpoint", "1", "--listen-port", "7611", "--peer",
-                                   hosts[0].address + ":7610", "--staleness-bound", "8", "--replica-bound", "8"},
-          out_ + "/gradlaned-b"));
+      std::vector<std::string> a = {daemon, "--foreground", "--shm-name", "/gradlane-train-test-a", "--device",
+                                    hosts[0].device, "--endpoint", "0", "--listen-port", "7610", "--expect-peers", "1",
+                                    "--staleness-bound", "8", "--replica-bound", "8"};
+      std::vector<std::string> b = {daemon, "--foreground", "--shm-name", "/gradlane-train-test-b", "--device",
+                                    hosts[1].device, "--listen-port", "7611", "--peer", hosts[0].address + ":7610",
+                                    "--staleness-bound", "8", "--replica-bound", "8"};
+      for (std::uint32_t id = 1; id <= workers_; ++id) {
+        (host_of(id) == 1 ? b : a).insert((host_of(id) == 1 ? b : a).end(), {"--endpoint", std::to_string(100 + id)});
+      }
+      if (with_aggregator) {
+        a.insert(a.end(), {"--endpoint", "4", "--aggregator", "1:4", "--link-rate", "0:in:4mbit", "--aggregate-eagerly"});
+      }
+      sidecars.push_back(std::make_unique<ExternalProcess>(a, out_ + "/gradlaned-a"));
+      sidecars.push_back(std::make_unique<ExternalProcess>(b, out_ + "/gradlaned-b"));
     }
-    const auto sidecar = [&](int endpoint) -> std::vector<std::string> {
+    const auto sidecar = [&](int host, std::uint32_t endpoint) -> std::vector<std::string> {
       if (!gradlane) return {};
-      return {"--sidecar", endpoint == 1 ? "/gradlane-train-test-b" : "/gradlane-train-test-a", "--endpoint",
+      return {"--sidecar", host == 1 ? "/gradlane-train-test-b" : "/gradlane-train-test-a", "--endpoint",
               std::to_string(endpoint)};
     };
     const std::string replica_at = hosts[1].address + ":7821";
+    const std::string aggregator_at = hosts[2].address + ":7822";
     const bool aggregate = mode == "aggregate";
-    // aggregate: the workers pull from the server but push to the aggregator (id kWorkers + 1),
-    // whose forwards are the only updates the server and the replica see.
+    const std::string aggregator_id = std::to_string(workers_ + 1);
+    // aggregate: the workers pull from the server but push to the aggregator (id workers + 1),
+    // whose forwards are the only updates the server and the replica see. gradlane with an
+    // aggregator: the workers push to the server, or to the aggregator when redirected.
     std::optional<ExternalProcess> aggregator;
     if (aggregate) {
       aggregator.emplace(args({train, "aggregator"}, {"--device", hosts[2].device, "--port", "7822", "--id",
-                                                      std::to_string(kWorkers + 1), "--server",
-                                                      hosts[0].address + ":7820", "--replica", replica_at, "--group",
-                                                      std::to_string(kGroup)}),
+                                                      aggregator_id, "--server", hosts[0].address + ":7820",
+                                                      "--replica", replica_at, "--group", std::to_string(kGroup)}),
                          out_ + "/aggregator");
+    } else if (with_aggregator) {
+      auto tail = std::vector<std::string>{"--device", hosts[2].device, "--port", "7822", "--id", aggregator_id,
+                                           "--server", hosts[0].address + ":7820", "--replica", replica_at};
+      for (const auto& a : sidecar(2, 4)) tail.push_back(a);
+      aggregator.emplace(args({train, "aggregator"}, tail), out_ + "/aggregator");
     }
     auto replica_tail = std::vector<std::string>{"--device", hosts[1].device, "--port", "7821"};
     if (aggregate) replica_tail.insert(replica_tail.end(), {"--peers", "1"});
+    if (with_aggregator) replica_tail.insert(replica_tail.end(), {"--peers", aggregator_id});
     ExternalProcess replica(args({train, "replica"}, replica_tail), out_ + "/replica");
     auto server_tail = std::vector<std::string>{"--device", hosts[0].device, "--port", "7820", "--replica",
                                                 replica_at, "--snapshot-ms", "200", "--live-eval", "0"};
-    if (aggregate) server_tail.insert(server_tail.end(), {"--peers", std::to_string(kWorkers + 1)});
-    for (const auto& a : sidecar(0)) server_tail.push_back(a);
+    if (aggregator) server_tail.insert(server_tail.end(), {"--peers", aggregator_id});
+    for (const auto& a : sidecar(0, 0)) server_tail.push_back(a);
     ExternalProcess server(args({train, "server"}, server_tail), out_ + "/server");
     std::vector<std::unique_ptr<ExternalProcess>> workers;
-    for (std::uint32_t id = 1; id <= kWorkers; ++id) {
-      const int host = id == 1 ? 2 : 1;
+    for (std::uint32_t id = 1; id <= workers_; ++id) {
+      const int host = host_of(id);
       auto tail = std::vector<std::string>{"--device", hosts[static_cast<std::size_t>(host)].device, "--id",
                                            std::to_string(id), "--server", hosts[0].address + ":7820",
                                            "--steps", std::to_string(kSteps), "--server-endpoint", "0"};
       if (aggregate) {
-        tail.insert(tail.end(), {"--aggregator", hosts[2].address + ":7822"});
+        tail.insert(tail.end(), {"--aggregator", aggregator_at});
       } else {
         tail.insert(tail.end(), {"--replica", replica_at});
       }
-      for (const auto& a : sidecar(host)) tail.push_back(a);
+      if (with_aggregator) tail.insert(tail.end(), {"--aggregator", aggregator_at, "--aggregator-endpoint", "4"});
+      for (const auto& a : sidecar(host, 100 + id)) tail.push_back(a);
       workers.push_back(std::make_unique<ExternalProcess>(args({train, "worker"}, tail), out_ + "/worker" + std::to_string(id)));
     }
     for (auto& w : workers) EXPECT_EQ(w->wait_exit(600s), std::optional<int>(0)) << "see " << out_ << "/worker*.err";
@@ -166,22 +199,25 @@ class TrainingRun : public ::testing::Test {
   // The run replayed here: versions[v] is the model after v updates; each worker's gradient at
   // a step is recomputed from its data order (seeded as gradlane_train seeds it).
   struct Replay {
-    explicit Replay(const tr::Model& m, const tr::FashionMnist& d) : model(m), data(d) {
+    Replay(const tr::Model& m, const tr::FashionMnist& d, std::uint32_t workers) : model(m), data(d) {
       versions.emplace_back(model.parameters());
       model.initialise(versions[0], kSeed);
-      for (std::uint32_t id = 1; id <= kWorkers; ++id) {
-        samplers.emplace(id, tr::BatchSampler(data.train.rows - 10000, 64, kSeed * 1000003ULL + id));
+      // Every worker's batches, step by step (a dropped step used its batch too): a gradient
+      // may be replayed after a later one of the same worker (an aggregate forwarded late).
+      for (std::uint32_t id = 1; id <= workers; ++id) {
+        tr::BatchSampler sampler(data.train.rows - 10000, 64, kSeed * 1000003ULL + id);
+        for (std::uint64_t step = 0; step < kSteps; ++step) {
+          const auto rows = sampler.next();
+          batches[id].emplace_back(rows.begin(), rows.end());
+        }
       }
     }
     // The gradient worker `worker` computed at `step` on version `computed_on`, into `out`.
-    // Steps of one worker must come in order (dropped steps used a batch too).
     void gradient(std::uint32_t worker, std::uint64_t step, std::uint64_t computed_on, std::vector<float>& out) {
       ASSERT_LT(computed_on, versions.size()) << "computed on a version the server did not have yet";
-      ASSERT_GE(step, next_step[worker]) << "worker " << worker << "'s steps out of order";
-      std::span<const std::uint32_t> rows;
-      for (; next_step[worker] <= step; ++next_step[worker]) rows = samplers.at(worker).next();
+      ASSERT_LT(step, kSteps);
       out.resize(model.parameters());
-      model.gradient(versions[computed_on], data.train, rows, out, work);
+      model.gradient(versions[computed_on], data.train, batches.at(worker)[step], out, work);
     }
     void apply(std::span<const float> update) {
       auto next = versions.back();
@@ -191,8 +227,7 @@ class TrainingRun : public ::testing::Test {
     const tr::Model& model;
     const tr::FashionMnist& data;
     std::vector<std::vector<float>> versions;
-    std::map<std::uint32_t, tr::BatchSampler> samplers;
-    std::map<std::uint32_t, std::uint64_t> next_step;
+    std::map<std::uint32_t, std::vector<std::vector<std::uint32_t>>> batches;  // [worker][step]
     tr::Workspace work;
   };
 
@@ -221,7 +256,7 @@ class TrainingRun : public ::testing::Test {
     const auto order = server_order();
     std::map<std::uint64_t, std::pair<std::uint32_t, Push>> by_sequence;
     std::size_t applied_pushes = 0;
-    for (std::uint32_t id = 1; id <= kWorkers; ++id) {
+    for (std::uint32_t id = 1; id <= workers_; ++id) {
       const auto pushes = read_pushes(out_ + "/worker" + std::to_string(id) + ".pushes.csv");
       ASSERT_EQ(pushes.size(), kSteps);
       for (const auto& p : pushes) {
@@ -231,8 +266,8 @@ class TrainingRun : public ::testing::Test {
       }
     }
     ASSERT_EQ(order.size(), applied_pushes) << "every applied push is in the server's log, once";
-    ASSERT_GT(applied_pushes, kWorkers * kSteps / 2) << "most gradients must reach the server";
-    Replay replay(model, data);
+    ASSERT_GT(applied_pushes, workers_ * kSteps / 2) << "most gradients must reach the server";
+    Replay replay(model, data, workers_);
     std::vector<float> gradient;
     for (const auto& [worker, sequence] : order) {
       const auto it = by_sequence.find(sequence);
@@ -270,14 +305,14 @@ class TrainingRun : public ::testing::Test {
       ++summed;
     }
     const auto order = server_order();
-    EXPECT_EQ(summed, kWorkers * kSteps) << "every gradient was summed into exactly one forwarded update";
+    EXPECT_EQ(summed, workers_ * kSteps) << "every gradient was summed into exactly one forwarded update";
     ASSERT_EQ(order.size(), members.size()) << "every forwarded update was applied, once";
-    ASSERT_LT(order.size(), kWorkers * kSteps * 3 / 4) << "pairs, mostly: the server saw far fewer updates than gradients";
-    Replay replay(model, data);
+    ASSERT_LT(order.size(), workers_ * kSteps * 3 / 4) << "pairs, mostly: the server saw far fewer updates than gradients";
+    Replay replay(model, data, workers_);
     std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<float>> gradients;  // (worker, step)
     std::vector<float> sum(model.parameters());
     for (const auto& [worker, sequence] : order) {
-      ASSERT_EQ(worker, kWorkers + 1) << "only the aggregator pushes to the server";
+      ASSERT_EQ(worker, workers_ + 1) << "only the aggregator pushes to the server";
       const auto it = members.find(sequence);
       ASSERT_NE(it, members.end()) << "sequence " << sequence << " applied but the aggregator did not forward it";
       std::vector<std::span<const float>> parts;
@@ -293,6 +328,97 @@ class TrainingRun : public ::testing::Test {
     check_models(model, data, replay, summed);
   }
 
+  // gradlane mode with an aggregator: an applied update is one worker's push (a go grant) or
+  // the aggregator's forward of redirected pushes, summed in its logged order and found at their
+  // workers by the aggregate id.
+  void check_sidecar_aggregation() {
+    const tr::Model model(tr::ModelSpec{});
+    const auto data = tr::load_fashion_mnist();
+    std::map<std::uint64_t, std::pair<std::uint32_t, Push>> direct;               // by sequence
+    std::map<std::pair<std::uint32_t, std::uint64_t>, Push> redirected;           // by (worker, aggregate)
+    for (std::uint32_t id = 1; id <= workers_; ++id) {
+      const auto pushes = read_pushes(out_ + "/worker" + std::to_string(id) + ".pushes.csv");
+      ASSERT_EQ(pushes.size(), kSteps);
+      for (const auto& p : pushes) {
+        if (!p.applied) continue;
+        const bool fresh = p.aggregate != 0 ? redirected.emplace(std::make_pair(id, p.aggregate), p).second
+                                            : direct.emplace(p.sequence, std::make_pair(id, p)).second;
+        ASSERT_TRUE(fresh) << "worker " << id << " step " << p.step << ": its sequence or aggregate twice";
+      }
+    }
+    std::map<std::uint64_t, std::uint64_t> aggregate_of;  // server sequence -> aggregate id
+    std::map<std::uint64_t, std::size_t> member_count;
+    {
+      std::ifstream in(out_ + "/aggregator.updates.csv");
+      std::string line;
+      std::getline(in, line);
+      while (std::getline(in, line)) {
+        std::stringstream row(line);
+        std::uint64_t sequence = 0, group = 0, computed_on = 0, count = 0, lost = 0;
+        char c = 0;
+        row >> sequence >> c >> group >> c >> computed_on >> c >> count >> c >> lost;
+        ASSERT_EQ(lost, 0u) << "no server died: no forward may be lost";
+        aggregate_of[sequence] = group;
+        member_count[sequence] = count;
+      }
+    }
+    std::map<std::uint64_t, std::vector<std::uint32_t>> members;  // by server sequence, in sum order
+    {
+      std::ifstream in(out_ + "/aggregator.members.csv");
+      std::string line;
+      std::getline(in, line);
+      while (std::getline(in, line)) {
+        std::stringstream row(line);
+        std::uint64_t sequence = 0, worker = 0;
+        char c = 0;
+        row >> sequence >> c >> worker;
+        members[sequence].push_back(static_cast<std::uint32_t>(worker));
+      }
+    }
+    const auto order = server_order();
+    Replay replay(model, data, workers_);
+    std::vector<float> gradient, sum(model.parameters());
+    std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<float>> member_gradients;
+    std::size_t gradients = 0, aggregates = 0;
+    for (const auto& [worker, sequence] : order) {
+      if (worker != workers_ + 1) {
+        const auto it = direct.find(sequence);
+        ASSERT_NE(it, direct.end()) << "sequence " << sequence << " applied but no worker pushed it";
+        ASSERT_EQ(it->second.first, worker);
+        replay.gradient(worker, it->second.second.step, it->second.second.computed_on, gradient);
+        if (HasFatalFailure()) return;
+        replay.apply(gradient);
+        ++gradients;
+        continue;
+      }
+      const auto group = aggregate_of.find(sequence);
+      ASSERT_NE(group, aggregate_of.end()) << "sequence " << sequence << " applied from the aggregator, not in its log";
+      const auto& names = members[sequence];
+      ASSERT_EQ(names.size(), member_count[sequence]);
+      ASSERT_GE(names.size(), 2u) << "the sidecar forms groups of two or more, and every member came";
+      std::vector<std::span<const float>> parts;
+      for (const std::uint32_t w : names) {
+        const auto push = redirected.find({w, group->second});
+        ASSERT_NE(push, redirected.end()) << "worker " << w << " has no push redirected to aggregate " << group->second;
+        auto& g = member_gradients[{w, push->second.step}];
+        replay.gradient(w, push->second.step, push->second.computed_on, g);
+        if (HasFatalFailure()) return;
+        parts.emplace_back(g);
+      }
+      ps::sum_in_order(sum, parts);
+      replay.apply(sum);
+      gradients += parts.size();
+      ++aggregates;
+    }
+    EXPECT_EQ(gradients, direct.size() + redirected.size()) << "every applied push is in exactly one applied update";
+    EXPECT_GT(aggregates, 0u) << "with the server's ingress at 4 Mbit/s, updates queue and gradlaned aggregates some";
+    std::printf("train %s: %zu of %zu updates were aggregates of redirected pushes (%zu gradients)\n", out_.c_str(),
+                aggregates, order.size(), redirected.size());
+    check_models(model, data, replay, gradients);
+  }
+
+  std::uint32_t workers_ = kWorkers;
+  bool shaped_ = false;
   std::string out_;
 };
 
@@ -309,6 +435,12 @@ TEST_F(TrainingRun, GradlaneModeTrainsAndTheModelIsTheReplayOfTheRun) {
 TEST_F(TrainingRun, AggregateModeTrainsAndTheModelIsTheReplayOfTheSums) {
   run("aggregate");
   check_aggregated();
+}
+
+TEST_F(TrainingRun, GradlaneModeAggregatesQueuedUpdatesAndTheModelIsTheReplayOfTheRun) {
+  workers_ = 4;  // at a grant, the two workers neither granted nor computing wait: a pair
+  run("gradlane", /*with_aggregator=*/true);
+  check_sidecar_aggregation();
 }
 
 }  // namespace

@@ -16,32 +16,19 @@
 #include <memory>
 
 #include "gradlane/ps.hpp"
-#include "transport/ps/apply_order.hpp"
+#include "transport/ps/aggregator_state.hpp"
 #include "transport/ps/join.hpp"
 #include "transport/ps/kernels.hpp"
-#include "transport/ps/member_group.hpp"
-#include "transport/ps/messages.hpp"
-#include "transport/ps/outstanding_grants.hpp"
-#include "transport/ps/regions.hpp"
 
 namespace gradlane::ps {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct MemberPeer {
-  Connection conn;
-  std::uint32_t worker = 0;
-  bool alive = true;
-  OutstandingGrants outstanding;
-};
-
-struct Waiting {
-  std::size_t peer = 0;
-  Request request;
-};
-
-std::uint32_t ring_slots(const AggregatorOptions& o) { return o.slots == 0 ? 2 * o.group : o.slots; }
+std::uint32_t ring_slots(const AggregatorOptions& o) {
+  if (o.slots != 0) return o.slots;
+  return o.sidecar ? 16 : 2 * o.group;  // sidecar mode: per worker (aggregate id % slots)
+}
 
 WorkerOptions forward_options(const AggregatorOptions& o) {
   WorkerOptions w;
@@ -56,42 +43,16 @@ WorkerOptions forward_options(const AggregatorOptions& o) {
 
 }  // namespace
 
-struct Aggregator::State {
-  State(const Device& dev, std::uint16_t port, const AggregatorOptions& o)
-      : options(o),
-        slot_count(ring_slots(o)),
-        ring(dev, o.floats, slot_count),
-        order(slot_count, 1),
-        group(o.group),
-        listener(dev, port, o.transport),
-        forward(dev, forward_options(o)) {}
-
-  AggregatorOptions options;
-  std::uint32_t slot_count;
-  SlotRing ring;
-  ApplyOrder order;
-  MemberGroup group;
-  Listener listener;
-  Worker forward;  // to the server and the replica; its gradient() is where a group is summed
-  std::vector<MemberPeer> peers;
-  std::deque<Waiting> waiting;
-  std::uint64_t next_grant = 1;
-  std::map<std::uint64_t, GroupMember> granted;  // granted, not yet released by `order`
-  Clock::time_point last_member = Clock::now();
-  AggregatorStats stats;
-  std::vector<AggregatedUpdate> history;
-
-  // The oldest member sequence whose slot is still busy (member_group.hpp).
-  std::uint64_t held_from() const { return group.empty() ? order.next_sequence() : group.first_sequence(); }
-  void lose(MemberPeer& peer, const Error& why);
-  std::size_t take_from(std::size_t index);
-  std::size_t take_input();
-  std::size_t grant();
-  std::size_t expire_holes();
-  std::size_t collect();
-  bool group_due() const;
-  void forward_group();
-};
+Aggregator::State::State(const Device& dev, std::uint16_t port, const AggregatorOptions& o)
+    : device(dev),
+      options(o),
+      slot_count(ring_slots(o)),
+      order(slot_count, 1),
+      group(std::max<std::uint32_t>(o.group, 1)),
+      listener(dev, port, o.transport),
+      forward(dev, forward_options(o)) {
+  if (!o.sidecar) ring.emplace(dev, o.floats, slot_count);
+}
 
 void Aggregator::State::lose(MemberPeer& peer, const Error& why) {
   if (!peer.alive) return;
@@ -228,7 +189,7 @@ void Aggregator::State::forward_group() {
   const std::vector<GroupMember> members = group.take();  // in sum order
   std::vector<std::span<const float>> parts;
   parts.reserve(members.size());
-  for (const GroupMember& m : members) parts.push_back(ring.slot(m.slot));
+  for (const GroupMember& m : members) parts.push_back(ring->slot(m.slot));
   // Straight into the registered buffer the forward writes from; the members' slots are free
   // once this returns.
   sum_in_order(forward.gradient(), parts);
@@ -240,7 +201,7 @@ void Aggregator::State::forward_group() {
   const PushResult pushed = forward.push(update.computed_on, update.tag);
   // Copies: the forward's inline payloads, and a short group of one, whose "sum" the kernel
   // copied from the member's slot.
-  stats.bytes_copied += forward.bytes_copied() - forward_copied + (members.size() == 1 ? ring.slot_bytes() : 0);
+  stats.bytes_copied += forward.bytes_copied() - forward_copied + (members.size() == 1 ? ring->slot_bytes() : 0);
   update.sequence = pushed.sequence;
   update.lost = pushed.lost;
   ++stats.forwarded;
@@ -250,16 +211,34 @@ void Aggregator::State::forward_group() {
   history.push_back(std::move(update));
 }
 
+std::size_t Aggregator::State::progress_direct() {
+  std::size_t work = take_input();
+  work += expire_holes();
+  work += grant();
+  work += collect();
+  if (group_due()) {
+    forward_group();
+    ++work;
+    work += grant();  // the summed members' slots are free again
+  }
+  return work;
+}
+
 Aggregator::Aggregator(const Device& device, std::uint16_t port, const AggregatorOptions& options) {
   if (options.id == 0 || options.floats == 0 || options.group == 0) {
     throw Error(Errc::invalid_argument, "ps::Aggregator: the id must be > 0, the shard must have floats, group >= 1");
   }
-  if (options.slots != 0 && options.slots < options.group) {
+  if (!options.sidecar && options.slots != 0 && options.slots < options.group) {
     throw Error(Errc::invalid_argument, fmt::format("ps::Aggregator: {} member slots cannot hold a group of {}; "
                                                     "give slots >= group (or 0 for 2 × group)",
                                                     options.slots, options.group));
   }
   state_ = std::make_unique<State>(device, port, options);
+  if (options.sidecar) {
+    sidecar::AttachOptions attach = *options.sidecar;
+    attach.region_bytes = options.floats * sizeof(float);
+    state_->sidecar.emplace(sidecar::Client::attach(attach));
+  }
 }
 
 Aggregator::Aggregator(Aggregator&&) noexcept = default;
@@ -270,7 +249,8 @@ std::uint16_t Aggregator::port() const { return state_->listener.port(); }
 
 void Aggregator::accept_workers(std::size_t workers, Millis timeout) {
   State& s = *state_;
-  const auto advertise = [&](Connection& conn) { conn.advertise(kSlotRegionId, s.ring.region().descriptor()); };
+  if (s.sidecar_mode()) return s.accept_sidecar_workers(workers, timeout);
+  const auto advertise = [&](Connection& conn) { conn.advertise(kSlotRegionId, s.ring->region().descriptor()); };
   for (Joined& j : accept_hellos(s.listener, workers, advertise, timeout, "aggregator")) {
     if (j.hello.kind != PeerKind::worker) {
       throw Error(Errc::protocol, fmt::format("{}: only workers join an aggregator", j.conn.describe()));
@@ -281,16 +261,7 @@ void Aggregator::accept_workers(std::size_t workers, Millis timeout) {
 
 std::size_t Aggregator::progress() {
   State& s = *state_;
-  std::size_t work = s.take_input();
-  work += s.expire_holes();
-  work += s.grant();
-  work += s.collect();
-  if (s.group_due()) {
-    s.forward_group();
-    ++work;
-    work += s.grant();  // the summed members' slots are free again
-  }
-  return work;
+  return s.sidecar_mode() ? s.progress_sidecar() : s.progress_direct();
 }
 
 bool Aggregator::run(Millis timeout) {
@@ -305,6 +276,7 @@ bool Aggregator::run(Millis timeout) {
 
 bool Aggregator::finished() const {
   const State& s = *state_;
+  if (s.sidecar_mode()) return s.finished_sidecar();
   return live_workers() == 0 && s.waiting.empty() && s.granted.empty() && s.order.pending() == 0 && s.group.empty();
 }
 

@@ -14,7 +14,8 @@ std::vector<Joined> accept_hellos(Listener& listener, std::size_t count, const s
   // Short accept waits, so the hellos of connections already accepted are seen between them.
   constexpr Millis kAcceptSlice{20};
   std::vector<Joined> joined;
-  std::vector<Connection> pending;  // accepted, no hello yet
+  std::vector<std::pair<Connection, std::size_t>> pending;  // accepted (in that order), no hello yet
+  std::size_t accepted = 0;
   auto last_join = Clock::now();
   const auto drop = [&](const std::string& peer, const Error& e) {
     std::fprintf(stderr, "gradlane ps %s: dropped a connection before its hello (%s): %s\n", who, peer.c_str(), e.what());
@@ -24,8 +25,9 @@ std::vector<Joined> accept_hellos(Listener& listener, std::size_t count, const s
       Connection conn = listener.accept(kAcceptSlice);
       const std::string peer = conn.describe();
       try {
+        const std::size_t index = accepted++;
         advertise(conn);
-        pending.push_back(std::move(conn));
+        pending.emplace_back(std::move(conn), index);
       } catch (const Error& e) {
         drop(peer, e);
       }
@@ -35,7 +37,7 @@ std::vector<Joined> accept_hellos(Listener& listener, std::size_t count, const s
     for (auto it = pending.begin(); it != pending.end();) {
       std::optional<Hello> hello;
       try {
-        const auto bytes = it->try_receive();
+        const auto bytes = it->first.try_receive();
         if (!bytes) {
           ++it;
           continue;
@@ -44,11 +46,11 @@ std::vector<Joined> accept_hellos(Listener& listener, std::size_t count, const s
         if (const auto* h = std::get_if<Hello>(&first)) hello = *h;
         if (!hello) throw Error(Errc::protocol, fmt::format("the first message (kind {}) was not a hello", first.index() + 1));
       } catch (const Error& e) {
-        drop(it->describe(), e);
+        drop(it->first.describe(), e);
         it = pending.erase(it);
         continue;
       }
-      joined.push_back(Joined{std::move(*it), *hello});
+      joined.push_back(Joined{std::move(it->first), *hello, it->second});
       it = pending.erase(it);
       last_join = Clock::now();
     }

@@ -21,6 +21,7 @@ namespace gradlane::ps {
 struct Joined {
   Connection conn;
   Hello hello;
+  std::size_t accepted = 0;  // 0-based: the order its connection was accepted and advertised to
 };
 
 // Accepts connections on `listener` until `count` peers have said hello; `advertise` is called

@@ -67,8 +67,9 @@ struct Worker::State {
   // replica failed, go on without mirroring. Returns false when nothing can take over.
   bool recover() {
     if (aggregator && aggregator->failed()) {
-      std::fprintf(stderr, "gradlane ps worker %u: aggregator lost (%s); pushing to the server directly\n", options.id,
-                   aggregator->failure()->what());
+      std::fprintf(stderr, "gradlane ps worker %u: aggregator lost (%s); %s\n", options.id,
+                   aggregator->failure()->what(),
+                   sidecar ? "updates redirected to it are reported lost" : "pushing to the server directly");
       aggregator.reset();
       return true;
     }
@@ -93,25 +94,21 @@ struct Worker::State {
   std::uint32_t slots = 0;
   bool push_in_flight = false;
   std::optional<sidecar::Client> sidecar;  // sidecar mode
+  bool warned_redirect = false;            // said once that a redirect had nowhere to go
   std::uint64_t request = 0;               // sidecar mode: the request in flight
 
-  // Writes the gradient into the slot of `sequence` at the replica, then at the server.
+  // Writes the gradient into the slot of `sequence` at the replica, then at the server; in
+  // direct mode with an aggregator, into the aggregator's member slot instead.
   PushResult write(std::uint64_t sequence) {
+    if (aggregator && !sidecar) {  // a member slot of the aggregator's ring
+      return write_member(sequence % (aggregator_slots.length / bytes), static_cast<std::uint32_t>(sequence));
+    }
     const auto imm = static_cast<std::uint32_t>(sequence);  // low 32 bits: ApplyOrder::widen
     const auto start = Clock::now();
     // A payload of at most max_inline bytes is posted inline: the provider copies it into the
-    // work request (connection.hpp). Counted per copy written: 1 to an aggregator, else 1 + mirror.
-    const bool mirroring = replica && options.mirror && !aggregator;
+    // work request (connection.hpp). Counted per copy written: 1 + mirror.
+    const bool mirroring = replica && options.mirror;
     if (bytes <= options.transport.max_inline) bytes_copied += bytes * (mirroring ? 2 : 1);
-    if (aggregator) {  // a member slot of the aggregator's ring
-      const std::uint64_t offset = (sequence % (aggregator_slots.length / bytes)) * bytes;
-      aggregator->wait(aggregator->write_and_ring(gradient_region, 0, aggregator_slots, offset, bytes, imm),
-                       options.timeout);
-      PushResult result;
-      result.sequence = sequence;
-      result.wire_time = Clock::now() - start;
-      return result;
-    }
     const std::uint64_t offset = (sequence % slots) * bytes;
     // The mirror first: if this worker dies between the two, the server never sees the update
     // and skips it, and so does the replica (it applies only what the server decided).
@@ -123,6 +120,68 @@ struct Worker::State {
     PushResult result;
     result.sequence = sequence;
     result.wire_time = Clock::now() - start;
+    return result;
+  }
+
+  // Writes the gradient into member slot `slot` of the aggregator's ring, doorbell `imm`.
+  PushResult write_member(std::uint64_t slot, std::uint32_t imm) {
+    const auto start = Clock::now();
+    if (bytes <= options.transport.max_inline) bytes_copied += bytes;
+    aggregator->wait(aggregator->write_and_ring(gradient_region, 0, aggregator_slots, slot * bytes, bytes, imm),
+                     options.timeout);
+    PushResult result;
+    result.wire_time = Clock::now() - start;
+    return result;
+  }
+
+  // Sidecar mode: sleeps through most of the wait for a granted slot (processes share few
+  // cores) and spins the last bit; not before it: the previous slot's transfer owns the link.
+  static void wait_for_slot(std::chrono::nanoseconds slot_start_ns) {
+    const auto slot_start = Clock::time_point(slot_start_ns);
+    if (const auto ahead = slot_start - Clock::now(); ahead > std::chrono::microseconds(300)) {
+      std::this_thread::sleep_for(ahead - std::chrono::microseconds(200));
+    }
+    while (Clock::now() < slot_start) {
+    }
+  }
+
+  // Sidecar mode: a go (to the server) or a redirect (to the aggregator), completed with the
+  // sidecar either way, failed if the write threw.
+  PushResult write_granted(const sidecar::Grant& g) {
+    if (g.part_count != 1) {
+      sidecar->complete(g.request, g.part_index, std::chrono::nanoseconds{0}, /*failed=*/true);
+      throw Error(Errc::invalid_argument,
+                  fmt::format("the sidecar split the {}-byte update into {} parts: a shard must fit one part "
+                              "(at most the sidecar's partition size); use more, smaller shards",
+                              bytes, g.part_count));
+    }
+    const bool redirect = g.kind == sidecar::GrantKind::redirect;
+    if (redirect && (!aggregator || g.target != options.aggregator_endpoint)) {
+      // Nowhere to write it: the sidecar hears it failed (the aggregate goes on without it).
+      sidecar->complete(g.request, g.part_index, std::chrono::nanoseconds{0}, /*failed=*/true);
+      if (!warned_redirect) {
+        std::fprintf(stderr, "gradlane ps worker %u: the sidecar redirected an update to aggregator endpoint %u, %s; "
+                     "reported lost\n", options.id, g.target,
+                     aggregator ? "not the one this worker is connected to" : "and this worker has no aggregator");
+        warned_redirect = true;
+      }
+      PushResult lost;
+      lost.lost = true;
+      return lost;
+    }
+    wait_for_slot(g.slot_start);
+    PushResult result;
+    try {
+      // A member's slot at the aggregator is its aggregate id modulo the worker's slots there;
+      // the doorbell carries the id's low 32 bits, the same modulo there.
+      const auto id32 = static_cast<std::uint32_t>(g.sequence);
+      result = redirect ? write_member(id32 % (aggregator_slots.length / bytes), id32) : write(g.sequence);
+    } catch (const Error&) {
+      sidecar->complete(g.request, g.part_index, std::chrono::nanoseconds{0}, /*failed=*/true);
+      throw;
+    }
+    if (redirect) result.aggregate = g.sequence;
+    sidecar->complete(g.request, g.part_index, result.wire_time);
     return result;
   }
 
@@ -143,31 +202,9 @@ struct Worker::State {
       throw Error(Errc::protocol, fmt::format("the sidecar answered request {} while {} was in flight", g.request, request));
     }
     switch (g.kind) {
-      case sidecar::GrantKind::go: {
-        if (g.part_count != 1) {
-          throw Error(Errc::invalid_argument,
-                      fmt::format("the sidecar split the {}-byte update into {} parts: a shard must fit one part "
-                                  "(at most the sidecar's partition size); use more, smaller shards",
-                                  bytes, g.part_count));
-        }
-        // Not before the slot: the previous slot's transfer owns the server's link until then.
-        // Sleep through most of a long wait (processes share few cores), spin the last bit.
-        const auto slot_start = Clock::time_point(g.slot_start);
-        if (const auto ahead = slot_start - Clock::now(); ahead > std::chrono::microseconds(300)) {
-          std::this_thread::sleep_for(ahead - std::chrono::microseconds(200));
-        }
-        while (Clock::now() < slot_start) {
-        }
-        PushResult result;
-        try {
-          result = write(g.sequence);
-        } catch (const Error&) {
-          sidecar->complete(g.request, g.part_index, std::chrono::nanoseconds{0}, /*failed=*/true);
-          throw;
-        }
-        sidecar->complete(g.request, g.part_index, result.wire_time);
-        return result;
-      }
+      case sidecar::GrantKind::go:
+      case sidecar::GrantKind::redirect:
+        return write_granted(g);
       case sidecar::GrantKind::drop: {
         // Too stale to help (pull a fresh model) — or, with reason peer_lost, the receiver's
         // sidecar was lost: the model is not stale, the push simply did not happen.
@@ -186,7 +223,7 @@ struct Worker::State {
         throw Error(Errc::protocol, fmt::format("the sidecar refused the push: {}", sidecar::reason_name(g.reason)));
       default:
         throw Error(Errc::protocol, fmt::format("the sidecar answered the push with '{}', which a ps::Worker does not "
-                                                "handle yet (run gradlaned without aggregators)",
+                                                "handle (an aggregate grant goes to a ps::Aggregator)",
                                                 sidecar::kind_name(g.kind)));
     }
   }
@@ -210,9 +247,8 @@ Worker::Worker(const Device& device, const WorkerOptions& options) {
   if (options.id == 0 || options.floats == 0) {
     throw Error(Errc::invalid_argument, "ps::Worker: the id must be > 0 and the shard must have floats");
   }
-  if (options.aggregator && options.sidecar) {
-    throw Error(Errc::invalid_argument, "ps::Worker: an aggregator is a direct-mode option; with a sidecar, "
-                                        "gradlaned decides where updates go");
+  if (options.aggregator && options.sidecar && options.aggregator_endpoint == options.server_endpoint) {
+    throw Error(Errc::invalid_argument, "ps::Worker: the aggregator's endpoint is the server's");
   }
   state_ = std::make_unique<State>(device, options);
   State& s = *state_;
@@ -278,7 +314,19 @@ PushResult Worker::wait_push() {
   State& s = *state_;
   if (!s.push_in_flight) throw Error(Errc::invalid_argument, "wait_push: no push was started");
   s.push_in_flight = false;
-  if (s.sidecar) return s.wait_sidecar();
+  if (s.sidecar) {
+    try {
+      return s.wait_sidecar();
+    } catch (const Error&) {
+      // A redirected update whose aggregator failed: lost (the sidecar heard it failed), and
+      // later redirects to it are too; every other failure is the caller's to see.
+      if (!s.aggregator || !s.aggregator->failed()) throw;
+      s.recover();
+      PushResult lost;
+      lost.lost = true;
+      return lost;
+    }
+  }
   try {
     return s.wait_direct();
   } catch (const Error&) {
@@ -324,6 +372,18 @@ std::uint64_t Worker::server_version() {
     } catch (const Error&) {
       if (!s.recover()) throw;
     }
+  }
+}
+
+PushResult Worker::write_as(std::uint64_t sequence) {
+  State& s = *state_;
+  try {
+    return s.write(sequence);
+  } catch (const Error&) {
+    if (!s.recover()) throw;
+    PushResult lost;
+    lost.lost = true;
+    return lost;
   }
 }
 

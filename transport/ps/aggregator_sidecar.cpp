@@ -1,0 +1,182 @@
+// Aggregator in sidecar mode: the host's gradlaned forms the groups (include/gradlane/ps.hpp,
+// "Aggregation (sidecar mode)"). Workers write redirected members into their own member slots
+// here; the sidecar's aggregate grant says which server sequence their sum becomes. The
+// AggregateBook pairs the two; when an aggregate is due, its members are summed in a fixed
+// order straight into the forward Worker's registered buffer and written from there, in the
+// granted slot, to the server and the replica.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+
+#include "transport/ps/aggregator_state.hpp"
+#include "transport/ps/join.hpp"
+#include "transport/ps/kernels.hpp"
+
+namespace gradlane::ps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Connections beyond the expected workers that may be accepted and dropped before their hello
+// (half-open retries, join.hpp); each takes a partition of the ring.
+constexpr std::uint32_t kSparePartitions = 4;
+
+// Members whose aggregate was never granted (its grant went elsewhere or the sidecar was lost)
+// are given up after this long, so their slots come back.
+constexpr std::chrono::seconds kUngrantedLimit{30};
+
+void sleep_until_slot(std::chrono::nanoseconds slot_start_ns) {
+  const auto slot_start = Clock::time_point(slot_start_ns);
+  if (const auto ahead = slot_start - Clock::now(); ahead > std::chrono::microseconds(300)) {
+    std::this_thread::sleep_for(ahead - std::chrono::microseconds(200));
+  }
+  while (Clock::now() < slot_start) {
+  }
+}
+
+}  // namespace
+
+void Aggregator::State::accept_sidecar_workers(std::size_t workers, Millis timeout) {
+  if (book) throw Error(Errc::invalid_argument, "ps::Aggregator: in sidecar mode, accept_workers() once");
+  const auto partitions = static_cast<std::uint32_t>(workers) + kSparePartitions;
+  ring.emplace(device, options.floats, partitions * slot_count);
+  book.emplace(partitions, slot_count);
+  // Each connection gets its own partition of the ring: slot_count member slots.
+  const RegionDescriptor whole = ring->region().descriptor();
+  const std::uint64_t partition_bytes = std::uint64_t{slot_count} * ring->slot_bytes();
+  std::uint32_t next = 0;
+  const auto advertise = [&](Connection& conn) {
+    const std::uint32_t index = next++;
+    if (index >= partitions) {
+      throw Error(Errc::resource_exhausted, fmt::format("more than {} connections to accept", partitions));
+    }
+    RegionDescriptor mine = whole;
+    mine.addr += index * partition_bytes;
+    mine.length = partition_bytes;
+    conn.advertise(kSlotRegionId, mine);
+  };
+  for (Joined& j : accept_hellos(listener, workers, advertise, timeout, "aggregator")) {
+    if (j.hello.kind != PeerKind::worker) {
+      throw Error(Errc::protocol, fmt::format("{}: only workers join an aggregator", j.conn.describe()));
+    }
+    MemberPeer peer{std::move(j.conn), j.hello.worker, true, {}};
+    peer.partition = static_cast<std::uint32_t>(j.accepted);
+    peers.push_back(std::move(peer));
+  }
+}
+
+std::size_t Aggregator::State::take_doorbells() {
+  std::size_t work = 0;
+  for (MemberPeer& peer : peers) {
+    if (!peer.alive) continue;
+    try {
+      // A worker sends nothing after its hello in sidecar mode: anything else is a protocol error.
+      if (auto bytes = peer.conn.try_receive()) {
+        const Message message = decode(*bytes);
+        throw Error(Errc::protocol,
+                    fmt::format("unexpected message (kind {}) at an aggregator in sidecar mode", message.index() + 1));
+      }
+      while (auto bell = peer.conn.try_doorbell()) {
+        ++work;
+        switch (book->arrived(peer.partition, peer.worker, bell->imm, Clock::now())) {
+          case Arrival::accepted:
+            break;
+          case Arrival::duplicate:
+            ++stats.refused_doorbells;
+            break;
+          case Arrival::displaced:
+            ++stats.displaced;
+            break;
+        }
+      }
+    } catch (const Error& e) {
+      lose(peer, e);
+      ++work;
+    }
+  }
+  return work;
+}
+
+std::size_t Aggregator::State::take_grants() {
+  std::size_t work = 0;
+  while (const auto g = sidecar->poll()) {
+    ++work;
+    if (g->kind == sidecar::GrantKind::aggregate) {
+      // Members not here by hole_timeout after the slot (or after now, if later) are left out.
+      const auto from = std::max(Clock::now(), Clock::time_point(g->slot_start));
+      if (!book->granted(g->request, g->sequence, g->part_count, g->slot_start, from + options.hole_timeout)) {
+        std::fprintf(stderr, "gradlane ps aggregator: a second grant for aggregate %llu ignored\n",
+                     static_cast<unsigned long long>(g->request));
+      }
+      ++stats.granted;
+    } else {
+      std::fprintf(stderr, "gradlane ps aggregator: the sidecar answered %s (%s)\n",
+                   std::string(sidecar::kind_name(g->kind)).c_str(), std::string(sidecar::reason_name(g->reason)).c_str());
+    }
+  }
+  return work;
+}
+
+void Aggregator::State::forward_aggregate(const DueAggregate& due) {
+  const std::uint32_t came = static_cast<std::uint32_t>(due.members.size());
+  stats.skipped += due.expected > came ? due.expected - came : 0;
+  if (came == 0) {
+    // Nothing to sum: the sidecar hears the forward failed and has the server skip the sequence.
+    sidecar->complete_aggregate(due.aggregate, std::chrono::nanoseconds{0}, /*failed=*/true);
+    ++stats.cancelled;
+    return;
+  }
+  std::vector<std::span<const float>> parts;
+  parts.reserve(came);
+  for (const BookedMember& m : due.members) parts.push_back(ring->slot(book->ring_slot(m)));
+  sum_in_order(forward.gradient(), parts);
+  const std::uint64_t forward_copied = forward.bytes_copied();
+  sleep_until_slot(due.slot_start);
+  const PushResult pushed = forward.write_as(due.sequence);
+  sidecar->complete_aggregate(due.aggregate, pushed.wire_time, /*failed=*/pushed.lost);
+  stats.bytes_copied += forward.bytes_copied() - forward_copied + (came == 1 ? ring->slot_bytes() : 0);
+  AggregatedUpdate update;
+  update.tag = due.aggregate;
+  update.sequence = pushed.lost ? 0 : due.sequence;
+  update.lost = pushed.lost;
+  for (const BookedMember& m : due.members) update.members.push_back({m.worker, 0, 0});
+  ++stats.forwarded;
+  stats.summed += came;
+  stats.short_groups += came < due.expected ? 1 : 0;
+  stats.lost += pushed.lost ? 1 : 0;
+  history.push_back(std::move(update));
+}
+
+std::size_t Aggregator::State::forward_due() {
+  if (book->empty()) return 0;
+  const auto now = Clock::now();
+  std::size_t work = 0;
+  for (const DueAggregate& due : book->take_due(now)) {
+    forward_aggregate(due);
+    ++work;
+  }
+  if (const std::size_t struck = book->expire_ungranted(now, kUngrantedLimit); struck != 0) {
+    std::fprintf(stderr, "gradlane ps aggregator: %zu members got no aggregate grant in %lld s: left out\n", struck,
+                 static_cast<long long>(kUngrantedLimit.count()));
+    stats.skipped += struck;
+    work += struck;
+  }
+  return work;
+}
+
+std::size_t Aggregator::State::progress_sidecar() {
+  if (!book) throw Error(Errc::invalid_argument, "ps::Aggregator: accept_workers() first");
+  std::size_t work = take_doorbells();
+  work += take_grants();
+  work += forward_due();
+  return work;
+}
+
+bool Aggregator::State::finished_sidecar() const {
+  const bool anyone = std::any_of(peers.begin(), peers.end(), [](const MemberPeer& p) { return p.alive; });
+  return !anyone && (!book || book->empty());
+}
+
+}  // namespace gradlane::ps

@@ -1,0 +1,86 @@
+// The state of a ps::Aggregator, shared by its two modes: direct (aggregator.cpp: it grants
+// member slots and forms groups of `group` itself) and sidecar (aggregator_sidecar.cpp: the
+// host's gradlaned forms the groups; AggregateBook pairs its redirected members with its
+// aggregate grants). Internal to the library.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "gradlane/ps.hpp"
+#include "transport/ps/aggregate_book.hpp"
+#include "transport/ps/apply_order.hpp"
+#include "transport/ps/member_group.hpp"
+#include "transport/ps/messages.hpp"
+#include "transport/ps/outstanding_grants.hpp"
+#include "transport/ps/regions.hpp"
+
+namespace gradlane::ps {
+
+struct MemberPeer {
+  Connection conn;
+  std::uint32_t worker = 0;
+  bool alive = true;
+  OutstandingGrants outstanding;  // direct mode
+  std::uint32_t partition = 0;    // sidecar mode: its member slots' partition of the ring
+};
+
+struct Aggregator::State {
+  using Clock = std::chrono::steady_clock;
+  struct Waiting {
+    std::size_t peer = 0;
+    Request request;
+  };
+
+  State(const Device& dev, std::uint16_t port, const AggregatorOptions& o);
+
+  Device device;
+  AggregatorOptions options;
+  // Direct mode: the ring's slots, shared by all members. Sidecar mode: per worker.
+  std::uint32_t slot_count;
+  std::optional<SlotRing> ring;  // sidecar mode: allocated once the workers are known
+  ApplyOrder order;
+  MemberGroup group;
+  Listener listener;
+  Worker forward;  // to the server and the replica; its gradient() is where a group is summed
+  std::vector<MemberPeer> peers;
+  std::deque<Waiting> waiting;
+  std::uint64_t next_grant = 1;
+  std::map<std::uint64_t, GroupMember> granted;  // granted, not yet released by `order`
+  Clock::time_point last_member = Clock::now();
+  AggregatorStats stats;
+  std::vector<AggregatedUpdate> history;
+  // Sidecar mode.
+  std::optional<sidecar::Client> sidecar;
+  std::optional<AggregateBook> book;
+
+  bool sidecar_mode() const { return options.sidecar.has_value(); }
+  void lose(MemberPeer& peer, const Error& why);
+
+  // Direct mode (aggregator.cpp).
+  // The oldest member sequence whose slot is still busy (member_group.hpp).
+  std::uint64_t held_from() const { return group.empty() ? order.next_sequence() : group.first_sequence(); }
+  std::size_t take_from(std::size_t index);
+  std::size_t take_input();
+  std::size_t grant();
+  std::size_t expire_holes();
+  std::size_t collect();
+  bool group_due() const;
+  void forward_group();
+  std::size_t progress_direct();
+
+  // Sidecar mode (aggregator_sidecar.cpp).
+  void accept_sidecar_workers(std::size_t workers, Millis timeout);
+  std::size_t take_doorbells();
+  std::size_t take_grants();
+  std::size_t forward_due();
+  void forward_aggregate(const DueAggregate& due);
+  std::size_t progress_sidecar();
+  bool finished_sidecar() const;
+};
+
+}  // namespace gradlane::ps
