@@ -266,6 +266,7 @@ int run_worker(const Args& a) {
   gradlane::Device device = gradlane::Device::open({.name = a.text("device")});
   gradlane::ps::Worker worker(device, options);
   std::uint64_t torn = 0, retries = 0, last_version = 0, dropped = 0, lost = 0;
+  std::string acked;  // the sequences of the pushes that succeeded (neither dropped nor lost)
   for (std::uint64_t step = 0; step < updates; ++step) {
     const gradlane::ps::PullResult pulled = worker.pull();
     retries += pulled.attempts - 1;
@@ -292,11 +293,12 @@ int run_worker(const Args& a) {
     const gradlane::ps::PushResult pushed = worker.push(pulled.version, step);
     dropped += pushed.dropped ? 1 : 0;
     lost += pushed.lost ? 1 : 0;
+    if (!pushed.dropped && !pushed.lost) acked += (acked.empty() ? "" : ",") + std::to_string(pushed.sequence);
   }
   std::ofstream(a.text("out") + "/worker" + a.text("id") + ".json")
       << "{\"pushes\":" << updates << ",\"dropped\":" << dropped << ",\"lost\":" << lost
       << ",\"failovers\":" << worker.failovers() << ",\"bytes_copied\":" << worker.bytes_copied() << ",\"torn\":" << torn
-      << ",\"pull_retries\":" << retries << "}\n";
+      << ",\"pull_retries\":" << retries << ",\"acked\":[" << acked << "]}\n";
   return torn == 0 ? 0 : 4;
 }
 

@@ -23,12 +23,15 @@
 #   (which train.sh shapes), SERVER_RATE (the server's ingress as train.sh shaped it, e.g. 4mbit:
 #   gradlaned is told it, as it would be told a NIC's line rate; the straggler is learned).
 #   Results: $GRADLANE_OUT_DIR/train-$MODE.
+#   FAULT=KIND:TARGET:DELAY_MS (examples/train-fault.sh, which examples/train-faults.sh drives):
+#   one fault injected DELAY_MS after training starts. Every role records its pid
+#   (NAME.pid) and its exit status and time (NAME.exit: "STATUS EPOCH_SECONDS").
 set -u
 BUILD=${1:?usage: train-demo.sh BUILD_DIR [NAME=VALUE ...]}
 shift
 for setting in "$@"; do
   case $setting in
-    MODE=*|MODEL=*|WORKERS=*|STEPS=*|LR=*|BATCH=*|SEED=*|TAU=*|TARGET=*|SCHEDULE=*|REPLICA=*|SLOTS=*|STRAGGLER=*|GROUP=*|REPLICA_READS=*|AGGREGATE=*|EAGER=*|RELAY=*|SERVER_RATE=*) export "$setting" ;;
+    MODE=*|MODEL=*|WORKERS=*|STEPS=*|LR=*|BATCH=*|SEED=*|TAU=*|TARGET=*|SCHEDULE=*|REPLICA=*|SLOTS=*|STRAGGLER=*|GROUP=*|REPLICA_READS=*|AGGREGATE=*|EAGER=*|RELAY=*|SERVER_RATE=*|FAULT=*) export "$setting" ;;
     *) echo "train-demo.sh: unknown setting '$setting' (see the comment at the top)" >&2; exit 2 ;;
   esac
 done
@@ -58,12 +61,19 @@ link_bytes() {
   done
 }
 BYTES_BEFORE=$(link_bytes)
+# role NAME CMD...: runs CMD in the background with its output in NAME.log, its pid in NAME.pid
+# (the process itself, for a fault to target) and "STATUS TIME" in NAME.exit when it ends.
+role() {
+  name=$1; shift
+  ( sh -c 'echo $$ > "$0"; exec "$@"' "$OUT/$name.pid" "$@" > "$OUT/$name.log" 2>&1
+    rc=$?; echo "$rc $(date +%s.%N)" > "$OUT/$name.exit"; exit $rc ) &
+}
 PIDS=""
 SERVER_PEERS=""; REPLICA_PEERS=""; WORKER_TO=""
 if [ "$MODE" = aggregate ]; then  # workers pull from the server; only the aggregator mirrors
   SERVER_PEERS="--peers $((WORKERS + 1))"; REPLICA_PEERS="--peers 1"; WORKER_TO="--aggregator $ADDR2:7802"
-  "$TRAIN" aggregator $COMMON --device "$DEV2" --port 7802 --id $((WORKERS + 1)) --server "$ADDR0:7800" $REPLICA_AT \
-           --group "$GROUP" > "$OUT/aggregator.log" 2>&1 &
+  role aggregator "$TRAIN" aggregator $COMMON --device "$DEV2" --port 7802 --id $((WORKERS + 1)) --server "$ADDR0:7800" $REPLICA_AT \
+           --group "$GROUP"
   G=$!
 fi
 host_of() {  # worker I's host: the straggler alone on host 3, odd ids on host 2, even on host 1
@@ -96,32 +106,40 @@ sidecar() {  # HOST ENDPOINT: the options that attach a role on that host to its
 if [ "$AGGREGATE" = 1 ]; then  # workers mirror their direct grants; the aggregator its sums
   SERVER_PEERS="--peers $((WORKERS + 1))"; REPLICA_PEERS="--peers $((WORKERS + 1))"
   WORKER_TO="--aggregator $ADDR2:7802 --aggregator-endpoint 4"
-  "$TRAIN" aggregator $COMMON --device "$DEV2" --port 7802 --id $((WORKERS + 1)) --server "$ADDR0:7800" $REPLICA_AT \
-           $(sidecar 2 4) > "$OUT/aggregator.log" 2>&1 &
+  role aggregator "$TRAIN" aggregator $COMMON --device "$DEV2" --port 7802 --id $((WORKERS + 1)) --server "$ADDR0:7800" $REPLICA_AT \
+           $(sidecar 2 4)
   G=$!
 fi
 if [ "$REPLICA" = 1 ]; then
-  "$TRAIN" replica $COMMON --device "$DEV1" --port 7801 $REPLICA_PEERS > "$OUT/replica.log" 2>&1 &
+  role replica "$TRAIN" replica $COMMON --device "$DEV1" --port 7801 $REPLICA_PEERS
   R=$!
 fi
-"$TRAIN" server $COMMON --device "$DEV0" --port 7800 $REPLICA_AT $SERVER_PEERS $(sidecar 0 0) 2>&1 | tee "$OUT/server.log" &
+role server "$TRAIN" server $COMMON --device "$DEV0" --port 7800 $REPLICA_AT $SERVER_PEERS $(sidecar 0 0)
 S=$!
+[ -n "${FAULT:-}" ] || { tail -n +1 -F "$OUT/server.log" 2>/dev/null & TAIL=$!; }  # the progress lines, as before
 i=1
 while [ $i -le "$WORKERS" ]; do
   host=$(host_of $i)
   case $host in 1) dev=$DEV1 ;; 2) dev=$DEV2 ;; *) dev=$DEV3 ;; esac
-  "$TRAIN" worker $COMMON --device "$dev" --id $i --server "$ADDR0:7800" $([ "$MODE" = aggregate ] || echo "$REPLICA_AT") $WORKER_TO --steps "$STEPS" \
-           --batch "$BATCH" $(sidecar "$host" $((100 + i))) --server-endpoint 0 > "$OUT/worker$i.log" 2>&1 &
+  role worker$i "$TRAIN" worker $COMMON --device "$dev" --id $i --server "$ADDR0:7800" $([ "$MODE" = aggregate ] || echo "$REPLICA_AT") $WORKER_TO --steps "$STEPS" \
+           --batch "$BATCH" $(sidecar "$host" $((100 + i))) --server-endpoint 0
   PIDS="$PIDS $!"
   i=$((i + 1))
 done
+INJECTOR=""
+if [ -n "${FAULT:-}" ]; then
+  sh "$(dirname "$0")/train-fault.sh" "$OUT" "$FAULT" > "$OUT/fault.log" 2>&1 &
+  INJECTOR=$!
+fi
 failed=0
 for p in $PIDS; do wait "$p" || failed=1; done
 { [ "$MODE" = aggregate ] || [ "$AGGREGATE" = 1 ]; } && { wait $G || failed=1; }
 wait $S || failed=1
+[ -n "${TAIL:-}" ] && { sleep 0.2; kill $TAIL 2>/dev/null; }
 printf '{"before":{%s},"after":{%s}}\n' "$(echo "$BYTES_BEFORE" | sed 's/,$//')" "$(link_bytes | sed 's/,$//')" > "$OUT/link-bytes.json"
 [ "$REPLICA" = 1 ] && { wait $R || failed=1; }
 if [ "$MODE" = gradlane ]; then kill -TERM $A $B; wait $A $B 2>/dev/null; fi
+[ -n "$INJECTOR" ] && wait $INJECTOR
 [ $failed = 0 ] || { echo "a role failed:"; tail -n 3 "$OUT"/*.log; }
 if [ "${SCHEDULE:-0}" = 1 ] && [ "$MODE" = gradlane ]; then
   python3 "$(dirname "$0")/print_schedule.py" "$OUT/schedule.jsonl"

@@ -515,6 +515,13 @@ void Connection::flush(Millis timeout) {
   wait(s.next_op - 1, timeout);
 }
 
+OpId Connection::probe() {
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.num_sge = 0;
+  return state_->post(wr, {IBV_WR_RDMA_WRITE, 0, 0, 0}, true);
+}
+
 std::uint64_t Connection::outstanding() const { return state_->next_op - 1 - state_->completed; }
 bool Connection::failed() const { return state_->failure_error.has_value(); }
 const Error* Connection::failure() const { return state_->failure_error ? &*state_->failure_error : nullptr; }

@@ -4,6 +4,10 @@
 #include <gradlane/gradlane.hpp>
 
 #include <cstdio>
+#include <cstring>
+#include <span>
+#include <stdexcept>
+#include <fcntl.h>
 #include <fstream>
 #include <thread>
 #include <unistd.h>
@@ -39,6 +43,43 @@ void write_stats(const Config& c, const ps::ShardServer& shard, const std::strin
   model.write(reinterpret_cast<const char*>(shard.model().data()),
               static_cast<std::streamsize>(shard.model().size_bytes()));
 }
+
+// Every model version this role saw between progress() rounds, with a hash of its bytes, one
+// unbuffered line each ("version,hash"): a SIGKILL loses none of them. Server and replica
+// logs are compared at their common versions (examples/train_faults.py): bitwise equal
+// models at equal versions, also for a role that was killed.
+class VersionLog {
+ public:
+  explicit VersionLog(const std::string& path) : fd_(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644)) {
+    if (fd_ < 0) throw std::runtime_error("cannot create " + path);
+  }
+  VersionLog(const VersionLog&) = delete;
+  VersionLog& operator=(const VersionLog&) = delete;
+  ~VersionLog() { ::close(fd_); }
+  void record(std::uint64_t version, std::span<const float> model) {
+    if (version == last_) return;
+    last_ = version;
+    // FNV-1a over the model's 64-bit words (the tail byte-wise).
+    std::uint64_t hash = 14695981039346656037ULL;
+    const auto* bytes = reinterpret_cast<const unsigned char*>(model.data());
+    const std::size_t n = model.size_bytes();
+    std::size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      std::uint64_t word = 0;
+      std::memcpy(&word, bytes + i, 8);
+      hash = (hash ^ word) * 1099511628211ULL;
+    }
+    for (; i < n; ++i) hash = (hash ^ bytes[i]) * 1099511628211ULL;
+    char line[64];
+    const int len = std::snprintf(line, sizeof line, "%llu,%016llx\n", static_cast<unsigned long long>(version),
+                                  static_cast<unsigned long long>(hash));
+    if (::write(fd_, line, static_cast<std::size_t>(len)) != len) throw std::runtime_error("writing the version log failed");
+  }
+
+ private:
+  int fd_;
+  std::uint64_t last_ = ~0ULL;
+};
 
 }  // namespace
 
@@ -98,8 +139,12 @@ int run_server(const Config& c) {
   std::uint64_t line_version = 0;
   const bool tty = isatty(STDOUT_FILENO) != 0;
   const auto deadline = start + 3600s;
+  VersionLog versions(c.out + "/" + name + ".versions.csv");
+  versions.record(shard.version(), shard.model());
   while (!shard.finished() && Clock::now() < deadline) {
-    if (shard.progress() != 0) continue;
+    const std::size_t work = shard.progress();
+    versions.record(shard.version(), shard.model());
+    if (work != 0) continue;
     const auto now = Clock::now();
     if (snapshots && now >= next_snapshot) {
       snapshots->write((now - start).count(), shard.version(), shard.model());
@@ -126,6 +171,7 @@ int run_server(const Config& c) {
   while (is_server && !c.replica.empty() && shard.stats().replica_acked < decided && Clock::now() < ack_deadline) {
     shard.progress();
   }
+  versions.record(shard.version(), shard.model());
   write_stats(c, shard, name, seconds);
   std::printf("%s%s: version %llu after %.1f s, applied %llu, holes skipped %llu, peers lost %llu\n", tty ? "\n" : "",
               name.c_str(), static_cast<unsigned long long>(shard.version()), seconds,

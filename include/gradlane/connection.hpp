@@ -135,6 +135,12 @@ class Connection {
   // unsignalled, first posts a signalled zero-length WRITE behind them (to the last write's
   // remote address and rkey) whose completion proves them done.
   void flush(Millis timeout);
+  // A liveness probe: a signalled zero-length RDMA WRITE with no address or key (IB C9-88:
+  // the responder validates neither), which touches no memory and consumes no receive at the
+  // peer. Its completion proves the peer's QP alive; a peer that vanished without a
+  // disconnect (its host or its link gone: nothing else would tell an idle connection) fails
+  // the connection within the ACK timeout and its retries, reported by poll() as any failure.
+  OpId probe();
   // Operations posted but not yet known complete.
   std::uint64_t outstanding() const;
 

@@ -331,11 +331,22 @@ TEST_F(ShardRun, WhenTheServerIsKilledTheReplicaTakesOverWithinThreeSeconds) {
   // replica heard its decision) are at most B = 8; pushes in flight at the crash are reported
   // lost to their workers.
   std::uint64_t reported_lost = 0;
+  std::map<std::uint64_t, std::uint64_t> applied_by;  // sequence -> the worker the history names
+  for (const json& u : history_) {
+    if (!u["skipped"].get<bool>()) applied_by[u["seq"].get<std::uint64_t>()] = u["worker"].get<std::uint64_t>();
+  }
   for (std::uint32_t id = 1; id <= kWorkers; ++id) {
     std::ifstream in(out_ + "/worker" + std::to_string(id) + ".json");
     const json report = json::parse(in);
     EXPECT_EQ(report["failovers"].get<std::uint64_t>(), 1u) << "worker " << id;
     reported_lost += report["lost"].get<std::uint64_t>();
+    // A push its worker saw succeed is never lost: the promoted replica holds its mirror (the
+    // worker wrote it there first) and applies it even when the server died before deciding it.
+    for (const json& sequence : report["acked"]) {
+      const auto at = applied_by.find(sequence.get<std::uint64_t>());
+      EXPECT_TRUE(at != applied_by.end() && at->second == id)
+          << "worker " << id << "'s acknowledged update " << sequence << " is not in the promoted replica's history";
+    }
   }
   const std::uint64_t pushed = kWorkers * spec_.updates;
   ASSERT_LE(applied + reported_lost, pushed);

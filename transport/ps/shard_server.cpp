@@ -97,7 +97,7 @@ struct ShardServer::State {
   RegionDescriptor primary_slots;            // the server's ring: where a lost mirror is re-read
   std::map<std::uint64_t, Decided> decisions;  // sequence -> what the server did (worker 0 = skip)
   std::map<std::uint64_t, Decided> fed;        // decisions handed to `order`, until applied
-  std::map<std::uint64_t, bool> arrived;     // doorbells seen, sequence -> true
+  std::map<std::uint64_t, std::uint32_t> arrived;  // doorbells seen: sequence -> the worker that rang
   std::optional<Clock::time_point> head_waiting_since;  // head decided "apply", data not here
   std::uint64_t acked = 0;
 
@@ -111,6 +111,9 @@ struct ShardServer::State {
   std::size_t expire_holes();
   std::size_t take_sidecar();
   std::size_t skip_stuck_head();
+  void probe_idle_workers();
+  std::uint32_t rounds = 0;                 // progress() calls, to read the clock only so often
+  Clock::time_point last_probe{};
   void report_applied();
   void tell_replica(const AppliedUpdate& record);
   void apply_update(std::uint32_t slot);
@@ -166,7 +169,7 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
     if (role == Role::replica) {
       // The mirror: held until the server says what it did with this sequence.
       if (sequence >= order.next_sequence() && sequence < order.next_sequence() + options.slots) {
-        arrived[sequence] = true;
+        arrived[sequence] = peer.worker;
       } else {
         ++stats.refused_doorbells;
       }
@@ -319,9 +322,17 @@ void ShardServer::State::tell_replica(const AppliedUpdate& record) {
 }
 
 // Replica whose server died: it becomes the server (direct mode) at the version it reached.
-// What the server decided and we had not heard of is lost — at most `slots` updates, since the
-// server never runs further ahead of our acknowledgement. A decided update whose mirror never
-// came cannot be re-read from a dead server: skipped, counted lost.
+// A decided update whose mirror never came cannot be re-read from a dead server: skipped,
+// counted lost. After the decided ones, the mirrors that arrived without a decision are
+// applied too, in sequence order while there is no gap: their workers wrote them to us first
+// and were told the push succeeded (acknowledged), and the dead server applied in sequence
+// order, so this is the order it would have applied them in. Their history entries name the
+// worker whose doorbell brought them; the tag (which only the dead server heard, in the
+// request) is taken as one past that worker's last decided tag: exact for workers that tag
+// their pushes with consecutive steps, as every user here does (each worker has one push in
+// flight, and direct mode drops none), and 0 for a worker with no decided update. Mirrors
+// after a gap (a sequence granted and never written to us) are lost, counted in
+// lost_in_failover.
 void ShardServer::State::promote() {
   const auto now = Clock::now();
   for (std::uint64_t head = order.next_sequence(); decisions.contains(head); ++head) {
@@ -334,6 +345,23 @@ void ShardServer::State::promote() {
       stats.lost_in_failover += apply ? 1 : 0;
     }
   }
+  // Acknowledged to their workers, undecided by the dead server: ours to apply.
+  const auto next_tag = [this](std::uint32_t worker) -> std::uint64_t {
+    for (auto it = fed.rbegin(); it != fed.rend(); ++it) {
+      if (it->second.worker == worker) return it->second.tag + 1;
+    }
+    for (auto it = history.rbegin(); it != history.rend(); ++it) {
+      if (!it->skipped && it->worker == worker) return it->tag + 1;
+    }
+    return 0;
+  };
+  std::uint64_t head = order.next_sequence() + order.pending();
+  for (; arrived.contains(head) && !decisions.contains(head); ++head) {
+    const std::uint32_t worker = std::max<std::uint32_t>(arrived.at(head), 1);
+    order.arrived(head, static_cast<std::uint32_t>(head % options.slots));
+    fed[head] = Decided{head, worker, next_tag(worker)};
+  }
+  for (const auto& [sequence, worker] : arrived) stats.lost_in_failover += sequence >= head ? 1 : 0;
   decisions.clear();
   arrived.clear();
   head_waiting_since.reset();
@@ -525,9 +553,31 @@ void ShardServer::accept_peers(std::size_t workers, Millis timeout) {
   }
 }
 
+// A worker connection the server only answers goes silent when the worker's host or link
+// dies without a disconnect (the CM's disconnect request lost with the link): nothing would
+// ever fail it, and the server would wait for that worker forever (seen over Soft-RoCE: a
+// worker host's link down 4 s, both its workers exited, the server waited 300 s and more).
+// So once a second every idle worker connection gets a zero-length probe; a dead peer fails
+// it within the transport's ACK timeout and retries (~2 s), and lose() skips its sequences.
+void ShardServer::State::probe_idle_workers() {
+  if (++rounds % 256 != 0) return;
+  const auto now = Clock::now();
+  if (now - last_probe < std::chrono::seconds(1)) return;
+  last_probe = now;
+  for (Peer& peer : peers) {
+    if (!peer.alive || peer.kind != PeerKind::worker || peer.conn.outstanding() != 0) continue;
+    try {
+      peer.conn.probe();
+    } catch (const Error& e) {
+      lose(peer, e);
+    }
+  }
+}
+
 std::size_t ShardServer::progress() {
   State& s = *state_;
   std::size_t work = s.take_input();
+  if (s.role == Role::server) s.probe_idle_workers();
   if (s.role == Role::server && s.sidecar) {
     work += s.take_sidecar();
     work += s.skip_stuck_head();

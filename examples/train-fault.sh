@@ -1,0 +1,80 @@
+#!/bin/sh
+# One fault, injected into a running training job (examples/train-job.sh FAULT=...), then a
+# watchdog: every role must end within HANG_S of the fault, else it is recorded as hung and
+# killed, so the run always ends. Runs inside the Soft-RoCE harness, next to the roles.
+#   sh examples/train-fault.sh OUT_DIR KIND:TARGET:DELAY_MS
+# KIND:TARGET   kill:ROLE     SIGKILL the role (server, replica, workerI, aggregator)
+#               stop:ROLE     SIGSTOP it for STOP_S seconds (6: longer than the 3 s hole
+#                             timeout and the ~2 s silent-peer timeout), then SIGCONT
+#               link:HOST     host HOST's link (bridge port hHOST-p) down for LINK_S s (4), then up
+#               netem:HOST    NETEM (loss 10% delay 20ms) on host HOST's link, both
+#                             directions, for NETEM_S s (5)
+# DELAY_MS: after training started (the server's snapshots.bin appears: every worker is connected).
+# Writes OUT_DIR/fault.json: what was done when (epoch seconds), the model version then, and
+# which roles were still running HANG_S after the fault.
+set -u
+OUT=${1:?usage: train-fault.sh OUT_DIR KIND:TARGET:DELAY_MS}
+FAULT=${2:?usage: train-fault.sh OUT_DIR KIND:TARGET:DELAY_MS}
+KIND=${FAULT%%:*}; REST=${FAULT#*:}; TARGET=${REST%%:*}; DELAY_MS=${REST#*:}
+STOP_S=${STOP_S:-6}; LINK_S=${LINK_S:-4}; NETEM_S=${NETEM_S:-5}; HANG_S=${HANG_S:-120}
+NETEM=${NETEM:-loss 10% delay 20ms}
+now() { date +%s.%N; }
+last_version() { v=$(tail -n 1 "$OUT/$1.versions.csv" 2>/dev/null); echo "${v%%,*}"; }
+
+# Training starts when the server has every worker: it then writes its first snapshot.
+i=0
+while [ ! -s "$OUT/snapshots.bin" ] && [ $i -lt 6000 ]; do sleep 0.05; i=$((i + 1)); done
+started=$(now)
+sleep "$((DELAY_MS / 1000)).$(printf %03d $((DELAY_MS % 1000)))"
+
+alive() { [ -f "$OUT/$1.pid" ] && [ ! -f "$OUT/$1.exit" ]; }
+target_alive=1 ended=""
+# The fault's time twice: epoch seconds (the roles' .exit times) and seconds since boot
+# (/proc/uptime, read without a fork: the clock of the replica's promoted_at_ns).
+mark() { injected=$(now); read -r uptime _ < /proc/uptime; }
+case $KIND in
+  kill|stop)
+    alive "$TARGET" || target_alive=0
+    pid=$(cat "$OUT/$TARGET.pid" 2>/dev/null || echo 0)
+    mark
+    if [ "$KIND" = kill ]; then kill -KILL "$pid"
+    else kill -STOP "$pid"; sleep "$STOP_S"; kill -CONT "$pid"; ended=$(now); fi ;;
+  link)
+    mark
+    ip link set "h$TARGET-p" down; sleep "$LINK_S"; ip link set "h$TARGET-p" up; ended=$(now) ;;
+  netem)
+    mark
+    # h<I>-p sends what host I receives, h<I> what it sends.
+    tc qdisc replace dev "h$TARGET-p" root netem $NETEM; tc qdisc replace dev "h$TARGET" root netem $NETEM
+    sleep "$NETEM_S"
+    tc qdisc del dev "h$TARGET-p" root; tc qdisc del dev "h$TARGET" root; ended=$(now) ;;
+  *) echo "train-fault.sh: unknown fault kind '$KIND'" >&2; mark; target_alive=0 ;;
+esac
+# The server's last version when the fault hit (for kill:server, the version it died at).
+version=$(last_version server); [ -n "$version" ] || version=0
+echo "injected $FAULT at $injected (training started $started, server version $version)"
+
+# The watchdog: nothing may outlive the fault by HANG_S (by the clock: a loaded emulator makes
+# every fork slow, so counting sleeps would not bound it).
+read -r up _ < /proc/uptime
+deadline=$(( ${up%.*} + HANG_S ))
+while :; do
+  running=""
+  for f in "$OUT"/*.pid; do n=${f##*/}; n=${n%.pid}; alive "$n" && running="$running $n"; done
+  [ -z "$running" ] && break
+  read -r up _ < /proc/uptime
+  [ "${up%.*}" -ge "$deadline" ] && break
+  sleep 0.25
+done
+hung=""
+for f in "$OUT"/*.pid; do
+  n=${f##*/}; n=${n%.pid}
+  if alive "$n"; then
+    hung="$hung\"$n\","
+    echo "hung: $n still running $HANG_S s after the fault: killed"
+    kill -CONT "$(cat "$f")" 2>/dev/null; kill -KILL "$(cat "$f")" 2>/dev/null
+  fi
+done
+printf '{"fault":"%s","kind":"%s","target":"%s","delay_ms":%s,"started":%s,"injected":%s,"injected_uptime":%s,"ended":%s,"version_at_injection":%s,"target_alive":%s,"hang_s":%s,"hung":[%s]}\n' \
+  "$FAULT" "$KIND" "$TARGET" "$DELAY_MS" "$started" "$injected" "$uptime" "${ended:-null}" "$version" \
+  "$([ $target_alive = 1 ] && echo true || echo false)" "$HANG_S" "$(echo "$hung" | sed 's/,$//')" > "$OUT/fault.json"

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Fault injection during training over Soft-RoCE (issue 10, item 1): for each fault, a fresh
+# set of emulated hosts runs a short direct-mode training job (examples/train-job.sh: server,
+# replica, WORKERS workers; aggregate mode for the aggregator's faults), one fault is injected
+# at a seeded time after training started (examples/train-fault.sh), and the run is checked
+# (examples/train_faults.py): finished or a clear error within 5 s, nothing hung, server and
+# replica bitwise equal at equal versions, no acknowledged update lost.
+#   bash examples/train-faults.sh [BUILD_DIR] [SEED=1] [FAULTS="kill:server kill:replica ..."]
+#        [WORKERS=3] [STEPS=150] [OUT=perf/results/train-faults]
+# Faults (KIND:TARGET): kill:ROLE, stop:ROLE (SIGSTOP 6 s, SIGCONT), link:HOST (down 4 s, up),
+# netem:HOST (loss 10% delay 20ms, 5 s); ROLE = server | replica | workerI | aggregator;
+# HOST = 0 (server) | 1 (replica, even workers) | 2 (odd workers, aggregator).
+# Writes OUT/table.md, OUT/table.json and OUT/runs/; exits 1 if a fault was not survived.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(dirname "$HERE")
+BUILD=build
+if [[ $# -gt 0 && $1 != *=* ]]; then BUILD=$1; shift; fi
+BUILD=$(cd "$BUILD" && pwd)
+SEED=1 WORKERS=3 STEPS=150 OUT=$ROOT/perf/results/train-faults
+FAULTS="kill:server kill:replica kill:worker1 stop:worker2 link:2 netem:0 kill:aggregator stop:aggregator"
+for setting in "$@"; do
+  case $setting in
+    SEED=*|FAULTS=*|WORKERS=*|STEPS=*|OUT=*) declare "$setting" ;;
+    *) echo "train-faults.sh: settings are SEED, FAULTS, WORKERS, STEPS, OUT; got '$setting'" >&2; exit 2 ;;
+  esac
+done
+[[ -x $BUILD/examples/gradlane_train ]] || { echo "train-faults.sh: build $BUILD/examples/gradlane_train first" >&2; exit 2; }
+mkdir -p "$OUT/runs"
+RANDOM=$SEED  # the injection times: the same for the same SEED and FAULTS
+n=0
+for fault in $FAULTS; do
+  n=$((n + 1))
+  delay_ms=$((1000 + RANDOM % 3000))
+  mode=fifo
+  [[ $fault == *:aggregator ]] && mode=aggregate
+  name=$(printf '%02d-%s' "$n" "${fault//:/-}")
+  work=$(mktemp -d /tmp/gradlane-faults.XXXXXX)
+  echo "== $name: $fault at +$delay_ms ms, $mode, $WORKERS workers x $STEPS steps, seed $SEED"
+  rc=0
+  SOFTROCE_OUT=$work SOFTROCE_TIMEOUT=${SOFTROCE_TIMEOUT:-600} nice -n 15 bash "$ROOT/ci/softroce.sh" --hosts 3 -- \
+    sh "$HERE/train-job.sh" "$BUILD" MODE=$mode WORKERS="$WORKERS" STEPS="$STEPS" SEED="$SEED" \
+    FAULT="$fault:$delay_ms" > "$work/job.out" 2>&1 || rc=$?
+  run=$work/train-$mode
+  dest=$OUT/runs/$name
+  rm -rf "$dest"; mkdir -p "$dest"
+  cp "$work/job.out" "$dest/"
+  # Everything but the snapshots (the model every 250 ms: large, and not what is checked here).
+  [[ -d $run ]] && find "$run" -maxdepth 1 -type f ! -name snapshots.bin -exec cp {} "$dest/" \;
+  row=$(python3 "$HERE/train_faults.py" "$dest" | python3 -c 'import json,sys; r=json.load(sys.stdin); r["job_exit"]='"$rc"'; r["spec"]="'"$fault:$delay_ms"'"; r["mode"]="'"$mode"'"; print(json.dumps(r))')
+  echo "$row" > "$dest/row.json"
+    python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("   ", "survived" if r["survived"] else "FAILED", "|", r["outcome"], "| lost", r["lost"], "| equal", r["equal"], "| hung", r["hung"], "|", "; ".join(r.get("problems", [])))' "$row"
+  rm -rf "$work"
+done
+python3 "$HERE/train_faults_table.py" "$OUT" "bash examples/train-faults.sh SEED=$SEED WORKERS=$WORKERS STEPS=$STEPS FAULTS=\"$FAULTS\""

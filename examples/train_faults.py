@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""Checks one fault run of examples/train-job.sh (FAULT=...) and prints its row as JSON.
+
+  python3 examples/train_faults.py RUN_DIR            (RUN_DIR = .../train-MODE)
+
+Every field is measured from the run's files:
+  outcome   'continued' when every role the fault did not target exited 0 and the surviving
+            server applied updates after the fault; else, per role that failed, 'clear error in
+            X s' when it exited non-zero within 5 s of the fault (its .exit time) with an error
+            line in its log, or 'FAILED ...'.
+  lost      acknowledged updates (a push that returned neither lost nor dropped, in a worker's
+            pushes.csv) whose sequence is not in the surviving server's applied log as that worker's (the promoted replica's
+            when the server died); in aggregate mode through the aggregator's member log.
+  equal     server and replica model hashes (NAME.versions.csv) compared at every version both
+            saw: equal at all of them, and at least one compared.
+  hung      the roles the watchdog (train-fault.sh) found still running HANG_S after the fault,
+            or 'no fault.json' when the injector never finished.
+"""
+import csv
+import glob
+import json
+import os
+import re
+import sys
+
+CLEAR_S = 5.0
+
+
+def read_csv(path):
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def versions(path):
+    out = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                parts = line.strip().split(',')
+                if len(parts) == 2 and parts[0].isdigit():
+                    out[int(parts[0])] = parts[1]
+    return out
+
+
+def error_line(log):
+    try:
+        with open(log, errors='replace') as f:
+            lines = [l.strip() for l in f if l.strip()]
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if re.search(r'gradlane_train \w+: |error|failed|lost|timed out', line, re.I):
+            return line[:160]
+    return None
+
+
+def check(run):
+    fault = read_json(os.path.join(run, 'fault.json'))
+    row = {'run': run}
+    if fault is None:
+        row.update(fault='?', target='?', injected_at='?', outcome='FAILED: no fault.json (the injector did not finish)',
+                   lost=None, equal='?', hung='no fault.json', survived=False)
+        return row
+    kind, target = fault['kind'], fault['target']
+    injected = float(fault['injected'])
+    row.update(fault=kind, target=target if kind in ('kill', 'stop') else f'host {target}',
+               injected_at=f"{injected - float(fault['started']):.2f} s (v{fault['version_at_injection']})",
+               target_alive=fault['target_alive'])
+    problems = []
+    if not fault['target_alive']:
+        problems.append('the target had already exited: nothing was injected')
+
+    # Exits.
+    exits = {}
+    for f in glob.glob(os.path.join(run, '*.exit')):
+        name = os.path.basename(f)[:-5]
+        status, at = open(f).read().split()
+        exits[name] = (int(status), float(at))
+    roles = [os.path.basename(f)[:-4] for f in glob.glob(os.path.join(run, '*.pid'))]
+    killed = target if kind == 'kill' else None
+    replica_stats = read_json(os.path.join(run, 'replica.stats.json')) or {}
+    # The replica also "promotes" itself when a finished server disconnects: what counts is
+    # whether the server itself ended cleanly with its applied log.
+    promoted = replica_stats.get('promoted_at_ns', 0) > 0
+    server_ended = exits.get('server', (None, None))[0] == 0 and os.path.exists(os.path.join(run, 'server.applied.csv'))
+    survivor = 'server' if server_ended or not promoted else 'replica'
+    row['promoted'] = promoted
+    # A server that ended while workers still pushed to its promoted replica: two final models
+    # (seen when a link's loss made the server drop workers that then failed over).
+    server_final = read_json(os.path.join(run, 'server.stats.json')) or {}
+    if server_ended and promoted and replica_stats.get('version', 0) > server_final.get('version', 0):
+        problems.append(f"split: the server ended at v{server_final.get('version')} while the replica, promoted when it "
+                        f"left, went on to v{replica_stats.get('version')}: two final models")
+        survivor = 'replica'
+    row['survivor'] = survivor
+
+    outcomes = []
+    failed = False
+    for name in sorted(roles):
+        if name == killed:
+            status = exits.get(name, (None, None))[0]
+            if status != 137:
+                problems.append(f'{name} was sent SIGKILL but exited {status}')
+            continue
+        if name not in exits:
+            outcomes.append(f'{name}: no exit record')
+            failed = True
+            continue
+        status, at = exits[name]
+        if status == 0:
+            continue
+        after = at - injected
+        err = error_line(os.path.join(run, f'{name}.log'))
+        if 0 <= after <= CLEAR_S and err and status not in (137, 143):
+            outcomes.append(f'{name}: clear error in {after:.1f} s ("{err}")')
+        else:
+            outcomes.append(f'{name}: FAILED (status {status}, {after:.1f} s after the fault, error line: {err})')
+            failed = True
+    surv_applied = read_csv(os.path.join(run, f'{survivor}.applied.csv'))
+    surv_versions = versions(os.path.join(run, f'{survivor}.versions.csv'))
+    after_fault = max(surv_versions) if surv_versions else 0
+    continued = after_fault > int(fault['version_at_injection'])
+    if not outcomes:
+        outcome = 'continued' if continued else 'FAILED: every role exited 0 but no update was applied after the fault'
+        failed = failed or not continued
+    else:
+        outcome = '; '.join(outcomes)
+        if continued:
+            outcome = 'continued; ' + outcome
+    if kind == 'kill' and target == 'server':
+        if not promoted:
+            problems.append('the server was killed and the replica was not promoted')
+        if promoted and 'injected_uptime' in fault:
+            outcome += f" (replica promoted {replica_stats['promoted_at_ns'] / 1e9 - float(fault['injected_uptime']):.2f} s after)"
+        elif promoted:
+            outcome += ' (replica promoted)'
+    row['outcome'] = outcome
+    row['final_version'] = after_fault
+
+    # Acknowledged updates in the survivor's applied log.
+    lost = None
+    details = {}
+    if surv_applied is None:
+        problems.append(f'no {survivor}.applied.csv: cannot check acknowledged updates')
+    else:
+        applied = {}
+        for u in surv_applied:
+            if u['skipped'] == '0':
+                key = (int(u['worker']), int(u['step']))
+                applied[key] = applied.get(key, 0) + 1
+        by_sequence = {int(u['sequence']): u for u in surv_applied if u['skipped'] == '0'}
+        twice = sum(1 for n in applied.values() if n > 1)
+        if twice:
+            problems.append(f'{twice} updates applied twice')
+        members = read_csv(os.path.join(run, 'aggregator.members.csv'))
+        member_of = {}
+        agg_id = None
+        if members is not None:
+            for m in members:
+                member_of[(int(m['worker']), int(m['step']))] = int(m['sequence'])
+        agg_stats_path = os.path.join(run, 'aggregator.log')
+        acked = missing = unverified = reported_lost = 0
+        missing_list = []
+        for f in sorted(glob.glob(os.path.join(run, 'worker*.pushes.csv'))):
+            worker = int(re.search(r'worker(\d+)\.pushes', f).group(1))
+            for p in read_csv(f):
+                if p['lost'] == '1':
+                    reported_lost += 1
+                    continue
+                if p['dropped'] == '1' or p['sequence'] == '0':
+                    continue
+                acked += 1
+                # The survivor applied this sequence as this worker's (the promoted replica names
+                # the worker of an update it took from a mirror, not always its step).
+                entry = by_sequence.get(int(p['sequence']))
+                if entry is not None and int(entry['worker']) == worker:
+                    continue
+                if os.path.exists(agg_stats_path):  # aggregate mode: through the aggregator's group
+                    if members is None:
+                        unverified += 1
+                        continue
+                    seq = member_of.get((worker, int(p['step'])))
+                    if seq and seq in by_sequence:
+                        continue
+                missing += 1
+                missing_list.append(f'w{worker}s{p["step"]}')
+        lost = missing
+        details = {'acked': acked, 'reported_lost': reported_lost, 'unverified': unverified, 'missing': missing_list[:20]}
+        if unverified:
+            problems.append(f'{unverified} acknowledged pushes unverifiable (no aggregator member log)')
+        killed_worker = killed if killed and killed.startswith('worker') else None
+        if killed_worker and not os.path.exists(os.path.join(run, f'{killed_worker}.pushes.csv')):
+            details['note'] = f'{killed_worker} left no pushes.csv (SIGKILL): its acknowledgements are not checked'
+    row['lost'] = lost
+    row['lost_details'] = details
+
+    # Server == replica at equal versions.
+    sv, rv = versions(os.path.join(run, 'server.versions.csv')), versions(os.path.join(run, 'replica.versions.csv'))
+    common = sorted(set(sv) & set(rv) - {0})
+    differ = [v for v in common if sv[v] != rv[v]]
+    if not common:
+        row['equal'] = 'NO COMMON VERSION'
+        problems.append('server and replica share no version to compare')
+    elif differ:
+        row['equal'] = f'NO: {len(differ)} of {len(common)} versions differ, first v{differ[0]}'
+        problems.append('server and replica diverged')
+    else:
+        row['equal'] = f'yes ({len(common)} versions, up to v{common[-1]})'
+
+    row['hung'] = ', '.join(fault['hung']) if fault['hung'] else 'no'
+    row['problems'] = problems
+    row['survived'] = (not failed and not fault['hung'] and lost == 0 and not problems)
+    return row
+
+
+if __name__ == '__main__':
+    if sys.argv[1] == '--recheck':  # OUT: every runs/*/row.json checked again from its files
+        for row_path in sorted(glob.glob(os.path.join(sys.argv[2], 'runs', '*', 'row.json'))):
+            with open(row_path) as f:
+                old = json.load(f)
+            new = check(os.path.dirname(row_path))
+            new.update({k: old[k] for k in ('job_exit', 'spec', 'mode') if k in old})
+            with open(row_path, 'w') as f:
+                f.write(json.dumps(new) + '\n')
+    else:
+        print(json.dumps(check(sys.argv[1])))

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""examples/train_faults.py's checks can fail: a clean fabricated run passes, and each defect
+(an acknowledged update missing, server and replica hashes differing, no common version, a
+hung role, an error later than 5 s, a killed server without promotion) is reported.
+  python3 tests/examples/train_faults_test.py"""
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'examples'))
+import train_faults  # noqa: E402
+
+
+def write(run, name, text):
+    with open(os.path.join(run, name), 'w') as f:
+        f.write(text)
+
+
+def make_run(kind='kill', target='worker2', hung=(), server_versions=None, replica_versions=None,
+             applied=None, pushes=None, exits=None, promoted=0, logs=None):
+    run = tempfile.mkdtemp(prefix='train-faults-test.')
+    fault = {'fault': f'{kind}:{target}:1000', 'kind': kind, 'target': target, 'delay_ms': 1000, 'started': 100.0,
+             'injected': 102.0, 'injected_uptime': 50.0, 'ended': None, 'version_at_injection': 2,
+             'target_alive': True, 'hang_s': 120, 'hung': list(hung)}
+    write(run, 'fault.json', json.dumps(fault))
+    for name, (status, at) in (exits or {'server': (0, 110.0), 'replica': (0, 110.0), 'worker1': (0, 109.0),
+                                         'worker2': (137, 102.1)}).items():
+        write(run, f'{name}.pid', '1\n')
+        write(run, f'{name}.exit', f'{status} {at}\n')
+        write(run, f'{name}.log', (logs or {}).get(name, ''))
+    sv = server_versions or {0: 'a', 1: 'b', 2: 'c', 3: 'd'}
+    rv = replica_versions or sv
+    write(run, 'server.versions.csv', ''.join(f'{v},{h}\n' for v, h in sv.items()))
+    write(run, 'replica.versions.csv', ''.join(f'{v},{h}\n' for v, h in rv.items()))
+    rows = applied or [(1, 1, 0), (2, 2, 0), (3, 1, 1)]  # (sequence, worker, step)
+    survivor = 'replica' if promoted else 'server'
+    write(run, f'{survivor}.applied.csv', 'sequence,worker,step,computed_on,skipped\n' +
+          ''.join(f'{s},{w},{t},0,0\n' for s, w, t in rows))
+    write(run, 'replica.stats.json', json.dumps({'promoted_at_ns': promoted}))
+    for worker, lines in (pushes or {1: [(0, 1, 0), (1, 3, 0)]}).items():  # (step, sequence, lost)
+        write(run, f'worker{worker}.pushes.csv', 'step,computed_on,sequence,dropped,lost\n' +
+              ''.join(f'{t},0,{s},0,{l}\n' for t, s, l in lines))
+    return run
+
+
+class TrainFaultsCheck(unittest.TestCase):
+    def test_a_clean_run_survives(self):
+        row = train_faults.check(make_run())
+        self.assertTrue(row['survived'], row)
+        self.assertEqual(row['lost'], 0)
+        self.assertEqual(row['outcome'], 'continued')
+
+    def test_an_acknowledged_update_missing_is_lost(self):
+        row = train_faults.check(make_run(pushes={1: [(0, 1, 0), (1, 3, 0), (2, 4, 0)]}))
+        self.assertEqual(row['lost'], 1)
+        self.assertFalse(row['survived'])
+
+    def test_an_update_applied_as_another_workers_is_lost(self):
+        row = train_faults.check(make_run(applied=[(1, 1, 0), (2, 2, 0), (3, 2, 1)]))
+        self.assertEqual(row['lost'], 1)
+
+    def test_a_push_reported_lost_is_not_counted(self):
+        row = train_faults.check(make_run(pushes={1: [(0, 1, 0), (1, 3, 0), (2, 0, 1)]}))
+        self.assertEqual(row['lost'], 0)
+
+    def test_diverged_models_are_reported(self):
+        row = train_faults.check(make_run(replica_versions={0: 'a', 1: 'b', 2: 'X', 3: 'd'}))
+        self.assertTrue(row['equal'].startswith('NO'), row['equal'])
+        self.assertFalse(row['survived'])
+
+    def test_no_common_version_fails(self):
+        row = train_faults.check(make_run(server_versions={0: 'a', 1: 'b'}, replica_versions={0: 'a', 2: 'c'}))
+        self.assertEqual(row['equal'], 'NO COMMON VERSION')
+        self.assertFalse(row['survived'])
+
+    def test_a_hung_role_fails(self):
+        row = train_faults.check(make_run(hung=['worker1']))
+        self.assertEqual(row['hung'], 'worker1')
+        self.assertFalse(row['survived'])
+
+    def test_an_error_within_5_s_is_clear_and_later_is_not(self):
+        exits = {'server': (0, 110.0), 'replica': (0, 110.0), 'worker1': (1, 104.0), 'worker2': (137, 102.1)}
+        logs = {'worker1': 'gradlane_train worker: the server is gone\n'}
+        row = train_faults.check(make_run(exits=exits, logs=logs))
+        self.assertIn('worker1: clear error in 2.0 s', row['outcome'])
+        self.assertTrue(row['survived'], row)
+        exits['worker1'] = (1, 108.0)
+        row = train_faults.check(make_run(exits=exits, logs=logs))
+        self.assertIn('worker1: FAILED', row['outcome'])
+        self.assertFalse(row['survived'])
+
+    def test_a_killed_server_needs_a_promoted_replica(self):
+        exits = {'server': (137, 102.1), 'replica': (0, 110.0), 'worker1': (0, 109.0)}
+        row = train_faults.check(make_run(target='server', exits=exits))
+        self.assertFalse(row['survived'])
+        row = train_faults.check(make_run(target='server', exits=exits, promoted=int(50.5e9)))
+        self.assertTrue(row['survived'], row)
+        self.assertIn('replica promoted 0.50 s after', row['outcome'])
+
+    def test_a_server_that_ended_while_its_promoted_replica_went_on_is_a_split(self):
+        run = make_run(promoted=int(60e9))
+        write(run, 'server.stats.json', json.dumps({'version': 3}))
+        write(run, 'replica.stats.json', json.dumps({'promoted_at_ns': int(60e9), 'version': 9}))
+        write(run, 'server.applied.csv', 'sequence,worker,step,computed_on,skipped\n1,1,0,0,0\n2,2,0,0,0\n')
+        row = train_faults.check(run)
+        self.assertEqual(row['survivor'], 'replica')
+        self.assertFalse(row['survived'])
+        self.assertTrue(any(p.startswith('split') for p in row['problems']), row['problems'])
+
+
+if __name__ == '__main__':
+    unittest.main()
