@@ -4,11 +4,13 @@
 # build), and the softroce suite over a real Soft-RoCE device (ci/softroce.sh boots a VM with
 # rdma_rxe where the kernel has none), the unit suite again under ASan+UBSan and the sidecar's
 # tests under TSan (ci/sanitizers.sh ci, their own build directories), then the layering and
-# install checks. The last seven lines are the summaries:
+# install checks, and the checkers of the experiment scripts (tests/examples). The last eight
+# lines are the summaries:
 #   fuzz: N passed, M failed
 #   asan-unit: N passed, M failed
 #   tsan-sidecar: N passed, M failed
 #   layers: N passed, M failed
+#   scripts: N passed, M failed
 #   install: N passed, M failed
 #   unit: N passed, M failed
 #   softroce: N passed, M failed
@@ -65,6 +67,17 @@ install_ok=0
 bash "$ROOT/ci/check-install.sh" "$BUILD" > "$REPORTS/install.summary" || install_ok=1
 layers_ok=0
 python3 "$ROOT/ci/check-layers.py" "$ROOT" > "$REPORTS/layers.summary" || layers_ok=1
+# The result checkers the experiment scripts rely on (examples/*.py): each check shown to fail.
+scripts_ok=0
+python3 - "$ROOT/tests/examples" "$REPORTS/scripts.log" > "$REPORTS/scripts.summary" <<'PY' || scripts_ok=1
+import sys, unittest
+suite = unittest.defaultTestLoader.discover(sys.argv[1], pattern="*_test.py")
+with open(sys.argv[2], "w") as log:
+    result = unittest.TextTestRunner(stream=log, verbosity=2).run(suite)
+failed = len(result.failures) + len(result.errors)
+print(f"scripts: {result.testsRun - failed} passed, {failed} failed")
+sys.exit(1 if failed or result.testsRun == 0 else 0)
+PY
 
 names() { for b in "$@"; do basename "$b"; done; }
 unit_ok=0; softroce_ok=0
@@ -72,5 +85,6 @@ unit_ok=0; softroce_ok=0
 python3 "$ROOT/ci/gtest_summary.py" unit $(names "${unit_bins[@]}") -- "$REPORTS/unit" > "$REPORTS/unit.summary" || unit_ok=1
 # shellcheck disable=SC2046
 python3 "$ROOT/ci/gtest_summary.py" softroce $(names "${softroce_bins[@]}") -- "$REPORTS/softroce" > "$REPORTS/softroce.summary" || softroce_ok=1
-cat "$REPORTS/fuzz.summary" "$REPORTS/sanitizers.summary" "$REPORTS/layers.summary" "$REPORTS/install.summary" "$REPORTS/unit.summary" "$REPORTS/softroce.summary"
-exit $(( fuzz_ok | san_ok | layers_ok | install_ok | unit_ok | softroce_ok ))
+cat "$REPORTS/fuzz.summary" "$REPORTS/sanitizers.summary" "$REPORTS/layers.summary" "$REPORTS/scripts.summary" \
+    "$REPORTS/install.summary" "$REPORTS/unit.summary" "$REPORTS/softroce.summary"
+exit $(( fuzz_ok | san_ok | layers_ok | scripts_ok | install_ok | unit_ok | softroce_ok ))

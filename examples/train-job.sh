@@ -71,7 +71,9 @@ role() {
 PIDS=""
 SERVER_PEERS=""; REPLICA_PEERS=""; WORKER_TO=""
 if [ "$MODE" = aggregate ]; then  # workers pull from the server; only the aggregator mirrors
-  SERVER_PEERS="--peers $((WORKERS + 1))"; REPLICA_PEERS="--peers 1"; WORKER_TO="--aggregator $ADDR2:7802"
+  # The workers stay connected to the replica too: they mirror nothing while the aggregator
+  # lives, and mirror their direct pushes if it dies (else the replica waits for each of them).
+  SERVER_PEERS="--peers $((WORKERS + 1))"; REPLICA_PEERS="--peers $((WORKERS + 1))"; WORKER_TO="--aggregator $ADDR2:7802"
   role aggregator "$TRAIN" aggregator $COMMON --device "$DEV2" --port 7802 --id $((WORKERS + 1)) --server "$ADDR0:7800" $REPLICA_AT \
            --group "$GROUP"
   G=$!
@@ -121,7 +123,7 @@ i=1
 while [ $i -le "$WORKERS" ]; do
   host=$(host_of $i)
   case $host in 1) dev=$DEV1 ;; 2) dev=$DEV2 ;; *) dev=$DEV3 ;; esac
-  role worker$i "$TRAIN" worker $COMMON --device "$dev" --id $i --server "$ADDR0:7800" $([ "$MODE" = aggregate ] || echo "$REPLICA_AT") $WORKER_TO --steps "$STEPS" \
+  role worker$i "$TRAIN" worker $COMMON --device "$dev" --id $i --server "$ADDR0:7800" $REPLICA_AT $WORKER_TO --steps "$STEPS" \
            --batch "$BATCH" $(sidecar "$host" $((100 + i))) --server-endpoint 0
   PIDS="$PIDS $!"
   i=$((i + 1))

@@ -48,8 +48,13 @@ def main(results):
     lines = ["| straggler | mode | seeds | time to target (s) | speed-up vs fifo | final accuracy | updates applied | "
              "gradients applied | dropped | server ingress (MB) | kB in per gradient | delay median / max |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    def time_to_target(runs):  # over the runs that reached it, saying how many did
+        reached = [r["time_to_target_s"] for r in runs if r["time_to_target_s"]]
+        text = fmt(reached)
+        return text if len(reached) == len(runs) else f"{text}, reached in {len(reached)} of {len(runs)}"
+
     for (straggler, mode), runs in sorted(rows.items()):
-        lines.append(f"| {straggler} | {mode} | {len(runs)} | {fmt([r['time_to_target_s'] for r in runs])} | "
+        lines.append(f"| {straggler} | {mode} | {len(runs)} | {time_to_target(runs)} | "
                      f"{fmt(speedups(straggler, runs), 2)} | "
                      f"{fmt([r['final_accuracy'] for r in runs], 4)} | {fmt([r['applied'] for r in runs], 0)} | "
                      f"{fmt([r.get('gradients_applied') for r in runs], 0)} | "

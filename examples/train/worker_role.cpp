@@ -47,10 +47,10 @@ int run_worker(const Config& c) {
   options.id = c.id;
   options.server = parse_endpoint(c.server);
   // aggregate mode: pushes go to the aggregator (pulls stay with the server); its forward is
-  // what the replica mirrors, so the worker has no replica of its own.
-  if (c.mode == Mode::aggregate) {
-    options.aggregator = parse_endpoint(c.aggregator);
-  } else if (!c.replica.empty()) {
+  // what the replica mirrors. A worker given the replica as well mirrors only if its
+  // aggregator dies and it pushes to the server directly.
+  if (c.mode == Mode::aggregate) options.aggregator = parse_endpoint(c.aggregator);
+  if (!c.replica.empty()) {
     options.replica = parse_endpoint(c.replica);
     options.mirror = !c.replica_reads;
   }
