@@ -38,7 +38,11 @@ std::shared_ptr<void> own_mapping(void* p, std::size_t mapped) {
 
 Buffer Buffer::allocate(std::size_t bytes, Pages pages) {
   if (bytes == 0) throw Error(Errc::invalid_argument, "Buffer::allocate: size must be > 0");
-  const bool try_huge = pages == Pages::huge_only || (pages == Pages::any && bytes >= kHugePage);
+  // Pages::any takes hugepages only for whole ones: rdma_rxe (Debian's 6.1) refused to register
+  // a hugepage mapping whose length ends mid-hugepage for remote access (ibv_reg_mr EINVAL,
+  // 4,019,200 bytes remote_write|remote_read: an aggregator's ring), while whole ones register.
+  const bool try_huge =
+      pages == Pages::huge_only || (pages == Pages::any && bytes >= kHugePage && bytes % kHugePage == 0);
   if (try_huge) {
     const std::size_t mapped = round_up(bytes, kHugePage);
     if (void* p = map_anonymous(mapped, MAP_HUGETLB)) {

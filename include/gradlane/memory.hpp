@@ -25,7 +25,7 @@ namespace gradlane {
 class Buffer {
  public:
   enum class Pages { any, huge_only, small_only };
-  // Allocates `bytes` rounded up to whole pages. With Pages::any, sizes of at least 2 MiB try
+  // Allocates `bytes` rounded up to whole pages. With Pages::any, whole multiples of 2 MiB try
   // MAP_HUGETLB first and fall back to 4 KiB pages when no hugepage is free.
   static Buffer allocate(std::size_t bytes, Pages pages = Pages::any);
 

@@ -219,7 +219,8 @@ struct PushResult {
                                            // sidecar, or this host's sidecar restarted) was
                                            // lost mid-push: pull again and go on
   std::uint64_t sequence = 0;              // what the server will apply it as (0 if dropped or
-                                           // redirected)
+                                           // redirected; direct mode with an aggregator: its
+                                           // member sequence there)
   std::uint64_t aggregate = 0;             // sidecar mode: redirected to the aggregator as a
                                            // member of this aggregate (it reaches the server
                                            // summed; AggregatedUpdate::tag names it)

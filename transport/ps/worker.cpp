@@ -101,7 +101,9 @@ struct Worker::State {
   // direct mode with an aggregator, into the aggregator's member slot instead.
   PushResult write(std::uint64_t sequence) {
     if (aggregator && !sidecar) {  // a member slot of the aggregator's ring
-      return write_member(sequence % (aggregator_slots.length / bytes), static_cast<std::uint32_t>(sequence));
+      PushResult member = write_member(sequence % (aggregator_slots.length / bytes), static_cast<std::uint32_t>(sequence));
+      member.sequence = sequence;  // the aggregator's member sequence
+      return member;
     }
     const auto imm = static_cast<std::uint32_t>(sequence);  // low 32 bits: ApplyOrder::widen
     const auto start = Clock::now();
