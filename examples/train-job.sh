@@ -89,6 +89,8 @@ if [ "$MODE" = gradlane ]; then
   [ "$AGGREGATE" = 1 ] && [ "${EAGER:-1}" = 1 ] && A_EXTRA="$A_EXTRA --aggregate-eagerly --relay-slower-than ${RELAY:-2}"
   [ -n "${SERVER_RATE:-}" ] && A_EXTRA="$A_EXTRA --link-rate 0:in:$SERVER_RATE"
   B_EXTRA=""; i=1
+  # Workers and the aggregator write each update to the replica too, unless the replica READs it.
+  if [ "$REPLICA" = 1 ] && [ "${REPLICA_READS:-0}" != 1 ]; then A_EXTRA="$A_EXTRA --writers-mirror"; B_EXTRA="--writers-mirror"; fi
   while [ $i -le "$WORKERS" ]; do
     if [ "$(host_of $i)" = 1 ]; then B_EXTRA="$B_EXTRA --endpoint $((100 + i))"; else A_EXTRA="$A_EXTRA --endpoint $((100 + i))"; fi
     i=$((i + 1))

@@ -69,7 +69,7 @@ std::optional<GroupPlan> choose_aggregator(const AggregationConfig& config, Inst
     if (joined.size() < config.min_group) continue;
     const Instant sum_ready = t + config.sum_time;
     if (sum_ready > direct_done) continue;  // no spare bandwidth: the server would be faster
-    const Nanos forward = transfer_time(length, std::min(a.egress_rate, server_rate));
+    const Nanos forward = mirrored_transfer_time(length, a.forward_copies, a.egress_rate, server_rate);
     const Instant done = std::max({sum_ready, a.egress_free, server_free}) + forward;
     if (!best || std::tuple(done, to_int(a.id)) <
                      std::tuple(best->predicted_done, to_int(best->aggregator))) {
@@ -85,7 +85,7 @@ std::optional<GroupPlan> choose_relay(const AggregationConfig& config, Instant n
   if (!(config.relay_ratio > 0)) return std::nullopt;
   std::optional<GroupPlan> best;
   for (const AggregatorOption& a : options) {
-    const Nanos forward = transfer_time(length, std::min(a.egress_rate, server_rate));
+    const Nanos forward = mirrored_transfer_time(length, a.forward_copies, a.egress_rate, server_rate);
     if (static_cast<double>(member.direct_time.count()) < config.relay_ratio * static_cast<double>(forward.count())) {
       continue;  // the server's ingress would not be held much less
     }

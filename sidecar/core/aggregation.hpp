@@ -102,6 +102,7 @@ struct AggregatorOption {
   Instant egress_free{};
   double ingress_rate = 0;
   double egress_rate = 0;
+  unsigned forward_copies = 1;  // copies its forward sends (2: it mirrors to the replica)
 };
 
 struct GroupPlan {

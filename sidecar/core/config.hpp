@@ -33,6 +33,13 @@ struct SchedulerConfig {
   // leaving room for the replica's acks to arrive a few round trips late.
   std::optional<std::uint64_t> replica_bound = 64;
 
+  // Whether a server's writers (workers, aggregators) write each update to its replica too, at
+  // the same time (ps::Worker's default; not when the replica READs updates from the server).
+  // Such a writer's egress carries the update twice: its slot is sized for 2x the bytes on
+  // its side, and its measured transfers are taken as 2x on that side. Only for servers with
+  // a replica (replica_bound). Off by default: the simulator models no replica traffic.
+  bool writers_mirror = false;
+
   // ByteScheduler's starting point: ~4 MiB parts (partition.hpp), boundaries on cache lines.
   Bytes partition_bytes = Bytes{4} << 20;
   Bytes partition_align = 64;

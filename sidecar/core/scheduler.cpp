@@ -50,7 +50,13 @@ const Scheduler::EndpointState* Scheduler::find(EndpointId id) const {
 }
 
 Nanos Scheduler::path_time(Index sender, Index receiver, Bytes bytes) const {
-  return bandwidth_.transfer_time(endpoints_[sender].id, endpoints_[receiver].id, bytes);
+  return bandwidth_.transfer_time(endpoints_[sender].id, endpoints_[receiver].id, bytes,
+                                  sender_copies(receiver));
+}
+
+unsigned Scheduler::sender_copies(Index receiver) const {
+  const EndpointState& r = endpoints_[receiver];
+  return config_.writers_mirror && r.window.bound() && !r.aggregates ? 2 : 1;
 }
 
 void Scheduler::set_rate(EndpointId endpoint_id, Direction direction, double bytes_per_sec) {
@@ -68,6 +74,7 @@ bool Scheduler::open_receiver(EndpointId receiver, Version current) {
 
 void Scheduler::add_aggregator(JobId job, EndpointId endpoint_id) {
   const Index i = endpoint(endpoint_id);
+  endpoints_[i].aggregates = true;
   auto& list = aggregators_[job];
   const auto at = std::lower_bound(list.begin(), list.end(), i);
   if (at == list.end() || *at != i) list.insert(at, i);
@@ -149,7 +156,8 @@ bool Scheduler::complete(TransferId transfer, Instant now, Nanos measured, Trans
   EndpointState& s = endpoints_[rec.sender];
   if (rec.counts_credit) hot_[rec.sender].in_flight -= rec.bytes;
   if (result == TransferResult::ok) {
-    bandwidth_.observe_transfer(s.id, endpoints_[rec.receiver].id, rec.bytes, measured);
+    bandwidth_.observe_transfer(s.id, endpoints_[rec.receiver].id, rec.bytes, measured,
+                                sender_copies(rec.receiver));
   } else if (rec.seq != 0) {
     cancels_.push_back(Cancel{transfer, rec.job, endpoints_[rec.receiver].id, rec.seq});
   }
@@ -476,7 +484,8 @@ bool Scheduler::try_aggregate(const Candidate& granted, Instant now, std::vector
     options.push_back(AggregatorOption{e.id, e.ingress.tail(),
                                        std::max(e.egress.tail(), e.forwards_done),
                                        bandwidth_.rate(e.id, Direction::ingress),
-                                       bandwidth_.rate(e.id, Direction::egress)});
+                                       bandwidth_.rate(e.id, Direction::egress),
+                                       sender_copies(receiver)});
   }
   const double server_rate = bandwidth_.rate(endpoints_[receiver].id, Direction::ingress);
   const std::optional<GroupPlan> plan =

@@ -206,6 +206,7 @@ class Scheduler {
     // As an aggregator: when the forwards of the aggregates planned here are predicted to be
     // done. They are not on the egress book until granted, but they will use this egress.
     Instant forwards_done{};
+    bool aggregates = false;  // seated as an aggregator of some job
   };
 
   // What the scan needs of every NIC, packed apart from EndpointState (320 bytes) so that a
@@ -275,6 +276,9 @@ class Scheduler {
   Index endpoint(EndpointId id);
   const EndpointState* find(EndpointId id) const;
   Nanos path_time(Index sender, Index receiver, Bytes bytes) const;
+  // Copies a writer to `receiver` sends of each update: 2 if it mirrors to the receiver's
+  // replica (config writers_mirror), else 1. Writes to an aggregator are not mirrored.
+  unsigned sender_copies(Index receiver) const;
 
   void sync_egress(Index endpoint) { hot_[endpoint].egress_tail = endpoints_[endpoint].egress.tail(); }
   void sync_receiver(Index endpoint);

@@ -179,6 +179,10 @@ int main(int argc, char** argv) {
   cli.add_option("--replica-bound", replica_bound,
                  "B: sequence numbers may run at most this far ahead of the replica's ack; 0 = no replica")
       ->capture_default_str();
+  cli.add_flag("--writers-mirror", sched_config.writers_mirror,
+               "the servers' writers also write each update to the replica at the same time (ps::Worker's "
+               "default with a replica): their slots are sized for twice the bytes on their side. Leave it off "
+               "when the replica READs updates from the server");
   std::vector<std::string> aggregators;
   cli.add_option("--aggregator", aggregators,
                  "JOB:ENDPOINT: that endpoint may sum updates of that job (repeatable). The scheduler then redirects "

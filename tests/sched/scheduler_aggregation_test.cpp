@@ -148,6 +148,57 @@ TEST(SchedulerAggregation, ARelayTakesAStragglersUpdateOffTheServersIngress) {
   EXPECT_EQ(granted_ids(s.schedule(at_us(0))), (std::vector<std::uint64_t>{9}));
 }
 
+// Writers that mirror to the replica (writers_mirror) send each direct update twice: a
+// straggler of 0.2 GB/s holds a 1 GB/s server 10 ms per 1 MB update, not 5. Its write to an
+// aggregator is not mirrored (the aggregator's forward is): relayed, its slot is 5 ms and the
+// server's 1 ms. So at relay ratio 8 it is relayed only when the mirror is counted.
+TEST(SchedulerAggregation, AMirroringWriterSendsTwiceOnItsSide) {
+  for (const bool mirror : {false, true}) {
+    SchedulerConfig c = plain_config();
+    c.bandwidth = testing::bandwidth_config(10 * kGBps, 0.25, 1e6);
+    c.replica_bound = 64;
+    c.writers_mirror = mirror;
+    Scheduler direct(c);
+    direct.set_rate(ep(kServer), Direction::ingress, 1 * kGBps);
+    direct.set_rate(ep(9), Direction::egress, 0.2 * kGBps);
+    submit_workers(direct, {9});
+    const auto grants = only<Grant>(direct.schedule(at_us(0)));
+    ASSERT_EQ(grants.size(), 1u);
+    EXPECT_EQ(grants[0].slot, (Slot{at_us(0), at_us(mirror ? 10'000 : 5'000)}));
+
+    c.aggregation.pick_joins = true;
+    c.aggregation.relay_ratio = 8.0;
+    Scheduler relaying(c);
+    relaying.add_aggregator(JobId{1}, ep(201));
+    relaying.set_rate(ep(kServer), Direction::ingress, 1 * kGBps);
+    relaying.set_rate(ep(9), Direction::egress, 0.2 * kGBps);
+    submit_workers(relaying, {9});
+    const auto out = relaying.schedule(at_us(0));
+    if (!mirror) {
+      EXPECT_EQ(granted_ids(out), (std::vector<std::uint64_t>{9}));  // 5 ms < 8 x 1 ms
+      continue;
+    }
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_EQ(std::get<Redirect>(out[0]).slot, (Slot{at_us(0), at_us(5'000)}));
+    EXPECT_EQ(std::get<AggregateGrant>(out[1]).slot, (Slot{at_us(5'020), at_us(6'020)}));
+  }
+}
+
+// Without a replica there is nothing to mirror: writers_mirror changes no slot.
+TEST(SchedulerAggregation, WithoutAReplicaNothingIsMirrored) {
+  SchedulerConfig c = plain_config();
+  c.bandwidth = testing::bandwidth_config(10 * kGBps, 0.25, 1e6);
+  c.replica_bound = std::nullopt;
+  c.writers_mirror = true;
+  Scheduler s(c);
+  s.set_rate(ep(kServer), Direction::ingress, 1 * kGBps);
+  s.set_rate(ep(9), Direction::egress, 0.2 * kGBps);
+  submit_workers(s, {9});
+  const auto grants = only<Grant>(s.schedule(at_us(0)));
+  ASSERT_EQ(grants.size(), 1u);
+  EXPECT_EQ(grants[0].slot, (Slot{at_us(0), at_us(5'000)}));
+}
+
 TEST(SchedulerAggregation, WithoutAggregatorsEveryUpdateTakesItsOwnSlot) {
   Scheduler s = make(std::nullopt, /*aggregators=*/false);
   submit_workers(s, {1, 2, 3, 4});
