@@ -8,11 +8,11 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <thread>
 
 #include "transport/ps/aggregator_state.hpp"
 #include "transport/ps/join.hpp"
 #include "transport/ps/kernels.hpp"
+#include "transport/ps/slot_wait.hpp"
 
 namespace gradlane::ps {
 namespace {
@@ -26,15 +26,6 @@ constexpr std::uint32_t kSparePartitions = 4;
 // Members whose aggregate was never granted (its grant went elsewhere or the sidecar was lost)
 // are given up after this long, so their slots come back.
 constexpr std::chrono::seconds kUngrantedLimit{30};
-
-void sleep_until_slot(std::chrono::nanoseconds slot_start_ns) {
-  const auto slot_start = Clock::time_point(slot_start_ns);
-  if (const auto ahead = slot_start - Clock::now(); ahead > std::chrono::microseconds(300)) {
-    std::this_thread::sleep_for(ahead - std::chrono::microseconds(200));
-  }
-  while (Clock::now() < slot_start) {
-  }
-}
 
 }  // namespace
 
@@ -133,7 +124,7 @@ void Aggregator::State::forward_aggregate(const DueAggregate& due) {
   for (const BookedMember& m : due.members) parts.push_back(ring->slot(book->ring_slot(m)));
   sum_in_order(forward.gradient(), parts);
   const std::uint64_t forward_copied = forward.bytes_copied();
-  sleep_until_slot(due.slot_start);
+  wait_for_slot(due.slot_start);
   const PushResult pushed = forward.write_as(due.sequence);
   sidecar->complete_aggregate(due.aggregate, pushed.wire_time, /*failed=*/pushed.lost);
   stats.bytes_copied += forward.bytes_copied() - forward_copied + (came == 1 ? ring->slot_bytes() : 0);

@@ -6,11 +6,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <thread>
 
 #include "gradlane/ps.hpp"
 #include "transport/ps/messages.hpp"
 #include "transport/ps/regions.hpp"
+#include "transport/ps/slot_wait.hpp"
 
 namespace gradlane::ps {
 namespace {
@@ -134,17 +134,6 @@ struct Worker::State {
     PushResult result;
     result.wire_time = Clock::now() - start;
     return result;
-  }
-
-  // Sidecar mode: sleeps through most of the wait for a granted slot (processes share few
-  // cores) and spins the last bit; not before it: the previous slot's transfer owns the link.
-  static void wait_for_slot(std::chrono::nanoseconds slot_start_ns) {
-    const auto slot_start = Clock::time_point(slot_start_ns);
-    if (const auto ahead = slot_start - Clock::now(); ahead > std::chrono::microseconds(300)) {
-      std::this_thread::sleep_for(ahead - std::chrono::microseconds(200));
-    }
-    while (Clock::now() < slot_start) {
-    }
   }
 
   // Sidecar mode: a go (to the server) or a redirect (to the aggregator), completed with the
