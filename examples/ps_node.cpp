@@ -125,14 +125,7 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
   } else {
     done = shard.run_until(total, 300s);
   }
-  // The server stays until the replica has acknowledged everything, so it is never left
-  // waiting for a decision the server did not send.
-  const auto deadline = std::chrono::steady_clock::now() + 30s;
-  const std::uint64_t decided = shard.stats().applied + shard.stats().skipped;
-  while (role == gradlane::ps::Role::server && a.values.contains("replica") &&
-         shard.stats().replica_acked < decided && std::chrono::steady_clock::now() < deadline) {
-    shard.progress();
-  }
+  shard.drain_replica(30s);  // before the stats, so they show what the replica acknowledged
   write_model(out + "/" + name + ".model", shard.model());
   std::ofstream log(out + "/" + name + ".jsonl");
   for (const auto& u : shard.history()) {

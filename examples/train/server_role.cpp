@@ -164,13 +164,7 @@ int run_server(const Config& c) {
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (snapshots) snapshots->write((Clock::now() - start).count(), shard.version(), shard.model());
-  // The server stays until the replica acknowledged every decision, so the replica never waits
-  // for one the server did not send.
-  const std::uint64_t decided = shard.stats().applied + shard.stats().skipped;
-  const auto ack_deadline = Clock::now() + 30s;
-  while (is_server && !c.replica.empty() && shard.stats().replica_acked < decided && Clock::now() < ack_deadline) {
-    shard.progress();
-  }
+  shard.drain_replica(30s);  // before the stats, so they show what the replica acknowledged
   versions.record(shard.version(), shard.model());
   write_stats(c, shard, name, seconds);
   std::printf("%s%s: version %llu after %.1f s, applied %llu, holes skipped %llu, peers lost %llu\n", tty ? "\n" : "",

@@ -165,6 +165,11 @@ class ShardServer {
   // progress() polls once per round and this call blocks on. For embedders with their own
   // loop: progress() while it does work, wait_for_input() when it returns 0.
   bool wait_for_input(Millis timeout);
+  // Server: progress() until the replica acknowledged every decision made so far (applied or
+  // skipped), or `timeout` passes; false on timeout. Call it before stopping, so the replica
+  // is not left waiting for a decision the server never sent (the destructor does it too,
+  // bounded by 5 s). True at once for a replica or a server without one.
+  bool drain_replica(Millis timeout);
   // Nothing more can arrive: a server has no live worker and every granted sequence is
   // decided; a replica has lost its primary and applied every decision it was sent.
   bool finished() const;

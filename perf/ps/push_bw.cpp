@@ -230,11 +230,12 @@ int run_shard(const Options& o) {
     }
   };
   while (st.applied + st.skipped < total && !shard.finished()) step();
-  // The server stays until the replica has acknowledged everything it was told, so the
-  // replica is never left waiting for a decision.
-  const bool with_replica = role == ps::Role::server && o.replica.has_value();
-  last_work = Clock::now();
-  while (with_replica && st.replica_acked < st.applied + st.skipped) step();
+  // Before the stats, so they show what the replica acknowledged.
+  if (!shard.drain_replica(timeout)) {
+    throw gradlane::Error(gradlane::Errc::timeout,
+                          fmt::format("{}: the replica acknowledged {} of {} decisions within {} s", o.role,
+                                      st.replica_acked, st.applied + st.skipped, o.timeout_s));
+  }
 
   const std::uint64_t applied = st.applied;
   // The replica's clock starts at its first apply (it never grants); the server's at its

@@ -514,15 +514,21 @@ ShardServer::~ShardServer() {
   // A server that goes away cleanly first hands its replica every decision it made (bounded):
   // otherwise the replica, promoted by the disconnect, loses the last ones (seen in CI: the
   // README example's replica ended at version 19 of 20).
-  if (!state_ || state_->role != Role::server || !state_->replica) return;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  if (!state_) return;
   try {
-    while (state_->replica && state_->stats.replica_acked < state_->stats.applied + state_->stats.skipped &&
-           std::chrono::steady_clock::now() < deadline) {
-      progress();
-    }
+    drain_replica(std::chrono::seconds(5));
   } catch (...) {  // a destructor must not throw; the replica's own failover takes over
   }
+}
+
+bool ShardServer::drain_replica(Millis timeout) {
+  const State& s = *state_;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (s.role == Role::server && s.replica && s.stats.replica_acked < s.stats.applied + s.stats.skipped) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    progress();
+  }
+  return true;
 }
 
 std::uint16_t ShardServer::port() const { return state_->listener.port(); }
