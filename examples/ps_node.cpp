@@ -8,6 +8,8 @@
 //           replica=ADDR:7801
 //   ps_node role=worker  device=rxe2 id=1 server=ADDR:7800 replica=ADDR:7801 floats=4096
 //           updates=50 gradient=pattern|uniform out=DIR [die_after=K] [aggregator=ADDR:7802]
+//           [stall_after=K stall_ms=M]: at step K, stall M ms between the request and the grant
+//           [grant_lifetime_ms=1500]: WorkerOptions::grant_lifetime
 //   replica_reads=1 (replica and workers): workers do not mirror; the replica reads each update
 //           from the server's slot
 //   ps_node role=aggregator device=rxe2 port=7802 id=9 server=ADDR:7800 replica=ADDR:7801
@@ -124,6 +126,11 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
     std::raise(SIGKILL);
   } else {
     done = shard.run_until(total, 300s);
+    // A skipped sequence (a hole) carries no update: go on until every update is applied or no
+    // worker is left.
+    while (done && !shard.finished() && shard.stats().applied < total) {
+      done = shard.run_until(total + shard.stats().skipped, 300s);
+    }
   }
   shard.drain_replica(30s);  // before the stats, so they show what the replica acknowledged
   write_model(out + "/" + name + ".model", shard.model());
@@ -253,12 +260,14 @@ int run_worker(const Args& a) {
     options.server_endpoint = static_cast<std::uint32_t>(a.number("server_endpoint"));
     options.tensor = 1;
   }
+  options.grant_lifetime = std::chrono::milliseconds(a.number("grant_lifetime_ms", 1500));
   const std::uint64_t updates = a.number("updates"), die_after = a.number("die_after", ~0ull);
+  const std::uint64_t stall_after = a.number("stall_after", ~0ull), stall_ms = a.number("stall_ms", 0);
   const bool uniform = a.text("gradient") == "uniform";
 
   gradlane::Device device = gradlane::Device::open({.name = a.text("device")});
   gradlane::ps::Worker worker(device, options);
-  std::uint64_t torn = 0, retries = 0, last_version = 0, dropped = 0, lost = 0;
+  std::uint64_t torn = 0, retries = 0, last_version = 0, dropped = 0, lost = 0, expired = 0;
   std::string acked;  // the sequences of the pushes that succeeded (neither dropped nor lost)
   for (std::uint64_t step = 0; step < updates; ++step) {
     const gradlane::ps::PullResult pulled = worker.pull();
@@ -283,13 +292,23 @@ int run_worker(const Args& a) {
       std::fflush(stdout);
       std::_Exit(9);
     }
-    const gradlane::ps::PushResult pushed = worker.push(pulled.version, step);
+    gradlane::ps::PushResult pushed;
+    if (step == stall_after) {
+      // Ask for a slot and stall before taking the grant up (a process stopped or descheduled
+      // between the two): the grant may be older than the server's hole_timeout by then.
+      worker.start_push(pulled.version, step);
+      std::this_thread::sleep_for(std::chrono::milliseconds(stall_ms));
+      pushed = worker.wait_push();
+    } else {
+      pushed = worker.push(pulled.version, step);
+    }
+    expired += pushed.expired_grants;
     dropped += pushed.dropped ? 1 : 0;
     lost += pushed.lost ? 1 : 0;
     if (!pushed.dropped && !pushed.lost) acked += (acked.empty() ? "" : ",") + std::to_string(pushed.sequence);
   }
   std::ofstream(a.text("out") + "/worker" + a.text("id") + ".json")
-      << "{\"pushes\":" << updates << ",\"dropped\":" << dropped << ",\"lost\":" << lost
+      << "{\"pushes\":" << updates << ",\"dropped\":" << dropped << ",\"lost\":" << lost << ",\"expired\":" << expired
       << ",\"failovers\":" << worker.failovers() << ",\"bytes_copied\":" << worker.bytes_copied() << ",\"torn\":" << torn
       << ",\"pull_retries\":" << retries << ",\"acked\":[" << acked << "]}\n";
   return torn == 0 ? 0 : 4;

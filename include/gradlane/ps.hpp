@@ -203,6 +203,13 @@ struct WorkerOptions {
   bool mirror = true;
   std::size_t floats = 0;              // the shard's size
   Millis timeout{30000};               // bound on each wait (grant, completion, connect)
+  // A grant taken up later than this after its request (direct mode) or its slot start
+  // (sidecar mode) is not written: the server may already have skipped its sequence (it waits
+  // ShardOptions::hole_timeout, 3 s by default, for a granted write), and a write into a
+  // skipped sequence would be acknowledged here and never applied. The worker asks for a new
+  // grant instead (at most 3 times, then the push reports lost). Keep it well below the
+  // server's hole_timeout: the margin covers the write itself and the grant's trip.
+  Millis grant_lifetime{1500};
   // Sidecar mode: ask the host's gradlaned (attached as this worker's NIC endpoint and job)
   // for each push; `server_endpoint` is the server's endpoint id, `tensor` the shard's id.
   std::optional<sidecar::AttachOptions> sidecar;
@@ -230,6 +237,9 @@ struct PushResult {
                                            // member of this aggregate (it reaches the server
                                            // summed; AggregatedUpdate::tag names it)
   std::chrono::nanoseconds wire_time{0};   // first post to last completion
+  std::uint32_t expired_grants = 0;        // grants taken up too late to write (the worker
+                                           // stalled past WorkerOptions::grant_lifetime):
+                                           // not written, asked for again
 };
 
 struct PullResult {

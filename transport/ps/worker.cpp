@@ -96,6 +96,41 @@ struct Worker::State {
   std::optional<sidecar::Client> sidecar;  // sidecar mode
   bool warned_redirect = false;            // said once that a redirect had nowhere to go
   std::uint64_t request = 0;               // sidecar mode: the request in flight
+  // The push in flight, to ask again for a grant that came too late (grant_lifetime).
+  std::uint64_t push_tag = 0;
+  std::uint64_t push_computed_on = 0;
+  Clock::time_point requested_at{};
+
+  // Asks the server (or the aggregator), or the sidecar, for a grant for the push in flight.
+  void send_request() {
+    requested_at = Clock::now();
+    if (sidecar) {
+      request = sidecar->request({.tensor = options.tensor,
+                                  .receiver = options.server_endpoint,
+                                  .bytes = bytes,
+                                  .region_offset = 0,
+                                  .computed_on = push_computed_on,
+                                  .gradient_norm = 0.0F,
+                                  .priority = 0});
+    } else {
+      push_target().send(encode(Request{options.id, push_tag, push_computed_on}));
+    }
+  }
+
+  // A grant is too old to write once `since` (its request, or its slot's start) is more than
+  // grant_lifetime ago; asks again then, up to kMaxGrantRequests in all. Returns false when the
+  // push has asked often enough and is to be reported lost.
+  static constexpr std::uint32_t kMaxGrantRequests = 3;
+  bool too_late(Clock::time_point since, std::uint32_t& expired) {
+    if (Clock::now() - since <= options.grant_lifetime) return false;
+    ++expired;
+    std::fprintf(stderr, "gradlane ps worker %u: a grant came %lld ms after %s (grant_lifetime %lld ms): not "
+                 "written, %s\n", options.id,
+                 static_cast<long long>(std::chrono::duration_cast<Millis>(Clock::now() - since).count()),
+                 sidecar ? "its slot's start" : "the request", static_cast<long long>(options.grant_lifetime.count()),
+                 expired < kMaxGrantRequests ? "asking again" : "the push is reported lost");
+    return true;
+  }
 
   // Writes the gradient into the slot of `sequence` at the replica, then at the server; in
   // direct mode with an aggregator, into the aggregator's member slot instead.
@@ -177,21 +212,52 @@ struct Worker::State {
   }
 
   PushResult wait_direct() {
-    Connection& target = push_target();
-    const Message answer = decode(target.receive(options.timeout));
-    const auto* grant = std::get_if<Grant>(&answer);
-    if (grant == nullptr || grant->sequence == 0) {
-      throw Error(Errc::protocol, fmt::format("{}: expected a grant, got message kind {}", target.describe(),
-                                              answer.index() + 1));
+    for (std::uint32_t expired = 0;;) {
+      Connection& target = push_target();
+      const Message answer = decode(target.receive(options.timeout));
+      const auto* grant = std::get_if<Grant>(&answer);
+      if (grant == nullptr || grant->sequence == 0) {
+        throw Error(Errc::protocol, fmt::format("{}: expected a grant, got message kind {}", target.describe(),
+                                                answer.index() + 1));
+      }
+      // Not written, the expired grant is a hole the server skips after its hole_timeout.
+      if (!too_late(requested_at, expired)) {
+        PushResult result = write(grant->sequence);
+        result.expired_grants = expired;
+        return result;
+      }
+      if (expired == kMaxGrantRequests) return expired_push(expired);
+      send_request();
     }
-    return write(grant->sequence);
+  }
+
+  static PushResult expired_push(std::uint32_t expired) {
+    PushResult lost;
+    lost.lost = true;
+    lost.expired_grants = expired;
+    return lost;
   }
 
   PushResult wait_sidecar() {
-    const sidecar::Grant g = sidecar->wait(options.timeout);
-    if (g.request != request) {
-      throw Error(Errc::protocol, fmt::format("the sidecar answered request {} while {} was in flight", g.request, request));
+    for (std::uint32_t expired = 0;;) {
+      const sidecar::Grant g = sidecar->wait(options.timeout);
+      if (g.request != request) {
+        throw Error(Errc::protocol, fmt::format("the sidecar answered request {} while {} was in flight", g.request, request));
+      }
+      const bool writes = g.kind == sidecar::GrantKind::go || g.kind == sidecar::GrantKind::redirect;
+      if (!writes || !too_late(Clock::time_point(g.slot_start), expired)) {
+        PushResult result = take_sidecar_answer(g);
+        result.expired_grants = expired;
+        return result;
+      }
+      // Completed as failed, the sidecar cancels the sequence: the server skips it at once.
+      sidecar->complete(g.request, g.part_index, std::chrono::nanoseconds{0}, /*failed=*/true);
+      if (expired == kMaxGrantRequests) return expired_push(expired);
+      send_request();
     }
+  }
+
+  PushResult take_sidecar_answer(const sidecar::Grant& g) {
     switch (g.kind) {
       case sidecar::GrantKind::go:
       case sidecar::GrantKind::redirect:
@@ -237,6 +303,9 @@ struct Worker::State {
 Worker::Worker(const Device& device, const WorkerOptions& options) {
   if (options.id == 0 || options.floats == 0) {
     throw Error(Errc::invalid_argument, "ps::Worker: the id must be > 0 and the shard must have floats");
+  }
+  if (options.grant_lifetime <= Millis::zero()) {
+    throw Error(Errc::invalid_argument, "ps::Worker: grant_lifetime must be > 0 (below the server's hole_timeout)");
   }
   if (options.aggregator && options.sidecar && options.aggregator_endpoint == options.server_endpoint) {
     throw Error(Errc::invalid_argument, "ps::Worker: the aggregator's endpoint is the server's");
@@ -287,17 +356,9 @@ std::span<const float> Worker::model() const {
 void Worker::start_push(std::uint64_t computed_on, std::uint64_t tag) {
   State& s = *state_;
   if (s.push_in_flight) throw Error(Errc::invalid_argument, "start_push: the previous push is still in flight");
-  if (s.sidecar) {
-    s.request = s.sidecar->request({.tensor = s.options.tensor,
-                                    .receiver = s.options.server_endpoint,
-                                    .bytes = s.bytes,
-                                    .region_offset = 0,
-                                    .computed_on = computed_on,
-                                    .gradient_norm = 0.0F,
-                                    .priority = 0});
-  } else {
-    s.push_target().send(encode(Request{s.options.id, tag, computed_on}));
-  }
+  s.push_tag = tag;
+  s.push_computed_on = computed_on;
+  s.send_request();
   s.push_in_flight = true;
 }
 
