@@ -47,6 +47,13 @@ class MemoryWindowTest : public PeerTest {
     return data;
   }
 
+  // A new connection from the peer and a window to grant it (the window goes first).
+  struct Grantee {
+    Connection data;
+    MemoryWindow window;
+  };
+  Grantee grantee() { return {another_connection(), MemoryWindow::allocate(*device)}; }
+
   // Binds `window` over slot `slot` on `data` and waits until the bind executed: the peer is
   // told the key over another connection, which RC does not order after the bind.
   RegionDescriptor grant(Connection& data, MemoryWindow& window, std::size_t slot) {
@@ -127,8 +134,7 @@ TEST_F(MemoryWindowTest, DeviceHasTypeTwoWindows) {
 }
 
 TEST_F(MemoryWindowTest, WriteInsideTheWindowLands) {
-  Connection data = another_connection();
-  MemoryWindow window = MemoryWindow::allocate(*device);
+  auto [data, window] = grantee();
   const RegionDescriptor slot = grant(data, window, 1);
   EXPECT_NE(slot.rkey, slots[1].rkey());
   expect_lands(1, slot, kSlot, 11, kSlot);
@@ -137,8 +143,7 @@ TEST_F(MemoryWindowTest, WriteInsideTheWindowLands) {
 
 TEST_F(MemoryWindowTest, WriteBeyondTheSlotIsRefusedAndTouchesNothing) {
   // The slot's window, then 100 bytes past its end — into the next slot of the same buffer.
-  Connection data = another_connection();
-  MemoryWindow window = MemoryWindow::allocate(*device);
+  auto [data, window] = grantee();
   const RegionDescriptor slot = grant(data, window, 1);
   expect_refused_write(1, slot.addr + kSlot - 100, slot.rkey, 200, 12);
   expect_control_alive();
@@ -162,8 +167,7 @@ TEST_F(MemoryWindowTest, WriteBeyondTheSlotIsRefusedAndTouchesNothing) {
 }
 
 TEST_F(MemoryWindowTest, WriteToAnotherSlotWithTheWindowKeyIsRefused) {
-  Connection data = another_connection();
-  MemoryWindow window = MemoryWindow::allocate(*device);
+  auto [data, window] = grantee();
   const RegionDescriptor slot = grant(data, window, 1);
   expect_refused_write(1, address_of(0), slot.rkey, 64, 14);  // slot 0, wholly outside
   expect_control_alive();
@@ -188,8 +192,7 @@ TEST_F(MemoryWindowTest, GuessedKeysAreRefused) {
 }
 
 TEST_F(MemoryWindowTest, RebindMovesTheGrantAndTheOldKeyDies) {
-  Connection data = another_connection();
-  MemoryWindow window = MemoryWindow::allocate(*device);
+  auto [data, window] = grantee();
   const RegionDescriptor first = grant(data, window, 0);
   expect_lands(1, first, kSlot, 40, 0);
   const RegionDescriptor second = grant(data, window, 1);  // LOCAL_INV + BIND_MW in one post, next region
@@ -202,8 +205,7 @@ TEST_F(MemoryWindowTest, RebindMovesTheGrantAndTheOldKeyDies) {
 }
 
 TEST_F(MemoryWindowTest, InvalidatedKeyIsRefused) {
-  Connection data = another_connection();
-  MemoryWindow window = MemoryWindow::allocate(*device);
+  auto [data, window] = grantee();
   const RegionDescriptor slot = grant(data, window, 3);
   expect_lands(1, slot, 512, 50, 3 * kSlot);
   data.wait(data.invalidate_window(window), 10s);
@@ -226,8 +228,7 @@ TEST_F(MemoryWindowTest, WindowKeyFromAnotherQueuePairIsRefused) {
 }
 
 TEST_F(MemoryWindowTest, MisuseIsRefusedBeforePosting) {
-  Connection data = another_connection();
-  MemoryWindow window = MemoryWindow::allocate(*device);
+  auto [data, window] = grantee();
   EXPECT_THROW(window.descriptor(), Error);  // not bound yet
   Buffer plain_memory = Buffer::allocate(kSlot);
   MemoryRegion plain = MemoryRegion::register_buffer(*device, plain_memory, Access::remote_write);
@@ -257,8 +258,7 @@ TEST_F(MemoryWindowTest, MisuseIsRefusedBeforePosting) {
 TEST_F(MemoryWindowTest, AWindowKeepsItsRegionRegistered) {
   // The slot's MemoryRegion is dropped while a window is bound over it: the window keeps the
   // registration (verbs would refuse to deregister it) and the pages, so the grant still works.
-  Connection data = another_connection();
-  MemoryWindow window = MemoryWindow::allocate(*device);
+  auto [data, window] = grantee();
   const RegionDescriptor slot = grant(data, window, 2);
   slots[2] = MemoryRegion::register_slice(*device, *ring_memory, 3 * kSlot, kSlot, Access::local_write | Access::windows);
   expect_lands(1, slot, kSlot, 80, 2 * kSlot);
