@@ -19,6 +19,7 @@ int to_ibv_access(Access access) {
   if (has(access, Access::local_write) || has(access, Access::remote_write)) flags |= IBV_ACCESS_LOCAL_WRITE;
   if (has(access, Access::remote_write)) flags |= IBV_ACCESS_REMOTE_WRITE;
   if (has(access, Access::remote_read)) flags |= IBV_ACCESS_REMOTE_READ;
+  if (has(access, Access::windows)) flags |= IBV_ACCESS_MW_BIND;
   return flags;
 }
 
@@ -29,6 +30,7 @@ std::string access_text(Access access) {
   if (has(access, Access::local_write)) s += "local_write|";
   if (has(access, Access::remote_write)) s += "remote_write|";
   if (has(access, Access::remote_read)) s += "remote_read|";
+  if (has(access, Access::windows)) s += "windows|";
   if (s.empty()) return "local";
   s.pop_back();
   return s;
@@ -36,12 +38,17 @@ std::string access_text(Access access) {
 
 }  // namespace
 
-void MemoryRegion::Deregister::operator()(ibv_mr* mr) const noexcept {
+namespace {
+
+void deregister(ibv_mr* mr) noexcept {
   if (int rc = ibv_dereg_mr(mr); rc != 0) {
-    // Only fails while the MR is bound to a memory window; report, never throw from cleanup.
+    // Only fails while a memory window is bound over the MR, which the windows' shared
+    // ownership of the MR rules out; report, never throw from cleanup.
     std::fprintf(stderr, "gradlane: %s\n", detail::call_failed("ibv_dereg_mr", rc).c_str());
   }
 }
+
+}  // namespace
 
 MemoryRegion MemoryRegion::register_memory(const Device& device, void* addr, std::size_t length,
                                            Access access) {
@@ -65,11 +72,22 @@ MemoryRegion MemoryRegion::register_memory(const Device& device, void* addr, std
     }
     detail::throw_call_failed(Errc::registration_failed, call, err);
   }
-  return MemoryRegion(device, std::unique_ptr<ibv_mr, Deregister>(mr), access);
+  return MemoryRegion(device, std::shared_ptr<ibv_mr>(mr, deregister), access);
 }
 
 MemoryRegion MemoryRegion::register_buffer(const Device& device, const Buffer& buffer, Access access) {
   MemoryRegion region = register_memory(device, buffer.data(), buffer.size(), access);
+  region.pages_ = buffer.pages_;
+  return region;
+}
+
+MemoryRegion MemoryRegion::register_slice(const Device& device, const Buffer& buffer, std::size_t offset,
+                                          std::size_t length, Access access) {
+  if (offset > buffer.size() || length > buffer.size() - offset) {
+    throw Error(Errc::out_of_range, fmt::format("register_slice: {} bytes at offset {} exceed the buffer ({} bytes)",
+                                                length, offset, buffer.size()));
+  }
+  MemoryRegion region = register_memory(device, buffer.data() + offset, length, access);
   region.pages_ = buffer.pages_;
   return region;
 }

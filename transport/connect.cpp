@@ -219,6 +219,7 @@ void ConnectionState::create_queue_pair() {
 }
 
 ConnectionState::~ConnectionState() {
+  revoke_windows();  // before the QP goes: a window bound on it holds it in the device
   // Completions still queued for this QP are dropped by the shared queue from now on.
   if (shared && id && id->qp) shared->detach(id->qp->qp_num, cq_entries());
   if (established && id) {

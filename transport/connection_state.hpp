@@ -17,6 +17,7 @@
 #include "gradlane/connection.hpp"
 #include "gradlane/device.hpp"
 #include "gradlane/memory.hpp"
+#include "common/window_handle.hpp"
 #include "transport/error_text.hpp"
 #include "transport/shared_cq.hpp"
 #include "transport/wire.hpp"
@@ -88,6 +89,10 @@ class ConnectionState {
   std::function<void(const Error&)> failure_handler;
   std::uint32_t idle_polls = 0;
   ConnectionStats stats;
+  // Memory windows bound on this QP (weakly: they belong to their MemoryWindow). The
+  // destructor revokes those still bound here before the QP goes (common/window_handle.hpp).
+  std::vector<std::weak_ptr<WindowHandle>> bound_windows;
+  void revoke_windows() noexcept;
 
   ConnectionState(const Device& dev, const TransportOptions& opts) : device(dev), options(opts) {}
   ~ConnectionState();

@@ -502,8 +502,9 @@ void Connection::flush(Millis timeout) {
   if (last > s.last_signalled) {
     // The newest operations went unsignalled, so no completion would report them: post a
     // signalled zero-length WRITE behind them. RC completes in order, so its completion
-    // proves them done. Only writes go unsignalled (READs and SENDs never do), so the last
-    // op names a remote address and rkey of the peer's that a zero-byte write may carry.
+    // proves them done. Only writes go unsignalled (READs and SENDs never do; a window's
+    // LOCAL_INV may, but only chained before its signalled BIND), so the last op names a
+    // remote address and rkey of the peer's that a zero-byte write may carry.
     const detail::OpRecord& record = s.ops[last % s.ops.size()];
     ibv_send_wr marker{};
     marker.opcode = IBV_WR_RDMA_WRITE;

@@ -155,6 +155,12 @@ Device Device::open(const DeviceSelector& selector) {
   info.max_qp_wr = static_cast<std::uint32_t>(dev_attr.max_qp_wr);
   info.max_mr_size = dev_attr.max_mr_size;
   info.max_rd_atomic = std::max(1, std::min({dev_attr.max_qp_rd_atom, dev_attr.max_qp_init_rd_atom, 16}));
+  info.memory_windows = (dev_attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)) != 0;
+  info.max_memory_windows = static_cast<std::uint32_t>(std::max(0, dev_attr.max_mw));
+  info.vendor_id = dev_attr.vendor_id;
+  // rdma_rxe reports vendor id 0xffffff (RXE_VENDOR_ID); see DeviceInfo::window_bounds_checked.
+  constexpr std::uint32_t kRxeVendorId = 0xffffff;
+  info.window_bounds_checked = info.memory_windows && info.vendor_id != kRxeVendorId;
 
   ibv_port_attr port_attr{};
   if (int rc = ibv_query_port(ctx, selector.port, &port_attr); rc != 0) {

@@ -25,6 +25,7 @@ std::string_view errc_name(Errc code) noexcept {
     case Errc::protocol: return "protocol";
     case Errc::resource_exhausted: return "resource_exhausted";
     case Errc::sidecar_unavailable: return "sidecar_unavailable";
+    case Errc::unsupported: return "unsupported";
     case Errc::system: return "system";
   }
   return "unknown";
@@ -38,12 +39,19 @@ const char* op_name(ibv_wr_opcode opcode) {
     case IBV_WR_RDMA_WRITE_WITH_IMM: return "RDMA WRITE_WITH_IMM";
     case IBV_WR_RDMA_READ: return "RDMA READ";
     case IBV_WR_SEND: return "SEND";
+    case IBV_WR_BIND_MW: return "BIND_MW";
+    case IBV_WR_LOCAL_INV: return "LOCAL_INV";
     default: return "work request";
   }
 }
 
 std::string describe_op(const OpRecord& op) {
   if (op.opcode == IBV_WR_SEND) return fmt::format("SEND of {} bytes", op.length);
+  if (op.opcode == IBV_WR_BIND_MW) {
+    return fmt::format("BIND_MW of a memory window (rkey {:#x}) over {} bytes at {:#x}", op.rkey, op.length,
+                       op.remote_addr);
+  }
+  if (op.opcode == IBV_WR_LOCAL_INV) return fmt::format("LOCAL_INV of memory window rkey {:#x}", op.rkey);
   const char* dir = op.opcode == IBV_WR_RDMA_READ ? "from" : "to";
   return fmt::format("{} of {} bytes {} remote {:#x} (rkey {:#x})", op_name(op.opcode), op.length, dir,
                      op.remote_addr, op.rkey);
@@ -66,7 +74,9 @@ const char* completion_hint(ibv_wc_status status) {
     case IBV_WC_REM_ACCESS_ERR:
       return "the peer's NIC refused the access: the remote range lies outside the region the peer "
              "registered, the rkey is wrong or its region was deregistered, or the region lacks the "
-             "remote access right this operation needs";
+             "remote access right this operation needs; through a memory window: the access falls outside "
+             "the window's slice, the window was invalidated or bound anew, or it is bound to another "
+             "connection";
     case IBV_WC_REM_INV_REQ_ERR:
       return "the peer's NIC found the request invalid (e.g. longer than its region or message limit)";
     case IBV_WC_RETRY_EXC_ERR:
@@ -79,6 +89,9 @@ const char* completion_hint(ibv_wc_status status) {
       return "flushed because the connection had already failed";
     case IBV_WC_LOC_PROT_ERR:
       return "the local buffer is not covered by the memory region given (lkey/range)";
+    case IBV_WC_MW_BIND_ERR:
+      return "the device refused to bind the memory window (the slice outside its region, the region "
+             "without window-bind access, or the window not free)";
     case IBV_WC_LOC_LEN_ERR:
       return "a received message was longer than the receive buffer";
     default:

@@ -33,6 +33,7 @@
 #include "gradlane/device.hpp"
 #include "gradlane/error.hpp"
 #include "gradlane/memory.hpp"
+#include "gradlane/memory_window.hpp"
 #include "gradlane/options.hpp"
 
 namespace gradlane {
@@ -94,6 +95,23 @@ class Connection {
   // READs are always signalled: the data is only usable once the completion arrives.
   OpId read(const MemoryRegion& dst, std::size_t dst_offset, const RegionDescriptor& src,
             std::uint64_t src_offset, std::size_t length);
+
+  // ---- memory windows (gradlane/memory_window.hpp) ----
+  // Binds `window` over region[offset, offset+length) with `access` (remote_write and/or
+  // remote_read) on this connection's queue pair, under a fresh key: afterwards only this
+  // connection's peer can use window.descriptor(), and only inside that slice. A window that
+  // is bound is invalidated in the same post first (type-2 windows bind only when free), so
+  // its previous key dies. The bind is signalled; RC executes it before anything posted after
+  // it, so the descriptor may be advertised at once. A window serves one region for its life.
+  // Throws, before posting: Error(invalid_argument) when the region was not registered with
+  // Access::windows, lacks local_write for a writable window, or belongs to another protection
+  // domain; Error(out_of_range) when the slice does not fit; Error(unsupported) for a window
+  // over part of a region on a device that does not check window bounds (rdma_rxe).
+  OpId bind_window(MemoryWindow& window, const MemoryRegion& region, std::size_t offset, std::size_t length,
+                   Access access);
+  // Invalidates the window's key (a signalled LOCAL_INV): once wait(op) returns, the peer's
+  // accesses with it are refused. The window may be bound again afterwards.
+  OpId invalidate_window(MemoryWindow& window);
 
   // ---- two-sided control messages ----
   // Copies `message` (≤ max_message_bytes bytes; the frame header is not counted) into a

@@ -48,6 +48,18 @@ struct DeviceInfo {
   // Longer writes/reads are refused before posting, never cut.
   std::uint64_t max_message_bytes = 0;
   int max_rd_atomic = 1;    // RDMA READs a QP may have outstanding (device limit, capped at 16)
+  // Type-2 memory windows (device_cap_flags MEM_WINDOW_TYPE_2A or _2B): a window bound per
+  // grant over one slot, usable only by the QP that bound it (see MemoryWindow). rdma_rxe has
+  // them; without them the NIC enforces only whole-region bounds and access.
+  bool memory_windows = false;
+  std::uint32_t max_memory_windows = 0;  // max_mw
+  // Whether the device confines an access through a window to the window's own range. False
+  // for rdma_rxe (measured on Linux 6.1: its responder checks the range of the region under
+  // the window, so a write past the window's end but inside the region lands). There a window
+  // confines a peer to a slot only when the slot is a region of its own
+  // (MemoryRegion::register_slice) and the window covers all of it.
+  bool window_bounds_checked = false;
+  std::uint32_t vendor_id = 0;
 };
 
 class Device {

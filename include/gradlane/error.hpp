@@ -32,6 +32,7 @@ enum class Errc {
   protocol,             // a malformed or unexpected message from a peer
   resource_exhausted,   // a queue, credit or table is full
   sidecar_unavailable,  // no gradlaned is running or it stopped answering
+  unsupported,          // the device lacks a capability (e.g. type-2 memory windows)
   system,               // an OS or verbs call failed (errno in the message)
 };
 

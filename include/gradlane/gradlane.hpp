@@ -6,6 +6,7 @@
 #include "gradlane/device.hpp"
 #include "gradlane/error.hpp"
 #include "gradlane/memory.hpp"
+#include "gradlane/memory_window.hpp"
 #include "gradlane/options.hpp"
 #include "gradlane/ps.hpp"
 #include "gradlane/registration_cache.hpp"

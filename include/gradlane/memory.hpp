@@ -61,6 +61,10 @@ enum class Access : unsigned {
   local_write = 1u << 0, // the NIC writes it locally (READ destination, RECV buffer)
   remote_write = 1u << 1,// peers RDMA WRITE into it (implies local_write, as verbs requires)
   remote_read = 1u << 2, // peers RDMA READ from it
+  // Memory windows may be bound over it (IBV_ACCESS_MW_BIND). A region registered with
+  // windows but without remote_write/remote_read cannot be reached through its own rkey at
+  // all: peers get only windows, each over the slice it was granted (see MemoryWindow).
+  windows = 1u << 3,
 };
 constexpr Access operator|(Access a, Access b) {
   return static_cast<Access>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
@@ -106,9 +110,17 @@ class MemoryRegion {
                                       Access access);
   // Registers the whole buffer and pins its pages for the region's lifetime.
   static MemoryRegion register_buffer(const Device& device, const Buffer& buffer, Access access);
+  // Registers buffer[offset, offset+length) as a region of its own, pinning the buffer's pages:
+  // e.g. one region per slot of a ring, so that the NIC bounds every access to one slot (what
+  // confines a memory window to its slot on rdma_rxe). Error(out_of_range) when it does not fit.
+  static MemoryRegion register_slice(const Device& device, const Buffer& buffer, std::size_t offset,
+                                     std::size_t length, Access access);
 
   MemoryRegion(MemoryRegion&&) noexcept = default;
-  // Releases the old MR before the device it belongs to (a PD cannot go while MRs use it).
+  MemoryRegion(const MemoryRegion&) = delete;
+  MemoryRegion& operator=(const MemoryRegion&) = delete;
+  // Releases the old MR before the device it belongs to (a PD cannot go while MRs use it). A
+  // memory window bound over the old MR keeps it registered until the window goes.
   MemoryRegion& operator=(MemoryRegion&& other) noexcept {
     mr_ = std::move(other.mr_);
     pages_ = std::move(other.pages_);  // after the old MR is gone: never unmap under an MR
@@ -130,12 +142,14 @@ class MemoryRegion {
   }
 
  private:
-  struct Deregister { void operator()(ibv_mr* mr) const noexcept; };
-  MemoryRegion(Device device, std::unique_ptr<ibv_mr, Deregister> mr, Access access)
+  // Binding a window needs the ibv_mr, and the window shares it (and the pages): the MR stays
+  // registered while a window is bound over it (verbs refuses to deregister it before).
+  friend class Connection;
+  MemoryRegion(Device device, std::shared_ptr<ibv_mr> mr, Access access)
       : device_(std::move(device)), mr_(std::move(mr)), access_(access) {}
   Device device_;  // declared first: destroyed after mr_, so the PD outlives the MR
   std::shared_ptr<void> pages_;  // a Buffer's pages (register_buffer), unmapped after mr_ goes
-  std::unique_ptr<ibv_mr, Deregister> mr_;
+  std::shared_ptr<ibv_mr> mr_;   // deregistered by its deleter once no window shares it
   Access access_;
 };
 

@@ -13,6 +13,10 @@
 //   push ID OFF LEN SEED    RDMA WRITE pattern SEED from our region into the test's region ID
 //                           at OFF (waits for its completion) → "ok"
 //   connect_again           open a second connection to the same listener (region 1 again)
+//   write K ADDR RKEY LEN SEED  RDMA WRITE pattern SEED (LEN bytes from our region) to the raw
+//                           remote (ADDR, RKEY) over our K-th connection (0 = the first) and
+//                           wait → "ok" | "refused ERRC: MESSAGE" when the write failed that
+//                           connection (the others carry on: a rogue writer's probe)
 // Other roles: `--peer memlock` (the memlock scenario), `--peer half-open ADDRESS PORT` (a
 // connect request whose handshake never completes).
 //   exit                    → "bye", exit 0
@@ -108,6 +112,21 @@ struct Peer {
       c.wait(c.write(region, 0, target, off, len, Signal::always), std::chrono::seconds(30));
       return "ok";
     }
+    if (verb == "write") {
+      std::size_t k = 0;
+      RegionDescriptor target;
+      std::uint64_t seed = 0;
+      in >> k >> target.addr >> target.rkey >> target.length >> seed;
+      if (k >= connections.size() || !region.contains(0, target.length)) return "bad write arguments";
+      fill_pattern({buffer.data(), target.length}, seed);
+      Connection& via = connections[k];
+      try {
+        via.wait(via.write(region, 0, target, 0, target.length, Signal::always), std::chrono::seconds(30));
+      } catch (const Error& e) {
+        return "refused " + std::string(errc_name(e.code())) + ": " + e.what();
+      }
+      return "ok";
+    }
     if (verb == "connect_again") {
       connect_once();
       return "ok";
@@ -121,12 +140,21 @@ struct Peer {
       // Indexing, not iterators: a command may open another connection while we loop.
       for (std::size_t i = 0; i < connections.size(); ++i) {
         Connection& c = connections[i];
-        auto message = c.try_receive();
+        if (c.failed()) continue;  // a `write` the target refused: the other connections carry on
+        std::optional<std::vector<std::byte>> message;
+        try {
+          message = c.try_receive();
+        } catch (const Error&) {
+          if (i == 0) throw;  // the control connection: the test is gone
+          continue;           // a data connection the test closed or a write failed
+        }
         if (!message) continue;
         const std::string line = text_of(*message);
         if (line == "exit") {
           reply(c, "bye");
-          for (auto& other : connections) other.flush(std::chrono::seconds(10));
+          for (auto& other : connections) {
+            if (!other.failed()) other.flush(std::chrono::seconds(10));
+          }
           return 0;
         }
         reply(c, run(c, line));

@@ -39,6 +39,8 @@ TEST(Access, MinimalVerbsFlags) {
   EXPECT_EQ(to_ibv_access(Access::remote_read), IBV_ACCESS_REMOTE_READ);
   EXPECT_EQ(to_ibv_access(Access::remote_read | Access::remote_write),
             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  // A region peers reach only through memory windows: bind right, no remote right of its own.
+  EXPECT_EQ(to_ibv_access(Access::local_write | Access::windows), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
 }
 
 TEST(RegionDescriptor, WireFormatRoundTripsAndIsLittleEndian) {
