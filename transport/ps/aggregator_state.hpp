@@ -34,6 +34,7 @@ struct Aggregator::State {
   struct Waiting {
     std::size_t peer = 0;
     Request request;
+    Clock::time_point arrived{};  // for Grant::held_ns
   };
 
   State(const Device& dev, std::uint16_t port, const AggregatorOptions& o);

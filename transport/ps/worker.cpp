@@ -127,7 +127,7 @@ struct Worker::State {
     std::fprintf(stderr, "gradlane ps worker %u: a grant came %lld ms after %s (grant_lifetime %lld ms): not "
                  "written, %s\n", options.id,
                  static_cast<long long>(std::chrono::duration_cast<Millis>(Clock::now() - since).count()),
-                 sidecar ? "its slot's start" : "the request", static_cast<long long>(options.grant_lifetime.count()),
+                 sidecar ? "its slot's start" : "it was granted", static_cast<long long>(options.grant_lifetime.count()),
                  expired < kMaxGrantRequests ? "asking again" : "the push is reported lost");
     return true;
   }
@@ -220,8 +220,11 @@ struct Worker::State {
         throw Error(Errc::protocol, fmt::format("{}: expected a grant, got message kind {}", target.describe(),
                                                 answer.index() + 1));
       }
-      // Not written, the expired grant is a hole the server skips after its hole_timeout.
-      if (!too_late(requested_at, expired)) {
+      // The grant is at most (round trip - time held at the server) old: a worker stalled after
+      // its request finds it old, a grant that waited for a free slot is fresh. Not written,
+      // an expired grant is a hole the server skips after its hole_timeout.
+      const auto held = std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(grant->held_ns));
+      if (!too_late(requested_at + held, expired)) {
         PushResult result = write(grant->sequence);
         result.expired_grants = expired;
         return result;
