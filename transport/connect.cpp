@@ -431,20 +431,27 @@ Connection Listener::accept(Millis timeout) {
   const auto deadline = detail::Clock::now() + timeout;
   const std::string here = fmt::format("{}:{}", s.address, s.port);
   for (;;) {
+    // Events already queued come first: a handshake whose ESTABLISHED waits in the channel
+    // completed, however late this caller reads it. Expiring before looking dropped such
+    // peers when a burst of connect requests (32 workers at once, each answer a QP and its
+    // rings) or a caller busy between accepts kept the channel unread past connect_timeout.
+    auto event = detail::next_cm_event(s.channel.get(), std::chrono::milliseconds(0));
     const auto now = detail::Clock::now();
-    std::erase_if(s.pending, [&](const detail::PendingPeer& p) {
-      if (p.deadline > now) return false;
-      drop_peer(here, p.peer,
-                fmt::format("it did not complete the handshake within {} ms (GRADLANE_CONNECT_TIMEOUT_MS)",
-                            s.options.connect_timeout.count()));
-      return true;
-    });
-    auto until = deadline;
-    for (const auto& p : s.pending) until = std::min(until, p.deadline);
-    const auto wait = std::max(std::chrono::milliseconds(0),
-                               std::chrono::duration_cast<std::chrono::milliseconds>(until - now));
-    // A zero wait would be a single non-blocking look: wait at least 1 ms while time is left.
-    auto event = detail::next_cm_event(s.channel.get(), wait.count() > 0 ? wait : std::chrono::milliseconds(1));
+    if (!event) {
+      std::erase_if(s.pending, [&](const detail::PendingPeer& p) {
+        if (p.deadline > now) return false;
+        drop_peer(here, p.peer,
+                  fmt::format("it did not complete the handshake within {} ms (GRADLANE_CONNECT_TIMEOUT_MS)",
+                              s.options.connect_timeout.count()));
+        return true;
+      });
+      auto until = deadline;
+      for (const auto& p : s.pending) until = std::min(until, p.deadline);
+      const auto wait = std::max(std::chrono::milliseconds(0),
+                                 std::chrono::duration_cast<std::chrono::milliseconds>(until - now));
+      // A zero wait would be a single non-blocking look: wait at least 1 ms while time is left.
+      event = detail::next_cm_event(s.channel.get(), wait.count() > 0 ? wait : std::chrono::milliseconds(1));
+    }
     if (!event) {
       if (detail::Clock::now() < deadline) continue;  // a pending peer's time ran out: drop it
       throw Error(Errc::timeout,
