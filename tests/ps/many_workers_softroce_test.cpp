@@ -1,0 +1,168 @@
+// Load (issue 10, item 6) over real rxe: one shard server with 32 worker connections, and its
+// replica. Everything is a thread of this process (one exec under TCG instead of 34): the
+// server on host 0's device, the replica on host 1's, 16 workers on each of hosts 1 and 2,
+// every thread with its own Device, as separate processes would have.
+//
+// Checked, byte for byte:
+//   - every push a worker saw acknowledged (neither lost nor dropped) is in the server's
+//     history exactly once, at the sequence its grant named, as that (worker, step);
+//   - every sequence was decided once, in order, none skipped, none from nowhere;
+//   - the server's model is the reference (the initial shard with the applied gradients, in
+//     the server's order, through the same kernel), and the replica's is bitwise the same.
+// The process's peak RSS (VmHWM: server, replica and all 32 workers together) is printed.
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gradlane/gradlane.hpp"
+
+#include "../common/hosts.hpp"
+#include "examples/ps_synthetic.hpp"
+#include "transport/ps/kernels.hpp"
+
+namespace gradlane::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr std::uint32_t kWorkers = 32;
+constexpr std::uint64_t kPushes = 12;    // per worker
+constexpr std::size_t kFloats = 1024;    // 4 KiB updates: the connections are the load, not the bytes
+constexpr std::uint16_t kServerPort = 7820, kReplicaPort = 7821;
+
+std::vector<float> initial_model() {
+  std::vector<float> model(kFloats);
+  for (std::size_t j = 0; j < kFloats; ++j) model[j] = examples::initial_value(j);
+  return model;
+}
+
+std::string peak_rss() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return line.substr(6);
+  }
+  return "?";
+}
+
+struct Acked {
+  std::uint32_t worker = 0;
+  std::uint64_t step = 0;
+};
+
+struct ShardResult {
+  std::vector<ps::AppliedUpdate> history;
+  std::vector<float> model;
+  ps::ServerStats stats;
+  std::string failure;
+};
+
+TEST(ManyWorkers, ServerWith32WorkerConnectionsAppliesEveryAcknowledgedPushOnce) {
+  const auto hosts = hosts_from_env();
+  ASSERT_GE(hosts.size(), 3u) << "needs ci/softroce.sh --hosts 3";
+  const std::uint64_t total = kWorkers * kPushes;
+  ps::ShardOptions shard;
+  shard.floats = kFloats;
+  shard.slots = 8;
+  shard.learning_rate = examples::kLearningRate;
+  shard.block_when_idle = true;  // 34 threads on 2 vCPUs: the idle ones must not spin
+
+  // The shard servers run until every update is decided (or a bound that only a hang reaches).
+  const auto serve = [&](ps::Role role, const Host& host, ShardResult& out) {
+    try {
+      Device device = Device::open({.name = host.device});
+      ps::ShardServer server(device, role, role == ps::Role::server ? kServerPort : kReplicaPort, shard,
+                             initial_model());
+      if (role == ps::Role::server) server.connect_replica(hosts[1].address, kReplicaPort, 120s);
+      server.accept_peers(kWorkers, 120s);
+      if (!server.run_until(total, 300s)) out.failure = "timed out at version " + std::to_string(server.version());
+      out.history = server.history();
+      out.model.assign(server.model().begin(), server.model().end());
+      out.stats = server.stats();
+    } catch (const std::exception& e) {
+      out.failure = e.what();
+    }
+  };
+  ShardResult server, replica;
+  std::vector<std::map<std::uint64_t, Acked>> acked(kWorkers);  // per worker: sequence -> push
+  std::vector<std::string> worker_failures(kWorkers);
+  {
+    std::jthread replica_thread(serve, ps::Role::replica, hosts[1], std::ref(replica));
+    std::jthread server_thread(serve, ps::Role::server, hosts[0], std::ref(server));
+    std::vector<std::jthread> workers;
+    for (std::uint32_t w = 0; w < kWorkers; ++w) {
+      workers.emplace_back([&, w] {
+        const std::uint32_t id = w + 1;
+        try {
+          Device device = Device::open({.name = hosts[1 + w % 2].device});
+          ps::WorkerOptions o;
+          o.id = id;
+          o.server = {hosts[0].address, kServerPort};
+          o.replica = ps::Endpoint{hosts[1].address, kReplicaPort};
+          o.floats = kFloats;
+          o.timeout = 120s;
+          ps::Worker worker(device, o);
+          for (std::uint64_t step = 0; step < kPushes; ++step) {
+            const std::span<float> g = worker.gradient();
+            for (std::size_t j = 0; j < g.size(); ++j) g[j] = examples::gradient_value(id, step, j, false);
+            const ps::PushResult r = worker.push(/*computed_on=*/0, step);
+            if (!r.lost && !r.dropped) acked[w][r.sequence] = Acked{id, step};
+          }
+        } catch (const std::exception& e) {
+          worker_failures[w] = e.what();
+        }
+      });
+    }
+  }
+  std::printf("peak RSS of this process (server, replica, %u workers): %s\n", kWorkers, peak_rss().c_str());
+  for (std::uint32_t w = 0; w < kWorkers; ++w) EXPECT_EQ(worker_failures[w], "") << "worker " << w + 1;
+  ASSERT_EQ(server.failure, "");
+  ASSERT_EQ(replica.failure, "");
+
+  // Every sequence decided once, in order, none skipped; every (worker, step) applied once.
+  ASSERT_EQ(server.history.size(), total);
+  std::set<std::pair<std::uint32_t, std::uint64_t>> applied;
+  for (std::size_t i = 0; i < server.history.size(); ++i) {
+    const ps::AppliedUpdate& u = server.history[i];
+    EXPECT_EQ(u.sequence, i + 1) << "decided out of sequence order";
+    EXPECT_FALSE(u.skipped) << "sequence " << u.sequence;
+    EXPECT_TRUE(u.worker >= 1 && u.worker <= kWorkers && u.tag < kPushes) << "sequence " << u.sequence;
+    EXPECT_TRUE(applied.insert({u.worker, u.tag}).second) << "worker " << u.worker << " step " << u.tag << " twice";
+  }
+  // Every acknowledged push is the update applied at the sequence it was granted.
+  std::uint64_t acknowledged = 0;
+  for (const auto& pushes : acked) {
+    for (const auto& [sequence, push] : pushes) {
+      ++acknowledged;
+      ASSERT_TRUE(sequence >= 1 && sequence <= server.history.size()) << "acknowledged sequence " << sequence;
+      const ps::AppliedUpdate& u = server.history[sequence - 1];
+      EXPECT_TRUE(u.worker == push.worker && u.tag == push.step)
+          << "sequence " << sequence << " was acknowledged to worker " << push.worker << " step " << push.step
+          << " but applied as worker " << u.worker << " step " << u.tag;
+    }
+  }
+  EXPECT_EQ(acknowledged, total) << "direct mode loses nothing without a fault";
+  EXPECT_EQ(server.stats.peers_lost, 0U);
+
+  // The model, byte for byte.
+  std::vector<float> reference = initial_model(), gradient(kFloats);
+  for (const ps::AppliedUpdate& u : server.history) {
+    for (std::size_t j = 0; j < kFloats; ++j) gradient[j] = examples::gradient_value(u.worker, u.tag, j, false);
+    ps::sgd_step(reference, gradient, examples::kLearningRate);
+  }
+  ASSERT_EQ(server.model.size(), kFloats);
+  EXPECT_EQ(std::memcmp(server.model.data(), reference.data(), kFloats * sizeof(float)), 0)
+      << "the server's model is not its history applied";
+  ASSERT_EQ(replica.model.size(), kFloats);
+  EXPECT_EQ(std::memcmp(replica.model.data(), server.model.data(), kFloats * sizeof(float)), 0)
+      << "server and replica diverged";
+  EXPECT_NE(server.model[0], examples::initial_value(0));
+}
+
+}  // namespace
+}  // namespace gradlane::testing
