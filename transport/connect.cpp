@@ -391,6 +391,19 @@ void drop_peer(const std::string& here, const std::string& peer, const std::stri
                why.c_str());
 }
 
+// EINVAL from rdma_create_qp or rdma_accept on an incoming request, with queue depths the
+// device allows, is the kernel's answer once the peer abandoned the request (its rdma_cm id
+// left REQ_RCVD): it waited here past the peer's connect timeout. Seen with 32 workers
+// connecting at once; the generic text blamed the queue depths, which were fine.
+bool abandoned(const detail::ListenerState& s, const Error& e) {
+  const std::uint32_t most = s.device.info().max_qp_wr;
+  return e.sys_errno() == EINVAL && s.options.send_queue_depth <= most && s.options.recv_queue_depth <= most;
+}
+constexpr const char* abandoned_text =
+    "the peer gave up on its connect request before this listener answered it (EINVAL from rdma_create_qp / "
+    "rdma_accept: the request waited past the peer's connect timeout — a burst of requests, or a listener that "
+    "accepts late); the peer retries or reports its own timeout";
+
 // Accepts a connect request: QP, rings, rdma_accept. The handshake completes later (pending).
 std::optional<detail::PendingPeer> answer_request(detail::ListenerState& s, const detail::CmEvent& event,
                                                   const std::string& here) {
@@ -415,7 +428,7 @@ std::optional<detail::PendingPeer> answer_request(detail::ListenerState& s, cons
     }
   } catch (const Error& e) {
     // This peer's failure is its own: the listener keeps serving the others.
-    drop_peer(here, peer, e.what());
+    drop_peer(here, peer, abandoned(s, e) ? abandoned_text : e.what());
     return std::nullopt;
   }
   return detail::PendingPeer{std::move(state), peer, detail::Clock::now() + s.options.connect_timeout};

@@ -241,6 +241,35 @@ TEST(SoftRoceConnect, PeerWhoseHandshakeCompletedIsAcceptedThoughTheCallerReadsI
   EXPECT_EQ(connected.load(), 2);
 }
 
+TEST(SoftRoceConnect, ARequestWhosePeerGaveUpIsDroppedSayingSo) {
+  // Seen in the 32-worker load test: workers whose connect timed out before the busy server
+  // answered left stale requests behind, and the server's drop message for each blamed the
+  // queue depths ("lower GRADLANE_SQ_DEPTH ...": rdma_create_qp / rdma_accept fail with EINVAL
+  // once the peer abandoned the request). The drop must say what happened.
+  const Device device = Device::open(selector_from_env());
+  Listener listener(device, 0, test_options());
+  std::jthread peer([&] {
+    TransportOptions impatient = test_options();
+    impatient.connect_timeout = 1s;
+    try {
+      const Device own = Device::open(selector_from_env());
+      Connection conn = connect(own, listener.address(), listener.port(), impatient);
+      std::fprintf(stderr, "peer: connected, unexpectedly\n");
+    } catch (const Error& e) {
+      std::fprintf(stderr, "peer gave up: %s\n", e.what());
+    }
+  });
+  std::this_thread::sleep_for(4s);  // the peer's 1 s connect timeout passes unanswered
+  peer.join();
+  ::testing::internal::CaptureStderr();
+  EXPECT_THROW(listener.accept(2s), Error);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  std::fprintf(stderr, "%s", said.c_str());
+  EXPECT_NE(said.find("dropped connection attempt"), std::string::npos) << "the stale request was not even seen";
+  EXPECT_EQ(said.find("GRADLANE_SQ_DEPTH"), std::string::npos) << "blames the queue depths";
+  EXPECT_NE(said.find("gave up"), std::string::npos);
+}
+
 TEST(SoftRoceConnect, AcceptWithNoPeerTimesOut) {
   const Device device = Device::open(selector_from_env());
   Listener listener(device, 0, test_options());
