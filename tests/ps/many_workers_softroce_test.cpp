@@ -9,7 +9,10 @@
 //   - every sequence was decided once, in order, none skipped, none from nowhere;
 //   - the server's model is the reference (the initial shard with the applied gradients, in
 //     the server's order, through the same kernel), and the replica's is bitwise the same.
-// The process's peak RSS (VmHWM: server, replica and all 32 workers together) is printed.
+// Printed, not asserted: the process's peak RSS (VmHWM: server, replica and all 32 workers
+// together), and the server's updates/s with 32 workers against a 1-worker run of as many updates.
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -34,7 +37,7 @@ using namespace std::chrono_literals;
 constexpr std::uint32_t kWorkers = 32;
 constexpr std::uint64_t kPushes = 12;    // per worker
 constexpr std::size_t kFloats = 1024;    // 4 KiB updates: the connections are the load, not the bytes
-constexpr std::uint16_t kServerPort = 7820, kReplicaPort = 7821;
+constexpr std::uint16_t kServerPort = 7820;  // the replica listens on the next port
 
 std::vector<float> initial_model() {
   std::vector<float> model(kFloats);
@@ -59,13 +62,21 @@ struct ShardResult {
   std::vector<ps::AppliedUpdate> history;
   std::vector<float> model;
   ps::ServerStats stats;
+  double seconds = 0;  // from every worker connected to the last update decided
   std::string failure;
 };
 
-TEST(ManyWorkers, ServerWith32WorkerConnectionsAppliesEveryAcknowledgedPushOnce) {
-  const auto hosts = hosts_from_env();
-  ASSERT_GE(hosts.size(), 3u) << "needs ci/softroce.sh --hosts 3";
-  const std::uint64_t total = kWorkers * kPushes;
+// One run: a server and its replica, `workers` workers each pushing `pushes` updates.
+struct LoadRun {
+  ShardResult server, replica;
+  std::vector<std::map<std::uint64_t, Acked>> acked;  // per worker: sequence -> push
+  std::vector<std::string> worker_failures;
+  double rate() const { return static_cast<double>(server.history.size()) / std::max(server.seconds, 1e-9); }
+};
+
+LoadRun run_load(const std::vector<Host>& hosts, std::uint32_t workers, std::uint64_t pushes, std::uint16_t port) {
+  const std::uint64_t total = workers * pushes;
+  const std::uint16_t replica_port = port + 1;
   ps::ShardOptions shard;
   shard.floats = kFloats;
   shard.slots = 8;
@@ -76,11 +87,12 @@ TEST(ManyWorkers, ServerWith32WorkerConnectionsAppliesEveryAcknowledgedPushOnce)
   const auto serve = [&](ps::Role role, const Host& host, ShardResult& out) {
     try {
       Device device = Device::open({.name = host.device});
-      ps::ShardServer server(device, role, role == ps::Role::server ? kServerPort : kReplicaPort, shard,
-                             initial_model());
-      if (role == ps::Role::server) server.connect_replica(hosts[1].address, kReplicaPort, 120s);
-      server.accept_peers(kWorkers, 120s);
+      ps::ShardServer server(device, role, role == ps::Role::server ? port : replica_port, shard, initial_model());
+      if (role == ps::Role::server) server.connect_replica(hosts[1].address, replica_port, 120s);
+      server.accept_peers(workers, 120s);
+      const auto start = std::chrono::steady_clock::now();
       if (!server.run_until(total, 300s)) out.failure = "timed out at version " + std::to_string(server.version());
+      out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       out.history = server.history();
       out.model.assign(server.model().begin(), server.model().end());
       out.stats = server.stats();
@@ -88,39 +100,46 @@ TEST(ManyWorkers, ServerWith32WorkerConnectionsAppliesEveryAcknowledgedPushOnce)
       out.failure = e.what();
     }
   };
-  ShardResult server, replica;
-  std::vector<std::map<std::uint64_t, Acked>> acked(kWorkers);  // per worker: sequence -> push
-  std::vector<std::string> worker_failures(kWorkers);
+  LoadRun run;
+  run.acked.resize(workers);
+  run.worker_failures.resize(workers);
   {
-    std::jthread replica_thread(serve, ps::Role::replica, hosts[1], std::ref(replica));
-    std::jthread server_thread(serve, ps::Role::server, hosts[0], std::ref(server));
-    std::vector<std::jthread> workers;
-    for (std::uint32_t w = 0; w < kWorkers; ++w) {
-      workers.emplace_back([&, w] {
+    std::jthread replica_thread(serve, ps::Role::replica, hosts[1], std::ref(run.replica));
+    std::jthread server_thread(serve, ps::Role::server, hosts[0], std::ref(run.server));
+    std::vector<std::jthread> threads;
+    for (std::uint32_t w = 0; w < workers; ++w) {
+      threads.emplace_back([&, w] {
         const std::uint32_t id = w + 1;
         try {
           Device device = Device::open({.name = hosts[1 + w % 2].device});
           ps::WorkerOptions o;
           o.id = id;
-          o.server = {hosts[0].address, kServerPort};
-          o.replica = ps::Endpoint{hosts[1].address, kReplicaPort};
+          o.server = {hosts[0].address, port};
+          o.replica = ps::Endpoint{hosts[1].address, replica_port};
           o.floats = kFloats;
           o.timeout = 120s;
           ps::Worker worker(device, o);
-          for (std::uint64_t step = 0; step < kPushes; ++step) {
+          for (std::uint64_t step = 0; step < pushes; ++step) {
             const std::span<float> g = worker.gradient();
             for (std::size_t j = 0; j < g.size(); ++j) g[j] = examples::gradient_value(id, step, j, false);
             const ps::PushResult r = worker.push(/*computed_on=*/0, step);
-            if (!r.lost && !r.dropped) acked[w][r.sequence] = Acked{id, step};
+            if (!r.lost && !r.dropped) run.acked[w][r.sequence] = Acked{id, step};
           }
         } catch (const std::exception& e) {
-          worker_failures[w] = e.what();
+          run.worker_failures[w] = e.what();
         }
       });
     }
   }
-  std::printf("peak RSS of this process (server, replica, %u workers): %s\n", kWorkers, peak_rss().c_str());
-  for (std::uint32_t w = 0; w < kWorkers; ++w) EXPECT_EQ(worker_failures[w], "") << "worker " << w + 1;
+  return run;
+}
+
+// Every acknowledged push applied once at its sequence; the model is the reference, bitwise.
+void check(const LoadRun& run, std::uint32_t workers, std::uint64_t pushes) {
+  const std::uint64_t total = workers * pushes;
+  const ShardResult& server = run.server;
+  const ShardResult& replica = run.replica;
+  for (std::uint32_t w = 0; w < workers; ++w) EXPECT_EQ(run.worker_failures[w], "") << "worker " << w + 1;
   ASSERT_EQ(server.failure, "");
   ASSERT_EQ(replica.failure, "");
 
@@ -131,13 +150,13 @@ TEST(ManyWorkers, ServerWith32WorkerConnectionsAppliesEveryAcknowledgedPushOnce)
     const ps::AppliedUpdate& u = server.history[i];
     EXPECT_EQ(u.sequence, i + 1) << "decided out of sequence order";
     EXPECT_FALSE(u.skipped) << "sequence " << u.sequence;
-    EXPECT_TRUE(u.worker >= 1 && u.worker <= kWorkers && u.tag < kPushes) << "sequence " << u.sequence;
+    EXPECT_TRUE(u.worker >= 1 && u.worker <= workers && u.tag < pushes) << "sequence " << u.sequence;
     EXPECT_TRUE(applied.insert({u.worker, u.tag}).second) << "worker " << u.worker << " step " << u.tag << " twice";
   }
   // Every acknowledged push is the update applied at the sequence it was granted.
   std::uint64_t acknowledged = 0;
-  for (const auto& pushes : acked) {
-    for (const auto& [sequence, push] : pushes) {
+  for (const auto& by_sequence : run.acked) {
+    for (const auto& [sequence, push] : by_sequence) {
       ++acknowledged;
       ASSERT_TRUE(sequence >= 1 && sequence <= server.history.size()) << "acknowledged sequence " << sequence;
       const ps::AppliedUpdate& u = server.history[sequence - 1];
@@ -162,6 +181,22 @@ TEST(ManyWorkers, ServerWith32WorkerConnectionsAppliesEveryAcknowledgedPushOnce)
   EXPECT_EQ(std::memcmp(replica.model.data(), server.model.data(), kFloats * sizeof(float)), 0)
       << "server and replica diverged";
   EXPECT_NE(server.model[0], examples::initial_value(0));
+}
+
+TEST(ManyWorkers, ServerWith32WorkerConnectionsAppliesEveryAcknowledgedPushOnce) {
+  const auto hosts = hosts_from_env();
+  ASSERT_GE(hosts.size(), 3u) << "needs ci/softroce.sh --hosts 3";
+  // The baseline first: one worker pushing as many updates as 32 workers push in all, so both
+  // runs last long enough to time. Measured, not asserted (the VM's speed varies).
+  const LoadRun one = run_load(hosts, 1, kWorkers * kPushes, 7822);
+  check(one, 1, kWorkers * kPushes);
+  const LoadRun many = run_load(hosts, kWorkers, kPushes, kServerPort);
+  check(many, kWorkers, kPushes);
+  std::printf("peak RSS of this process (server, replica, %u workers): %s\n", kWorkers, peak_rss().c_str());
+  std::printf("server: 1 worker %.1f updates/s, %u workers %.1f updates/s: %.2f of the 1-worker rate\n", one.rate(),
+              kWorkers, many.rate(), many.rate() / one.rate());
+  RecordProperty("updates_per_s_1_worker", std::to_string(one.rate()));
+  RecordProperty("updates_per_s_32_workers", std::to_string(many.rate()));
 }
 
 }  // namespace
