@@ -40,13 +40,15 @@ constexpr std::chrono::microseconds kSpinFor{50};
 constexpr std::chrono::microseconds kYieldFor{1000};
 constexpr std::chrono::microseconds kLongestNap{1000};
 
-void back_off(Clock::duration waited) {
-  if (waited < kSpinFor) return;
+// Returns whether it napped.
+bool back_off(Clock::duration waited) {
+  if (waited < kSpinFor) return false;
   if (waited < kYieldFor) {
     std::this_thread::yield();
-    return;
+    return false;
   }
   std::this_thread::sleep_for(std::min<Clock::duration>(waited / 16, kLongestNap));
+  return true;
 }
 // After a peer's disconnect, how long an empty completion queue is reaped on before the
 // connection fails: what the peer sent before leaving completes well within it.
@@ -72,13 +74,14 @@ bool poll_until(ConnectionState& s, std::chrono::milliseconds limit, Done done) 
   if (done()) return true;
   const auto start = Clock::now();
   const auto deadline = start + limit;
+  bool napping = false;  // once it naps, one poll per nap: a look costs a poll, not 64
   for (std::uint32_t empty = 0;;) {
     if (s.poll_once() != 0) {
       if (done()) return true;
-    } else if (++empty % kPollsPerClockRead == 0) {
+    } else if (++empty % kPollsPerClockRead == 0 || napping) {
       const auto now = Clock::now();
       if (now > deadline) return done();
-      back_off(now - start);
+      napping = back_off(now - start);
     }
   }
 }

@@ -124,7 +124,8 @@ TEST_F(PeerTest, ReadReturnsThePeersBytes) {
 // data path spun without pause, so 32 workers waiting for their grants on 2 vCPUs starved the
 // server thread and rxe's own work: 11.6 updates/s, 0.15 of one worker's rate (0.81 after). A
 // wait that lasts gives its core away: here a receive() that waits 1 s for nothing may use at
-// most a tenth of that in CPU (it used all of it, less what the host took, before).
+// most a quarter of that in CPU (it used all of it before: 1.005 s; about 0.01-0.1 s after,
+// under TCG, where each look between naps costs tens of microseconds).
 TEST_F(PeerTest, ALongWaitDoesNotBurnACore) {
   start_peer(4096);
   const auto thread_cpu = [] {
@@ -144,7 +145,7 @@ TEST_F(PeerTest, ALongWaitDoesNotBurnACore) {
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   RecordProperty("cpu_seconds_in_1s_wait", std::to_string(cpu));
   EXPECT_GE(wall, 1.0);
-  EXPECT_LT(cpu, 0.1) << "a 1 s wait used " << cpu << " s of CPU";
+  EXPECT_LT(cpu, 0.25) << "a 1 s wait used " << cpu << " s of CPU";
   stop_peer();
 }
 
