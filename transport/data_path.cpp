@@ -40,6 +40,11 @@ constexpr std::chrono::microseconds kSpinFor{50};
 constexpr std::chrono::microseconds kYieldFor{1000};
 constexpr std::chrono::microseconds kLongestNap{1000};
 
+// Empty polls per look once napping: fewer than kPollsPerClockRead (64 polls cost tens of
+// microseconds under TCG, which made a long wait's CPU ~0.1 s per second), enough that the
+// rdma_cm channel (every kPollsPerEventCheck polls) is still read every ~16 naps (~16 ms).
+constexpr std::uint32_t kPollsPerNap = 16;
+
 // Returns whether it napped.
 bool back_off(Clock::duration waited) {
   if (waited < kSpinFor) return false;
@@ -50,6 +55,7 @@ bool back_off(Clock::duration waited) {
   std::this_thread::sleep_for(std::min<Clock::duration>(waited / 16, kLongestNap));
   return true;
 }
+
 // After a peer's disconnect, how long an empty completion queue is reaped on before the
 // connection fails: what the peer sent before leaving completes well within it.
 constexpr std::chrono::milliseconds kDisconnectGrace{50};
@@ -74,11 +80,11 @@ bool poll_until(ConnectionState& s, std::chrono::milliseconds limit, Done done) 
   if (done()) return true;
   const auto start = Clock::now();
   const auto deadline = start + limit;
-  bool napping = false;  // once it naps, one poll per nap: a look costs a poll, not 64
+  bool napping = false;
   for (std::uint32_t empty = 0;;) {
     if (s.poll_once() != 0) {
       if (done()) return true;
-    } else if (++empty % kPollsPerClockRead == 0 || napping) {
+    } else if (++empty % (napping ? kPollsPerNap : kPollsPerClockRead) == 0) {
       const auto now = Clock::now();
       if (now > deadline) return done();
       napping = back_off(now - start);

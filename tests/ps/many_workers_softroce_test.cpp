@@ -12,6 +12,7 @@
 // Printed, not asserted: the process's peak RSS (VmHWM: server, replica and all 32 workers
 // together), and the server's updates/s with 32 workers against a 1-worker run of as many updates.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -84,6 +85,11 @@ LoadRun run_load(const std::vector<Host>& hosts, std::uint32_t workers, std::uin
   shard.block_when_idle = true;  // 34 threads on 2 vCPUs: the idle ones must not spin
 
   // The shard servers run until every update is decided (or a bound that only a hang reaches).
+  // The server then keeps serving until the replica is done too: its clean exit would otherwise
+  // promote a replica that is still applying (its destructor waits only 5 s for the replica's
+  // acks, and a CPU-starved VM once took longer: the replica promoted and ended with another
+  // model; see perf/results/sidecar-load.md).
+  std::atomic<bool> replica_done{false};
   const auto serve = [&](ps::Role role, const Host& host, ShardResult& out) {
     try {
       Device device = Device::open({.name = host.device});
@@ -96,9 +102,14 @@ LoadRun run_load(const std::vector<Host>& hosts, std::uint32_t workers, std::uin
       out.history = server.history();
       out.model.assign(server.model().begin(), server.model().end());
       out.stats = server.stats();
+      const auto give_up = std::chrono::steady_clock::now() + 120s;
+      while (role == ps::Role::server && !replica_done.load() && std::chrono::steady_clock::now() < give_up) {
+        if (server.progress() == 0) server.wait_for_input(20ms);
+      }
     } catch (const std::exception& e) {
       out.failure = e.what();
     }
+    if (role == ps::Role::replica) replica_done.store(true);
   };
   LoadRun run;
   run.acked.resize(workers);
