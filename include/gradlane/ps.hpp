@@ -203,9 +203,10 @@ struct WorkerOptions {
   bool mirror = true;
   std::size_t floats = 0;              // the shard's size
   Millis timeout{30000};               // bound on each wait (grant, completion, connect)
-  // A grant taken up later than this after it was granted (direct mode: the request's round
-  // trip less the time the request waited at the server, so no clocks are compared) or after
-  // its slot start (sidecar mode) is not written: the server may already have skipped its sequence (it waits
+  // A grant taken up later than this after it arrived (direct mode: after the worker last saw
+  // its receive queue empty — a grant that waited at a slow server is fresh, one that sat here
+  // while the worker was stopped, or while the app ran between start_push() and wait_push(),
+  // is not) or after its slot start (sidecar mode) is not written: the server may already have skipped its sequence (it waits
   // ShardOptions::hole_timeout, 3 s by default, for a granted write), and a write into a
   // skipped sequence would be acknowledged here and never applied. The worker asks for a new
   // grant instead (at most 3 times, then the push reports lost). Keep it well below the

@@ -83,7 +83,7 @@ std::size_t Aggregator::State::take_from(std::size_t index) {
       throw Error(Errc::protocol,
                   fmt::format("request names worker {} on the connection of worker {}", request->worker, peer.worker));
     }
-    waiting.push_back({index, *request, Clock::now()});
+    waiting.push_back({index, *request});
   }
   while (auto bell = peer.conn.try_doorbell()) {
     ++work;
@@ -120,7 +120,7 @@ std::size_t Aggregator::State::grant() {
     if (!peer.alive) continue;
     const std::uint64_t sequence = next_grant;
     try {
-      peer.conn.send(encode(Grant{sequence, w.request.tag, held_ns(w.arrived)}));
+      peer.conn.send(encode(Grant{sequence, w.request.tag}));
     } catch (const Error& e) {
       lose(peer, e);
       continue;

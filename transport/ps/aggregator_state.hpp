@@ -34,7 +34,6 @@ struct Aggregator::State {
   struct Waiting {
     std::size_t peer = 0;
     Request request;
-    Clock::time_point arrived{};  // for Grant::held_ns
   };
 
   State(const Device& dev, std::uint16_t port, const AggregatorOptions& o);

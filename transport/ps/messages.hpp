@@ -3,8 +3,7 @@
 //
 //   Hello     peer → shard    who is on this connection: a worker (its id) or the primary
 //   Request   worker → server a slot for the worker's next update
-//   Grant     server → worker the sequence number the update will be applied as, and how long
-//                             the request waited at the server for it
+//   Grant     server → worker the sequence number the update will be applied as
 //   Decided   server → replica what the server did with a sequence: applied (with the
 //                             worker it came from) or skipped; in sequence order
 //   Ack       replica → server every sequence up to `through` is applied at the replica
@@ -13,7 +12,6 @@
 // peer's malformed message costs that peer its connection, never the process.
 #pragma once
 
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -36,10 +34,6 @@ struct Request {
 struct Grant {
   std::uint64_t sequence = 0;
   std::uint64_t tag = 0;
-  // Nanoseconds between the request's arrival and this grant (a free slot). The worker takes
-  // it from its request's round trip: what is left is how old the grant is at most, measured
-  // on its own clock alone (ps::WorkerOptions::grant_lifetime).
-  std::uint64_t held_ns = 0;
 };
 struct Decided {
   std::uint64_t sequence = 0;
@@ -54,11 +48,6 @@ using Message = std::variant<Hello, Request, Grant, Decided, Ack>;
 
 std::vector<std::byte> encode(const Message& message);
 
-// Grant::held_ns for a request that arrived at `arrived` (steady clock), granted now.
-inline std::uint64_t held_ns(std::chrono::steady_clock::time_point arrived) {
-  const auto held = std::chrono::steady_clock::now() - arrived;
-  return held.count() > 0 ? static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(held).count()) : 0;
-}
 Message decode(std::span<const std::byte> bytes);
 
 }  // namespace gradlane::ps

@@ -39,7 +39,6 @@ struct Peer {
 struct Waiting {
   std::size_t peer = 0;
   Request request;
-  Clock::time_point arrived{};  // for Grant::held_ns
 };
 
 struct GrantInfo {
@@ -153,7 +152,7 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
         throw Error(Errc::protocol, fmt::format("request names worker {} on the connection of worker {}",
                                                 request->worker, peer.worker));
       }
-      waiting.push_back({index, *request, Clock::now()});
+      waiting.push_back({index, *request});
     } else if (const auto* decided = std::get_if<Decided>(&message); decided && role == Role::replica &&
                                                                        peer.kind == PeerKind::primary) {
       decisions[decided->sequence] = *decided;
@@ -238,7 +237,7 @@ std::size_t ShardServer::State::grant() {
     Peer& peer = peers[w.peer];
     if (!peer.alive) continue;
     try {
-      peer.conn.send(encode(Grant{sequence, w.request.tag, held_ns(w.arrived)}));
+      peer.conn.send(encode(Grant{sequence, w.request.tag}));
     } catch (const Error& e) {
       lose(peer, e);
       continue;

@@ -3,9 +3,11 @@
 // include/gradlane/ps.hpp.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "gradlane/ps.hpp"
 #include "transport/ps/messages.hpp"
@@ -127,7 +129,7 @@ struct Worker::State {
     std::fprintf(stderr, "gradlane ps worker %u: a grant came %lld ms after %s (grant_lifetime %lld ms): not "
                  "written, %s\n", options.id,
                  static_cast<long long>(std::chrono::duration_cast<Millis>(Clock::now() - since).count()),
-                 sidecar ? "its slot's start" : "it was granted", static_cast<long long>(options.grant_lifetime.count()),
+                 sidecar ? "its slot's start" : "it arrived", static_cast<long long>(options.grant_lifetime.count()),
                  expired < kMaxGrantRequests ? "asking again" : "the push is reported lost");
     return true;
   }
@@ -211,20 +213,41 @@ struct Worker::State {
     return result;
   }
 
+  // Direct mode: the next message on `target`, and when its receive queue was last seen empty
+  // before it (at the latest, the request): the message arrived after that, so this bounds how
+  // long it waited here unread — the worker stalled, or the app took its time between
+  // start_push() and wait_push() — on this host's clock alone. Neither a slow server nor a
+  // grant that waited there for a free slot counts.
+  std::pair<Message, Clock::time_point> receive_noting_arrival(Connection& target) {
+    const auto start = Clock::now();
+    Clock::time_point last_empty = requested_at;
+    for (;;) {
+      if (auto message = target.try_receive()) return {decode(*message), last_empty};
+      last_empty = Clock::now();
+      const auto waited = last_empty - start;
+      if (waited > options.timeout) {
+        throw Error(Errc::timeout, fmt::format("{}: no grant within {} ms", target.describe(), options.timeout.count()));
+      }
+      // Spin, then yield, then nap a sixteenth of the wait (at most 1 ms), as Connection's waits do.
+      if (waited > std::chrono::milliseconds(1)) {
+        std::this_thread::sleep_for(std::min<Clock::duration>(waited / 16, std::chrono::milliseconds(1)));
+      } else if (waited > std::chrono::microseconds(50)) {
+        std::this_thread::yield();
+      }
+    }
+  }
+
   PushResult wait_direct() {
     for (std::uint32_t expired = 0;;) {
       Connection& target = push_target();
-      const Message answer = decode(target.receive(options.timeout));
+      const auto [answer, arrived_after] = receive_noting_arrival(target);
       const auto* grant = std::get_if<Grant>(&answer);
       if (grant == nullptr || grant->sequence == 0) {
         throw Error(Errc::protocol, fmt::format("{}: expected a grant, got message kind {}", target.describe(),
                                                 answer.index() + 1));
       }
-      // The grant is at most (round trip - time held at the server) old: a worker stalled after
-      // its request finds it old, a grant that waited for a free slot is fresh. Not written,
-      // an expired grant is a hole the server skips after its hole_timeout.
-      const auto held = std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(grant->held_ns));
-      if (!too_late(requested_at + held, expired)) {
+      // Not written, an expired grant is a hole the server skips after its hole_timeout.
+      if (!too_late(arrived_after, expired)) {
         PushResult result = write(grant->sequence);
         result.expired_grants = expired;
         return result;
