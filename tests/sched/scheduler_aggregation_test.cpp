@@ -148,6 +148,17 @@ TEST(SchedulerAggregation, ARelayTakesAStragglersUpdateOffTheServersIngress) {
   EXPECT_EQ(granted_ids(s.schedule(at_us(0))), (std::vector<std::uint64_t>{9}));
 }
 
+// A straggler (worker 9, egress 0.2 GB/s) with one 1 MB update for a 1 GB/s server; with an
+// aggregator (201) if asked.
+Scheduler straggler_before_server(const SchedulerConfig& c, bool with_aggregator) {
+  Scheduler s(c);
+  if (with_aggregator) s.add_aggregator(JobId{1}, ep(201));
+  s.set_rate(ep(kServer), Direction::ingress, 1 * kGBps);
+  s.set_rate(ep(9), Direction::egress, 0.2 * kGBps);
+  submit_workers(s, {9});
+  return s;
+}
+
 // Writers that mirror to the replica (writers_mirror) send each direct update twice: a
 // straggler of 0.2 GB/s holds a 1 GB/s server 10 ms per 1 MB update, not 5. Its write to an
 // aggregator is not mirrored (the aggregator's forward is): relayed, its slot is 5 ms and the
@@ -158,21 +169,14 @@ TEST(SchedulerAggregation, AMirroringWriterSendsTwiceOnItsSide) {
     c.bandwidth = testing::bandwidth_config(10 * kGBps, 0.25, 1e6);
     c.replica_bound = 64;
     c.writers_mirror = mirror;
-    Scheduler direct(c);
-    direct.set_rate(ep(kServer), Direction::ingress, 1 * kGBps);
-    direct.set_rate(ep(9), Direction::egress, 0.2 * kGBps);
-    submit_workers(direct, {9});
+    Scheduler direct = straggler_before_server(c, /*with_aggregator=*/false);
     const auto grants = only<Grant>(direct.schedule(at_us(0)));
     ASSERT_EQ(grants.size(), 1u);
     EXPECT_EQ(grants[0].slot, (Slot{at_us(0), at_us(mirror ? 10'000 : 5'000)}));
 
     c.aggregation.pick_joins = true;
     c.aggregation.relay_ratio = 8.0;
-    Scheduler relaying(c);
-    relaying.add_aggregator(JobId{1}, ep(201));
-    relaying.set_rate(ep(kServer), Direction::ingress, 1 * kGBps);
-    relaying.set_rate(ep(9), Direction::egress, 0.2 * kGBps);
-    submit_workers(relaying, {9});
+    Scheduler relaying = straggler_before_server(c, /*with_aggregator=*/true);
     const auto out = relaying.schedule(at_us(0));
     if (!mirror) {
       EXPECT_EQ(granted_ids(out), (std::vector<std::uint64_t>{9}));  // 5 ms < 8 x 1 ms
@@ -190,10 +194,7 @@ TEST(SchedulerAggregation, WithoutAReplicaNothingIsMirrored) {
   c.bandwidth = testing::bandwidth_config(10 * kGBps, 0.25, 1e6);
   c.replica_bound = std::nullopt;
   c.writers_mirror = true;
-  Scheduler s(c);
-  s.set_rate(ep(kServer), Direction::ingress, 1 * kGBps);
-  s.set_rate(ep(9), Direction::egress, 0.2 * kGBps);
-  submit_workers(s, {9});
+  Scheduler s = straggler_before_server(c, /*with_aggregator=*/false);
   const auto grants = only<Grant>(s.schedule(at_us(0)));
   ASSERT_EQ(grants.size(), 1u);
   EXPECT_EQ(grants[0].slot, (Slot{at_us(0), at_us(5'000)}));
