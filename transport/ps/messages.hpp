@@ -47,7 +47,6 @@ struct Ack {
 using Message = std::variant<Hello, Request, Grant, Decided, Ack>;
 
 std::vector<std::byte> encode(const Message& message);
-
 Message decode(std::span<const std::byte> bytes);
 
 }  // namespace gradlane::ps

@@ -119,8 +119,8 @@ struct Worker::State {
     }
   }
 
-  // A grant is too old to write once `since` (its request, or its slot's start) is more than
-  // grant_lifetime ago; asks again then, up to kMaxGrantRequests in all. Returns false when the
+  // A grant is too old to write once `since` (direct mode: when the worker last saw its queue
+  // empty before the grant; sidecar mode: its slot's start) is more than grant_lifetime ago; asks again then, up to kMaxGrantRequests in all. Returns false when the
   // push has asked often enough and is to be reported lost.
   static constexpr std::uint32_t kMaxGrantRequests = 3;
   bool too_late(Clock::time_point since, std::uint32_t& expired) {
@@ -228,7 +228,8 @@ struct Worker::State {
       if (waited > options.timeout) {
         throw Error(Errc::timeout, fmt::format("{}: no grant within {} ms", target.describe(), options.timeout.count()));
       }
-      // Spin, then yield, then nap a sixteenth of the wait (at most 1 ms), as Connection's waits do.
+      // Spin, then yield, then nap a sixteenth of the wait (at most 1 ms): a grant behind a slow
+      // server can take seconds, and the worker shares the host's cores with the others.
       if (waited > std::chrono::milliseconds(1)) {
         std::this_thread::sleep_for(std::min<Clock::duration>(waited / 16, std::chrono::milliseconds(1)));
       } else if (waited > std::chrono::microseconds(50)) {
