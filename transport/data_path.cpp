@@ -122,7 +122,9 @@ void ConnectionState::handle_completion(const ibv_wc& wc) {
   }
   if (wc.status != IBV_WC_SUCCESS) {
     const OpRecord& op = ops[wc.wr_id % ops.size()];
-    fail(completion_error(wc.status, wc.vendor_err, fmt::format("{} (op {})", describe_op(op), wc.wr_id), description));
+    const std::string what = fmt::format("{} (op {})", describe_op(op), wc.wr_id);
+    fail(wc.status == IBV_WC_WR_FLUSH_ERR && !failure_error ? silent_flush_error(what, description)
+                                                            : completion_error(wc.status, wc.vendor_err, what, description));
     return;
   }
   completed = std::max<OpId>(completed, wc.wr_id);

@@ -109,6 +109,15 @@ Error completion_error(ibv_wc_status status, std::uint32_t vendor_err, const std
                            completion_hint(status)));
 }
 
+Error silent_flush_error(const std::string& what, const std::string& connection) {
+  return Error(Errc::operation_failed,
+               fmt::format("{} on {} was flushed, and nothing on this connection had failed before: the device "
+                           "moved the QP to the error state without completing any operation with the reason "
+                           "(rdma_rxe in Linux 6.1 does this when a retried RDMA READ's responses arrive out of "
+                           "order, after packet loss; its kernel log then shows a WARNING in rxe_completer)",
+                           what, connection));
+}
+
 Error cm_event_error(rdma_cm_event_type event, int status, CmPhase phase, const std::string& peer) {
   const char* name = rdma_event_str(event);
   switch (event) {

@@ -25,6 +25,9 @@ std::string describe_op(const OpRecord& op);
 Errc errc_for_completion(ibv_wc_status status);
 Error completion_error(ibv_wc_status status, std::uint32_t vendor_err, const std::string& what,
                        const std::string& connection);
+// A flush that is the connection's first failure: the QP entered the error state and no
+// operation was completed with the reason (what rdma_rxe in Linux 6.1 does on one path).
+Error silent_flush_error(const std::string& what, const std::string& connection);
 
 // The connection-setup phase an unexpected rdma_cm event arrived in.
 enum class CmPhase { resolve_address, resolve_route, connect, accept, established };

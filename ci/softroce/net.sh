@@ -147,6 +147,14 @@ softroce_net_up_hosts() {
       softroce_sysctl_set "net/ipv4/conf/$conf/${key%=*}" "${key#*=}"
     done
   done
+  # Every host's packets cross veth -> bridge -> veth through one CPU's input backlog, 1,000
+  # packets by default: a 280 kB RDMA READ answered while four others run overflowed it
+  # (/proc/net/softnet_stat drops, rxe send_err ~1,000 per run). The READ is then retried,
+  # and Linux 6.1's rxe completer, meeting a retried READ's responses out of order, moves the
+  # QP to the error state without an error completion (WARNING at rxe_comp.c:756): only
+  # flushes, a connection lost for nothing (ShardRun.AReplicaThatReads..., ~1 run in 8). A
+  # NIC ring and switch buffers absorb such bursts on a real network.
+  softroce_sysctl_set net/core/netdev_max_backlog 100000
 
   batch_ip+=$'link set lo up\nlink add br0 type bridge\nlink set br0 up\n'
   for ((i = 0; i < n; i++)); do

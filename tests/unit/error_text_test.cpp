@@ -26,6 +26,15 @@ TEST(ErrorText, RetryExhaustedIsPeerGoneAndNamesTheKnobs) {
   EXPECT_TRUE(contains(e, "GRADLANE_ACK_TIMEOUT"));
 }
 
+TEST(ErrorText, AFlushWithNoEarlierFailureSaysNoOperationGaveTheReason) {
+  const OpRecord op{IBV_WR_RDMA_READ, 64, 0x7f0000003000ull, 0x281c};
+  const Error e = silent_flush_error(describe_op(op), "rxe2 a -> b");
+  EXPECT_EQ(e.code(), Errc::operation_failed);
+  EXPECT_TRUE(contains(e, "RDMA READ of 64 bytes from remote 0x7f0000003000")) << e.what();
+  EXPECT_TRUE(contains(e, "nothing on this connection had failed before")) << e.what();
+  EXPECT_TRUE(contains(e, "rxe_completer")) << e.what();
+}
+
 TEST(ErrorText, StatusCategories) {
   EXPECT_EQ(errc_for_completion(IBV_WC_RNR_RETRY_EXC_ERR), Errc::peer_gone);
   EXPECT_EQ(errc_for_completion(IBV_WC_REM_INV_REQ_ERR), Errc::remote_access);
