@@ -392,6 +392,19 @@ void drop_peer(const std::string& here, const std::string& peer, const std::stri
                why.c_str());
 }
 
+// EINVAL from rdma_create_qp or rdma_accept on an incoming request, with queue depths the
+// device allows, is the kernel's answer once the peer abandoned the request (its rdma_cm id
+// left REQ_RCVD): it waited here past the peer's connect timeout. Seen with 32 workers
+// connecting at once; the generic text blamed the queue depths, which were fine.
+bool abandoned(const detail::ListenerState& s, const Error& e) {
+  const std::uint32_t most = s.device.info().max_qp_wr;
+  return e.sys_errno() == EINVAL && s.options.send_queue_depth <= most && s.options.recv_queue_depth <= most;
+}
+constexpr const char* abandoned_text =
+    "the peer gave up on its connect request before this listener answered it (EINVAL from rdma_create_qp / "
+    "rdma_accept: the request waited past the peer's connect timeout — a burst of requests, or a listener that "
+    "accepts late); the peer retries or reports its own timeout";
+
 // Accepts a connect request: QP, rings, rdma_accept. The handshake completes later (pending).
 std::optional<detail::PendingPeer> answer_request(detail::ListenerState& s, const detail::CmEvent& event,
                                                   const std::string& here) {
@@ -416,7 +429,7 @@ std::optional<detail::PendingPeer> answer_request(detail::ListenerState& s, cons
     }
   } catch (const Error& e) {
     // This peer's failure is its own: the listener keeps serving the others.
-    drop_peer(here, peer, e.what());
+    drop_peer(here, peer, abandoned(s, e) ? abandoned_text : e.what());
     return std::nullopt;
   }
   return detail::PendingPeer{std::move(state), peer, detail::Clock::now() + s.options.connect_timeout};
@@ -432,20 +445,27 @@ Connection Listener::accept(Millis timeout) {
   const auto deadline = detail::Clock::now() + timeout;
   const std::string here = fmt::format("{}:{}", s.address, s.port);
   for (;;) {
+    // Events already queued come first: a handshake whose ESTABLISHED waits in the channel
+    // completed, however late this caller reads it. Expiring before looking dropped such
+    // peers when a burst of connect requests (32 workers at once, each answer a QP and its
+    // rings) or a caller busy between accepts kept the channel unread past connect_timeout.
+    auto event = detail::next_cm_event(s.channel.get(), std::chrono::milliseconds(0));
     const auto now = detail::Clock::now();
-    std::erase_if(s.pending, [&](const detail::PendingPeer& p) {
-      if (p.deadline > now) return false;
-      drop_peer(here, p.peer,
-                fmt::format("it did not complete the handshake within {} ms (GRADLANE_CONNECT_TIMEOUT_MS)",
-                            s.options.connect_timeout.count()));
-      return true;
-    });
-    auto until = deadline;
-    for (const auto& p : s.pending) until = std::min(until, p.deadline);
-    const auto wait = std::max(std::chrono::milliseconds(0),
-                               std::chrono::duration_cast<std::chrono::milliseconds>(until - now));
-    // A zero wait would be a single non-blocking look: wait at least 1 ms while time is left.
-    auto event = detail::next_cm_event(s.channel.get(), wait.count() > 0 ? wait : std::chrono::milliseconds(1));
+    if (!event) {
+      std::erase_if(s.pending, [&](const detail::PendingPeer& p) {
+        if (p.deadline > now) return false;
+        drop_peer(here, p.peer,
+                  fmt::format("it did not complete the handshake within {} ms (GRADLANE_CONNECT_TIMEOUT_MS)",
+                              s.options.connect_timeout.count()));
+        return true;
+      });
+      auto until = deadline;
+      for (const auto& p : s.pending) until = std::min(until, p.deadline);
+      const auto wait = std::max(std::chrono::milliseconds(0),
+                                 std::chrono::duration_cast<std::chrono::milliseconds>(until - now));
+      // A zero wait would be a single non-blocking look: wait at least 1 ms while time is left.
+      event = detail::next_cm_event(s.channel.get(), wait.count() > 0 ? wait : std::chrono::milliseconds(1));
+    }
     if (!event) {
       if (detail::Clock::now() < deadline) continue;  // a pending peer's time ran out: drop it
       throw Error(Errc::timeout,

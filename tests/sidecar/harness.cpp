@@ -66,6 +66,19 @@ DaemonDriver::DaemonDriver(DaemonConfig config, std::unique_ptr<sched::Policy> p
 
 DaemonDriver::~DaemonDriver() { stop(); }
 
+bool DaemonDriver::credit_returned(std::uint32_t endpoint, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      auto& scheduler = dynamic_cast<sched::SchedulerPolicy&>(daemon_->policy()).scheduler();
+      if (scheduler.in_flight(sched::EndpointId{endpoint}) == 0) return true;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 std::size_t DaemonDriver::step_far_ahead() {
   // Later steps by the thread must not go back in time (the policy treats `now` as monotonic).
   skew_ += std::chrono::seconds(10);

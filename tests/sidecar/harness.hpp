@@ -48,6 +48,9 @@ class DaemonDriver {
     const std::lock_guard<std::mutex> lock(mutex_);
     return daemon_->attached_apps();
   }
+  // Not while holding: waits until the daemon's SchedulerPolicy holds no credit for NIC
+  // `endpoint` (every granted transfer's completion reached it); false after `timeout`.
+  bool credit_returned(std::uint32_t endpoint, std::chrono::milliseconds timeout);
   // Steps at a time past every housekeeping deadline (forces heartbeat + liveness sweep).
   std::size_t step_far_ahead();
   // Stops the thread for good; the daemon stays up and the test steps it by hand.

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <ctime>
 #include <cstring>
 
 #include <gtest/gtest.h>
@@ -115,6 +117,35 @@ TEST_F(PeerTest, ReadReturnsThePeersBytes) {
   EXPECT_EQ(check_pattern({dst.data() + 100, 333}, 77, 5000), std::nullopt);
   EXPECT_EQ(dst.data()[99], std::byte{0});
   EXPECT_EQ(dst.data()[433], std::byte{0});
+  stop_peer();
+}
+
+// Found by the 32-worker load test (tests/ps/many_workers_softroce_test.cpp): every wait of the
+// data path spun without pause, so 32 workers waiting for their grants on 2 vCPUs starved the
+// server thread and rxe's own work: 11.6 updates/s, 0.15 of one worker's rate (0.81 after). A
+// wait that lasts gives its core away: here a receive() that waits 1 s for nothing may use at
+// most a quarter of that in CPU (it used all of it before: 1.005 s; about 0.01-0.1 s after,
+// under TCG, where each look between naps costs tens of microseconds).
+TEST_F(PeerTest, ALongWaitDoesNotBurnACore) {
+  start_peer(4096);
+  const auto thread_cpu = [] {
+    timespec t{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+  };
+  const double cpu0 = thread_cpu();
+  const auto wall0 = std::chrono::steady_clock::now();
+  try {
+    conn->receive(1s);
+    ADD_FAILURE() << "the peer sent nothing, yet a message came";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::timeout) << e.what();
+  }
+  const double cpu = thread_cpu() - cpu0;
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  RecordProperty("cpu_seconds_in_1s_wait", std::to_string(cpu));
+  EXPECT_GE(wall, 1.0);
+  EXPECT_LT(cpu, 0.25) << "a 1 s wait used " << cpu << " s of CPU";
   stop_peer();
 }
 

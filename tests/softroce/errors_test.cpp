@@ -4,10 +4,12 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -196,6 +198,76 @@ TEST(SoftRoceConnect, HalfOpenPeerCostsOnlyItselfAndAcceptKeepsItsOwnTimeout) {
   send_text(conn, "exit");
   EXPECT_EQ(text_of(conn.receive(30s)), "bye");
   ASSERT_TRUE(good.wait_exit(10s).has_value());
+}
+
+TEST(SoftRoceConnect, PeerWhoseHandshakeCompletedIsAcceptedThoughTheCallerReadsItLate) {
+  // Found by the 32-worker load test: a server answering a burst of connect requests (or busy
+  // between accepts) read the channel after a peer's handshake had completed but after its
+  // connect_timeout, and accept() dropped that established peer as "did not complete the
+  // handshake" before reading the ESTABLISHED event waiting for it. Two peers connect while
+  // nobody accepts; the first accept() answers both and returns one; the test then stays
+  // away longer than the listener's connect_timeout (1 s) — the second must still be accepted.
+  const Device device = Device::open(selector_from_env());
+  TransportOptions listener_options = test_options();
+  listener_options.connect_timeout = 1s;
+  Listener listener(device, 0, listener_options);
+  std::atomic<bool> done{false};
+  std::atomic<int> connected{0};
+  std::vector<std::jthread> peers;
+  for (int i = 0; i < 2; ++i) {
+    peers.emplace_back([&] {
+      try {
+        const Device own = Device::open(selector_from_env());
+        Connection conn = connect(own, listener.address(), listener.port(), test_options());  // 20 s
+        ++connected;
+        while (!done.load()) std::this_thread::sleep_for(10ms);
+      } catch (const Error& e) {
+        std::fprintf(stderr, "peer: %s\n", e.what());
+      }
+    });
+  }
+  std::this_thread::sleep_for(3s);  // both connect requests are queued at the listener
+  Connection first = listener.accept(30s);
+  std::this_thread::sleep_for(2500ms);  // the other's ESTABLISHED arrives, unread, meanwhile
+  try {
+    Connection second = listener.accept(5s);
+    EXPECT_FALSE(second.failed());
+  } catch (const Error& e) {
+    ADD_FAILURE() << "the second peer completed its handshake but was not accepted: " << e.what();
+  }
+  EXPECT_FALSE(first.failed());
+  done.store(true);
+  peers.clear();
+  EXPECT_EQ(connected.load(), 2);
+}
+
+TEST(SoftRoceConnect, ARequestWhosePeerGaveUpIsDroppedSayingSo) {
+  // Seen in the 32-worker load test: workers whose connect timed out before the busy server
+  // answered left stale requests behind, and the server's drop message for each blamed the
+  // queue depths ("lower GRADLANE_SQ_DEPTH ...": rdma_create_qp / rdma_accept fail with EINVAL
+  // once the peer abandoned the request). The drop must say what happened.
+  const Device device = Device::open(selector_from_env());
+  Listener listener(device, 0, test_options());
+  std::jthread peer([&] {
+    TransportOptions impatient = test_options();
+    impatient.connect_timeout = 1s;
+    try {
+      const Device own = Device::open(selector_from_env());
+      Connection conn = connect(own, listener.address(), listener.port(), impatient);
+      std::fprintf(stderr, "peer: connected, unexpectedly\n");
+    } catch (const Error& e) {
+      std::fprintf(stderr, "peer gave up: %s\n", e.what());
+    }
+  });
+  std::this_thread::sleep_for(4s);  // the peer's 1 s connect timeout passes unanswered
+  peer.join();
+  ::testing::internal::CaptureStderr();
+  EXPECT_THROW(listener.accept(2s), Error);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  std::fprintf(stderr, "%s", said.c_str());
+  EXPECT_NE(said.find("dropped connection attempt"), std::string::npos) << "the stale request was not even seen";
+  EXPECT_EQ(said.find("GRADLANE_SQ_DEPTH"), std::string::npos) << "blames the queue depths";
+  EXPECT_NE(said.find("gave up"), std::string::npos);
 }
 
 TEST(SoftRoceConnect, AcceptWithNoPeerTimesOut) {
