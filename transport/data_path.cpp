@@ -11,6 +11,7 @@
 #include <thread>
 #include <fmt/format.h>
 
+#include "common/back_off.hpp"
 #include "common/syscall_error.hpp"
 #include "gradlane/connection.hpp"
 #include "transport/connection_state.hpp"
@@ -31,30 +32,10 @@ constexpr std::uint32_t kPollsPerEventCheck = 256;
 // microsecond under some VMs' clock sources, an empty poll ~50 ns, so a wait overshoots its
 // deadline by a few microseconds at most.
 constexpr std::uint32_t kPollsPerClockRead = 64;
-// A wait's back-off, by how long it has waited so far: spin (an answer from a live peer comes
-// within a few round trips, microseconds natively, and spinning catches it without a system
-// call), then yield the core between looks, then sleep a sixteenth of the time waited (at most
-// 1 ms) between looks: a long wait then costs almost no CPU and overshoots by at most ~6 %.
-// Sleeps start at 1 ms waited, where a sixteenth (62 us) is about the kernel's timer slack.
-constexpr std::chrono::microseconds kSpinFor{50};
-constexpr std::chrono::microseconds kYieldFor{1000};
-constexpr std::chrono::microseconds kLongestNap{1000};
-
 // Empty polls per look once napping: fewer than kPollsPerClockRead (64 polls cost tens of
 // microseconds under TCG, which made a long wait's CPU ~0.1 s per second), enough that the
 // rdma_cm channel (every kPollsPerEventCheck polls) is still read every ~16 naps (~16 ms).
 constexpr std::uint32_t kPollsPerNap = 16;
-
-// Returns whether it napped.
-bool back_off(Clock::duration waited) {
-  if (waited < kSpinFor) return false;
-  if (waited < kYieldFor) {
-    std::this_thread::yield();
-    return false;
-  }
-  std::this_thread::sleep_for(std::min<Clock::duration>(waited / 16, kLongestNap));
-  return true;
-}
 
 // After a peer's disconnect, how long an empty completion queue is reaped on before the
 // connection fails: what the peer sent before leaving completes well within it.

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "gradlane/ps.hpp"
+#include "common/back_off.hpp"
 #include "transport/ps/messages.hpp"
 #include "transport/ps/regions.hpp"
 #include "transport/ps/slot_wait.hpp"
@@ -228,13 +229,8 @@ struct Worker::State {
       if (waited > options.timeout) {
         throw Error(Errc::timeout, fmt::format("{}: no grant within {} ms", target.describe(), options.timeout.count()));
       }
-      // Spin, then yield, then nap a sixteenth of the wait (at most 1 ms): a grant behind a slow
-      // server can take seconds, and the worker shares the host's cores with the others.
-      if (waited > std::chrono::milliseconds(1)) {
-        std::this_thread::sleep_for(std::min<Clock::duration>(waited / 16, std::chrono::milliseconds(1)));
-      } else if (waited > std::chrono::microseconds(50)) {
-        std::this_thread::yield();
-      }
+      // A grant behind a slow server can take seconds, and the worker shares the host's cores.
+      detail::back_off(waited);
     }
   }
 
