@@ -102,7 +102,8 @@ class Connection {
   // connection's peer can use window.descriptor(), and only inside that slice. A window that
   // is bound is invalidated in the same post first (type-2 windows bind only when free), so
   // its previous key dies. The bind is signalled; RC executes it before anything posted after
-  // it, so the descriptor may be advertised at once. A window serves one region for its life.
+  // it, so the descriptor may be advertised at once. Each bind may take another region (the one
+  // bound before stays registered until the window's next bind).
   // Throws, before posting: Error(invalid_argument) when the region was not registered with
   // Access::windows, lacks local_write for a writable window, or belongs to another protection
   // domain; Error(out_of_range) when the slice does not fit; Error(unsupported) for a window

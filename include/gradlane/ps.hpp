@@ -104,6 +104,17 @@ struct ShardOptions {
   // that do not mirror (WorkerOptions::mirror = false) every update leaves the worker once, and
   // the replica's copy crosses the server's egress, not the worker's link again.
   bool read_updates_from_server = false;
+  // Server in direct mode: a worker may write only the slot it was granted, and only until its
+  // doorbell comes or the grant is skipped. Each slot is a region of its own that no key opens;
+  // a grant carries the key of a type-2 memory window bound on that worker's connection over
+  // that slot, invalidated once the doorbell arrives or the hole is skipped. The NIC refuses a
+  // write with the ring's key, to another slot, from another connection, or late — and the
+  // writer's connection fails (IBV_WC_REM_ACCESS_ERR); the server goes on without it. Costs two
+  // work requests per update on the server's send queue. Needs a device with type-2 windows
+  // (Error(unsupported) otherwise). Not in sidecar mode (the sidecar grants there: Error
+  // (invalid_argument)); the replica's ring stays open to the workers' mirrors, and so is a
+  // promoted replica's: replica_reads keeps workers off the replica altogether.
+  bool grant_windows = false;
   // run_until() sleeps on the shared completion queue while nothing arrives (20 ms at a time,
   // so the timers above still run) instead of spinning a core. Costs a wake-up (an interrupt
   // and a thread switch) on the first arrival after a quiet spell: perf/results/ps-doorbells.md.

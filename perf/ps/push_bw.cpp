@@ -55,6 +55,7 @@ struct Options {
   int timeout_s = 60;
   int idle_nap_us = 1000;
   bool replica_reads = false;  // worker: no mirror; replica: reads each update from the server
+  bool grant_windows = false;  // server: a memory window per grant over its slot (ShardOptions)
   std::string out_json;
 };
 
@@ -107,6 +108,8 @@ std::variant<Options, int> parse(int argc, char** argv) {
   app.add_flag("--replica_reads", o.replica_reads,
                "worker: write each update to the server only; replica: read each one from the server's slot "
                "(give it to both)");
+  app.add_flag("--grant_windows", o.grant_windows,
+               "server: each grant binds a memory window over its slot alone (ShardOptions::grant_windows)");
   app.add_option("--out_json", o.out_json, "also write the results as JSON to this file");
   try {
     app.parse(argc, argv);
@@ -179,6 +182,7 @@ int run_shard(const Options& o) {
   shard_options.slots = o.slots;
   shard_options.transport = gradlane::TransportOptions::from_env();
   shard_options.read_updates_from_server = o.replica_reads;
+  shard_options.grant_windows = o.grant_windows && o.role == "server";
   const std::vector<float> initial(shard_options.floats, 0.0F);
   ps::ShardServer shard(device, role, o.port, shard_options, initial);
   std::cout << " " << o.role << " listening on port " << shard.port() << ", expecting " << o.workers

@@ -462,6 +462,111 @@ TEST_F(RogueWorkers, BadDoorbellsAndMalformedMessagesAreRefusedAndTheModelIsUnto
   EXPECT_EQ(std::memcmp(model.data(), expected.data(), kBytes), 0) << "a refused doorbell changed the model";
 }
 
+// The error kind `wait` throws for a write the peer's NIC refused ("remote_access"), or
+// "landed" when it completed.
+std::string refusal_of(Connection& c, OpId op) {
+  try {
+    c.wait(op, 30s);
+    return "landed";
+  } catch (const Error& e) {
+    std::printf("  [refused] %s\n", e.what());
+    return std::string(errc_name(e.code()));
+  }
+}
+
+TEST_F(RogueWorkers, WithGrantWindowsAWorkerWritesOnlyItsGrantedSlotWhileItsGrantLasts) {
+  // The victim (worker 1) writes its update into its granted slot and, before it rings, two
+  // rogues try to overwrite that slot: worker 2 with the ring's own key, worker 3 with the key
+  // of its own grant. Then the victim rings; afterwards it tries its key again (too late: the
+  // update is in), and worker 4 writes a grant it let expire. Every rogue write is refused by
+  // the NIC, and the model moves by exactly the victim's update.
+  const auto hosts = hosts_from_env();
+  ASSERT_GE(hosts.size(), 3u);
+  const std::string out = std::string(std::getenv("GRADLANE_OUT_DIR")) + "/rogue-windows";
+  std::filesystem::remove_all(out);
+  std::filesystem::create_directories(out);
+  ExternalProcess server({GRADLANE_PS_NODE, "role=server", "device=" + hosts[0].device, "port=7811",
+                          "floats=" + std::to_string(kFloats), "slots=8", "workers=4", "updates=1", "out=" + out,
+                          "grant_windows=1", "hole_timeout_ms=500"},
+                         out + "/server");
+  Device device = Device::open({.name = hosts[2].device});
+  auto join = [&](std::uint32_t id) {
+    Connection c = ps::connect_with_retry(device, hosts[0].address, 7811, TransportOptions{}, 30s);
+    const RegionDescriptor slots = c.wait_region(ps::kSlotRegionId, 30s);
+    c.send(ps::encode(ps::Hello{ps::PeerKind::worker, id}));
+    return std::pair<Connection, RegionDescriptor>{std::move(c), slots};
+  };
+  auto grant_for = [](Connection& c, std::uint32_t id) {
+    c.send(ps::encode(ps::Request{id, 0, 0}));
+    const ps::Message answer = ps::decode(c.receive(30s));
+    EXPECT_TRUE(std::holds_alternative<ps::Grant>(answer));
+    return std::get<ps::Grant>(answer);
+  };
+  auto [victim, slots] = join(1);
+  auto [ring_key_rogue, ring1] = join(2);
+  auto [other_grant_rogue, ring2] = join(3);
+  auto [late, ring3] = join(4);
+  (void)ring1, (void)ring2, (void)ring3;
+
+  Buffer junk = Buffer::allocate(kBytes), gradient = Buffer::allocate(kBytes);
+  std::fill_n(reinterpret_cast<float*>(junk.data()), kFloats, 1e30F);
+  std::fill_n(reinterpret_cast<float*>(gradient.data()), kFloats, 1.0F);
+  MemoryRegion junk_mr = MemoryRegion::register_buffer(device, junk, Access::local);
+  MemoryRegion gradient_mr = MemoryRegion::register_buffer(device, gradient, Access::local);
+
+  const ps::Grant mine = grant_for(victim, 1);
+  ASSERT_EQ(mine.sequence, 1u);
+  ASSERT_NE(mine.window_rkey, 0u) << "a windowed server's grant carries a window key";
+  EXPECT_NE(mine.window_rkey, slots.rkey);
+  const RegionDescriptor my_slot{slots.addr + (mine.sequence % 8) * kBytes, kBytes, mine.window_rkey};
+  EXPECT_EQ(refusal_of(victim, victim.write(gradient_mr, 0, my_slot, 0, kBytes, Signal::always)), "landed");
+
+  // The ring's own key opens the ring for reading only.
+  EXPECT_EQ(refusal_of(ring_key_rogue, ring_key_rogue.write(junk_mr, 0, slots, (mine.sequence % 8) * kBytes, kBytes,
+                                                            Signal::always)),
+            "remote_access");
+  // A key of another grant opens that grant's slot only.
+  const ps::Grant theirs = grant_for(other_grant_rogue, 3);
+  ASSERT_NE(theirs.window_rkey, 0u);
+  EXPECT_NE(theirs.sequence % 8, mine.sequence % 8);
+  EXPECT_EQ(refusal_of(other_grant_rogue,
+                       other_grant_rogue.write(junk_mr, 0, {my_slot.addr, kBytes, theirs.window_rkey}, 0, kBytes,
+                                               Signal::always)),
+            "remote_access");
+
+  // The victim rings (a doorbell alone): the server applies what is in the slot.
+  victim.wait(victim.write_with_imm(gradient_mr, 0, my_slot, 0, 0, static_cast<std::uint32_t>(mine.sequence)), 30s);
+  std::this_thread::sleep_for(300ms);  // the server takes the doorbell and closes the window
+  EXPECT_EQ(refusal_of(victim, victim.write(junk_mr, 0, my_slot, 0, kBytes, Signal::always)), "remote_access")
+      << "the key of a grant whose update arrived must be dead";
+
+  // A grant held past the hole timeout (500 ms) is skipped, and its key dies with it.
+  const ps::Grant stale = grant_for(late, 4);
+  ASSERT_NE(stale.window_rkey, 0u);
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(refusal_of(late, late.write(junk_mr, 0, {slots.addr + (stale.sequence % 8) * kBytes, kBytes,
+                                                     stale.window_rkey},
+                                        0, kBytes, Signal::always)),
+            "remote_access")
+      << "the key of a skipped grant must be dead";
+
+  { Connection leave = std::move(victim); }
+  { Connection leave = std::move(ring_key_rogue); }
+  { Connection leave = std::move(other_grant_rogue); }
+  { Connection leave = std::move(late); }
+  const auto status = server.wait_exit(60s);
+  ASSERT_TRUE(status.has_value()) << "the server did not finish";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
+  std::ifstream stats_file(out + "/server.stats.json");
+  const json stats = json::parse(stats_file);
+  EXPECT_EQ(stats["applied"].get<std::uint64_t>(), 1u);
+  EXPECT_GE(stats["skipped"].get<std::uint64_t>(), 1u) << "the late worker's grant";
+  std::vector<float> expected(kFloats, examples::initial_value(0)), one(kFloats, 1.0F);
+  ps::sgd_step(expected, one, examples::kLearningRate);
+  const auto model = read_model(out + "/server.model", kFloats);
+  EXPECT_EQ(std::memcmp(model.data(), expected.data(), kBytes), 0) << "a refused write changed the model";
+}
+
 }  // namespace
 }  // namespace gradlane::testing
 

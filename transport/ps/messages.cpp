@@ -12,7 +12,7 @@ namespace {
 
 // Wire: byte 0 = kind (the variant index + 1), then the fields, little-endian, packed.
 enum class Kind : std::uint8_t { hello = 1, request, grant, decided, ack };
-constexpr std::size_t kSize[] = {0, 1 + 1 + 4, 1 + 4 + 8 + 8, 1 + 8 + 8, 1 + 8 + 4 + 8, 1 + 8};
+constexpr std::size_t kSize[] = {0, 1 + 1 + 4, 1 + 4 + 8 + 8, 1 + 8 + 8 + 4, 1 + 8 + 4 + 8, 1 + 8};
 
 class Writer {
  public:
@@ -55,7 +55,7 @@ std::vector<std::byte> encode(const Message& message) {
       detail::Overloaded{
           [](const Hello& m) { return Writer(Kind::hello).put(m.kind).put(m.worker).done(); },
           [](const Request& m) { return Writer(Kind::request).put(m.worker).put(m.tag).put(m.computed_on).done(); },
-          [](const Grant& m) { return Writer(Kind::grant).put(m.sequence).put(m.tag).done(); },
+          [](const Grant& m) { return Writer(Kind::grant).put(m.sequence).put(m.tag).put(m.window_rkey).done(); },
           [](const Decided& m) { return Writer(Kind::decided).put(m.sequence).put(m.worker).put(m.tag).done(); },
           [](const Ack& m) { return Writer(Kind::ack).put(m.through).done(); },
       },
@@ -93,6 +93,7 @@ Message decode(std::span<const std::byte> bytes) {
       Grant m;
       m.sequence = in.get<std::uint64_t>();
       m.tag = in.get<std::uint64_t>();
+      m.window_rkey = in.get<std::uint32_t>();
       return m;
     }
     case Kind::decided: {

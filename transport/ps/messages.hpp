@@ -3,7 +3,8 @@
 //
 //   Hello     peer → shard    who is on this connection: a worker (its id) or the primary
 //   Request   worker → server a slot for the worker's next update
-//   Grant     server → worker the sequence number the update will be applied as
+//   Grant     server → worker the sequence number the update will be applied as, and with
+//                             grant windows the key of a window over that one slot
 //   Decided   server → replica what the server did with a sequence: applied (with the
 //                             worker it came from) or skipped; in sequence order
 //   Ack       replica → server every sequence up to `through` is applied at the replica
@@ -34,6 +35,9 @@ struct Request {
 struct Grant {
   std::uint64_t sequence = 0;
   std::uint64_t tag = 0;
+  // ShardOptions::grant_windows: the rkey of a memory window bound on this connection over the
+  // granted slot alone (write there, at the slot's address). 0: write through the ring's key.
+  std::uint32_t window_rkey = 0;
 };
 struct Decided {
   std::uint64_t sequence = 0;

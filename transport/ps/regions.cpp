@@ -12,10 +12,18 @@ ShardRegion::ShardRegion(const Device& device, std::size_t floats)
       count_(floats),
       region_(MemoryRegion::register_buffer(device, buffer_, Access::remote_read)) {}
 
-SlotRing::SlotRing(const Device& device, std::size_t floats, std::uint32_t slots)
+SlotRing::SlotRing(const Device& device, std::size_t floats, std::uint32_t slots, bool windowed)
     : buffer_(Buffer::allocate(floats * sizeof(float) * slots)),
       floats_(floats),
-      region_(MemoryRegion::register_buffer(device, buffer_, Access::remote_write | Access::remote_read)) {}
+      region_(MemoryRegion::register_buffer(device, buffer_,
+                                            windowed ? Access::remote_read : Access::remote_write | Access::remote_read)) {
+  if (!windowed) return;
+  slot_regions_.reserve(slots);
+  for (std::uint32_t i = 0; i < slots; ++i) {
+    slot_regions_.push_back(
+        MemoryRegion::register_slice(device, buffer_, i * slot_bytes(), slot_bytes(), Access::local_write | Access::windows));
+  }
+}
 
 Connection connect_with_retry(const Device& device, const std::string& address, std::uint16_t port,
                               const TransportOptions& options, Millis timeout,

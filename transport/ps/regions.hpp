@@ -4,6 +4,9 @@
 //   slot ring (id 1)     [slot 0: n floats][slot 1] … [slot S-1]  REMOTE_WRITE: workers push
 //                        into it; REMOTE_READ too, so a replica can re-read an update whose
 //                        mirror write never came. Sequence s uses slot s % S.
+//                        Windowed (ShardOptions::grant_windows): the ring's own key opens it
+//                        for REMOTE_READ only, and each slot is also a region of its own that
+//                        no key opens, for the memory window a grant binds over it.
 #pragma once
 
 #include <cstddef>
@@ -11,6 +14,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "gradlane/connection.hpp"
 #include "gradlane/memory.hpp"
@@ -38,17 +42,20 @@ class ShardRegion {
 
 class SlotRing {
  public:
-  SlotRing(const Device& device, std::size_t floats, std::uint32_t slots);
+  SlotRing(const Device& device, std::size_t floats, std::uint32_t slots, bool windowed = false);
   std::size_t slot_bytes() const { return floats_ * sizeof(float); }
   std::span<const float> slot(std::uint32_t index) const {
     return {reinterpret_cast<const float*>(buffer_.data() + index * slot_bytes()), floats_};
   }
   const MemoryRegion& region() const { return region_; }
+  // Windowed: slot `index` as a region of its own (Access::windows, no remote rights).
+  const MemoryRegion& slot_region(std::uint32_t index) const { return slot_regions_.at(index); }
 
  private:
   Buffer buffer_;
   std::size_t floats_;
   MemoryRegion region_;
+  std::vector<MemoryRegion> slot_regions_;  // windowed only
 };
 
 // connect(), retried while the peer's listener is not up yet or the peer does not answer

@@ -34,6 +34,10 @@ struct Peer {
   bool alive = true;
   // Server: sequences granted to this worker whose doorbell has not come yet.
   OutstandingGrants outstanding;
+  // Grant windows: the window of each outstanding grant, and spares to bind again. Declared
+  // after the connection, so they go first.
+  std::map<std::uint64_t, MemoryWindow> windows;
+  std::vector<MemoryWindow> spare_windows;
 };
 
 struct Waiting {
@@ -55,7 +59,7 @@ struct ShardServer::State {
         options(o),
         device(dev),
         shard(dev, o.floats),
-        slots(dev, o.floats, o.slots),
+        slots(dev, o.floats, o.slots, o.grant_windows && r == Role::server),
         writer(shard.header()),
         order(o.slots, 1),
         cq(dev),
@@ -63,6 +67,18 @@ struct ShardServer::State {
     // One completion queue for every connection (workers, primary, replica): a round polls it
     // once instead of once per connection, and an idle server can sleep on it (wait()).
     listener.use_completion_queue(cq);
+    if (o.grant_windows && r == Role::server) {
+      if (o.sidecar) {
+        throw Error(Errc::invalid_argument,
+                    "grant_windows needs direct mode: with a sidecar, the sidecar grants and the server cannot bind "
+                    "a window for a worker it does not know");
+      }
+      if (!dev.info().memory_windows) {
+        throw Error(Errc::unsupported, fmt::format("grant_windows: {} has no type-2 memory windows; without them any "
+                                                   "worker may write any slot of the ring",
+                                                   dev.info().name));
+      }
+    }
   }
 
   Role role;
@@ -102,6 +118,8 @@ struct ShardServer::State {
   std::uint64_t acked = 0;
 
   void lose(Peer& peer, const Error& why);
+  std::uint32_t open_window(Peer& peer, std::uint64_t sequence);
+  void close_window(Peer& peer, std::uint64_t sequence);
   std::size_t take_doorbells(Peer& peer);
   void promote();
   std::size_t take_input();
@@ -202,6 +220,8 @@ std::size_t ShardServer::State::take_doorbells(Peer& peer) {
     if (!peer.outstanding.ring(sequence) ||
         order.arrived(sequence, static_cast<std::uint32_t>(sequence % options.slots)) != Admit::accepted) {
       ++stats.refused_doorbells;
+    } else {
+      close_window(peer, sequence);  // the update is here: nothing more may land in its slot
     }
   }
   return work;
@@ -251,7 +271,8 @@ std::size_t ShardServer::State::grant() {
     Peer& peer = peers[w.peer];
     if (!peer.alive) continue;
     try {
-      peer.conn.send(encode(Grant{sequence, w.request.tag}));
+      const std::uint32_t window_rkey = options.grant_windows ? open_window(peer, sequence) : 0;
+      peer.conn.send(encode(Grant{sequence, w.request.tag, window_rkey}));  // after the bind on the same QP
     } catch (const Error& e) {
       lose(peer, e);
       continue;
@@ -276,10 +297,43 @@ std::size_t ShardServer::State::expire_holes() {
       std::fprintf(stderr, "gradlane ps server: worker %u granted sequence %llu and wrote nothing in %lld ms: skipped\n",
                    peer.worker, static_cast<unsigned long long>(sequence), static_cast<long long>(options.hole_timeout.count()));
       order.cancelled(sequence);
+      close_window(peer, sequence);  // a late write is refused by the NIC, not landed in a reused slot
       ++work;
     }
   }
   return work;
+}
+
+// Binds a window over the slot of `sequence` on the peer's connection; its key goes in the
+// grant, sent after it on the same QP (RC executes the bind first).
+std::uint32_t ShardServer::State::open_window(Peer& peer, std::uint64_t sequence) {
+  MemoryWindow window = [&] {
+    if (peer.spare_windows.empty()) return MemoryWindow::allocate(device);
+    MemoryWindow spare = std::move(peer.spare_windows.back());
+    peer.spare_windows.pop_back();
+    return spare;
+  }();
+  peer.conn.bind_window(window, slots.slot_region(static_cast<std::uint32_t>(sequence % options.slots)), 0,
+                        slots.slot_bytes(), Access::remote_write);
+  const std::uint32_t rkey = window.rkey();
+  peer.windows.insert_or_assign(sequence, std::move(window));
+  return rkey;
+}
+
+// Invalidates the window of `sequence`'s grant. A connection that has failed has revoked it
+// already (the key died with the QP): nothing to do then, lose() says why.
+void ShardServer::State::close_window(Peer& peer, std::uint64_t sequence) {
+  auto it = peer.windows.find(sequence);
+  if (it == peer.windows.end()) return;
+  MemoryWindow window = std::move(it->second);
+  peer.windows.erase(it);
+  if (!window.bound()) return;
+  try {
+    peer.conn.invalidate_window(window);
+  } catch (const Error&) {
+    return;  // the connection failed: the window went with its QP
+  }
+  peer.spare_windows.push_back(std::move(window));
 }
 
 std::size_t ShardServer::State::take_sidecar() {
@@ -569,7 +623,7 @@ void ShardServer::accept_peers(std::size_t workers, Millis timeout) {
       s.primary_slots = j.conn.wait_region(kSlotRegionId, timeout);
       s.primary = s.peers.size();
     }
-    s.peers.push_back(Peer{std::move(j.conn), j.hello.kind, j.hello.worker, true, {}});
+    s.peers.push_back(Peer{std::move(j.conn), j.hello.kind, j.hello.worker, true, {}, {}, {}});
   }
 }
 

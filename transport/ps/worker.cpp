@@ -136,8 +136,9 @@ struct Worker::State {
   }
 
   // Writes the gradient into the slot of `sequence` at the replica, then at the server; in
-  // direct mode with an aggregator, into the aggregator's member slot instead.
-  PushResult write(std::uint64_t sequence) {
+  // direct mode with an aggregator, into the aggregator's member slot instead. A nonzero
+  // `window_rkey` (the server's grant windows) opens that slot alone at the server.
+  PushResult write(std::uint64_t sequence, std::uint32_t window_rkey = 0) {
     if (aggregator && !sidecar) {  // a member slot of the aggregator's ring
       PushResult member = write_member(sequence % (aggregator_slots.length / bytes), static_cast<std::uint32_t>(sequence));
       member.sequence = sequence;  // the aggregator's member sequence
@@ -154,7 +155,10 @@ struct Worker::State {
     // and skips it, and so does the replica (it applies only what the server decided).
     std::optional<OpId> mirrored;
     if (mirroring) mirrored = replica->write_and_ring(gradient_region, 0, replica_slots, offset, bytes, imm);
-    const OpId written = server.write_and_ring(gradient_region, 0, server_slots, offset, bytes, imm);
+    const OpId written =
+        window_rkey == 0 ? server.write_and_ring(gradient_region, 0, server_slots, offset, bytes, imm)
+                         : server.write_and_ring(gradient_region, 0, {server_slots.addr + offset, bytes, window_rkey}, 0,
+                                                 bytes, imm);
     if (mirrored) replica->wait(*mirrored, options.timeout);
     server.wait(written, options.timeout);
     PushResult result;
@@ -245,7 +249,7 @@ struct Worker::State {
       }
       // Not written, an expired grant is a hole the server skips after its hole_timeout.
       if (!too_late(arrived_after, expired)) {
-        PushResult result = write(grant->sequence);
+        PushResult result = write(grant->sequence, grant->window_rkey);
         result.expired_grants = expired;
         return result;
       }
