@@ -400,6 +400,32 @@ namespace {
 class RogueWorkers : public ::testing::Test {
  protected:
   static constexpr std::size_t kFloats = 1024, kBytes = kFloats * sizeof(float);
+
+  // Connects as worker `id`: the server's slot ring as it advertised it, then our hello.
+  static std::pair<Connection, RegionDescriptor> join(const Device& device, const std::string& address,
+                                                      std::uint16_t port, std::uint32_t id) {
+    Connection c = ps::connect_with_retry(device, address, port, TransportOptions{}, 30s);
+    const RegionDescriptor slots = c.wait_region(ps::kSlotRegionId, 30s);
+    c.send(ps::encode(ps::Hello{ps::PeerKind::worker, id}));
+    return {std::move(c), slots};
+  }
+
+  // The server's stats once it finished (every worker gone), after a clean exit.
+  static json finished_stats(ExternalProcess& server, const std::string& out) {
+    const auto status = server.wait_exit(60s);
+    EXPECT_TRUE(status.has_value()) << "the server did not finish";
+    EXPECT_TRUE(status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
+    std::ifstream stats_file(out + "/server.stats.json");
+    return json::parse(stats_file);
+  }
+
+  // The model moved by exactly one update of 1.0s from the initial one.
+  static void expect_moved_by_one_update(const std::string& out, const char* otherwise) {
+    std::vector<float> expected(kFloats, examples::initial_value(0)), one(kFloats, 1.0F);
+    ps::sgd_step(expected, one, examples::kLearningRate);
+    const auto model = read_model(out + "/server.model", kFloats);
+    EXPECT_EQ(std::memcmp(model.data(), expected.data(), kBytes), 0) << otherwise;
+  }
 };
 
 TEST_F(RogueWorkers, BadDoorbellsAndMalformedMessagesAreRefusedAndTheModelIsUntouched) {
@@ -412,14 +438,8 @@ TEST_F(RogueWorkers, BadDoorbellsAndMalformedMessagesAreRefusedAndTheModelIsUnto
                           "floats=" + std::to_string(kFloats), "slots=8", "workers=2", "updates=1", "out=" + out},
                          out + "/server");
   Device device = Device::open({.name = hosts[2].device});
-  auto join = [&](std::uint32_t id) {
-    Connection c = ps::connect_with_retry(device, hosts[0].address, 7810, TransportOptions{}, 30s);
-    const RegionDescriptor slots = c.wait_region(ps::kSlotRegionId, 30s);
-    c.send(ps::encode(ps::Hello{ps::PeerKind::worker, id}));
-    return std::pair<Connection, RegionDescriptor>{std::move(c), slots};
-  };
-  auto [good, slots] = join(1);
-  auto [bad, bad_slots] = join(2);
+  auto [good, slots] = join(device, hosts[0].address, 7810, 1);
+  auto [bad, bad_slots] = join(device, hosts[0].address, 7810, 2);
   (void)bad_slots;
 
   Buffer junk = Buffer::allocate(kBytes), gradient = Buffer::allocate(kBytes);
@@ -447,19 +467,11 @@ TEST_F(RogueWorkers, BadDoorbellsAndMalformedMessagesAreRefusedAndTheModelIsUnto
   { Connection leave_good = std::move(good); }
   { Connection leave_bad = std::move(bad); }
 
-  const auto status = server.wait_exit(60s);
-  ASSERT_TRUE(status.has_value()) << "the server did not finish";
-  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
-  std::ifstream stats_file(out + "/server.stats.json");
-  const json stats = json::parse(stats_file);
+  const json stats = finished_stats(server, out);
   EXPECT_EQ(stats["applied"].get<std::uint64_t>(), 1u);
   EXPECT_EQ(stats["refused_doorbells"].get<std::uint64_t>(), 2u);
   EXPECT_EQ(stats["peers_lost"].get<std::uint64_t>(), 1u) << "the sender of the malformed message";
-  // The model moved by exactly the one legitimate update.
-  std::vector<float> expected(kFloats, examples::initial_value(0)), one(kFloats, 1.0F);
-  ps::sgd_step(expected, one, examples::kLearningRate);
-  const auto model = read_model(out + "/server.model", kFloats);
-  EXPECT_EQ(std::memcmp(model.data(), expected.data(), kBytes), 0) << "a refused doorbell changed the model";
+  expect_moved_by_one_update(out, "a refused doorbell changed the model");  // the one legitimate update
 }
 
 // The error kind `wait` throws for a write the peer's NIC refused ("remote_access"), or
@@ -490,12 +502,7 @@ TEST_F(RogueWorkers, WithGrantWindowsAWorkerWritesOnlyItsGrantedSlotWhileItsGran
                           "grant_windows=1", "hole_timeout_ms=500"},
                          out + "/server");
   Device device = Device::open({.name = hosts[2].device});
-  auto join = [&](std::uint32_t id) {
-    Connection c = ps::connect_with_retry(device, hosts[0].address, 7811, TransportOptions{}, 30s);
-    const RegionDescriptor slots = c.wait_region(ps::kSlotRegionId, 30s);
-    c.send(ps::encode(ps::Hello{ps::PeerKind::worker, id}));
-    return std::pair<Connection, RegionDescriptor>{std::move(c), slots};
-  };
+  auto join = [&](std::uint32_t id) { return RogueWorkers::join(device, hosts[0].address, 7811, id); };
   auto grant_for = [](Connection& c, std::uint32_t id) {
     c.send(ps::encode(ps::Request{id, 0, 0}));
     const ps::Message answer = ps::decode(c.receive(30s));
@@ -554,17 +561,10 @@ TEST_F(RogueWorkers, WithGrantWindowsAWorkerWritesOnlyItsGrantedSlotWhileItsGran
   { Connection leave = std::move(ring_key_rogue); }
   { Connection leave = std::move(other_grant_rogue); }
   { Connection leave = std::move(late); }
-  const auto status = server.wait_exit(60s);
-  ASSERT_TRUE(status.has_value()) << "the server did not finish";
-  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
-  std::ifstream stats_file(out + "/server.stats.json");
-  const json stats = json::parse(stats_file);
+  const json stats = finished_stats(server, out);
   EXPECT_EQ(stats["applied"].get<std::uint64_t>(), 1u);
   EXPECT_GE(stats["skipped"].get<std::uint64_t>(), 1u) << "the late worker's grant";
-  std::vector<float> expected(kFloats, examples::initial_value(0)), one(kFloats, 1.0F);
-  ps::sgd_step(expected, one, examples::kLearningRate);
-  const auto model = read_model(out + "/server.model", kFloats);
-  EXPECT_EQ(std::memcmp(model.data(), expected.data(), kBytes), 0) << "a refused write changed the model";
+  expect_moved_by_one_update(out, "a refused write changed the model");
 }
 
 }  // namespace
