@@ -194,6 +194,9 @@ TEST_F(ShardRun, ServerAndReplicaAreBitwiseEqualAndMatchTheReference) {
   EXPECT_TRUE(bitwise_equal(server_model_, reference())) << "the server's model is not the granted order applied";
   // The updates really changed the model (a server that applied nothing would match nothing).
   EXPECT_NE(server_model_[0], examples::initial_value(0));
+  // No worker was lost (the server stops once every update is in: most have not left yet).
+  const json stats = read_lines(out_ + "/server.stats.json").at(0);
+  EXPECT_EQ(stats["peers_lost"].get<std::uint64_t>(), 0u);
 }
 
 TEST_F(ShardRun, AReplicaThatReadsFromTheServersSlotsStaysBitwiseEqual) {
@@ -249,6 +252,9 @@ TEST_F(ShardRun, AWorkerKilledBetweenGrantAndWriteLeavesAHoleThatIsSkipped) {
   }
   EXPECT_EQ(applied, expected_applied);
   EXPECT_EQ(skipped, 1u) << "the dead worker's granted sequence must be skipped exactly once";
+  const json stats = read_lines(out_ + "/server.stats.json").at(0);
+  EXPECT_EQ(stats["peers_lost"].get<std::uint64_t>(), 1u) << "the dead worker said no bye";
+  EXPECT_EQ(stats["peers_left"].get<std::uint64_t>(), kWorkers - 1);
   EXPECT_TRUE(bitwise_equal(server_model_, replica_model_));
   EXPECT_TRUE(bitwise_equal(server_model_, reference()));
 }
@@ -463,6 +469,8 @@ TEST_F(RogueWorkers, BadDoorbellsAndMalformedMessagesAreRefusedAndTheModelIsUnto
   const std::vector<std::byte> garbage(7, std::byte{0xee});
   bad.send(garbage);
   bad.flush(30s);
+  good.send(ps::encode(ps::Bye{1}));  // the good one says it finished: it leaves, not lost
+  good.flush(30s);
   std::this_thread::sleep_for(500ms);  // let the server take all of it before we leave
   { Connection leave_good = std::move(good); }
   { Connection leave_bad = std::move(bad); }

@@ -63,11 +63,14 @@ std::size_t Aggregator::State::take_doorbells() {
   for (MemberPeer& peer : peers) {
     if (!peer.alive) continue;
     try {
-      // A worker sends nothing after its hello in sidecar mode: anything else is a protocol error.
+      // A worker sends nothing after its hello in sidecar mode but its bye: anything else is a
+      // protocol error.
       if (auto bytes = peer.conn.try_receive()) {
         const Message message = decode(*bytes);
-        throw Error(Errc::protocol,
-                    fmt::format("unexpected message (kind {}) at an aggregator in sidecar mode", message.index() + 1));
+        if (!take_bye(peer, message)) {
+          throw Error(Errc::protocol,
+                      fmt::format("unexpected message (kind {}) at an aggregator in sidecar mode", message.index() + 1));
+        }
       }
       while (auto bell = peer.conn.try_doorbell()) {
         ++work;

@@ -27,6 +27,7 @@ struct MemberPeer {
   bool alive = true;
   OutstandingGrants outstanding;  // direct mode
   std::uint32_t partition = 0;    // sidecar mode: its member slots' partition of the ring
+  bool said_bye = false;          // the worker said it finished: its disconnect is a leave
 };
 
 struct Aggregator::State {
@@ -60,6 +61,8 @@ struct Aggregator::State {
 
   bool sidecar_mode() const { return options.sidecar.has_value(); }
   void lose(MemberPeer& peer, const Error& why);
+  // A Bye from the worker on its connection: noted (true); another message: false.
+  bool take_bye(MemberPeer& peer, const Message& message);
 
   // Direct mode (aggregator.cpp).
   // The oldest member sequence whose slot is still busy (member_group.hpp).

@@ -8,6 +8,8 @@
 //   Decided   server → replica what the server did with a sequence: applied (with the
 //                             worker it came from) or skipped; in sequence order
 //   Ack       replica → server every sequence up to `through` is applied at the replica
+//   Bye       worker → shard, aggregator  the worker finished: its disconnect is a leave, not a
+//                             loss (a worker that goes without it was lost, and is reported)
 //
 // decode() checks the size and the kind and throws Error(protocol) naming what is wrong; a
 // peer's malformed message costs that peer its connection, never the process.
@@ -47,8 +49,11 @@ struct Decided {
 struct Ack {
   std::uint64_t through = 0;
 };
+struct Bye {
+  std::uint32_t worker = 0;
+};
 
-using Message = std::variant<Hello, Request, Grant, Decided, Ack>;
+using Message = std::variant<Hello, Request, Grant, Decided, Ack, Bye>;
 
 std::vector<std::byte> encode(const Message& message);
 Message decode(std::span<const std::byte> bytes);

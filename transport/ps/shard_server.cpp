@@ -38,6 +38,7 @@ struct Peer {
   // after the connection, so they go first.
   std::map<std::uint64_t, MemoryWindow> windows;
   std::vector<MemoryWindow> spare_windows;
+  bool said_bye = false;  // the worker said it finished: its disconnect is a leave
 };
 
 struct Waiting {
@@ -151,16 +152,19 @@ void ShardServer::State::lose(Peer& peer, const Error& why) {
   } catch (const Error&) {  // none left: the failure itself
   }
   peer.alive = false;
-  // A worker that disconnects owing nothing has simply finished.
+  // A worker that said it finished and owes nothing has left. One that went without saying so
+  // was lost, even owing nothing: its process or link died, or it failed over to the replica
+  // while this server lives (the split a link flap makes), and whoever runs the job must know.
   const bool owes = !peer.outstanding.empty() ||
                     std::any_of(waiting.begin(), waiting.end(), [&](const Waiting& w) { return &peers[w.peer] == &peer; });
-  if (why.code() == Errc::peer_gone && peer.kind == PeerKind::worker && !owes) {
+  if (peer.kind == PeerKind::worker && peer.said_bye && !owes) {
     ++stats.peers_left;
     return;
   }
   ++stats.peers_lost;
-  std::fprintf(stderr, "gradlane ps %s: lost %s %u: %s\n", role == Role::server ? "server" : "replica",
-               peer.kind == PeerKind::worker ? "worker" : "primary", peer.worker, why.what());
+  std::fprintf(stderr, "gradlane ps %s: lost %s %u%s: %s\n", role == Role::server ? "server" : "replica",
+               peer.kind == PeerKind::worker ? "worker" : "primary", peer.worker,
+               peer.kind == PeerKind::worker && !owes ? " (it went without saying it finished)" : "", why.what());
   if (peer.kind == PeerKind::primary && role == Role::replica) promote();
   // Its granted sequences will never be written: holes, skipped in order.
   for (const std::uint64_t sequence : peer.outstanding.take_all()) order.cancelled(sequence);
@@ -185,6 +189,11 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
       decisions[decided->sequence] = *decided;
     } else if (const auto* ack = std::get_if<Ack>(&message); ack && role == Role::server && peer.kind == PeerKind::primary) {
       stats.replica_acked = std::max(stats.replica_acked, ack->through);
+    } else if (const auto* bye = std::get_if<Bye>(&message); bye && peer.kind == PeerKind::worker) {
+      if (bye->worker != peer.worker) {
+        throw Error(Errc::protocol, fmt::format("bye names worker {} on the connection of worker {}", bye->worker, peer.worker));
+      }
+      peer.said_bye = true;
     } else {
       throw Error(Errc::protocol, fmt::format("unexpected message (kind {}) at a {}", message.index() + 1,
                                               role == Role::server ? "server" : "replica"));
@@ -623,7 +632,7 @@ void ShardServer::accept_peers(std::size_t workers, Millis timeout) {
       s.primary_slots = j.conn.wait_region(kSlotRegionId, timeout);
       s.primary = s.peers.size();
     }
-    s.peers.push_back(Peer{std::move(j.conn), j.hello.kind, j.hello.worker, true, {}, {}, {}});
+    s.peers.push_back(Peer{std::move(j.conn), j.hello.kind, j.hello.worker, true, {}, {}, {}, false});
   }
 }
 

@@ -44,6 +44,9 @@ struct Worker::State {
         model_buffer(Buffer::allocate(kHeaderBytes + bytes + kHeaderBytes)),
         model_region(MemoryRegion::register_buffer(dev, model_buffer, Access::local_write)),
         server(connect_with_retry(dev, o.server.address, o.server.port, o.transport, o.timeout)) {}
+  ~State() { say_goodbye(); }  // before the connections close
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
 
   Device device;
   WorkerOptions options;
@@ -309,6 +312,21 @@ struct Worker::State {
         throw Error(Errc::protocol, fmt::format("the sidecar answered the push with '{}', which a ps::Worker does not "
                                                 "handle (an aggregate grant goes to a ps::Aggregator)",
                                                 sidecar::kind_name(g.kind)));
+    }
+  }
+
+  // Tells every peer this worker finished, so that its disconnect counts as a leave, not a
+  // loss. Bounded: a peer that does not acknowledge within a second is left to its timeouts.
+  void say_goodbye() noexcept {
+    if (push_in_flight) return;  // a push started and never waited for: not finished
+    for (Connection* conn : {&server, replica ? &*replica : nullptr, aggregator ? &*aggregator : nullptr}) {
+      if (conn == nullptr || conn->failed()) continue;
+      try {
+        conn->send(encode(Bye{options.id}));
+        conn->flush(std::chrono::seconds(1));  // in the peer's queue before our disconnect
+      } catch (const std::exception&) {
+        // It goes on as a lost peer there.
+      }
     }
   }
 
