@@ -295,9 +295,10 @@ void ps_seeds(const fs::path& dir) {
     put_message(s, ps::Hello{ps::PeerKind::worker, 1});
     put_message(s, ps::Hello{ps::PeerKind::primary, 0});
     put_message(s, ps::Request{.worker = 1, .tag = 9, .computed_on = 0});
-    put_message(s, ps::Grant{.sequence = 1, .tag = 9});
+    put_message(s, ps::Grant{.sequence = 1, .tag = 9, .window_rkey = 0x1234});
     put_message(s, ps::Decided{.sequence = 1, .worker = 1, .tag = 9});
     put_message(s, ps::Ack{.through = 1});
+    put_message(s, ps::Bye{.worker = 1});
     s.put(doorbell).put(std::uint32_t{1});
     s.put(doorbell).put(std::uint32_t{2});
     s.put(cancel).put(std::int16_t{2});  // sequence 3
