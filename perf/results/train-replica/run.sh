@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The replica on/off comparison of the README (straggler case): the three variants interleaved per seed.
+set -u
+cd "$(dirname "$0")/../../.."
+for seed in 1 2 3; do
+  bash examples/train-experiment.sh SEEDS=$seed STRAGGLERS=1 MODES="gradlane fifo" REPLICA=0 RESULTS=perf/results/train-replica/off
+  bash examples/train-experiment.sh SEEDS=$seed STRAGGLERS=1 MODES="gradlane fifo" REPLICA=1 RESULTS=perf/results/train-replica/mirror
+  bash examples/train-experiment.sh SEEDS=$seed STRAGGLERS=1 MODES="gradlane fifo" REPLICA=1 REPLICA_READS=1 RESULTS=perf/results/train-replica/reads
+done
+echo ALLDONE
