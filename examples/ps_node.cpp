@@ -146,7 +146,8 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
       << "{\"version\":" << shard.version() << ",\"applied\":" << st.applied << ",\"skipped\":" << st.skipped
       << ",\"refused_doorbells\":" << st.refused_doorbells << ",\"peers_lost\":" << st.peers_lost
       << ",\"peers_left\":" << st.peers_left << ",\"promoted_at_ns\":" << st.promoted_at_ns
-      << ",\"lost_in_failover\":" << st.lost_in_failover << ",\"mirrors_fetched\":" << st.mirrors_fetched << "}\n";
+      << ",\"lost_in_failover\":" << st.lost_in_failover << ",\"mirrors_fetched\":" << st.mirrors_fetched
+      << ",\"stepped_down\":" << (st.stepped_down ? "true" : "false") << "}\n";
   std::printf("%s: version %llu, applied %llu, skipped %llu, refused doorbells %llu, peers lost %llu, left %llu, "
               "replica acked %llu, updates read from the server %llu\n",
               name.c_str(), static_cast<unsigned long long>(shard.version()),
@@ -155,6 +156,12 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
               static_cast<unsigned long long>(st.peers_left),
               static_cast<unsigned long long>(st.replica_acked), static_cast<unsigned long long>(st.mirrors_fetched));
   if (!done) std::fprintf(stderr, "%s: timed out\n", name.c_str());
+  if (st.stepped_down) {
+    std::fprintf(stderr, "%s: stepped down at version %llu: a worker failed over to the replica, which carries the "
+                 "job on; this model is not the job's final one\n", name.c_str(),
+                 static_cast<unsigned long long>(shard.version()));
+    return 5;
+  }
   return done ? 0 : 3;
 }
 

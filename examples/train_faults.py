@@ -24,6 +24,7 @@ import re
 import sys
 
 CLEAR_S = 5.0
+STEPPED_DOWN = 5  # gradlane_train server: stepped down, the replica carries the job on
 
 
 def read_csv(path):
@@ -93,7 +94,12 @@ def check(run):
     # whether the server itself ended cleanly with its applied log.
     promoted = replica_stats.get('promoted_at_ns', 0) > 0
     server_ended = exits.get('server', (None, None))[0] == 0 and os.path.exists(os.path.join(run, 'server.applied.csv'))
+    # Exit 5: the server stepped down (a worker reached the replica while it lived) and handed
+    # the job to the replica: one final model, the replica's.
+    stepped_down = exits.get('server', (None, None))[0] == STEPPED_DOWN
     survivor = 'server' if server_ended or not promoted else 'replica'
+    if stepped_down and not promoted:
+        problems.append('the server stepped down but the replica was not promoted: nobody carried the job on')
     row['promoted'] = promoted
     # A server that ended while workers still pushed to its promoted replica: two final models
     # (seen when a link's loss made the server drop workers that then failed over).
@@ -107,6 +113,10 @@ def check(run):
     outcomes = []
     failed = False
     for name in sorted(roles):
+        if name == 'server' and stepped_down:
+            outcomes.append(f"server stepped down at v{(read_json(os.path.join(run, 'server.stats.json')) or {}).get('version')}"
+                            f" (a worker failed over), the replica carried on")
+            continue
         if name == killed:
             status = exits.get(name, (None, None))[0]
             if status != 137:

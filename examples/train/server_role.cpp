@@ -172,6 +172,12 @@ int run_server(const Config& c) {
               static_cast<unsigned long long>(shard.stats().applied),
               static_cast<unsigned long long>(shard.stats().skipped),
               static_cast<unsigned long long>(shard.stats().peers_lost));
+  if (shard.stats().stepped_down) {
+    std::fprintf(stderr, "%s: stepped down at version %llu: a worker failed over to the replica, which carries the "
+                 "job on; this model is not the job's final one\n", name.c_str(),
+                 static_cast<unsigned long long>(shard.version()));
+    return 5;
+  }
   return shard.finished() ? 0 : 3;
 }
 

@@ -135,6 +135,10 @@ struct ServerStats {
                                       // the worker's mirror write never came
   std::int64_t promoted_at_ns = 0;    // replica: when it became the server (steady clock), or 0
   std::uint64_t lost_in_failover = 0;  // replica: decided updates it could not apply at promotion
+  // Server: a worker reached the replica for a slot while this server lived (its link to us
+  // failed), so this server stopped granting, finished what it had granted and handed the job
+  // to the replica (promoted when we go): its model is not the job's final one.
+  bool stepped_down = false;
 };
 
 // What the server decided for one sequence number, in the order it applied them.

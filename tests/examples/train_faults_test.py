@@ -110,5 +110,22 @@ class TrainFaultsCheck(unittest.TestCase):
         self.assertTrue(any(p.startswith('split') for p in row['problems']), row['problems'])
 
 
+    def test_a_server_that_stepped_down_for_its_promoted_replica_is_one_final_model(self):
+        # The same run, but the server exited 5: it stepped down when a worker reached the
+        # replica, and handed the job on.
+        exits = {'server': (5, 104.0), 'replica': (0, 110.0), 'worker1': (0, 109.0), 'worker2': (0, 109.0)}
+        run = make_run(kind='link', target='2', exits=exits, promoted=int(60e9))
+        write(run, 'server.stats.json', json.dumps({'version': 3}))
+        write(run, 'replica.stats.json', json.dumps({'promoted_at_ns': int(60e9), 'version': 9}))
+        row = train_faults.check(run)
+        self.assertEqual(row['survivor'], 'replica')
+        self.assertFalse(any(p.startswith('split') for p in row['problems']), row['problems'])
+        self.assertIn('server stepped down at v3', row['outcome'])
+        self.assertTrue(row['survived'], row)
+        # Exit 5 without a promoted replica is no hand-over: a failure.
+        run = make_run(kind='link', target='2', exits=exits)
+        self.assertFalse(train_faults.check(run)['survived'])
+
+
 if __name__ == '__main__':
     unittest.main()

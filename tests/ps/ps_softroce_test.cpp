@@ -62,6 +62,9 @@ struct RunSpec {
   // server's sequence; gradlaned B serves host 1 (endpoint 1) and reaches A over RDMA.
   bool sidecar = false;
   std::uint64_t server_dies_at = 0;  // the server SIGKILLs itself after applying this many (0: never)
+  // Worker 4 reaches only the replica (as a worker whose link to the server failed does): it
+  // connects to the replica as its server; the server expects the other three.
+  bool worker4_reaches_only_the_replica = false;
 };
 
 // Runs replica, server and four workers (1, 2 on host 2; 3, 4 on host 1) to the end.
@@ -110,13 +113,17 @@ class ShardRun : public ::testing::Test {
     std::vector<std::string> server_args = {"role=server", "device=" + hosts[0].device, "port=7800", replica_at};
     if (spec.sidecar) server_args.insert(server_args.end(), {std::string("sidecar=") + kShmA, "endpoint=0"});
     if (spec.server_dies_at != 0) server_args.push_back("die_at=" + std::to_string(spec.server_dies_at));
-    ExternalProcess server(args(server_args), out_ + "/server");
+    std::vector<std::string> server_command = args(server_args);
+    if (spec.worker4_reaches_only_the_replica) server_command.push_back("workers=" + std::to_string(kWorkers - 1));
+    ExternalProcess server(server_command, out_ + "/server");
     std::vector<std::unique_ptr<ExternalProcess>> workers;
     for (std::uint32_t id = 1; id <= kWorkers; ++id) {
       const Host& host = id <= 2 ? hosts[2] : hosts[1];
+      const bool stray = id == 4 && spec.worker4_reaches_only_the_replica;
       std::vector<std::string> a = {node, "role=worker", "device=" + host.device, "id=" + std::to_string(id),
-                                    "server=" + hosts[0].address + ":7800", replica_at, floats, updates,
-                                    "gradient=" + spec.gradient, out};
+                                    stray ? "server=" + hosts[1].address + ":7801" : "server=" + hosts[0].address + ":7800",
+                                    floats, updates, "gradient=" + spec.gradient, out};
+      if (!stray) a.push_back(replica_at);
       if (spec.die_after.contains(id)) a.push_back("die_after=" + std::to_string(spec.die_after.at(id)));
       if (id == 4) a.insert(a.end(), spec.worker4_args.begin(), spec.worker4_args.end());
       if (spec.replica_reads) a.push_back("replica_reads=1");
@@ -133,6 +140,8 @@ class ShardRun : public ::testing::Test {
       ASSERT_TRUE(status.has_value()) << (p == &server ? "server" : "replica") << " did not finish";
       if (p == &server && spec.server_dies_at != 0) {
         EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL) << "status " << *status;
+      } else if (p == &server && spec.worker4_reaches_only_the_replica) {
+        EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 5) << "a server that stepped down exits 5: " << *status;
       } else {
         EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "status " << *status;
       }
@@ -144,7 +153,7 @@ class ShardRun : public ::testing::Test {
       EXPECT_TRUE(status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "gradlaned did not stop cleanly";
     }
     replica_model_ = read_model(out_ + "/replica.model", spec.floats);
-    if (spec.server_dies_at != 0) {  // the promoted replica is the server that finished the run
+    if (spec.server_dies_at != 0 || spec.worker4_reaches_only_the_replica) {  // the promoted replica finished it
       history_ = read_lines(out_ + "/replica.jsonl");
       server_model_ = replica_model_;
     } else {
@@ -338,6 +347,42 @@ TEST_F(ShardRun, WithSidecarsADeadWorkersGrantedSequenceIsCancelledBySidecar) {
   EXPECT_LE(skipped, 2u);
   EXPECT_TRUE(bitwise_equal(server_model_, replica_model_));
   EXPECT_TRUE(bitwise_equal(server_model_, reference()));
+}
+
+TEST_F(ShardRun, AWorkerThatReachesOnlyTheReplicaMakesTheServerStepDown) {
+  // The split a link flap made (a worker failed over while the server lived on, and both
+  // finished with a model of their own): the replica tells the server, which stops granting,
+  // finishes what it granted and goes; the replica, promoted, serves every worker to the end.
+  RunSpec spec;
+  spec.worker4_reaches_only_the_replica = true;
+  run(spec);
+  const json server_stats = read_lines(out_ + "/server.stats.json").at(0);
+  EXPECT_TRUE(server_stats["stepped_down"].get<bool>());
+  const json replica_stats = read_lines(out_ + "/replica.stats.json").at(0);
+  EXPECT_GT(replica_stats["promoted_at_ns"].get<std::int64_t>(), 0) << "the replica was never promoted";
+  // One history, gap-free, its model exactly that history applied, every acknowledged push in it.
+  std::map<std::uint64_t, std::uint64_t> applied_by;  // sequence -> the worker the history names
+  for (std::size_t i = 0; i < history_.size(); ++i) {
+    EXPECT_EQ(history_[i]["seq"].get<std::uint64_t>(), i + 1);
+    if (!history_[i]["skipped"].get<bool>()) {
+      applied_by[history_[i]["seq"].get<std::uint64_t>()] = history_[i]["worker"].get<std::uint64_t>();
+    }
+  }
+  EXPECT_TRUE(bitwise_equal(server_model_, reference())) << "the promoted replica's model is not its history applied";
+  std::uint64_t reported_lost = 0;
+  for (std::uint32_t id = 1; id <= kWorkers; ++id) {
+    std::ifstream in(out_ + "/worker" + std::to_string(id) + ".json");
+    const json report = json::parse(in);
+    EXPECT_EQ(report["failovers"].get<std::uint64_t>(), id == 4 ? 0u : 1u) << "worker " << id;
+    reported_lost += report["lost"].get<std::uint64_t>();
+    for (const json& sequence : report["acked"]) {
+      const auto at = applied_by.find(sequence.get<std::uint64_t>());
+      EXPECT_TRUE(at != applied_by.end() && at->second == id)
+          << "worker " << id << "'s acknowledged update " << sequence << " is not in the job's history";
+    }
+  }
+  EXPECT_LE(reported_lost, kWorkers - 1) << "at most the push each worker had waiting at the server";
+  EXPECT_EQ(applied_by.size() + reported_lost, kWorkers * spec_.updates) << "an update vanished unreported";
 }
 
 TEST_F(ShardRun, WhenTheServerIsKilledTheReplicaTakesOverWithinThreeSeconds) {

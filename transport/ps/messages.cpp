@@ -11,8 +11,8 @@ namespace gradlane::ps {
 namespace {
 
 // Wire: byte 0 = kind (the variant index + 1), then the fields, little-endian, packed.
-enum class Kind : std::uint8_t { hello = 1, request, grant, decided, ack, bye };
-constexpr std::size_t kSize[] = {0, 1 + 1 + 4, 1 + 4 + 8 + 8, 1 + 8 + 8 + 4, 1 + 8 + 4 + 8, 1 + 8, 1 + 4};
+enum class Kind : std::uint8_t { hello = 1, request, grant, decided, ack, bye, failed_over };
+constexpr std::size_t kSize[] = {0, 1 + 1 + 4, 1 + 4 + 8 + 8, 1 + 8 + 8 + 4, 1 + 8 + 4 + 8, 1 + 8, 1 + 4, 1 + 4};
 
 class Writer {
  public:
@@ -59,6 +59,7 @@ std::vector<std::byte> encode(const Message& message) {
           [](const Decided& m) { return Writer(Kind::decided).put(m.sequence).put(m.worker).put(m.tag).done(); },
           [](const Ack& m) { return Writer(Kind::ack).put(m.through).done(); },
           [](const Bye& m) { return Writer(Kind::bye).put(m.worker).done(); },
+          [](const FailedOver& m) { return Writer(Kind::failed_over).put(m.worker).done(); },
       },
       message);
 }
@@ -66,7 +67,7 @@ std::vector<std::byte> encode(const Message& message) {
 Message decode(std::span<const std::byte> bytes) {
   if (bytes.empty()) throw Error(Errc::protocol, "empty parameter-server message");
   const auto kind = std::to_integer<std::uint8_t>(bytes[0]);
-  if (kind < 1 || kind > static_cast<std::uint8_t>(Kind::bye)) {
+  if (kind < 1 || kind > static_cast<std::uint8_t>(Kind::failed_over)) {
     throw Error(Errc::protocol, fmt::format("unknown parameter-server message kind {}", kind));
   }
   if (bytes.size() != kSize[kind]) {
@@ -109,6 +110,11 @@ Message decode(std::span<const std::byte> bytes) {
     case Kind::bye: {
       const Bye m{in.get<std::uint32_t>()};
       if (m.worker == 0) throw Error(Errc::protocol, "bye from worker id 0 (ids start at 1)");
+      return m;
+    }
+    case Kind::failed_over: {
+      const FailedOver m{in.get<std::uint32_t>()};
+      if (m.worker == 0) throw Error(Errc::protocol, "failed-over worker id 0 (ids start at 1)");
       return m;
     }
   }

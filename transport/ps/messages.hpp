@@ -10,6 +10,8 @@
 //   Ack       replica → server every sequence up to `through` is applied at the replica
 //   Bye       worker → shard, aggregator  the worker finished: its disconnect is a leave, not a
 //                             loss (a worker that goes without it was lost, and is reported)
+//   FailedOver replica → server a worker asked the replica for a slot while the server lives:
+//                             its link to the server failed; the server steps down
 //
 // decode() checks the size and the kind and throws Error(protocol) naming what is wrong; a
 // peer's malformed message costs that peer its connection, never the process.
@@ -52,8 +54,11 @@ struct Ack {
 struct Bye {
   std::uint32_t worker = 0;
 };
+struct FailedOver {
+  std::uint32_t worker = 0;
+};
 
-using Message = std::variant<Hello, Request, Grant, Decided, Ack, Bye>;
+using Message = std::variant<Hello, Request, Grant, Decided, Ack, Bye, FailedOver>;
 
 std::vector<std::byte> encode(const Message& message);
 Message decode(std::span<const std::byte> bytes);

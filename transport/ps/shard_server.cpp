@@ -39,6 +39,7 @@ struct Peer {
   std::map<std::uint64_t, MemoryWindow> windows;
   std::vector<MemoryWindow> spare_windows;
   bool said_bye = false;  // the worker said it finished: its disconnect is a leave
+  bool told_primary = false;  // replica: the primary heard this worker failed over to us
 };
 
 struct Waiting {
@@ -119,6 +120,7 @@ struct ShardServer::State {
   std::uint64_t acked = 0;
 
   void lose(Peer& peer, const Error& why);
+  void tell_primary_failed_over(Peer& worker);
   std::uint32_t open_window(Peer& peer, std::uint64_t sequence);
   void close_window(Peer& peer, std::uint64_t sequence);
   std::size_t take_doorbells(Peer& peer);
@@ -170,6 +172,19 @@ void ShardServer::State::lose(Peer& peer, const Error& why) {
   for (const std::uint64_t sequence : peer.outstanding.take_all()) order.cancelled(sequence);
 }
 
+// A worker asking us, the replica, for a slot while our primary lives cannot reach it: the
+// primary must know, or it finishes the job as if that worker had left while we serve it (two
+// final models, the link-flap fault). Once per worker.
+void ShardServer::State::tell_primary_failed_over(Peer& worker) {
+  if (worker.told_primary || !primary || !peers[*primary].alive) return;
+  worker.told_primary = true;
+  try {
+    peers[*primary].conn.send(encode(FailedOver{worker.worker}));
+  } catch (const Error& e) {
+    lose(peers[*primary], e);
+  }
+}
+
 std::size_t ShardServer::State::take_from(std::size_t index) {
   Peer& peer = peers[index];
   std::size_t work = 0;
@@ -184,6 +199,7 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
                                                 request->worker, peer.worker));
       }
       waiting.push_back({index, *request});
+      if (role == Role::replica) tell_primary_failed_over(peer);
     } else if (const auto* decided = std::get_if<Decided>(&message); decided && role == Role::replica &&
                                                                        peer.kind == PeerKind::primary) {
       decisions[decided->sequence] = *decided;
@@ -254,8 +270,17 @@ std::size_t ShardServer::State::take_input() {
       while (auto bytes = replica->try_receive()) {
         ++work;
         const Message message = decode(*bytes);
+        if (const auto* moved = std::get_if<FailedOver>(&message)) {
+          if (!stats.stepped_down) {
+            std::fprintf(stderr, "gradlane ps server: worker %u asked the replica for a slot while this server lives "
+                         "(its link to us failed): stepping down — no more grants, what was granted is finished, "
+                         "then the replica serves the whole job\n", moved->worker);
+          }
+          stats.stepped_down = true;
+          continue;
+        }
         const auto* ack = std::get_if<Ack>(&message);
-        if (ack == nullptr) throw Error(Errc::protocol, "the replica sent something other than an ack");
+        if (ack == nullptr) throw Error(Errc::protocol, "the replica sent something other than an ack or a failover");
         stats.replica_acked = std::max(stats.replica_acked, ack->through);
       }
     } catch (const Error& e) {
@@ -268,6 +293,7 @@ std::size_t ShardServer::State::take_input() {
 }
 
 std::size_t ShardServer::State::grant() {
+  if (stats.stepped_down) return 0;  // the replica grants from now on
   std::size_t work = 0;
   while (!waiting.empty()) {
     const std::uint64_t sequence = next_grant;
@@ -632,7 +658,7 @@ void ShardServer::accept_peers(std::size_t workers, Millis timeout) {
       s.primary_slots = j.conn.wait_region(kSlotRegionId, timeout);
       s.primary = s.peers.size();
     }
-    s.peers.push_back(Peer{std::move(j.conn), j.hello.kind, j.hello.worker, true, {}, {}, {}, false});
+    s.peers.push_back(Peer{std::move(j.conn), j.hello.kind, j.hello.worker, true, {}, {}, {}, false, false});
   }
 }
 
@@ -704,6 +730,7 @@ bool ShardServer::run_until(std::uint64_t sequence, Millis timeout) {
 bool ShardServer::finished() const {
   const State& s = *state_;
   if (s.role == Role::server && s.sidecar) return live_workers() == 0 && s.order.pending() == 0;
+  if (s.role == Role::server && s.stats.stepped_down) return s.granted.empty() && s.order.pending() == 0;
   if (s.role == Role::server) {
     return live_workers() == 0 && s.waiting.empty() && s.granted.empty() && s.order.pending() == 0;
   }
