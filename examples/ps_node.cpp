@@ -10,6 +10,8 @@
 //           updates=50 gradient=pattern|uniform out=DIR [die_after=K] [aggregator=ADDR:7802]
 //           [stall_after=K stall_ms=M]: at step K, stall M ms between the request and the grant
 //           [grant_lifetime_ms=1500]: WorkerOptions::grant_lifetime
+//           [first_step=K]: start at step K (a restarted worker rejoining the running job)
+//           [pace_ms=M]: M ms of "compute" before each step
 //   replica_reads=1 (replica and workers): workers do not mirror; the replica reads each update
 //           from the server's slot
 //   grant_windows=1 (server): ShardOptions::grant_windows, a worker may write only its granted slot
@@ -145,7 +147,8 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
   std::ofstream(out + "/" + name + ".stats.json")
       << "{\"version\":" << shard.version() << ",\"applied\":" << st.applied << ",\"skipped\":" << st.skipped
       << ",\"refused_doorbells\":" << st.refused_doorbells << ",\"peers_lost\":" << st.peers_lost
-      << ",\"peers_left\":" << st.peers_left << ",\"promoted_at_ns\":" << st.promoted_at_ns
+      << ",\"peers_left\":" << st.peers_left << ",\"peers_joined\":" << st.peers_joined
+      << ",\"joins_refused\":" << st.joins_refused << ",\"promoted_at_ns\":" << st.promoted_at_ns
       << ",\"lost_in_failover\":" << st.lost_in_failover << ",\"mirrors_fetched\":" << st.mirrors_fetched
       << ",\"stepped_down\":" << (st.stepped_down ? "true" : "false") << "}\n";
   std::printf("%s: version %llu, applied %llu, skipped %llu, refused doorbells %llu, peers lost %llu, left %llu, "
@@ -270,7 +273,10 @@ int run_worker(const Args& a) {
     options.tensor = 1;
   }
   options.grant_lifetime = std::chrono::milliseconds(a.number("grant_lifetime_ms", 1500));
+  // first_step=K: a restarted worker goes on from step K (membership: it rejoins the job).
+  // pace_ms=M: M ms between steps (compute time), so a run lasts long enough for a restart.
   const std::uint64_t updates = a.number("updates"), die_after = a.number("die_after", ~0ull);
+  const std::uint64_t first_step = a.number("first_step", 0), pace_ms = a.number("pace_ms", 0);
   const std::uint64_t stall_after = a.number("stall_after", ~0ull), stall_ms = a.number("stall_ms", 0);
   const bool uniform = a.text("gradient") == "uniform";
 
@@ -278,7 +284,8 @@ int run_worker(const Args& a) {
   gradlane::ps::Worker worker(device, options);
   std::uint64_t torn = 0, retries = 0, last_version = 0, dropped = 0, lost = 0, expired = 0;
   std::string acked;  // the sequences of the pushes that succeeded (neither dropped nor lost)
-  for (std::uint64_t step = 0; step < updates; ++step) {
+  for (std::uint64_t step = first_step; step < updates; ++step) {
+    if (pace_ms != 0) std::this_thread::sleep_for(std::chrono::milliseconds(pace_ms));
     const gradlane::ps::PullResult pulled = worker.pull();
     retries += pulled.attempts - 1;
     // Only a failover may take the version back (the replica may lag the dead server by a few).

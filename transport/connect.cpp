@@ -437,6 +437,48 @@ std::optional<detail::PendingPeer> answer_request(detail::ListenerState& s, cons
 
 }  // namespace
 
+namespace {
+
+// Drops the peers whose handshake outlived connect_timeout.
+void expire_pending(detail::ListenerState& s, const std::string& here, detail::Clock::time_point now) {
+  std::erase_if(s.pending, [&](const detail::PendingPeer& p) {
+    if (p.deadline > now) return false;
+    drop_peer(here, p.peer,
+              fmt::format("it did not complete the handshake within {} ms (GRADLANE_CONNECT_TIMEOUT_MS)",
+                          s.options.connect_timeout.count()));
+    return true;
+  });
+}
+
+// One listener event: a connect request is answered (its handshake pending), a handshake that
+// completed gives its connection, a failed one drops its peer.
+std::optional<Connection> take_event(detail::ListenerState& s, const detail::CmEvent& event, const std::string& here) {
+  if (event.type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+    if (auto pending = answer_request(s, event, here)) s.pending.push_back(std::move(*pending));
+    return std::nullopt;
+  }
+  const auto it = std::find_if(s.pending.begin(), s.pending.end(),
+                               [&](const detail::PendingPeer& p) { return p.state->id.get() == event.id; });
+  if (it == s.pending.end()) return std::nullopt;  // e.g. a late event of an id already dropped
+  detail::PendingPeer peer = std::move(*it);
+  s.pending.erase(it);
+  if (event.type != RDMA_CM_EVENT_ESTABLISHED) {
+    drop_peer(here, peer.peer, detail::cm_event_error(event.type, event.status, detail::CmPhase::accept, peer.peer).what());
+    return std::nullopt;
+  }
+  auto& state = *peer.state;
+  // Each connection gets its own event channel so it sees only its own events.
+  state.channel = detail::make_channel();
+  if (rdma_migrate_id(state.id.get(), state.channel.get()) != 0) {
+    detail::throw_call_failed(Errc::system, "rdma_migrate_id", errno);
+  }
+  state.established = true;
+  detail::describe(state);
+  return detail::ConnectionAccess::make(std::move(peer.state));
+}
+
+}  // namespace
+
 Connection Listener::accept(Millis timeout) {
   // Every peer's handshake is bounded by connect_timeout and the whole call by `timeout`; a
   // peer that sends a request and never completes the handshake (half-open) costs only
@@ -452,13 +494,7 @@ Connection Listener::accept(Millis timeout) {
     auto event = detail::next_cm_event(s.channel.get(), std::chrono::milliseconds(0));
     const auto now = detail::Clock::now();
     if (!event) {
-      std::erase_if(s.pending, [&](const detail::PendingPeer& p) {
-        if (p.deadline > now) return false;
-        drop_peer(here, p.peer,
-                  fmt::format("it did not complete the handshake within {} ms (GRADLANE_CONNECT_TIMEOUT_MS)",
-                              s.options.connect_timeout.count()));
-        return true;
-      });
+      expire_pending(s, here, now);
       auto until = deadline;
       for (const auto& p : s.pending) until = std::min(until, p.deadline);
       const auto wait = std::max(std::chrono::milliseconds(0),
@@ -474,29 +510,18 @@ Connection Listener::accept(Millis timeout) {
                                                 : fmt::format(" ({} connect request(s) still in their handshake)",
                                                               s.pending.size())));
     }
-    if (event->type == RDMA_CM_EVENT_CONNECT_REQUEST) {
-      if (auto pending = answer_request(s, *event, here)) s.pending.push_back(std::move(*pending));
-      continue;
-    }
-    const auto it = std::find_if(s.pending.begin(), s.pending.end(),
-                                 [&](const detail::PendingPeer& p) { return p.state->id.get() == event->id; });
-    if (it == s.pending.end()) continue;  // e.g. a late event of an id already dropped
-    detail::PendingPeer peer = std::move(*it);
-    s.pending.erase(it);
-    if (event->type != RDMA_CM_EVENT_ESTABLISHED) {
-      drop_peer(here, peer.peer, detail::cm_event_error(event->type, event->status, detail::CmPhase::accept, peer.peer).what());
-      continue;
-    }
-    auto& state = *peer.state;
-    // Each connection gets its own event channel so it sees only its own events.
-    state.channel = detail::make_channel();
-    if (rdma_migrate_id(state.id.get(), state.channel.get()) != 0) {
-      detail::throw_call_failed(Errc::system, "rdma_migrate_id", errno);
-    }
-    state.established = true;
-    detail::describe(state);
-    return Connection(std::move(peer.state));
+    if (auto conn = take_event(s, *event, here)) return std::move(*conn);
   }
+}
+
+std::optional<Connection> Listener::try_accept() {
+  auto& s = *state_;
+  const std::string here = fmt::format("{}:{}", s.address, s.port);
+  while (auto event = detail::next_cm_event(s.channel.get(), std::chrono::milliseconds(0))) {
+    if (auto conn = take_event(s, *event, here)) return conn;
+  }
+  if (!s.pending.empty()) expire_pending(s, here, detail::Clock::now());
+  return std::nullopt;
 }
 
 }  // namespace gradlane

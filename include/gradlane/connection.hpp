@@ -199,6 +199,10 @@ class Listener {
   // Waits up to `timeout` for a peer, completes the handshake, returns the connection.
   // Throws Error(timeout) when no peer came.
   Connection accept(Millis timeout);
+  // One look without waiting: answers the connect requests queued now and returns a peer
+  // whose handshake has completed, if any (a request answered now completes on a later look).
+  // For a server that keeps admitting peers from its poll loop.
+  std::optional<Connection> try_accept();
 
  private:
   std::unique_ptr<detail::ListenerState> state_;

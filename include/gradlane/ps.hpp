@@ -130,6 +130,10 @@ struct ServerStats {
   std::uint64_t peers_lost = 0;       // connections that failed with work outstanding, or sent
                                       // a malformed message
   std::uint64_t peers_left = 0;       // workers that disconnected with nothing outstanding
+  std::uint64_t peers_joined = 0;     // workers admitted after accept_peers (a restarted
+                                      // worker rejoining, or a new one)
+  std::uint64_t joins_refused = 0;    // connections refused after accept_peers (no hello in
+                                      // time, or not a worker's)
   std::uint64_t replica_acked = 0;    // server: the replica applied every sequence up to this
   std::uint64_t mirrors_fetched = 0;  // replica: updates re-read from the server's slot because
                                       // the worker's mirror write never came
@@ -166,6 +170,15 @@ class ShardServer {
   void connect_replica(const std::string& address, std::uint16_t port, Millis timeout);
   // Accepts `workers` worker connections (a replica also accepts its primary's), each within
   // `timeout`. Throws Error(timeout) if one does not come.
+  //
+  // Membership: from then on progress() keeps admitting workers — a worker whose process was
+  // restarted connects again under its id (after the server wrote off its old connection) and
+  // is served like the others, counted in ServerStats::peers_joined. If the old connection of
+  // that id still looks alive (the restart was quicker than its failure), the new one
+  // supersedes it: the old is lost, its granted sequences skipped. A connection whose first
+  // message is not a worker's hello within the transport's connect_timeout is refused
+  // (joins_refused). A worker that comes after finished() turned true finds nobody: the job
+  // ended when its last worker left.
   void accept_peers(std::size_t workers, Millis timeout);
 
   // Does what is due, without blocking: answers requests, takes doorbells, applies arrived

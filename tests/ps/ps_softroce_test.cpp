@@ -65,6 +65,10 @@ struct RunSpec {
   // Worker 4 reaches only the replica (as a worker whose link to the server failed does): it
   // connects to the replica as its server; the server expects the other three.
   bool worker4_reaches_only_the_replica = false;
+  // Membership: worker 4 dies at die_after[4] and is started again from the next step once its
+  // process is gone; every worker takes pace_ms before each step so the job outlasts that.
+  bool restart_worker4 = false;
+  std::uint64_t pace_ms = 0;
 };
 
 // Runs replica, server and four workers (1, 2 on host 2; 3, 4 on host 1) to the end.
@@ -117,7 +121,7 @@ class ShardRun : public ::testing::Test {
     if (spec.worker4_reaches_only_the_replica) server_command.push_back("workers=" + std::to_string(kWorkers - 1));
     ExternalProcess server(server_command, out_ + "/server");
     std::vector<std::unique_ptr<ExternalProcess>> workers;
-    for (std::uint32_t id = 1; id <= kWorkers; ++id) {
+    const auto worker_args = [&](std::uint32_t id) {
       const Host& host = id <= 2 ? hosts[2] : hosts[1];
       const bool stray = id == 4 && spec.worker4_reaches_only_the_replica;
       std::vector<std::string> a = {node, "role=worker", "device=" + host.device, "id=" + std::to_string(id),
@@ -131,9 +135,23 @@ class ShardRun : public ::testing::Test {
         a.insert(a.end(), {std::string("sidecar=") + (id <= 2 ? kShmA : kShmB), id <= 2 ? "endpoint=2" : "endpoint=1",
                            "server_endpoint=0"});
       }
-      workers.push_back(std::make_unique<ExternalProcess>(a, out_ + "/worker" + std::to_string(id)));
+      if (spec.pace_ms != 0) a.push_back("pace_ms=" + std::to_string(spec.pace_ms));
+      return a;
+    };
+    for (std::uint32_t id = 1; id <= kWorkers; ++id) {
+      workers.push_back(std::make_unique<ExternalProcess>(worker_args(id), out_ + "/worker" + std::to_string(id)));
     }
-    expect_workers_exit(workers, spec.die_after);
+    auto dying = spec.die_after;
+    if (spec.restart_worker4) {
+      const auto died = workers[3]->wait_exit(120s);
+      ASSERT_TRUE(died && WIFEXITED(*died) && WEXITSTATUS(*died) == 9) << "worker 4 did not die as told";
+      auto a = worker_args(4);
+      std::erase_if(a, [](const std::string& arg) { return arg.starts_with("die_after="); });
+      a.push_back("first_step=" + std::to_string(spec.die_after.at(4) + 1));
+      workers[3] = std::make_unique<ExternalProcess>(a, out_ + "/worker4-restarted");
+      dying.erase(4);
+    }
+    expect_workers_exit(workers, dying);
     if (::testing::Test::HasFatalFailure()) return;
     for (auto* p : {&server, &replica}) {
       const auto status = p->wait_exit(120s);
@@ -264,6 +282,55 @@ TEST_F(ShardRun, AWorkerKilledBetweenGrantAndWriteLeavesAHoleThatIsSkipped) {
   const json stats = read_lines(out_ + "/server.stats.json").at(0);
   EXPECT_EQ(stats["peers_lost"].get<std::uint64_t>(), 1u) << "the dead worker said no bye";
   EXPECT_EQ(stats["peers_left"].get<std::uint64_t>(), kWorkers - 1);
+  EXPECT_TRUE(bitwise_equal(server_model_, replica_model_));
+  EXPECT_TRUE(bitwise_equal(server_model_, reference()));
+}
+
+TEST_F(ShardRun, ARestartedWorkerRejoinsTheRunningJobAtServerAndReplica) {
+  // Membership: worker 4 asks for a slot at its step 2 and dies (as kill -9 would); a new
+  // process started as worker 4 connects to the running server and replica and pushes steps
+  // 3 on. The job is not restarted: the others go on, the hole is skipped once, and the
+  // restarted worker's updates are applied at the server and mirrored at the replica.
+  RunSpec spec;
+  spec.updates = 40;
+  spec.pace_ms = 150;  // the others push for >= 6 s; the restart comes after ~1.5 s
+  spec.die_after[4] = 2;
+  spec.restart_worker4 = true;
+  run(spec);
+  std::set<std::pair<std::uint64_t, std::uint64_t>> applied;  // (worker, step)
+  std::uint64_t skipped = 0;
+  std::map<std::uint64_t, std::uint64_t> applied_worker;  // sequence -> worker
+  for (std::size_t i = 0; i < history_.size(); ++i) {
+    EXPECT_EQ(history_[i]["seq"].get<std::uint64_t>(), i + 1);
+    if (history_[i]["skipped"].get<bool>()) {
+      ++skipped;
+      continue;
+    }
+    const auto worker = history_[i]["worker"].get<std::uint64_t>(), step = history_[i]["tag"].get<std::uint64_t>();
+    EXPECT_TRUE(applied.emplace(worker, step).second) << "worker " << worker << " step " << step << " applied twice";
+    applied_worker[i + 1] = worker;
+  }
+  for (std::uint64_t worker = 1; worker <= kWorkers; ++worker) {
+    for (std::uint64_t step = 0; step < spec_.updates; ++step) {
+      const bool expected = worker != 4 || step != 2;  // the dead process's step 2 never came
+      EXPECT_EQ(applied.contains({worker, step}), expected) << "worker " << worker << " step " << step;
+    }
+  }
+  EXPECT_EQ(skipped, 1u) << "the dead process's granted sequence is skipped once";
+  const json report = json::parse(std::ifstream(out_ + "/worker4.json"));  // the restarted process's
+  ASSERT_EQ(report["acked"].size(), spec_.updates - 3);
+  for (const json& seq : report["acked"]) {
+    const auto s = seq.get<std::uint64_t>();
+    EXPECT_TRUE(applied_worker.contains(s) && applied_worker.at(s) == 4) << "acknowledged sequence " << s;
+  }
+  // peers_lost: the dead process said no bye; the replica also counts its primary's going at the end.
+  for (const auto& [role, lost] : {std::pair{"server", 1u}, std::pair{"replica", 2u}}) {
+    const json stats = read_lines(out_ + "/" + role + ".stats.json").at(0);
+    EXPECT_EQ(stats["peers_joined"].get<std::uint64_t>(), 1u) << role;
+    EXPECT_EQ(stats["peers_lost"].get<std::uint64_t>(), lost) << role;
+  }
+  const json server_stats = read_lines(out_ + "/server.stats.json").at(0);
+  EXPECT_EQ(server_stats["peers_left"].get<std::uint64_t>(), kWorkers) << "the restarted worker left cleanly";
   EXPECT_TRUE(bitwise_equal(server_model_, replica_model_));
   EXPECT_TRUE(bitwise_equal(server_model_, reference()));
 }

@@ -42,6 +42,12 @@ struct Peer {
   bool told_primary = false;  // replica: the primary heard this worker failed over to us
 };
 
+// A connection accepted after accept_peers, advertised to, waiting for its hello.
+struct Joining {
+  Connection conn;
+  Clock::time_point deadline;
+};
+
 struct Waiting {
   std::size_t peer = 0;
   Request request;
@@ -94,6 +100,8 @@ struct ShardServer::State {
   CompletionQueue cq;
   Listener listener;
   std::vector<Peer> peers;
+  bool admitting = false;         // accept_peers done: later workers join from progress()
+  std::vector<Joining> joining;   // accepted late, hello not yet here
   ServerStats stats;
   std::vector<AppliedUpdate> history;
 
@@ -134,6 +142,9 @@ struct ShardServer::State {
   std::size_t take_sidecar();
   std::size_t skip_stuck_head();
   void probe_idle_workers();
+  void advertise(Connection& conn);
+  std::size_t admit_joiners();
+  void admit(Connection conn, const Hello& hello);
   std::uint32_t rounds = 0;                 // progress() calls, to read the clock only so often
   Clock::time_point last_probe{};
   void report_applied();
@@ -645,13 +656,15 @@ void ShardServer::connect_replica(const std::string& address, std::uint16_t port
   s.replica.emplace(std::move(conn));
 }
 
+void ShardServer::State::advertise(Connection& conn) {
+  conn.advertise(kSlotRegionId, slots.region().descriptor());
+  conn.advertise(kShardRegionId, shard.region().descriptor());
+}
+
 void ShardServer::accept_peers(std::size_t workers, Millis timeout) {
   State& s = *state_;
   const std::size_t expected = workers + (s.role == Role::replica ? 1 : 0);
-  const auto advertise = [&](Connection& conn) {
-    conn.advertise(kSlotRegionId, s.slots.region().descriptor());
-    conn.advertise(kShardRegionId, s.shard.region().descriptor());
-  };
+  const auto advertise = [&](Connection& conn) { s.advertise(conn); };
   for (Joined& j : accept_hellos(s.listener, expected, advertise, timeout, s.role == Role::server ? "server" : "replica")) {
     if (j.hello.kind == PeerKind::primary) {
       if (s.role != Role::replica || s.primary) throw Error(Errc::protocol, "a second primary, or a primary at a server");
@@ -660,6 +673,72 @@ void ShardServer::accept_peers(std::size_t workers, Millis timeout) {
     }
     s.peers.push_back(Peer{std::move(j.conn), j.hello.kind, j.hello.worker, true, {}, {}, {}, false, false});
   }
+  s.admitting = true;
+}
+
+// Membership after the start: connections accepted from the poll loop (one non-blocking look
+// every so many rounds: a restart is rare, a round is not), advertised to, and admitted when
+// their hello comes. Each late connection's failure is its own; the job goes on.
+std::size_t ShardServer::State::admit_joiners() {
+  if (!admitting || rounds % 64 != 0) return 0;  // rounds: counted by progress()
+  std::size_t work = 0;
+  const char* who = role == Role::server ? "server" : "replica";
+  try {
+    while (auto conn = listener.try_accept()) {
+      ++work;
+      try {
+        advertise(*conn);
+        joining.push_back(Joining{std::move(*conn), Clock::now() + options.transport.connect_timeout});
+      } catch (const Error& e) {
+        ++stats.joins_refused;
+        std::fprintf(stderr, "gradlane ps %s: dropped a late connection before its hello: %s\n", who, e.what());
+      }
+    }
+  } catch (const Error& e) {  // the listener's own failure: no more joins, the job goes on
+    std::fprintf(stderr, "gradlane ps %s: stopped admitting workers: %s\n", who, e.what());
+    admitting = false;
+  }
+  for (auto it = joining.begin(); it != joining.end();) {
+    try {
+      const auto bytes = it->conn.try_receive();
+      if (!bytes) {
+        if (Clock::now() < it->deadline) {
+          ++it;
+          continue;
+        }
+        throw Error(Errc::timeout, fmt::format("no hello within {} ms", options.transport.connect_timeout.count()));
+      }
+      const Message first = decode(*bytes);
+      const auto* hello = std::get_if<Hello>(&first);
+      if (!hello || hello->kind != PeerKind::worker) {
+        throw Error(Errc::protocol, "the first message on a connection accepted after the start was not a worker's hello");
+      }
+      admit(std::move(it->conn), *hello);
+      ++work;
+    } catch (const Error& e) {
+      ++stats.joins_refused;
+      std::fprintf(stderr, "gradlane ps %s: refused a late connection (%s): %s\n", who, it->conn.describe().c_str(), e.what());
+    }
+    it = joining.erase(it);
+  }
+  return work;
+}
+
+// A worker that connects under an id whose old connection still looks alive was restarted
+// before its old connection failed here (a process killed and started again within the ACK
+// timeout): the new connection supersedes the old one, which is written off as lost — its
+// granted sequences become holes, skipped in order, exactly as if it had failed.
+void ShardServer::State::admit(Connection conn, const Hello& hello) {
+  for (Peer& old : peers) {
+    if (old.alive && old.kind == PeerKind::worker && old.worker == hello.worker) {
+      lose(old, Error(Errc::protocol, fmt::format("worker {} connected again ({}): this older connection is "
+                                                  "superseded", hello.worker, conn.describe())));
+    }
+  }
+  peers.push_back(Peer{std::move(conn), PeerKind::worker, hello.worker, true, {}, {}, {}, false, false});
+  ++stats.peers_joined;
+  std::fprintf(stderr, "gradlane ps %s: worker %u joined the running job\n", role == Role::server ? "server" : "replica",
+               hello.worker);
 }
 
 // A worker connection the server only answers goes silent when the worker's host or link
@@ -669,7 +748,7 @@ void ShardServer::accept_peers(std::size_t workers, Millis timeout) {
 // So once a second every idle worker connection gets a zero-length probe; a dead peer fails
 // it within the transport's ACK timeout and retries (~2 s), and lose() skips its sequences.
 void ShardServer::State::probe_idle_workers() {
-  if (++rounds % 256 != 0) return;
+  if (rounds % 256 != 0) return;
   const auto now = Clock::now();
   if (now - last_probe < std::chrono::seconds(1)) return;
   last_probe = now;
@@ -685,8 +764,10 @@ void ShardServer::State::probe_idle_workers() {
 
 std::size_t ShardServer::progress() {
   State& s = *state_;
+  ++s.rounds;
   std::size_t work = s.take_input();
   if (s.role == Role::server) s.probe_idle_workers();
+  work += s.admit_joiners();
   if (s.role == Role::server && s.sidecar) {
     work += s.take_sidecar();
     work += s.skip_stuck_head();
