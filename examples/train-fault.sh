@@ -6,6 +6,9 @@
 # KIND:TARGET   kill:ROLE     SIGKILL the role (server, replica, workerI, aggregator)
 #               stop:ROLE     SIGSTOP it for STOP_S seconds (6: longer than the 3 s hole
 #                             timeout and the ~2 s silent-peer timeout), then SIGCONT
+#               restart:ROLE  SIGKILL a worker, then RESTART_S (1) s later start it again from
+#                             the step after its last acknowledged push (its pushes.csv, moved
+#                             to killed-ROLE.pushes.csv): it must rejoin the running job
 #               link:HOST     host HOST's link (bridge port hHOST-p) down for LINK_S s (4), then up
 #               netem:HOST    NETEM (loss 10% delay 20ms) on host HOST's link, both
 #                             directions, for NETEM_S s (5)
@@ -16,7 +19,7 @@ set -u
 OUT=${1:?usage: train-fault.sh OUT_DIR KIND:TARGET:DELAY_MS}
 FAULT=${2:?usage: train-fault.sh OUT_DIR KIND:TARGET:DELAY_MS}
 KIND=${FAULT%%:*}; REST=${FAULT#*:}; TARGET=${REST%%:*}; DELAY_MS=${REST#*:}
-STOP_S=${STOP_S:-6}; LINK_S=${LINK_S:-4}; NETEM_S=${NETEM_S:-5}; HANG_S=${HANG_S:-120}
+STOP_S=${STOP_S:-6}; RESTART_S=${RESTART_S:-1}; LINK_S=${LINK_S:-4}; NETEM_S=${NETEM_S:-5}; HANG_S=${HANG_S:-120}
 NETEM=${NETEM:-loss 10% delay 20ms}
 now() { date +%s.%N; }
 last_version() { v=$(tail -n 1 "$OUT/$1.versions.csv" 2>/dev/null); echo "${v%%,*}"; }
@@ -39,6 +42,28 @@ case $KIND in
     mark
     if [ "$KIND" = kill ]; then kill -KILL "$pid"
     else kill -STOP "$pid"; sleep "$STOP_S"; kill -CONT "$pid"; ended=$(now); fi ;;
+  restart)
+    alive "$TARGET" || target_alive=0
+    pid=$(cat "$OUT/$TARGET.pid" 2>/dev/null || echo 0)
+    mark
+    kill -KILL "$pid"
+    sleep "$RESTART_S"
+    i=0; while [ ! -f "$OUT/$TARGET.exit" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+    mv "$OUT/$TARGET.exit" "$OUT/killed-$TARGET.exit"
+    mv "$OUT/$TARGET.pushes.csv" "$OUT/killed-$TARGET.pushes.csv"
+    mv "$OUT/$TARGET.log" "$OUT/killed-$TARGET.log"
+    last=$(tail -n 1 "$OUT/killed-$TARGET.pushes.csv"); last=${last%%,*}
+    case $last in ''|*[!0-9]*) first=0 ;; *) first=$((last + 1)) ;; esac
+    echo "restarting $TARGET from step $first"
+    (
+      IFS='
+'
+      set -- $(cat "$OUT/$TARGET.cmd")
+      unset IFS
+      sh -c 'echo $$ > "$0"; exec "$@"' "$OUT/$TARGET.pid" "$@" --first-step "$first" > "$OUT/$TARGET.log" 2>&1
+      rc=$?; echo "$rc $(date +%s.%N)" > "$OUT/$TARGET.exit"
+    ) &
+    ended=$(now) ;;
   link)
     mark
     ip link set "h$TARGET-p" down; sleep "$LINK_S"; ip link set "h$TARGET-p" up; ended=$(now) ;;

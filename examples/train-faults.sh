@@ -7,7 +7,8 @@
 # replica bitwise equal at equal versions, no acknowledged update lost.
 #   bash examples/train-faults.sh [BUILD_DIR] [SEED=1] [FAULTS="kill:server kill:replica ..."]
 #        [WORKERS=3] [STEPS=150] [OUT=perf/results/train-faults]
-# Faults (KIND:TARGET): kill:ROLE, stop:ROLE (SIGSTOP 6 s, SIGCONT), link:HOST (down 4 s, up),
+# Faults (KIND:TARGET): kill:ROLE, stop:ROLE (SIGSTOP 6 s, SIGCONT), restart:workerI (SIGKILL,
+# started again 1 s later from its next step: it must rejoin), link:HOST (down 4 s, up),
 # netem:HOST (loss 10% delay 20ms, 5 s); ROLE = server | replica | workerI | aggregator;
 # HOST = 0 (server) | 1 (replica, even workers) | 2 (odd workers, aggregator).
 # Writes OUT/table.md, OUT/table.json and OUT/runs/; exits 1 if a fault was not survived.
@@ -18,7 +19,7 @@ BUILD=build
 if [[ $# -gt 0 && $1 != *=* ]]; then BUILD=$1; shift; fi
 BUILD=$(cd "$BUILD" && pwd)
 SEED=1 WORKERS=3 STEPS=150 OUT=$ROOT/perf/results/train-faults
-FAULTS="kill:server kill:replica kill:worker1 stop:worker2 link:2 netem:0 kill:aggregator stop:aggregator"
+FAULTS="kill:server kill:replica kill:worker1 restart:worker1 stop:worker2 link:2 netem:0 kill:aggregator stop:aggregator"
 for setting in "$@"; do
   case $setting in
     SEED=*|FAULTS=*|WORKERS=*|STEPS=*|OUT=*) declare "$setting" ;;
@@ -34,12 +35,16 @@ for fault in $FAULTS; do
   delay_ms=$((1000 + RANDOM % 3000))
   mode=fifo
   [[ $fault == *:aggregator ]] && mode=aggregate
+  # A restarted worker loads the dataset again (~3 s in the emulator) before it connects: the
+  # job must outlast that, or the others finish first and there is nothing left to rejoin.
+  steps=$STEPS
+  [[ $fault == restart:* ]] && steps=$((2 * STEPS))
   name=$(printf '%02d-%s' "$n" "${fault//:/-}")
   work=$(mktemp -d /tmp/gradlane-faults.XXXXXX)
-  echo "== $name: $fault at +$delay_ms ms, $mode, $WORKERS workers x $STEPS steps, seed $SEED"
+  echo "== $name: $fault at +$delay_ms ms, $mode, $WORKERS workers x $steps steps, seed $SEED"
   rc=0
   SOFTROCE_OUT=$work SOFTROCE_TIMEOUT=${SOFTROCE_TIMEOUT:-600} nice -n 15 bash "$ROOT/ci/softroce.sh" --hosts 3 -- \
-    sh "$HERE/train-job.sh" "$BUILD" MODE=$mode WORKERS="$WORKERS" STEPS="$STEPS" SEED="$SEED" \
+    sh "$HERE/train-job.sh" "$BUILD" MODE=$mode WORKERS="$WORKERS" STEPS="$steps" SEED="$SEED" \
     FAULT="$fault:$delay_ms" > "$work/job.out" 2>&1 || rc=$?
   run=$work/train-$mode
   dest=$OUT/runs/$name

@@ -25,7 +25,7 @@
 #   Results: $GRADLANE_OUT_DIR/train-$MODE.
 #   FAULT=KIND:TARGET:DELAY_MS (examples/train-fault.sh, which examples/train-faults.sh drives):
 #   one fault injected DELAY_MS after training starts. Every role records its pid
-#   (NAME.pid) and its exit status and time (NAME.exit: "STATUS EPOCH_SECONDS").
+#   (NAME.pid), its command (NAME.cmd) and its exit status and time (NAME.exit: "STATUS EPOCH_SECONDS").
 set -u
 BUILD=${1:?usage: train-demo.sh BUILD_DIR [NAME=VALUE ...]}
 shift
@@ -63,8 +63,10 @@ link_bytes() {
 BYTES_BEFORE=$(link_bytes)
 # role NAME CMD...: runs CMD in the background with its output in NAME.log, its pid in NAME.pid
 # (the process itself, for a fault to target) and "STATUS TIME" in NAME.exit when it ends.
+# Its command goes in NAME.cmd, an argument a line, for a fault that restarts it.
 role() {
   name=$1; shift
+  printf '%s\n' "$@" > "$OUT/$name.cmd"
   ( sh -c 'echo $$ > "$0"; exec "$@"' "$OUT/$name.pid" "$@" > "$OUT/$name.log" 2>&1
     rc=$?; echo "$rc $(date +%s.%N)" > "$OUT/$name.exit"; exit $rc ) &
 }

@@ -65,6 +65,19 @@ def error_line(log):
     return None
 
 
+def restarted_from(run):
+    """The step a restarted worker resumed at, from train-fault.sh's note in fault.log."""
+    try:
+        with open(os.path.join(run, 'fault.log')) as f:
+            for line in f:
+                m = re.match(r'restarting \S+ from step (\d+)', line)
+                if m:
+                    return int(m.group(1))
+    except OSError:
+        pass
+    return None
+
+
 def check(run):
     fault = read_json(os.path.join(run, 'fault.json'))
     row = {'run': run}
@@ -74,7 +87,7 @@ def check(run):
         return row
     kind, target = fault['kind'], fault['target']
     injected = float(fault['injected'])
-    row.update(fault=kind, target=target if kind in ('kill', 'stop') else f'host {target}',
+    row.update(fault=kind, target=target if kind in ('kill', 'stop', 'restart') else f'host {target}',
                injected_at=f"{injected - float(fault['started']):.2f} s (v{fault['version_at_injection']})",
                target_alive=fault['target_alive'])
     problems = []
@@ -154,6 +167,15 @@ def check(run):
             outcome += f" (replica promoted {replica_stats['promoted_at_ns'] / 1e9 - float(fault['injected_uptime']):.2f} s after)"
         elif promoted:
             outcome += ' (replica promoted)'
+    if kind == 'restart':
+        # The restarted worker must have rejoined: admitted by the server that finished the job,
+        # and pushed (its exit 0 is checked above like any role's).
+        joined = (read_json(os.path.join(run, f'{survivor}.stats.json')) or {}).get('peers_joined', 0)
+        first = restarted_from(run)
+        if joined < 1:
+            problems.append(f'{target} was restarted but the {survivor} admitted no worker after the start')
+        outcome += f' ({target} restarted from step {first if first is not None else "?"}, rejoined: ' \
+                   f'{survivor} peers_joined {joined})'
     row['outcome'] = outcome
     row['final_version'] = after_fault
 
@@ -181,7 +203,11 @@ def check(run):
         agg_stats_path = os.path.join(run, 'aggregator.log')
         acked = missing = unverified = reported_lost = 0
         missing_list = []
-        for f in sorted(glob.glob(os.path.join(run, 'worker*.pushes.csv'))):
+        # A restarted worker's first incarnation left killed-workerI.pushes.csv: its acknowledged
+        # pushes count as much as the restarted one's.
+        push_logs = sorted(glob.glob(os.path.join(run, 'worker*.pushes.csv')) +
+                           glob.glob(os.path.join(run, 'killed-worker*.pushes.csv')))
+        for f in push_logs:
             worker = int(re.search(r'worker(\d+)\.pushes', f).group(1))
             for p in read_csv(f):
                 if p['lost'] == '1':
@@ -211,6 +237,9 @@ def check(run):
         killed_worker = killed if killed and killed.startswith('worker') else None
         if killed_worker and not os.path.exists(os.path.join(run, f'{killed_worker}.pushes.csv')):
             details['note'] = f'{killed_worker} left no pushes.csv (SIGKILL): its acknowledgements are not checked'
+        if killed == 'aggregator' and missing:
+            details['note'] = ('members the killed aggregator had acknowledged (written into its slots) and not yet '
+                               'forwarded: an aggregator acknowledges acceptance, not application')
     row['lost'] = lost
     row['lost_details'] = details
 

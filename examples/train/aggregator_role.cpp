@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <string>
 #include <thread>
 
 #include "config.hpp"
@@ -18,18 +19,37 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-void write_log(const Config& c, const ps::Aggregator& aggregator) {
-  // One line per forwarded update (its server sequence; computed_on is the oldest member's),
-  // one per member summed into it.
-  std::ofstream updates(c.out + "/aggregator.updates.csv");
-  std::ofstream members(c.out + "/aggregator.members.csv");
-  updates << "sequence,group,computed_on,members,lost\n";
-  members << "sequence,worker,step,computed_on\n";
-  for (const auto& u : aggregator.history()) {
-    updates << u.sequence << ',' << u.tag << ',' << u.computed_on << ',' << u.members.size() << ','
-            << (u.lost ? 1 : 0) << '\n';
-    for (const auto& m : u.members) members << u.sequence << ',' << m.worker << ',' << m.tag << ',' << m.computed_on << '\n';
+// One line per forwarded update (its server sequence; computed_on is the oldest member's), one
+// per member summed into it — written as each update is forwarded and flushed, so that what a
+// killed aggregator forwarded can still be checked (examples/train_faults.py).
+class ForwardLog {
+ public:
+  explicit ForwardLog(const std::string& out)
+      : updates_(out + "/aggregator.updates.csv"), members_(out + "/aggregator.members.csv") {
+    updates_ << "sequence,group,computed_on,members,lost\n" << std::flush;
+    members_ << "sequence,worker,step,computed_on\n" << std::flush;
   }
+  // Writes the updates forwarded since the last call.
+  void catch_up(const ps::Aggregator& aggregator) {
+    const auto& history = aggregator.history();
+    if (written_ == history.size()) return;
+    for (; written_ < history.size(); ++written_) {
+      const auto& u = history[written_];
+      // Members first: an update line promises its members are on disk.
+      for (const auto& m : u.members) members_ << u.sequence << ',' << m.worker << ',' << m.tag << ',' << m.computed_on << '\n';
+      members_.flush();
+      updates_ << u.sequence << ',' << u.tag << ',' << u.computed_on << ',' << u.members.size() << ','
+               << (u.lost ? 1 : 0) << '\n';
+    }
+    updates_.flush();
+  }
+
+ private:
+  std::ofstream updates_, members_;
+  std::size_t written_ = 0;
+};
+
+void write_stats(const Config& c, const ps::Aggregator& aggregator) {
   const auto& st = aggregator.stats();
   std::ofstream(c.out + "/aggregator.stats.json")
       << "{\"group\":" << c.group << ",\"granted\":" << st.granted << ",\"summed\":" << st.summed
@@ -72,8 +92,19 @@ int run_aggregator(const Config& c) {
     }
   }
   aggregator->accept_workers(c.peers != 0 ? c.peers : c.workers, 300s);
-  const bool finished = aggregator->run(3600s);
-  write_log(c, *aggregator);
+  ForwardLog log(c.out);
+  bool finished = true;
+  std::uint32_t idle = 0;
+  for (const auto give_up = Clock::now() + 3600s; !aggregator->finished();) {
+    if (aggregator->progress() != 0) {
+      log.catch_up(*aggregator);
+    } else if (++idle % 64 == 0 && Clock::now() > give_up) {  // a clock read costs ~1 µs under some VMs
+      finished = false;
+      break;
+    }
+  }
+  log.catch_up(*aggregator);
+  write_stats(c, *aggregator);
   const auto& st = aggregator->stats();
   std::printf("aggregator: forwarded %llu updates summing %llu gradients (short groups %llu), skipped %llu, lost %llu\n",
               static_cast<unsigned long long>(st.forwarded), static_cast<unsigned long long>(st.summed),

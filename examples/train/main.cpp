@@ -77,6 +77,9 @@ int main(int argc, char** argv) {
   worker->add_option("--server", c.server, "ADDR:PORT of the server")->required();
   worker->add_option("--replica", c.replica, "ADDR:PORT of the replica (every update is mirrored there)");
   worker->add_option("--steps", c.steps, "gradients to compute")->check(CLI::Range(1ULL, 100000000ULL));
+  worker->add_option("--first-step", c.first_step,
+                     "resume at this step: a worker restarted from a checkpoint rejoins the running job (the server "
+                     "admits it under its --id) and computes steps first-step .. steps-1");
   worker->add_option("--batch", c.batch, "minibatch size")->check(CLI::Range(1U, 50000U));
   worker->add_option("--server-endpoint", c.server_endpoint, "gradlane mode: the server's endpoint id");
   worker->add_option("--aggregator", c.aggregator,

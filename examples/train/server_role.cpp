@@ -29,7 +29,7 @@ void write_stats(const Config& c, const ps::ShardServer& shard, const std::strin
   std::ofstream(c.out + "/" + name + ".stats.json")
       << "{\"mode\":\"" << to_string(c.mode) << "\",\"version\":" << shard.version() << ",\"applied\":" << st.applied
       << ",\"skipped\":" << st.skipped << ",\"refused_doorbells\":" << st.refused_doorbells
-      << ",\"peers_lost\":" << st.peers_lost << ",\"replica_acked\":" << st.replica_acked
+      << ",\"peers_lost\":" << st.peers_lost << ",\"peers_joined\":" << st.peers_joined << ",\"replica_acked\":" << st.replica_acked
       << ",\"promoted_at_ns\":" << st.promoted_at_ns << ",\"lost_in_failover\":" << st.lost_in_failover
       << ",\"seconds\":" << seconds << "}\n";
   // What was applied, in order: the delay of each update is (updates applied before it) −

@@ -82,7 +82,7 @@ int run_worker(const Config& c) {
   std::uint64_t dropped = 0, lost = 0, pull_retries = 0;
   std::chrono::nanoseconds computing{0}, pushing{0}, waiting{0};
   const auto start = Clock::now();
-  for (std::uint64_t step = 0; step < c.steps; ++step) {
+  for (std::uint64_t step = c.first_step; step < c.steps; ++step) {
     const auto t0 = Clock::now();
     if (c.mode == Mode::sync) {
       // The barrier: step k starts on the model that holds all N gradients of steps < k.
@@ -99,7 +99,8 @@ int run_worker(const Config& c) {
     dropped += pushed.dropped ? 1 : 0;
     lost += pushed.lost ? 1 : 0;
     pushes << step << ',' << pulled.version << ',' << pushed.sequence << ',' << pushed.aggregate << ','
-           << (pushed.dropped ? 1 : 0) << ',' << (pushed.lost ? 1 : 0) << '\n';
+           << (pushed.dropped ? 1 : 0) << ',' << (pushed.lost ? 1 : 0) << '\n'
+           << std::flush;  // line by line: a worker killed mid-run leaves what it saw acknowledged
     waiting += t1 - t0;
     computing += t2 - t1;
     pushing += Clock::now() - t2;

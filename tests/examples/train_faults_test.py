@@ -126,6 +126,28 @@ class TrainFaultsCheck(unittest.TestCase):
         run = make_run(kind='link', target='2', exits=exits)
         self.assertFalse(train_faults.check(run)['survived'])
 
+    def test_a_restarted_worker_must_rejoin_and_both_its_lives_acknowledgements_count(self):
+        # worker2 killed and started again: its first life's pushes in killed-worker2.pushes.csv,
+        # the second's in worker2.pushes.csv; the server admitted it (peers_joined 1).
+        exits = {'server': (0, 110.0), 'replica': (0, 110.0), 'worker1': (0, 109.0), 'worker2': (0, 109.5)}
+        applied = [(1, 1, 0), (2, 2, 0), (3, 1, 1), (4, 2, 2)]
+        pushes = {1: [(0, 1, 0), (1, 3, 0)], 2: [(2, 4, 0)]}
+        run = make_run(kind='restart', target='worker2', exits=exits, applied=applied, pushes=pushes)
+        write(run, 'killed-worker2.pushes.csv', 'step,computed_on,sequence,dropped,lost\n0,0,2,0,0\n')
+        write(run, 'server.stats.json', json.dumps({'version': 4, 'peers_joined': 1}))
+        write(run, 'fault.log', 'restarting worker2 from step 1\n')
+        row = train_faults.check(run)
+        self.assertTrue(row['survived'], row)
+        self.assertIn('worker2 restarted from step 1', row['outcome'])
+        self.assertEqual(row['lost_details']['acked'], 4)
+        # The first life's acknowledged push missing from the server's log is lost.
+        write(run, 'killed-worker2.pushes.csv', 'step,computed_on,sequence,dropped,lost\n0,0,2,0,0\n1,0,5,0,0\n')
+        self.assertEqual(train_faults.check(run)['lost'], 1)
+        # A restart the server never admitted is not membership.
+        write(run, 'killed-worker2.pushes.csv', 'step,computed_on,sequence,dropped,lost\n0,0,2,0,0\n')
+        write(run, 'server.stats.json', json.dumps({'version': 4, 'peers_joined': 0}))
+        self.assertFalse(train_faults.check(run)['survived'])
+
 
 if __name__ == '__main__':
     unittest.main()

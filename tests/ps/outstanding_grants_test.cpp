@@ -29,7 +29,10 @@ TEST(OutstandingGrants, SilencePastTheHoleTimeoutOrDeathGivesTheSequencesBackInO
   grants.add(7, t0 + 10ms);
   grants.add(2, t0);
   grants.add(9, t0 + 20ms);
+  EXPECT_FALSE(grants.any_expired(t0 + 99ms, 100ms));
   EXPECT_TRUE(grants.expire(t0 + 99ms, 100ms).empty());
+  EXPECT_TRUE(grants.any_expired(t0 + 100ms, 100ms)) << "sequence 2, granted at t0, is due";
+  EXPECT_TRUE(grants.any_expired(t0 + 100ms, 100ms)) << "asking removes nothing";
   EXPECT_EQ(grants.expire(t0 + 110ms, 100ms), (std::vector<std::uint64_t>{2, 7}));  // granted >= 100 ms ago
   EXPECT_FALSE(grants.ring(2)) << "an expired sequence is a hole: its late doorbell is refused";
   grants.add(11, t0 + 200ms);

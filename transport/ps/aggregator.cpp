@@ -157,6 +157,14 @@ std::size_t Aggregator::State::expire_holes() {
   // No clock read while nothing is outstanding (a read costs ~1 µs under some VMs).
   if (granted.empty()) return 0;
   const auto now = Clock::now();
+  if (std::none_of(peers.begin(), peers.end(),
+                   [&](const MemberPeer& p) { return p.outstanding.any_expired(now, options.hole_timeout); })) {
+    return 0;
+  }
+  // A process stopped between its last look at the input and here (SIGSTOP, descheduled) wakes
+  // to find grants "expired" whose writes landed while it slept — the NIC took them (the
+  // stop:aggregator fault: an acknowledged member left out). Look again, after the clock read.
+  work += take_input();
   for (MemberPeer& peer : peers) {
     for (const std::uint64_t sequence : peer.outstanding.expire(now, options.hole_timeout)) {
       std::fprintf(stderr, "gradlane ps aggregator: worker %u was granted member %llu and wrote nothing in %lld ms: "

@@ -34,6 +34,13 @@ class OutstandingGrants {
     }
     return holes;
   }
+  // Whether expire(now, hole_timeout) would return anything (nothing removed).
+  bool any_expired(Clock::time_point now, Clock::duration hole_timeout) const {
+    for (const auto& [sequence, at] : granted_) {
+      if (now - at >= hole_timeout) return true;
+    }
+    return false;
+  }
   // Removes and returns them all, in order (the worker is gone).
   std::vector<std::uint64_t> take_all() {
     std::vector<std::uint64_t> holes;
