@@ -271,6 +271,13 @@ Connection connect_on(const Device& device, const std::string& address, std::uin
                                                  peer, timeout.count(),
                                                  phase == CmPhase::connect ? "connecting" : "resolving"));
     }
+    if (event->type == RDMA_CM_EVENT_REJECTED && detail::decode_refusal(event->private_data) == detail::Refusal::job_key) {
+      throw Error(Errc::connection_rejected,
+                  fmt::format("connection to {} refused by the listener: this side's job key (GRADLANE_JOB_KEY, "
+                              "TransportOptions::job_key) is not the listener's — it serves another job, or the "
+                              "keys were set differently",
+                              peer));
+    }
     if (event->type != wanted) throw detail::cm_event_error(event->type, event->status, phase, peer);
     return *event;
   };
@@ -282,12 +289,26 @@ Connection connect_on(const Device& device, const std::string& address, std::uin
   expect(RDMA_CM_EVENT_ROUTE_RESOLVED, CmPhase::resolve_route);
 
   state->create_queue_pair();
-  const auto handshake = detail::encode_handshake();
+  const auto handshake = detail::encode_handshake(state->options.job_key);
   rdma_conn_param param = detail::connection_parameters(dev, state->options, handshake);
   if (rdma_connect(state->id.get(), &param) != 0) {
     detail::throw_call_failed(Errc::unreachable, fmt::format("rdma_connect({})", peer), errno);
   }
-  expect(RDMA_CM_EVENT_ESTABLISHED, CmPhase::connect);
+  const auto established = expect(RDMA_CM_EVENT_ESTABLISHED, CmPhase::connect);
+  // The listener answered with its own handshake: a listener of another job (or a stranger
+  // that accepts anything) is not written to. The connection closes with `state`.
+  try {
+    detail::check_handshake(established.private_data);
+  } catch (const Error& e) {
+    throw Error(Errc::connection_rejected, fmt::format("{} accepted the connection but is not a gradlane listener of "
+                                                       "this protocol: {}", peer, e.what()));
+  }
+  if (!detail::same_job_key(established.private_data, state->options.job_key)) {
+    throw Error(Errc::connection_rejected,
+                fmt::format("{} accepted the connection with another job key than this side's (GRADLANE_JOB_KEY, "
+                            "TransportOptions::job_key): it serves another job; nothing was sent to it",
+                            peer));
+  }
   state->established = true;
   detail::describe(*state);
   return detail::ConnectionAccess::make(std::move(state));
@@ -420,9 +441,19 @@ std::optional<detail::PendingPeer> answer_request(detail::ListenerState& s, cons
     (void)rdma_reject(state->id.get(), nullptr, 0);
     return std::nullopt;
   }
+  if (!detail::same_job_key(event.private_data, s.options.job_key)) {
+    // Another job's process, or one that guessed: it gets no QP. The refusal says why.
+    std::fprintf(stderr,
+                 "gradlane: refused connection from %s on %s: its job key differs from this listener's "
+                 "(GRADLANE_JOB_KEY): not a member of this job\n",
+                 peer.c_str(), here.c_str());
+    const auto refusal = detail::encode_refusal(detail::Refusal::job_key);
+    (void)rdma_reject(state->id.get(), refusal.data(), static_cast<std::uint8_t>(refusal.size()));
+    return std::nullopt;
+  }
   try {
     state->create_queue_pair();
-    const auto handshake = detail::encode_handshake();
+    const auto handshake = detail::encode_handshake(s.options.job_key);
     rdma_conn_param param = detail::connection_parameters(s.device, state->options, handshake);
     if (rdma_accept(state->id.get(), &param) != 0) {
       detail::throw_call_failed(Errc::system, fmt::format("rdma_accept({})", peer), errno);

@@ -30,6 +30,7 @@ TransportOptions TransportOptions::from_env(
   apply(getenv, "GRADLANE_SIGNAL_INTERVAL", 1, 1u << 15, o.signal_interval);
   apply(getenv, "GRADLANE_MAX_INLINE", 0, 1024, o.max_inline);
   apply(getenv, "GRADLANE_MAX_MESSAGE", 64, 1u << 20, o.max_message_bytes);
+  if (auto key = getenv("GRADLANE_JOB_KEY")) o.job_key = *key;
   o.validate();
   return o;
 }
@@ -48,6 +49,10 @@ void TransportOptions::validate() const {
                      signal_interval, send_queue_depth / 2));
   }
   if (max_message_bytes < 64) fail("max_message_bytes must be at least 64");
+  if (job_key.size() > kMaxJobKeyBytes) {
+    fail(fmt::format("job_key (GRADLANE_JOB_KEY) has {} bytes; at most {} fit in the connect handshake", job_key.size(),
+                     kMaxJobKeyBytes));
+  }
 }
 
 }  // namespace gradlane

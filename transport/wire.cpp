@@ -1,5 +1,6 @@
 #include "transport/wire.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <fmt/format.h>
 
@@ -94,11 +95,41 @@ RegionAdvert decode_region_advert(std::span<const std::byte> payload) {
   return advert;
 }
 
-std::array<std::byte, kHandshakeSize> encode_handshake() {
+std::array<std::byte, kHandshakeSize> encode_handshake(std::string_view job_key) {
   std::array<std::byte, kHandshakeSize> out{};
   put_u32(out.data(), kHandshakeMagic);
   put_u16(out.data() + 4, kProtocolVersion);
+  const std::size_t n = std::min(job_key.size(), kMaxJobKeyBytes);
+  put_u16(out.data() + 6, static_cast<std::uint16_t>(n));
+  std::memcpy(out.data() + 8, job_key.data(), n);
   return out;
+}
+
+bool same_job_key(std::span<const std::byte> private_data, std::string_view job_key) {
+  if (private_data.size() < kHandshakeSize) return false;
+  const std::size_t length = get_u16(private_data.data() + 6);
+  // Every byte of the field is looked at whatever the keys hold: the time taken tells a
+  // guesser nothing about how much of a key was right.
+  std::array<std::byte, kMaxJobKeyBytes> mine{};
+  std::memcpy(mine.data(), job_key.data(), std::min(job_key.size(), kMaxJobKeyBytes));
+  unsigned differ = length != job_key.size() ? 1U : 0U;
+  for (std::size_t i = 0; i < kMaxJobKeyBytes; ++i) {
+    differ |= static_cast<unsigned>(mine[i] ^ private_data[8 + i]);
+  }
+  return differ == 0;
+}
+
+std::array<std::byte, 8> encode_refusal(Refusal why) {
+  std::array<std::byte, 8> out{};
+  put_u32(out.data(), kRefusalMagic);
+  put_u16(out.data() + 4, static_cast<std::uint16_t>(why));
+  return out;
+}
+
+std::optional<Refusal> decode_refusal(std::span<const std::byte> private_data) {
+  if (private_data.size() < 8 || get_u32(private_data.data()) != kRefusalMagic) return std::nullopt;
+  if (get_u16(private_data.data() + 4) != static_cast<std::uint16_t>(Refusal::job_key)) return std::nullopt;
+  return Refusal::job_key;
 }
 
 void check_handshake(std::span<const std::byte> private_data) {

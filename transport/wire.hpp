@@ -12,16 +12,23 @@
 #include <span>
 #include <vector>
 
+#include <optional>
+#include <string_view>
+
 #include "gradlane/error.hpp"
 #include "gradlane/memory.hpp"
+#include "gradlane/options.hpp"
 
 namespace gradlane::detail {
 
 inline constexpr std::uint32_t kFrameMagic = 0x31434c47;      // "GLC1" little-endian
 inline constexpr std::uint32_t kHandshakeMagic = 0x314e4c47;  // "GLN1"
-inline constexpr std::uint16_t kProtocolVersion = 1;
+inline constexpr std::uint16_t kProtocolVersion = 2;  // 2: the job key in the handshake
 inline constexpr std::size_t kFrameHeaderSize = 12;
-inline constexpr std::size_t kHandshakeSize = 8;
+// magic u32, version u16, key length u16, key (kMaxJobKeyBytes, zero-padded): 40 of the 56
+// bytes of private data a RoCE/IB connect request carries.
+inline constexpr std::size_t kHandshakeSize = 8 + kMaxJobKeyBytes;
+inline constexpr std::uint32_t kRefusalMagic = 0x31464c47;  // "GLF1": a listener's reasoned reject
 
 enum class FrameKind : std::uint16_t {
   message = 1,  // application control message
@@ -45,9 +52,20 @@ struct RegionAdvert {
 };
 RegionAdvert decode_region_advert(std::span<const std::byte> payload);
 
-// rdma_cm private data of a connect request: magic + protocol version.
-std::array<std::byte, kHandshakeSize> encode_handshake();
+// rdma_cm private data of a connect request and of its answer: magic, protocol version and
+// the sender's job key. `job_key` holds at most kMaxJobKeyBytes (validated options).
+std::array<std::byte, kHandshakeSize> encode_handshake(std::string_view job_key);
 // Throws Error(protocol) when the private data is not a gradlane handshake of our version.
 void check_handshake(std::span<const std::byte> private_data);
+// Whether a checked handshake carries exactly `job_key` (compared in constant time).
+bool same_job_key(std::span<const std::byte> private_data, std::string_view job_key);
+
+// Why a listener refused a connect request, in the reject's private data, so the connector
+// can say so instead of a bare "rejected".
+enum class Refusal : std::uint16_t {
+  job_key = 1,  // the request's job key differs from the listener's
+};
+std::array<std::byte, 8> encode_refusal(Refusal why);
+std::optional<Refusal> decode_refusal(std::span<const std::byte> private_data);
 
 }  // namespace gradlane::detail

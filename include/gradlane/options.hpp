@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -16,6 +17,9 @@
 #include "gradlane/error.hpp"
 
 namespace gradlane {
+
+// The longest job key the connect handshake carries (TransportOptions::job_key).
+inline constexpr std::size_t kMaxJobKeyBytes = 32;
 
 struct TransportOptions {
   // GRADLANE_ACK_TIMEOUT: local ACK timeout exponent, 4.096 µs × 2^n (IB spec). 18 ≈ 1.07 s.
@@ -46,6 +50,12 @@ struct TransportOptions {
   std::uint32_t max_inline = 64;
   // GRADLANE_MAX_MESSAGE: largest SEND/RECV control message, bytes.
   std::uint32_t max_message_bytes = 4096;
+  // GRADLANE_JOB_KEY: the job's shared secret, up to 32 bytes (empty: none). It travels in the
+  // connect handshake; a listener refuses a peer whose key differs from its own (both sides
+  // are told why), and a connector refuses a listener that answers with another key. It keeps
+  // out processes that do not know it — another job's, a stray or rogue one — not an observer
+  // of the fabric's packets: it is sent in the clear.
+  std::string job_key;
 
   // Applies GRADLANE_* overrides read through `getenv` (injectable for tests) and validates.
   static TransportOptions from_env(

@@ -251,7 +251,7 @@ void wire_seeds(const fs::path& dir) {
   write(dir, "message-empty", frame(FrameKind::message, {}));
   write(dir, "region", frame(FrameKind::region, advert));
   write(dir, "region-payload", advert);
-  const auto handshake = detail::encode_handshake();
+  const auto handshake = detail::encode_handshake("job-key");
   write(dir, "handshake", handshake);
   Bytes padded(handshake.begin(), handshake.end());
   padded.resize(56);  // rdma_cm pads private data to 56 bytes on IB/RoCE

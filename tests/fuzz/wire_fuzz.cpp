@@ -60,9 +60,14 @@ void connect_request(std::span<const std::byte> private_data) {
                         }).has_value();
   // Magic (4 bytes) and version (2): what the handshake is documented to check. rdma_cm pads
   // private data, so what follows is not looked at.
-  const auto ours = detail::encode_handshake();
+  const auto ours = detail::encode_handshake("");
   const bool ok = private_data.size() >= detail::kHandshakeSize && same(private_data.first(6), std::span(ours).first(6));
   require(accepted == ok, "check_handshake disagrees with magic + version");
+  // The key field of any bytes: compared without reading past them, never matched when short.
+  if (accepted) {
+    const bool keyless = detail::same_job_key(private_data, "");
+    require(!keyless || private_data[6] == std::byte{0}, "a handshake that names a key matched the empty key");
+  }
 }
 
 void slice_bounds(std::span<const std::byte> bytes) {

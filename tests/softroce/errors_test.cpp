@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -198,6 +200,90 @@ TEST(SoftRoceConnect, HalfOpenPeerCostsOnlyItselfAndAcceptKeepsItsOwnTimeout) {
   send_text(conn, "exit");
   EXPECT_EQ(text_of(conn.receive(30s)), "bye");
   ASSERT_TRUE(good.wait_exit(10s).has_value());
+}
+
+TEST(SoftRoceConnect, OnlyAPeerWithTheListenersJobKeyGetsAConnection) {
+  // Isolation between jobs at the door: a listener keyed for job A refuses a connect request
+  // carrying another key or none — no QP, nothing accepted — and the refused side is told it
+  // was the key; a peer with A's key is accepted and works. A keyed connector also refuses a
+  // listener that answers with another key, before sending anything.
+  const Device device = Device::open(selector_from_env());
+  TransportOptions job_a = test_options();
+  job_a.job_key = "job-a:7c41d09e";
+  Listener listener(device, 0, job_a);
+  const auto attempt = [&](const std::string& key) -> std::optional<Error> {
+    TransportOptions o = test_options();
+    o.job_key = key;
+    try {
+      const Device own = Device::open(selector_from_env());
+      Connection conn = connect(own, listener.address(), listener.port(), o);
+      return std::nullopt;
+    } catch (const Error& e) {
+      return e;
+    }
+  };
+  for (const std::string key : {"job-b:7c41d09e", "", "job-a:7c41d09f"}) {
+    std::optional<Error> refused;
+    const auto start = Clock::now();
+    {
+      std::jthread rogue([&] { refused = attempt(key); });
+      try {
+        Connection conn = listener.accept(2s);
+        ADD_FAILURE() << "accepted a peer with key '" << key << "'";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), Errc::timeout) << e.what();
+      }
+    }
+    ASSERT_TRUE(refused.has_value()) << "a peer with key '" << key << "' was connected";
+    EXPECT_EQ(refused->code(), Errc::connection_rejected) << refused->what();
+    EXPECT_NE(std::string(refused->what()).find("job key"), std::string::npos) << refused->what();
+    RecordProperty("refused_in_s", std::to_string(seconds_since(start)));
+  }
+  {
+    std::optional<Error> failed{Error(Errc::timeout, "did not run")};
+    std::jthread member([&] {
+      failed = std::nullopt;
+      TransportOptions o = test_options();
+      o.job_key = job_a.job_key;
+      try {
+        const Device own = Device::open(selector_from_env());
+        Connection conn = connect(own, listener.address(), listener.port(), o);
+        send_text(conn, "member");
+        (void)conn.receive(30s);
+      } catch (const Error& e) {
+        failed = e;
+      }
+    });
+    Connection conn = listener.accept(30s);
+    EXPECT_EQ(text_of(conn.receive(30s)), "member");
+    send_text(conn, "welcome");
+    member.join();
+    EXPECT_FALSE(failed.has_value()) << failed->what();
+  }
+  // A keyed connector and a listener without a key: refused as well (by the listener, which
+  // sees the key first; the connector's own check of the answer's key passed above for the
+  // member, whose connection works only if the answer carried A's key).
+  Listener keyless(device, 0, test_options());
+  std::optional<Error> refused;
+  {
+    std::jthread member([&] {
+      TransportOptions o = test_options();
+      o.job_key = job_a.job_key;
+      try {
+        const Device own = Device::open(selector_from_env());
+        Connection conn = connect(own, keyless.address(), keyless.port(), o);
+      } catch (const Error& e) {
+        refused = e;
+      }
+    });
+    try {
+      Connection conn = keyless.accept(3s);
+    } catch (const Error&) {
+    }
+  }
+  ASSERT_TRUE(refused.has_value()) << "a keyed connector used a listener without the key";
+  EXPECT_EQ(refused->code(), Errc::connection_rejected) << refused->what();
+  EXPECT_NE(std::string(refused->what()).find("job key"), std::string::npos) << refused->what();
 }
 
 TEST(SoftRoceConnect, PeerWhoseHandshakeCompletedIsAcceptedThoughTheCallerReadsItLate) {

@@ -95,7 +95,7 @@ TEST(Wire, RegionAdvertThatWrapsTheAddressSpaceIsRefused) {
 }
 
 TEST(Wire, HandshakeChecksMagicAndVersion) {
-  auto hs = encode_handshake();
+  auto hs = encode_handshake("");
   std::vector<std::byte> padded(hs.begin(), hs.end());
   padded.resize(56);  // rdma_cm pads private data
   EXPECT_NO_THROW(check_handshake(padded));
@@ -110,6 +110,52 @@ TEST(Wire, HandshakeChecksMagicAndVersion) {
   }
   std::array<std::byte, 8> stranger{};
   EXPECT_THROW(check_handshake(stranger), Error);
+}
+
+TEST(Wire, HandshakeCarriesTheJobKeyAndOnlyTheSameKeyMatches) {
+  const std::string key = "job-7:0123456789abcdef0123456789";  // 31 bytes
+  auto hs = encode_handshake(key);
+  std::vector<std::byte> padded(hs.begin(), hs.end());
+  padded.resize(56);
+  EXPECT_NO_THROW(check_handshake(padded));
+  EXPECT_TRUE(same_job_key(padded, key));
+  EXPECT_FALSE(same_job_key(padded, "")) << "a listener without a key refuses a keyed peer";
+  EXPECT_FALSE(same_job_key(encode_handshake(""), key)) << "and a keyed one refuses a peer without";
+  EXPECT_FALSE(same_job_key(padded, key.substr(0, 30))) << "a prefix of the key is not the key";
+  EXPECT_FALSE(same_job_key(padded, key + "x"));
+  std::string one_off = key;
+  one_off[12] ^= 1;
+  EXPECT_FALSE(same_job_key(padded, one_off));
+  EXPECT_TRUE(same_job_key(encode_handshake(""), ""));
+  const std::string full(kMaxJobKeyBytes, 'k');
+  EXPECT_TRUE(same_job_key(encode_handshake(full), full));
+  EXPECT_FALSE(same_job_key(std::span(hs).first(kHandshakeSize - 1), key)) << "a truncated handshake";
+}
+
+TEST(Wire, ARefusalSaysWhy) {
+  EXPECT_EQ(decode_refusal(encode_refusal(Refusal::job_key)), Refusal::job_key);
+  std::array<std::byte, 8> bare{};
+  EXPECT_FALSE(decode_refusal(bare).has_value()) << "a reject without our reason (nothing listening, …)";
+  auto other = encode_refusal(Refusal::job_key);
+  other[4] = std::byte{9};
+  EXPECT_FALSE(decode_refusal(other).has_value());
+}
+
+TEST(TransportOptionsJobKey, ComesFromTheEnvironmentAndIsBounded) {
+  const auto env = [](const char* value) {
+    return [value](const char* name) -> std::optional<std::string> {
+      if (std::string(name) == "GRADLANE_JOB_KEY") return std::string(value);
+      return std::nullopt;
+    };
+  };
+  EXPECT_EQ(TransportOptions::from_env(env("s3cret")).job_key, "s3cret");
+  try {
+    TransportOptions::from_env(env("0123456789012345678901234567890123"));  // 34 bytes
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("GRADLANE_JOB_KEY"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
