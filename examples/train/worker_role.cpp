@@ -3,6 +3,7 @@
 #include <gradlane/gradlane.hpp>
 
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "config.hpp"
@@ -22,11 +23,12 @@ constexpr std::size_t kValidationRows = 10000;
 // for a minute, then the error says what was refused.
 ps::Worker connect_when_listening(const Device& device, const ps::WorkerOptions& options) {
   const auto deadline = Clock::now() + std::chrono::seconds(60);
-  for (;;) {
+  for (bool said = false;; said = true) {
     try {
       return ps::Worker(device, options);
     } catch (const Error& e) {
       if (e.code() != Errc::connection_rejected || Clock::now() > deadline) throw;
+      if (!said) std::fprintf(stderr, "gradlane_train worker: %s; retrying for up to 60 s\n", e.what());
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
   }
@@ -37,10 +39,16 @@ int run_worker(const Config& c) {
   const gradlane::train::Model model(gradlane::train::ModelSpec{.kind = gradlane::train::parse_model_kind(c.model)});
   // Only the training files: under the emulator every decompressed megabyte costs.
   const std::filesystem::path dir = c.data.empty() ? gradlane::train::kDefaultFashionMnistDir : c.data;
-  const auto train = gradlane::train::load_idx(dir / "train-images-idx3-ubyte.gz", dir / "train-labels-idx1-ubyte.gz");
-  const std::size_t train_rows = train.rows - kValidationRows;
-  // Each worker its own data order, reproducible from (seed, id).
-  gradlane::train::BatchSampler batches(train_rows, c.batch, c.seed * 1000003ULL + c.id);
+  const auto load = [&] {
+    return gradlane::train::load_idx(dir / "train-images-idx3-ubyte.gz", dir / "train-labels-idx1-ubyte.gz");
+  };
+  // A worker that starts with the job loads its data first, so training starts (the server's
+  // clock) when every worker is ready. One restarted mid-job joins first: the job ends when its
+  // last worker leaves, and a load takes seconds in the emulator (11 s measured while the
+  // others train), time in which the others could finish and leave it nobody to rejoin.
+  const bool rejoining = c.first_step > 0;
+  std::optional<gradlane::train::Dataset> loaded;
+  if (!rejoining) loaded.emplace(load());
   gradlane::train::Workspace work;
 
   ps::WorkerOptions options;
@@ -72,6 +80,11 @@ int run_worker(const Config& c) {
   }
   Device device = Device::open({.name = c.device});
   ps::Worker worker = connect_when_listening(device, options);
+  if (rejoining) loaded.emplace(load());
+  const auto& train = *loaded;
+  const std::size_t train_rows = train.rows - kValidationRows;
+  // Each worker its own data order, reproducible from (seed, id).
+  gradlane::train::BatchSampler batches(train_rows, c.batch, c.seed * 1000003ULL + c.id);
 
   // Each push's fate, joined with the server's applied log by sequence (in gradlane mode the
   // server learns only the sequence from the doorbell, not the version the gradient was
