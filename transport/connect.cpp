@@ -222,9 +222,14 @@ ConnectionState::~ConnectionState() {
   revoke_windows();  // before the QP goes: a window bound on it holds it in the device
   // Completions still queued for this QP are dropped by the shared queue from now on.
   if (shared && id && id->qp) shared->detach(id->qp->qp_num, cq_entries());
+  disconnect();
+}
+
+void ConnectionState::disconnect() noexcept {
   if (established && id) {
     // Tells the peer at once (it sees DISCONNECTED) instead of letting it time out.
     (void)rdma_disconnect(id.get());
+    established = false;
   }
 }
 
@@ -295,6 +300,7 @@ Connection connect_on(const Device& device, const std::string& address, std::uin
     detail::throw_call_failed(Errc::unreachable, fmt::format("rdma_connect({})", peer), errno);
   }
   const auto established = expect(RDMA_CM_EVENT_ESTABLISHED, CmPhase::connect);
+  state->established = true;  // from here, giving up disconnects: the listener is told
   // The listener answered with its own handshake: a listener of another job (or a stranger
   // that accepts anything) is not written to. The connection closes with `state`.
   try {
@@ -309,7 +315,6 @@ Connection connect_on(const Device& device, const std::string& address, std::uin
                             "TransportOptions::job_key): it serves another job; nothing was sent to it",
                             peer));
   }
-  state->established = true;
   detail::describe(*state);
   return detail::ConnectionAccess::make(std::move(state));
 }

@@ -96,6 +96,8 @@ class ConnectionState {
 
   ConnectionState(const Device& dev, const TransportOptions& opts) : device(dev), options(opts) {}
   ~ConnectionState();
+  // rdma_disconnect once, if established; never throws.
+  void disconnect() noexcept;
 
   // Bytes of one control-message ring slot: a whole max_message_bytes payload plus the frame
   // header, so a message of exactly max_message_bytes fits (the header says "≤").

@@ -541,6 +541,7 @@ OpId Connection::probe() {
 
 std::uint64_t Connection::outstanding() const { return state_->next_op - 1 - state_->completed; }
 bool Connection::failed() const { return state_->failure_error.has_value(); }
+void Connection::close() noexcept { state_->disconnect(); }
 const Error* Connection::failure() const { return state_->failure_error ? &*state_->failure_error : nullptr; }
 void Connection::on_failure(std::function<void(const Error&)> handler) { state_->failure_handler = std::move(handler); }
 const std::string& Connection::describe() const { return state_->description; }

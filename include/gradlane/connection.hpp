@@ -163,6 +163,11 @@ class Connection {
   // Operations posted but not yet known complete.
   std::uint64_t outstanding() const;
 
+  // Ends the connection from this side now (the destructor does it too): the peer sees
+  // DISCONNECTED at once, or when its link comes back — where a connection merely written off
+  // here would leave it waiting for its timeouts. Operations posted after it fail. Idempotent.
+  void close() noexcept;
+
   // ---- state ----
   bool failed() const;
   // The error that failed the connection, or nullptr.

@@ -537,6 +537,30 @@ class RogueWorkers : public ::testing::Test {
     return json::parse(stats_file);
   }
 
+  // A fresh output directory under GRADLANE_OUT_DIR.
+  static std::string fresh_out(const char* name) {
+    const std::string out = std::string(std::getenv("GRADLANE_OUT_DIR")) + "/" + name;
+    std::filesystem::remove_all(out);
+    std::filesystem::create_directories(out);
+    return out;
+  }
+
+  // What a rogue writes (1e30s) and what an honest worker pushes (1.0s), registered on `device`.
+  struct Payloads {
+    explicit Payloads(const Device& device)
+        : junk(filled(1e30F)),
+          gradient(filled(1.0F)),
+          junk_mr(MemoryRegion::register_buffer(device, junk, Access::local)),
+          gradient_mr(MemoryRegion::register_buffer(device, gradient, Access::local)) {}
+    static Buffer filled(float value) {
+      Buffer b = Buffer::allocate(kBytes);
+      std::fill_n(reinterpret_cast<float*>(b.data()), kFloats, value);
+      return b;
+    }
+    Buffer junk, gradient;  // before the regions: they outlive them
+    MemoryRegion junk_mr, gradient_mr;
+  };
+
   // The model moved by exactly one update of 1.0s from the initial one.
   static void expect_moved_by_one_update(const std::string& out, const char* otherwise) {
     std::vector<float> expected(kFloats, examples::initial_value(0)), one(kFloats, 1.0F);
@@ -549,9 +573,7 @@ class RogueWorkers : public ::testing::Test {
 TEST_F(RogueWorkers, BadDoorbellsAndMalformedMessagesAreRefusedAndTheModelIsUntouched) {
   const auto hosts = hosts_from_env();
   ASSERT_GE(hosts.size(), 3u);
-  const std::string out = std::string(std::getenv("GRADLANE_OUT_DIR")) + "/rogue";
-  std::filesystem::remove_all(out);
-  std::filesystem::create_directories(out);
+  const std::string out = fresh_out("rogue");
   ExternalProcess server({GRADLANE_PS_NODE, "role=server", "device=" + hosts[0].device, "port=7810",
                           "floats=" + std::to_string(kFloats), "slots=8", "workers=2", "updates=1", "out=" + out},
                          out + "/server");
@@ -560,11 +582,8 @@ TEST_F(RogueWorkers, BadDoorbellsAndMalformedMessagesAreRefusedAndTheModelIsUnto
   auto [bad, bad_slots] = join(device, hosts[0].address, 7810, 2);
   (void)bad_slots;
 
-  Buffer junk = Buffer::allocate(kBytes), gradient = Buffer::allocate(kBytes);
-  std::fill_n(reinterpret_cast<float*>(junk.data()), kFloats, 1e30F);
-  std::fill_n(reinterpret_cast<float*>(gradient.data()), kFloats, 1.0F);
-  MemoryRegion junk_mr = MemoryRegion::register_buffer(device, junk, Access::local);
-  MemoryRegion gradient_mr = MemoryRegion::register_buffer(device, gradient, Access::local);
+  const Payloads payloads(device);
+  const MemoryRegion &junk_mr = payloads.junk_mr, &gradient_mr = payloads.gradient_mr;
 
   // 1. A doorbell for a sequence never granted (5): refused, its slot never applied.
   good.wait(good.write_and_ring(junk_mr, 0, slots, 5 * kBytes, kBytes, 5), 30s);
@@ -614,9 +633,7 @@ TEST_F(RogueWorkers, WithGrantWindowsAWorkerWritesOnlyItsGrantedSlotWhileItsGran
   // the NIC, and the model moves by exactly the victim's update.
   const auto hosts = hosts_from_env();
   ASSERT_GE(hosts.size(), 3u);
-  const std::string out = std::string(std::getenv("GRADLANE_OUT_DIR")) + "/rogue-windows";
-  std::filesystem::remove_all(out);
-  std::filesystem::create_directories(out);
+  const std::string out = fresh_out("rogue-windows");
   ExternalProcess server({GRADLANE_PS_NODE, "role=server", "device=" + hosts[0].device, "port=7811",
                           "floats=" + std::to_string(kFloats), "slots=8", "workers=4", "updates=1", "out=" + out,
                           "grant_windows=1", "hole_timeout_ms=500"},
@@ -635,11 +652,8 @@ TEST_F(RogueWorkers, WithGrantWindowsAWorkerWritesOnlyItsGrantedSlotWhileItsGran
   auto [late, ring3] = join(4);
   (void)ring1, (void)ring2, (void)ring3;
 
-  Buffer junk = Buffer::allocate(kBytes), gradient = Buffer::allocate(kBytes);
-  std::fill_n(reinterpret_cast<float*>(junk.data()), kFloats, 1e30F);
-  std::fill_n(reinterpret_cast<float*>(gradient.data()), kFloats, 1.0F);
-  MemoryRegion junk_mr = MemoryRegion::register_buffer(device, junk, Access::local);
-  MemoryRegion gradient_mr = MemoryRegion::register_buffer(device, gradient, Access::local);
+  const Payloads payloads(device);
+  const MemoryRegion &junk_mr = payloads.junk_mr, &gradient_mr = payloads.gradient_mr;
 
   const ps::Grant mine = grant_for(victim, 1);
   ASSERT_EQ(mine.sequence, 1u);

@@ -57,27 +57,17 @@ Aggregator::State::State(const Device& dev, std::uint16_t port, const Aggregator
 void Aggregator::State::lose(MemberPeer& peer, const Error& why) {
   if (!peer.alive) return;
   peer.alive = false;
+  peer.conn.close();  // a peer written off here is told (see ShardServer::State::lose)
   const bool owes = !peer.outstanding.empty() ||
                     std::any_of(waiting.begin(), waiting.end(), [&](const Waiting& w) { return &peers[w.peer] == &peer; });
-  if (peer.said_bye && !owes) {  // as at a shard server: gone without a bye is lost
+  if (left_cleanly(peer.said_bye, owes)) {
     ++stats.peers_left;
     return;
   }
   ++stats.peers_lost;
-  std::fprintf(stderr, "gradlane ps aggregator: lost worker %u%s: %s\n", peer.worker,
-               owes ? "" : " (it went without saying it finished)", why.what());
+  std::fprintf(stderr, "gradlane ps aggregator: lost worker %u%s: %s\n", peer.worker, lost_note(owes), why.what());
   // Its granted members will never be written: left out of their group, in order.
   for (const std::uint64_t sequence : peer.outstanding.take_all()) order.cancelled(sequence);
-}
-
-bool Aggregator::State::take_bye(MemberPeer& peer, const Message& message) {
-  const auto* bye = std::get_if<Bye>(&message);
-  if (bye == nullptr) return false;
-  if (bye->worker != peer.worker) {
-    throw Error(Errc::protocol, fmt::format("bye names worker {} on the connection of worker {}", bye->worker, peer.worker));
-  }
-  peer.said_bye = true;
-  return true;
 }
 
 std::size_t Aggregator::State::take_from(std::size_t index) {
@@ -86,7 +76,7 @@ std::size_t Aggregator::State::take_from(std::size_t index) {
   while (auto bytes = peer.conn.try_receive()) {
     ++work;
     const Message message = decode(*bytes);
-    if (take_bye(peer, message)) continue;
+    if (take_bye(message, peer.worker, peer.said_bye)) continue;
     const auto* request = std::get_if<Request>(&message);
     if (request == nullptr) {
       throw Error(Errc::protocol, fmt::format("unexpected message (kind {}) at an aggregator", message.index() + 1));

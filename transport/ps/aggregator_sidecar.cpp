@@ -67,7 +67,7 @@ std::size_t Aggregator::State::take_doorbells() {
       // protocol error.
       if (auto bytes = peer.conn.try_receive()) {
         const Message message = decode(*bytes);
-        if (!take_bye(peer, message)) {
+        if (!take_bye(message, peer.worker, peer.said_bye)) {
           throw Error(Errc::protocol,
                       fmt::format("unexpected message (kind {}) at an aggregator in sidecar mode", message.index() + 1));
         }

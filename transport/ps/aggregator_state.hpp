@@ -61,8 +61,6 @@ struct Aggregator::State {
 
   bool sidecar_mode() const { return options.sidecar.has_value(); }
   void lose(MemberPeer& peer, const Error& why);
-  // A Bye from the worker on its connection: noted (true); another message: false.
-  bool take_bye(MemberPeer& peer, const Message& message);
 
   // Direct mode (aggregator.cpp).
   // The oldest member sequence whose slot is still busy (member_group.hpp).

@@ -121,4 +121,14 @@ Message decode(std::span<const std::byte> bytes) {
   throw Error(Errc::protocol, "unreachable message kind");
 }
 
+bool take_bye(const Message& message, std::uint32_t worker, bool& said_bye) {
+  const auto* bye = std::get_if<Bye>(&message);
+  if (bye == nullptr) return false;
+  if (bye->worker != worker) {
+    throw Error(Errc::protocol, fmt::format("bye names worker {} on the connection of worker {}", bye->worker, worker));
+  }
+  said_bye = true;
+  return true;
+}
+
 }  // namespace gradlane::ps

@@ -63,4 +63,15 @@ using Message = std::variant<Hello, Request, Grant, Decided, Ack, Bye, FailedOve
 std::vector<std::byte> encode(const Message& message);
 Message decode(std::span<const std::byte> bytes);
 
+// ---- a worker's departure, as a shard server, a replica and an aggregator judge it ----
+// A Bye on the connection of `worker`: sets said_bye, true. Another message: false. A Bye
+// naming another worker is Error(protocol).
+bool take_bye(const Message& message, std::uint32_t worker, bool& said_bye);
+// A disconnect is a leave only after the worker's Bye and with nothing owed to it; otherwise
+// the worker was lost — even owing nothing: its process or link died, or it failed over to the
+// replica while this server lives, and whoever runs the job must know.
+inline bool left_cleanly(bool said_bye, bool owes) noexcept { return said_bye && !owes; }
+// What a lost worker's line adds when it owed nothing.
+inline const char* lost_note(bool owes) noexcept { return owes ? "" : " (it went without saying it finished)"; }
+
 }  // namespace gradlane::ps

@@ -165,19 +165,21 @@ void ShardServer::State::lose(Peer& peer, const Error& why) {
   } catch (const Error&) {  // none left: the failure itself
   }
   peer.alive = false;
-  // A worker that said it finished and owes nothing has left. One that went without saying so
-  // was lost, even owing nothing: its process or link died, or it failed over to the replica
-  // while this server lives (the split a link flap makes), and whoever runs the job must know.
+  // Whatever the reason, the peer is told: one written off here but alive there (its link was
+  // down past our probe, a superseded connection) would otherwise wait out its own timeouts
+  // for grants that never come — 120 s, seen in the link:2 fault.
+  peer.conn.close();
+  // Left or lost: messages.hpp (left_cleanly).
   const bool owes = !peer.outstanding.empty() ||
                     std::any_of(waiting.begin(), waiting.end(), [&](const Waiting& w) { return &peers[w.peer] == &peer; });
-  if (peer.kind == PeerKind::worker && peer.said_bye && !owes) {
+  if (peer.kind == PeerKind::worker && left_cleanly(peer.said_bye, owes)) {
     ++stats.peers_left;
     return;
   }
   ++stats.peers_lost;
   std::fprintf(stderr, "gradlane ps %s: lost %s %u%s: %s\n", role == Role::server ? "server" : "replica",
                peer.kind == PeerKind::worker ? "worker" : "primary", peer.worker,
-               peer.kind == PeerKind::worker && !owes ? " (it went without saying it finished)" : "", why.what());
+               peer.kind == PeerKind::worker ? lost_note(owes) : "", why.what());
   if (peer.kind == PeerKind::primary && role == Role::replica) promote();
   // Its granted sequences will never be written: holes, skipped in order.
   for (const std::uint64_t sequence : peer.outstanding.take_all()) order.cancelled(sequence);
@@ -216,11 +218,8 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
       decisions[decided->sequence] = *decided;
     } else if (const auto* ack = std::get_if<Ack>(&message); ack && role == Role::server && peer.kind == PeerKind::primary) {
       stats.replica_acked = std::max(stats.replica_acked, ack->through);
-    } else if (const auto* bye = std::get_if<Bye>(&message); bye && peer.kind == PeerKind::worker) {
-      if (bye->worker != peer.worker) {
-        throw Error(Errc::protocol, fmt::format("bye names worker {} on the connection of worker {}", bye->worker, peer.worker));
-      }
-      peer.said_bye = true;
+    } else if (peer.kind == PeerKind::worker && take_bye(message, peer.worker, peer.said_bye)) {
+      // noted: its disconnect will be a leave
     } else {
       throw Error(Errc::protocol, fmt::format("unexpected message (kind {}) at a {}", message.index() + 1,
                                               role == Role::server ? "server" : "replica"));

@@ -13,7 +13,7 @@ softmax
 --slots
 8
 --out
-/tmp/gradlane-faults.qw8ts4/train-fifo
+/tmp/gradlane-faults.nUpbDi/train-fifo
 --device
 rxe1
 --id

@@ -13,7 +13,7 @@ softmax
 --slots
 8
 --out
-/tmp/gradlane-faults.rSMFNf/train-fifo
+/tmp/gradlane-faults.GniGuU/train-fifo
 --device
 rxe2
 --id

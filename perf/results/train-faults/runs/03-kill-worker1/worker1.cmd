@@ -13,7 +13,7 @@ softmax
 --slots
 8
 --out
-/tmp/gradlane-faults.DPT6dD/train-fifo
+/tmp/gradlane-faults.wBJlI2/train-fifo
 --device
 rxe2
 --id

@@ -13,7 +13,7 @@ softmax
 --slots
 8
 --out
-/tmp/gradlane-faults.VZqhHj/train-fifo
+/tmp/gradlane-faults.LZ4k8X/train-fifo
 --device
 rxe0
 --port

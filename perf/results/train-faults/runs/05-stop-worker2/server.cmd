@@ -13,7 +13,7 @@ softmax
 --slots
 8
 --out
-/tmp/gradlane-faults.XBAWls/train-fifo
+/tmp/gradlane-faults.U8nD7U/train-fifo
 --device
 rxe0
 --port

@@ -13,7 +13,7 @@ softmax
 --slots
 8
 --out
-/tmp/gradlane-faults.cqogXm/train-fifo
+/tmp/gradlane-faults.GT0yiv/train-fifo
 --device
 rxe1
 --port

@@ -13,7 +13,7 @@ softmax
 --slots
 8
 --out
-/tmp/gradlane-faults.ChlB05/train-fifo
+/tmp/gradlane-faults.k0cDvL/train-fifo
 --device
 rxe2
 --id

@@ -13,7 +13,7 @@ softmax
 --slots
 8
 --out
-/tmp/gradlane-faults.6g9nOH/train-aggregate
+/tmp/gradlane-faults.7LvR4L/train-aggregate
 --device
 rxe0
 --port

@@ -13,7 +13,7 @@ softmax
 --slots
 8
 --out
-/tmp/gradlane-faults.5EoLZW/train-aggregate
+/tmp/gradlane-faults.pAQH2d/train-aggregate
 --device
 rxe1
 --port
