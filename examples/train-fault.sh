@@ -6,9 +6,10 @@
 # KIND:TARGET   kill:ROLE     SIGKILL the role (server, replica, workerI, aggregator)
 #               stop:ROLE     SIGSTOP it for STOP_S seconds (6: longer than the 3 s hole
 #                             timeout and the ~2 s silent-peer timeout), then SIGCONT
-#               restart:ROLE  SIGKILL a worker, then RESTART_S (1) s later start it again from
-#                             the step after its last acknowledged push (its pushes.csv, moved
-#                             to killed-ROLE.pushes.csv): it must rejoin the running job
+#               restart:ROLE  SIGKILL it, then RESTART_S (1) s later start it again with its
+#                             command (ROLE.cmd); a worker from the step after its last
+#                             acknowledged push (its pushes.csv, moved to
+#                             killed-ROLE.pushes.csv): it must rejoin the running job
 #               link:HOST     host HOST's link (bridge port hHOST-p) down for LINK_S s (4), then up
 #               netem:HOST    NETEM (loss 10% delay 20ms) on host HOST's link, both
 #                             directions, for NETEM_S s (5)
@@ -50,17 +51,23 @@ case $KIND in
     sleep "$RESTART_S"
     i=0; while [ ! -f "$OUT/$TARGET.exit" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
     mv "$OUT/$TARGET.exit" "$OUT/killed-$TARGET.exit"
-    mv "$OUT/$TARGET.pushes.csv" "$OUT/killed-$TARGET.pushes.csv"
     mv "$OUT/$TARGET.log" "$OUT/killed-$TARGET.log"
-    last=$(tail -n 1 "$OUT/killed-$TARGET.pushes.csv"); last=${last%%,*}
-    case $last in ''|*[!0-9]*) first=0 ;; *) first=$((last + 1)) ;; esac
-    echo "restarting $TARGET from step $first"
+    resume=""
+    case $TARGET in
+      worker*)
+        mv "$OUT/$TARGET.pushes.csv" "$OUT/killed-$TARGET.pushes.csv"
+        last=$(tail -n 1 "$OUT/killed-$TARGET.pushes.csv"); last=${last%%,*}
+        case $last in ''|*[!0-9]*) first=0 ;; *) first=$((last + 1)) ;; esac
+        resume="--first-step $first"
+        echo "restarting $TARGET from step $first" ;;
+      *) echo "restarting $TARGET" ;;
+    esac
     (
       IFS='
 '
       set -- $(cat "$OUT/$TARGET.cmd")
       unset IFS
-      sh -c 'echo $$ > "$0"; exec "$@"' "$OUT/$TARGET.pid" "$@" --first-step "$first" > "$OUT/$TARGET.log" 2>&1
+      sh -c 'echo $$ > "$0"; exec "$@"' "$OUT/$TARGET.pid" "$@" $resume > "$OUT/$TARGET.log" 2>&1
       rc=$?; echo "$rc $(date +%s.%N)" > "$OUT/$TARGET.exit"
     ) &
     ended=$(now) ;;

@@ -10,7 +10,9 @@
 # Faults (KIND:TARGET): kill:ROLE, stop:ROLE (SIGSTOP 6 s, SIGCONT), restart:workerI (SIGKILL,
 # started again 1 s later from its next step: it must rejoin), link:HOST (down 4 s, up),
 # netem:HOST (loss 10% delay 20ms, 5 s); ROLE = server | replica | workerI | aggregator;
-# HOST = 0 (server) | 1 (replica, even workers) | 2 (odd workers, aggregator).
+# HOST = 0 (server) | 1 (replica, even workers) | 2 (odd workers, aggregator); ROLE also
+# gradlaned-a (host 0's sidecar: the server's, host 2's workers', the aggregator's) or
+# gradlaned-b (host 1's), run in gradlane mode.
 # Writes OUT/table.md, OUT/table.json and OUT/runs/; exits 1 if a fault was not survived.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -19,7 +21,7 @@ BUILD=build
 if [[ $# -gt 0 && $1 != *=* ]]; then BUILD=$1; shift; fi
 BUILD=$(cd "$BUILD" && pwd)
 SEED=1 WORKERS=3 STEPS=150 OUT=$ROOT/perf/results/train-faults
-FAULTS="kill:server kill:replica kill:worker1 restart:worker1 stop:worker2 link:2 netem:0 kill:aggregator stop:aggregator"
+FAULTS="kill:server kill:replica kill:worker1 restart:worker1 stop:worker2 link:2 netem:0 kill:aggregator stop:aggregator kill:gradlaned-a kill:gradlaned-b"
 for setting in "$@"; do
   case $setting in
     SEED=*|FAULTS=*|WORKERS=*|STEPS=*|OUT=*) declare "$setting" ;;
@@ -35,6 +37,7 @@ for fault in $FAULTS; do
   delay_ms=$((1000 + RANDOM % 3000))
   mode=fifo
   [[ $fault == *:aggregator ]] && mode=aggregate
+  [[ $fault == *:gradlaned-* ]] && mode=gradlane
   # A restarted worker loads the dataset again (~3 s in the emulator) before it connects: the
   # job must outlast that, or the others finish first and there is nothing left to rejoin.
   steps=$STEPS

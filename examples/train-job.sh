@@ -97,13 +97,11 @@ if [ "$MODE" = gradlane ]; then
     if [ "$(host_of $i)" = 1 ]; then B_EXTRA="$B_EXTRA --endpoint $((100 + i))"; else A_EXTRA="$A_EXTRA --endpoint $((100 + i))"; fi
     i=$((i + 1))
   done
-  "$D" --foreground --shm-name /gradlane-train-a --device "$DEV0" --endpoint 0 $A_EXTRA --listen-port 7600 \
-       --expect-peers 1 --staleness-bound "$TAU" --replica-bound "$BOUND" --schedule-log "$OUT/schedule.jsonl" \
-       > "$OUT/gradlaned-a.log" 2>&1 &
-  A=$!
-  "$D" --foreground --shm-name /gradlane-train-b --device "$DEV1" --endpoint 1 $B_EXTRA --listen-port 7601 \
-       --peer "$ADDR0:7600" --staleness-bound "$TAU" --replica-bound "$BOUND" > "$OUT/gradlaned-b.log" 2>&1 &
-  B=$!
+  # As roles: a fault can target them (kill:gradlaned-a), and their exits are recorded.
+  role gradlaned-a "$D" --foreground --shm-name /gradlane-train-a --device "$DEV0" --endpoint 0 $A_EXTRA --listen-port 7600 \
+       --expect-peers 1 --staleness-bound "$TAU" --replica-bound "$BOUND" --schedule-log "$OUT/schedule.jsonl"
+  role gradlaned-b "$D" --foreground --shm-name /gradlane-train-b --device "$DEV1" --endpoint 1 $B_EXTRA --listen-port 7601 \
+       --peer "$ADDR0:7600" --staleness-bound "$TAU" --replica-bound "$BOUND"
 fi
 sidecar() {  # HOST ENDPOINT: the options that attach a role on that host to its gradlaned
   [ "$MODE" = gradlane ] || return 0
@@ -144,7 +142,10 @@ wait $S || failed=1
 [ -n "${TAIL:-}" ] && { sleep 0.2; kill $TAIL 2>/dev/null; }
 printf '{"before":{%s},"after":{%s}}\n' "$(echo "$BYTES_BEFORE" | sed 's/,$//')" "$(link_bytes | sed 's/,$//')" > "$OUT/link-bytes.json"
 [ "$REPLICA" = 1 ] && { wait $R || failed=1; }
-if [ "$MODE" = gradlane ]; then kill -TERM $A $B; wait $A $B 2>/dev/null; fi
+if [ "$MODE" = gradlane ]; then  # the daemons themselves (their pids), then their wrappers
+  for d in gradlaned-a gradlaned-b; do kill -TERM "$(cat "$OUT/$d.pid")" 2>/dev/null; done
+  wait
+fi
 [ -n "$INJECTOR" ] && wait $INJECTOR
 [ $failed = 0 ] || { echo "a role failed:"; tail -n 3 "$OUT"/*.log; }
 if [ "${SCHEDULE:-0}" = 1 ] && [ "$MODE" = gradlane ]; then

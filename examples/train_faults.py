@@ -167,7 +167,7 @@ def check(run):
             outcome += f" (replica promoted {replica_stats['promoted_at_ns'] / 1e9 - float(fault['injected_uptime']):.2f} s after)"
         elif promoted:
             outcome += ' (replica promoted)'
-    if kind == 'restart':
+    if kind == 'restart' and target.startswith('worker'):
         # The restarted worker must have rejoined: admitted by the server that finished the job,
         # and pushed (its exit 0 is checked above like any role's).
         joined = (read_json(os.path.join(run, f'{survivor}.stats.json')) or {}).get('peers_joined', 0)
