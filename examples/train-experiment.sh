@@ -3,6 +3,7 @@
 # with a straggler, on an ingress-bound server (SERVER_RATE limits what enters the server's host); one job per (case, mode, seed), each in a fresh VM.
 #   bash examples/train-experiment.sh [BUILD_DIR] [SEEDS="1 2 3"] [SERVER_RATE=4mbit] [STEPS=150] [WORKERS=4]
 #        [STRAGGLERS="0 1"] [MODES="gradlane fifo sync aggregate"] [REPLICA=1] [REPLICA_READS=0]
+#        [TAU=N] (gradlaned's staleness bound; default 2 x WORKERS)
 # REPLICA=0 runs without the replica; REPLICA_READS=1 has it READ each update from the server's
 # slot instead of every writer mirroring it (examples/train-job.sh).
 # Writes every run's directory, a table (results.md) and the raw summaries (results.json) into
@@ -17,7 +18,7 @@ SEEDS="1" STRAGGLERS="0 1" SERVER_RATE=4mbit STEPS=150 WORKERS=4 RESULTS=$ROOT/p
 REPLICA=1 REPLICA_READS=0
 for setting in "$@"; do
   case $setting in
-    SEEDS=*|STRAGGLERS=*|SERVER_RATE=*|STEPS=*|WORKERS=*|RESULTS=*|MODES=*|REPLICA=*|REPLICA_READS=*) declare "$setting" ;;
+    SEEDS=*|STRAGGLERS=*|SERVER_RATE=*|STEPS=*|WORKERS=*|RESULTS=*|MODES=*|REPLICA=*|REPLICA_READS=*|TAU=*) declare "$setting" ;;
     *) echo "train-experiment.sh: unknown setting '$setting'" >&2; exit 2 ;;
   esac
 done
@@ -30,7 +31,7 @@ for straggler in $STRAGGLERS; do
       rm -rf "$run"
       bash "$HERE/train.sh" "$BUILD" MODE="$mode" SEED="$seed" STEPS="$STEPS" WORKERS="$WORKERS" \
            SERVER_RATE="$SERVER_RATE" STRAGGLER="$straggler" REPLICA="$REPLICA" REPLICA_READS="$REPLICA_READS" \
-           OUT_DIR="$run" > "$run.log" 2>&1 || true
+           ${TAU:+TAU="$TAU"} OUT_DIR="$run" > "$run.log" 2>&1 || true
       tail -n 4 "$run.log"
     done
   done
