@@ -228,13 +228,21 @@ struct Worker::State {
   // grant that waited there for a free slot counts.
   std::pair<Message, Clock::time_point> receive_noting_arrival(Connection& target) {
     const auto start = Clock::now();
-    Clock::time_point last_empty = requested_at;
+    Clock::time_point last_empty = requested_at, last_probe = start;
     for (;;) {
       if (auto message = target.try_receive()) return {decode(*message), last_empty};
       last_empty = Clock::now();
       const auto waited = last_empty - start;
       if (waited > options.timeout) {
         throw Error(Errc::timeout, fmt::format("{}: no grant within {} ms", target.describe(), options.timeout.count()));
+      }
+      // Waiting for a message, the connection is idle: a peer gone without a disconnect reaching
+      // us (its host or process died while the link was down, so its DREQ was lost) would go
+      // unnoticed until the timeout (120 s in the link:2 fault). A probe a second fails within
+      // the ACK timeout and its retries instead; try_receive() then throws it (failover).
+      if (last_empty - last_probe >= std::chrono::seconds(1) && target.outstanding() == 0) {
+        last_probe = last_empty;
+        target.probe();
       }
       // A grant behind a slow server can take seconds, and the worker shares the host's cores.
       detail::back_off(waited);
