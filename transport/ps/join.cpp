@@ -8,6 +8,14 @@
 
 namespace gradlane::ps {
 
+std::optional<Hello> try_hello(Connection& conn) {
+  const auto bytes = conn.try_receive();
+  if (!bytes) return std::nullopt;
+  const Message first = decode(*bytes);
+  if (const auto* hello = std::get_if<Hello>(&first)) return *hello;
+  throw Error(Errc::protocol, fmt::format("the first message (kind {}) was not a hello", first.index() + 1));
+}
+
 std::vector<Joined> accept_hellos(Listener& listener, std::size_t count, const std::function<void(Connection&)>& advertise,
                                   Millis timeout, const char* who) {
   using Clock = std::chrono::steady_clock;
@@ -37,14 +45,11 @@ std::vector<Joined> accept_hellos(Listener& listener, std::size_t count, const s
     for (auto it = pending.begin(); it != pending.end();) {
       std::optional<Hello> hello;
       try {
-        const auto bytes = it->first.try_receive();
-        if (!bytes) {
+        hello = try_hello(it->first);
+        if (!hello) {
           ++it;
           continue;
         }
-        const Message first = decode(*bytes);
-        if (const auto* h = std::get_if<Hello>(&first)) hello = *h;
-        if (!hello) throw Error(Errc::protocol, fmt::format("the first message (kind {}) was not a hello", first.index() + 1));
       } catch (const Error& e) {
         drop(it->first.describe(), e);
         it = pending.erase(it);

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "gradlane/connection.hpp"
@@ -23,6 +24,10 @@ struct Joined {
   Hello hello;
   std::size_t accepted = 0;  // 0-based: the order its connection was accepted and advertised to
 };
+
+// The hello that opens an accepted connection: nullopt while nothing has arrived;
+// Error(protocol) when the first message is not a hello.
+std::optional<Hello> try_hello(Connection& conn);
 
 // Accepts connections on `listener` until `count` peers have said hello; `advertise` is called
 // on each accepted connection first (to send the region descriptors). A first message that is

@@ -706,18 +706,16 @@ std::size_t ShardServer::State::admit_joiners() {
   }
   for (auto it = joining.begin(); it != joining.end();) {
     try {
-      const auto bytes = it->conn.try_receive();
-      if (!bytes) {
+      const auto hello = try_hello(it->conn);
+      if (!hello) {
         if (Clock::now() < it->deadline) {
           ++it;
           continue;
         }
         throw Error(Errc::timeout, fmt::format("no hello within {} ms", options.transport.connect_timeout.count()));
       }
-      const Message first = decode(*bytes);
-      const auto* hello = std::get_if<Hello>(&first);
-      if (!hello || hello->kind != PeerKind::worker) {
-        throw Error(Errc::protocol, "the first message on a connection accepted after the start was not a worker's hello");
+      if (hello->kind != PeerKind::worker) {
+        throw Error(Errc::protocol, "a connection accepted after the start said hello as a primary, not a worker");
       }
       admit(std::move(it->conn), *hello);
       ++work;
