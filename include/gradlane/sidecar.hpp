@@ -50,6 +50,13 @@ struct AttachOptions {
   // microseconds of a request, so a short spin saves the ~5-20 us of a futex wake-up;
   // 0 sleeps at once (lowest CPU). from_env(): GRADLANE_SIDECAR_SPIN_US.
   std::chrono::microseconds spin{50};
+  // Failover: a replica promoted to be `endpoint`'s server attaches with the version it took
+  // over at (every sequence <= it decided there). The daemon — which must have been started
+  // with `--standby endpoint` — then owns that receiver's sequence, hands it out from
+  // take_over_at + 1, and tells its peers (the old owner drops what it had pending: Reason::
+  // receiver_moved). Refused with Reason::bad_takeover otherwise. Only the first attach takes
+  // over: a transparent reattach to a restarted daemon is a plain attach.
+  std::optional<std::uint64_t> take_over_at;
 
   // Defaults with the GRADLANE_SIDECAR_* overrides applied; throws Error(invalid_argument)
   // naming the variable for a malformed value.
@@ -87,6 +94,10 @@ enum class Reason : std::uint8_t {
   // model is stale: do not re-pull; a new request to that receiver is refused with
   // receiver_unreachable until its sidecar is back (gradlaned restarted with the peer).
   peer_lost = 2,
+  // drop: the receiver's server failed over to its replica, whose host's sidecar now hands out
+  // the sequence, before this part was decided. Not stale and not lost for good: the push did
+  // not happen; a new request goes to the new owner (the same receiver id).
+  receiver_moved = 3,
   unknown_job = 10,          // error: the entry names a job this app did not attach as
   bad_size = 11,             // error: zero bytes, or more than the daemon's --max-update-bytes
   bad_offset = 12,           // error: [region_offset, +bytes) is outside the app's region
@@ -110,6 +121,9 @@ enum class Reason : std::uint8_t {
   owner_mismatch = 41,       // the pid/start time in the slot is not the process that claimed it
   corrupt_ring = 42,         // the app's queue indices were overwritten
   unknown_endpoint = 43,     // AttachOptions::endpoint is not one of the daemon's --endpoint ids
+  // AttachOptions::take_over_at for an endpoint this daemon was not started to stand by for
+  // (--standby), or one it cannot take over (a daemon without a scheduler).
+  bad_takeover = 44,
 };
 std::string_view reason_name(Reason reason) noexcept;
 std::string_view kind_name(GrantKind kind) noexcept;

@@ -85,6 +85,10 @@ std::string attach_refusal_hint(Reason reason, const shm::Header& h, const Attac
   switch (reason) {
     case Reason::bad_attach:
       return " (AttachOptions::region_bytes must be > 0)";
+    case Reason::bad_takeover:
+      return fmt::format(" (AttachOptions::take_over_at: gradlaned (pid {}) was not started with --standby {}, so "
+                         "it does not take over that endpoint's sequence)",
+                         h.daemon_pid, o.endpoint);
     case Reason::unknown_endpoint:
       return fmt::format(" (AttachOptions::endpoint {} is not a NIC of this host: gradlaned (pid {}) serves only "
                          "the endpoints given to it with --endpoint)",
@@ -119,6 +123,7 @@ Claimed claim_slot(Client::State& state, shm::Segment& segment, Clock::time_poin
   slot.job = o.job;
   slot.endpoint = o.endpoint;
   slot.region_bytes = o.region_bytes;
+  slot.take_over = o.take_over_at ? *o.take_over_at + 1 : 0;
   std::uint64_t word = shm::claim_word(SlotState::claiming, pid);
   if (!slot.claim.compare_exchange_strong(word, shm::claim_word(SlotState::attaching, pid),
                                           std::memory_order_acq_rel)) {
@@ -217,6 +222,9 @@ void reattach(Client::State& state) {
   state.header = nullptr;
   state.slot = nullptr;
   state.segment.reset();  // the old daemon is gone: nobody to tell
+  // A restarted daemon knows nothing of a takeover made at the old one, and the sequence has
+  // moved on since: taking over again at the first version would hand out used numbers.
+  state.options.take_over_at.reset();
   connect(state);
   ++state.reattachments;
 }

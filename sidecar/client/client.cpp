@@ -372,6 +372,7 @@ std::string_view reason_name(Reason reason) noexcept {
     case Reason::none: return "none";
     case Reason::stale: return "stale";
     case Reason::peer_lost: return "peer_lost";
+    case Reason::receiver_moved: return "receiver_moved";
     case Reason::unknown_job: return "unknown_job";
     case Reason::bad_size: return "bad_size";
     case Reason::bad_offset: return "bad_offset";
@@ -390,6 +391,7 @@ std::string_view reason_name(Reason reason) noexcept {
     case Reason::owner_mismatch: return "owner_mismatch";
     case Reason::corrupt_ring: return "corrupt_ring";
     case Reason::unknown_endpoint: return "unknown_endpoint";
+    case Reason::bad_takeover: return "bad_takeover";
   }
   return "unknown";
 }

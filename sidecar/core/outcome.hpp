@@ -78,10 +78,15 @@ enum class DropReason : std::uint8_t {
   // Not the scheduler's: the peer sidecar that owns the receiver's sequence was lost before it
   // decided this part (DistributedPolicy). The update is not stale; nobody can sequence it now.
   peer_lost,
+  // The receiver's sequence moved to another owner (its server failed over to a replica that
+  // a sidecar elsewhere now schedules) before this part was decided. Not stale: ask again, the
+  // request reaches the new owner.
+  receiver_moved,
 };
 
 // Do not send this part; tell the application. For staleness_bound it should pull a fresh
-// model and recompute; for peer_lost the receiver is unreachable until its sidecar returns.
+// model and recompute; for peer_lost the receiver is unreachable until its sidecar returns;
+// for receiver_moved a new request goes to the receiver's new owner.
 struct Drop {
   RequestId request{};
   std::uint32_t part = 0;

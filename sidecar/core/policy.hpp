@@ -39,6 +39,11 @@ class Policy {
   virtual bool replica_ack(sched::EndpointId receiver, sched::Seq seq) = 0;
   // When schedule() should run again even if nothing arrives (nullopt: only on new input).
   virtual std::optional<sched::Instant> next_wakeup() const = 0;
+  // A replica on this host was promoted to be `receiver`'s server at `version` (every sequence
+  // <= version is decided there): from now on this policy hands out its sequence from
+  // version + 1. What was pending for the receiver under its old server is dropped
+  // (receiver_moved) by the next schedule(). False if this policy cannot take it over.
+  virtual bool take_over(sched::EndpointId receiver, sched::Version version, sched::Instant now) = 0;
 };
 
 // Production: the scheduling core (sidecar/core/scheduler.hpp).
@@ -50,6 +55,8 @@ class SchedulerPolicy final : public Policy {
     return scheduler_.submit(request, now);
   }
   void schedule(sched::Instant now, std::vector<sched::Outcome>& out) override {
+    out.insert(out.end(), moved_.begin(), moved_.end());
+    moved_.clear();
     scheduler_.schedule(now, out);
   }
   bool complete(sched::TransferId transfer, sched::Instant now, sched::Nanos measured,
@@ -58,11 +65,16 @@ class SchedulerPolicy final : public Policy {
   }
   bool replica_ack(sched::EndpointId receiver, sched::Seq seq) override { return scheduler_.replica_ack(receiver, seq); }
   std::optional<sched::Instant> next_wakeup() const override { return scheduler_.next_wakeup(); }
+  bool take_over(sched::EndpointId receiver, sched::Version version, sched::Instant) override {
+    scheduler_.close_receiver(receiver, moved_);
+    return scheduler_.open_receiver(receiver, version);
+  }
 
   sched::Scheduler& scheduler() noexcept { return scheduler_; }
 
  private:
   sched::Scheduler scheduler_;
+  std::vector<sched::Outcome> moved_;  // close_receiver()'s drops, emitted by schedule()
 };
 
 // Grants every request whole, at once, in arrival order, with a per-receiver sequence: no
@@ -76,6 +88,7 @@ class PassThroughPolicy final : public Policy {
                 sched::TransferResult result) override;
   bool replica_ack(sched::EndpointId, sched::Seq) override { return true; }  // no window here
   std::optional<sched::Instant> next_wakeup() const override { return std::nullopt; }
+  bool take_over(sched::EndpointId, sched::Version, sched::Instant) override { return false; }  // no sequences to move
 
  private:
   std::vector<sched::Request> pending_;

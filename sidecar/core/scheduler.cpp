@@ -72,6 +72,61 @@ bool Scheduler::open_receiver(EndpointId receiver, Version current) {
   return true;
 }
 
+std::size_t Scheduler::close_receiver(EndpointId receiver_id, std::vector<Outcome>& out) {
+  const auto found = index_.find(receiver_id);
+  if (found == index_.end()) return 0;
+  const Index receiver = found->second;
+  // Parts: every request addressed to it, in id order (a deterministic order of drops).
+  std::vector<RequestId> doomed;
+  for (const auto& [id, q] : requests_) {
+    if (q.receiver == receiver) doomed.push_back(id);
+  }
+  std::sort(doomed.begin(), doomed.end(), [](RequestId a, RequestId b) { return to_int(a) < to_int(b); });
+  for (const RequestId id : doomed) {
+    RequestState& q = requests_.at(id);
+    EndpointState& s = endpoints_[q.sender];
+    for (const QueuedPart& p : s.queue.remove_request(q.request.job, q.request.id)) {
+      out.emplace_back(Drop{q.request.id, p.index, p.count, p.offset, p.length, q.request.job, q.request.sender,
+                            q.request.receiver, DropReason::receiver_moved, 0});
+      ++stats_.drops;
+      ++stats_.decisions;
+      --pending_parts_;
+      --q.parts_open;
+    }
+    const Index sender = q.sender;
+    // Parts granted before stay open until their completion; a request with none is done.
+    if (q.parts_open == 0) requests_.erase(id);
+    if (s.head != kNone) {
+      remove_candidate(s.head);
+      s.head = kNone;
+    }
+    refresh_head(sender);
+  }
+  // Aggregates that would have taken one of its sequences.
+  std::size_t forgotten = 0;
+  for (auto it = aggregates_.begin(); it != aggregates_.end();) {
+    if (it->second.receiver != receiver) {
+      ++it;
+      continue;
+    }
+    if (it->second.candidate != kNone) remove_candidate(it->second.candidate);
+    it = aggregates_.erase(it);
+    ++forgotten;
+  }
+  // Its sequences in flight are the old server's: a failure must not cancel one at the new.
+  for (auto& [transfer, record] : transfers_) {
+    if (record.receiver == receiver) record.seq = 0;
+  }
+  cancels_.erase(std::remove_if(cancels_.begin(), cancels_.end(), [&](const Cancel& c) { return c.receiver == receiver_id; }),
+                 cancels_.end());
+  EndpointState& r = endpoints_[receiver];
+  r.reservations = DeadlineReservations{};
+  r.sequenced = false;
+  r.window = ReplicationWindow(config_.replica_bound, r.window.granted());
+  sync_receiver(receiver);
+  return forgotten;
+}
+
 void Scheduler::add_aggregator(JobId job, EndpointId endpoint_id) {
   const Index i = endpoint(endpoint_id);
   endpoints_[i].aggregates = true;

@@ -149,8 +149,17 @@ class Scheduler {
   // Declares a NIC's rate (its line rate), replacing the estimate until transfers refine it.
   void set_rate(EndpointId endpoint, Direction direction, double bytes_per_sec);
   // Starts a server's sequence at `current` (e.g. a replica taking over at its version).
-  // Only before the first sequence number for that server is granted; returns false otherwise.
+  // Only before the first sequence number for that server is granted (or after
+  // close_receiver()); returns false otherwise.
   bool open_receiver(EndpointId receiver, Version current);
+  // The receiver's sequence is no longer this scheduler's (its server failed over to a replica
+  // another sidecar schedules, or to one here that restarts the sequence): every part pending
+  // for it is dropped now (appended to `out`, DropReason::receiver_moved), its pending
+  // aggregates are forgotten (their members were already redirected; the aggregator never
+  // gets a grant for them), its granted transfers no longer cancel a sequence when they fail
+  // (the sequence belongs to the old server), and open_receiver() may start it again.
+  // Returns the number of aggregates forgotten.
+  std::size_t close_receiver(EndpointId receiver, std::vector<Outcome>& out);
   // `endpoint` may aggregate updates of `job` (it registered aggregation regions).
   void add_aggregator(JobId job, EndpointId endpoint);
   void remove_aggregator(JobId job, EndpointId endpoint);

@@ -52,7 +52,7 @@ std::size_t Daemon::scan_claims(sched::Instant now) {
     switch (shm::claim_state(word)) {
       case SlotState::attaching:
         if (!apps_[i]) {
-          accept(i, word);
+          accept(i, word, now);
           ++events;
         }
         break;
@@ -72,7 +72,7 @@ std::size_t Daemon::scan_claims(sched::Instant now) {
   return events;
 }
 
-void Daemon::accept(std::uint32_t slot, std::uint64_t claim) {
+void Daemon::accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now) {
   shm::AppSlot& s = slot_ref(slot);
   const auto pid = static_cast<pid_t>(shm::claim_pid(claim));
   auto owner = ProcessWatch::open(pid, s.owner_start_time);
@@ -89,7 +89,18 @@ void Daemon::accept(std::uint32_t slot, std::uint64_t claim) {
     reject(slot, claim, Reason::bad_attach);
     return;
   }
-  if (!serves(s.endpoint)) {
+  const std::uint64_t take_over = s.take_over;  // read once: the app could change it
+  if (take_over != 0) {
+    // A promoted replica: its receiver's sequence is ours from now on, if we stand by for it.
+    const auto& standby = config_.standby_endpoints;
+    if (std::find(standby.begin(), standby.end(), s.endpoint) == standby.end() ||
+        !policy_->take_over(sched::EndpointId{s.endpoint}, take_over - 1, now)) {
+      reject(slot, claim, Reason::bad_takeover);
+      return;
+    }
+    ++inputs_;  // the old owner's pending parts are dropped by the next schedule()
+    ++stats_.takeovers;
+  } else if (!serves(s.endpoint)) {
     reject(slot, claim, Reason::unknown_endpoint);
     return;
   }

@@ -52,6 +52,7 @@ struct DaemonStats {
                                      // with no local server app
   std::uint64_t cancelled = 0;       // cancels delivered to a server app
   std::uint64_t acknowledged = 0;    // applied acks taken from server apps
+  std::uint64_t takeovers = 0;       // promoted replicas whose receiver's sequence moved here
 };
 
 class Daemon {
@@ -87,7 +88,7 @@ class Daemon {
  private:
   // attach.cpp — the lifecycle of app slots
   std::size_t scan_claims(sched::Instant now);
-  void accept(std::uint32_t slot, std::uint64_t claim);
+  void accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now);
   void reject(std::uint32_t slot, std::uint64_t claim, Reason reason);
   void evict(AppSession& app, Reason reason, sched::Instant now);
   void reclaim(std::uint32_t slot, sched::Instant now);

@@ -20,6 +20,11 @@ struct DaemonConfig {
   // NIC this sidecar does not own. Empty (no --endpoint flag): every endpoint is accepted,
   // the permissive single-daemon mode the in-process tests and benchmarks use.
   std::vector<std::uint32_t> endpoints;
+  // --standby: receivers (server endpoints) whose replica runs on this host. If that replica
+  // is promoted, it attaches with AttachOptions::take_over_at and this sidecar takes over the
+  // receiver's sequence (the policy's take_over). Any other takeover is refused
+  // (Reason::bad_takeover): a stray app must not be able to move a server's sequence.
+  std::vector<std::uint32_t> standby_endpoints;
   // --max-apps: app slots in the segment (33 KiB each). 64 covers 8 GPUs x 8 worker processes.
   std::uint32_t max_apps = 64;
   // --max-update-bytes: a larger request is refused as absurd (Reason::bad_size). 16 GiB is

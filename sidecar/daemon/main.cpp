@@ -164,6 +164,9 @@ int main(int argc, char** argv) {
                  "from these; requests to receivers on these are scheduled here, to others by the peer that "
                  "announces them, and to a receiver no sidecar serves are refused (unknown_receiver). Without "
                  "any --endpoint (and no peers) every endpoint is accepted and scheduled here");
+  cli.add_option("--standby", config.standby_endpoints,
+                 "endpoint id of a server whose replica runs on this host (repeatable): if that replica is promoted "
+                 "(the server died), this sidecar takes over the server's sequence and tells its peers");
   cli.add_option("--listen-port", fabric_options.listen_port, "port peer sidecars connect to")->capture_default_str();
   cli.add_option("--peer", fabric_options.peers, "ADDRESS:PORT of a peer sidecar to connect to (repeatable)");
   cli.add_option("--expect-peers", fabric_options.expect_peers, "peer sidecars that connect to this one")

@@ -45,6 +45,8 @@ Reason reason_for(sched::DropReason reason) {
       return Reason::stale;
     case sched::DropReason::peer_lost:
       return Reason::peer_lost;
+    case sched::DropReason::receiver_moved:
+      return Reason::receiver_moved;
   }
   return Reason::none;
 }

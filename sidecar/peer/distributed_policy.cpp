@@ -18,9 +18,10 @@ constexpr std::uint64_t kOwnIdBase = std::uint64_t{1} << 62;
 constexpr sched::Nanos kPeerPollInterval{100'000};
 
 SlotAnswer drop_answer(std::uint64_t request, std::uint32_t part, std::uint32_t part_count, std::uint64_t offset,
-                       std::uint64_t length, std::uint64_t delay) {
+                       std::uint64_t length, std::uint64_t delay, DropCause cause = DropCause::stale) {
   SlotAnswer a;
   a.kind = AnswerKind::drop;
+  a.drop_cause = cause;
   a.request = request;
   a.part = part;
   a.part_count = part_count;
@@ -88,6 +89,7 @@ void DistributedPolicy::schedule(sched::Instant now, std::vector<sched::Outcome>
     for (std::size_t i = first_from_peers; i < out.size(); ++i) decision_hook_(out[i], now, "peer");
   }
   decided_.clear();
+  decided_.swap(moved_);  // drops of a receiver that moved away, then what the core decides now
   scheduler_.schedule(now, decided_);
   for (const sched::Outcome& outcome : decided_) {
     if (decision_hook_) decision_hook_(outcome, now, "here");
@@ -137,6 +139,12 @@ void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched
             note(fmt::format("peer {} hosts {} endpoint(s)", transport_.describe(peer), hello.endpoints.size()));
           },
           [&](const SlotRequest& m) {
+            if (!is_local(sched::EndpointId{m.receiver}) && endpoint_owner_.contains(m.receiver)) {
+              // It moved away (a Takeover) and the peer has not heard yet: it asks again there.
+              send(peer, drop_answer(m.request, 0, 1, 0, m.bytes, 0, DropCause::receiver_moved));
+              ++stats_.answers_sent;
+              return;
+            }
             if (!is_local(sched::EndpointId{m.receiver})) {
               throw Error(Errc::protocol, fmt::format("slot request for endpoint {}, which is not on this host", m.receiver));
             }
@@ -156,6 +164,23 @@ void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched
             ++stats_.remote_requests;
           },
           [&](const SlotAnswer& m) { on_answer(peer, m, now, out); },
+          [&](const Takeover& m) {
+            const sched::EndpointId receiver{m.endpoint};
+            if (is_local(receiver)) {
+              // Its server failed over to a replica there: what we had pending for it is dropped
+              // (receiver_moved, routed by the next schedule()); its sequence is no longer ours.
+              const std::size_t before = moved_.size();
+              const std::size_t aggregates = scheduler_.close_receiver(receiver, moved_);
+              local_.erase(m.endpoint);
+              note(fmt::format("peer {} took over endpoint {} at version {}: {} pending part(s) dropped, {} pending "
+                               "aggregate(s) forgotten",
+                               transport_.describe(peer), m.endpoint, m.version, moved_.size() - before, aggregates));
+            } else {
+              note(fmt::format("peer {} took over endpoint {} at version {}", transport_.describe(peer), m.endpoint,
+                               m.version));
+            }
+            endpoint_owner_[m.endpoint] = peer;
+          },
           [&](const TransferDone& m) {
             const auto it = granted_to_peer_.find(m.transfer);
             if (it == granted_to_peer_.end() || it->second != peer) {
@@ -223,7 +248,9 @@ void DistributedPolicy::on_answer(PeerIndex peer, const SlotAnswer& m, sched::In
       break;
     case AnswerKind::drop:
       out.push_back(sched::Drop{r.id, m.part, m.part_count, m.offset, m.length, r.job, r.sender, r.receiver,
-                                sched::DropReason::staleness_bound, m.delay});
+                                m.drop_cause == DropCause::receiver_moved ? sched::DropReason::receiver_moved
+                                                                          : sched::DropReason::staleness_bound,
+                                m.delay});
       break;
     case AnswerKind::aggregate:
       break;  // handled above
@@ -254,7 +281,7 @@ void DistributedPolicy::answer_remote(const sched::Outcome& outcome, sched::Inst
     granted_to_peer_[transfer] = rr.peer;
     if (!send(rr.peer, SlotAnswer{kind, rr.their_id, transfer, m.part, m.part_count, m.offset, m.length, m.tag,
                                   m.delay, start_in, length, sched::to_int(m.destination), sched::to_int(m.sender),
-                                  {}})) {
+                                  {}, DropCause::stale})) {
       granted_to_peer_.erase(transfer);
       finish(m.transfer, now, sched::Nanos{0}, sched::TransferResult::failed);
     }
@@ -266,7 +293,9 @@ void DistributedPolicy::answer_remote(const sched::Outcome& outcome, sched::Inst
           [&](const sched::Redirect& r) { move_part(AnswerKind::redirect, sched::part_move(r)); },
           [&](const sched::Drop& d) {
             const RemoteRequest rr = remote(d.request);
-            send(rr.peer, drop_answer(rr.their_id, d.part, d.part_count, d.offset, d.length, d.delay));
+            send(rr.peer, drop_answer(rr.their_id, d.part, d.part_count, d.offset, d.length, d.delay,
+                                      d.reason == sched::DropReason::receiver_moved ? DropCause::receiver_moved
+                                                                                     : DropCause::stale));
             if (d.part + 1 == d.part_count) remote_requests_.erase(static_cast<std::uint64_t>(d.request));
           },
           [&](const sched::Cancel&) {},  // always local (see schedule())
@@ -275,7 +304,7 @@ void DistributedPolicy::answer_remote(const sched::Outcome& outcome, sched::Inst
             const auto [start_in, length] = relative(a.slot);
             SlotAnswer m{AnswerKind::aggregate, static_cast<std::uint64_t>(a.aggregate), static_cast<std::uint64_t>(a.transfer),
                          0, 1, a.offset, a.length, a.seq, a.delay, start_in, length, sched::to_int(a.receiver),
-                         sched::to_int(a.aggregator), {}};
+                         sched::to_int(a.aggregator), {}, DropCause::stale};
             for (const auto& member : a.members) m.members.push_back(static_cast<std::uint64_t>(member.request));
             if (peer && send(*peer, m)) {
               granted_to_peer_[static_cast<std::uint64_t>(a.transfer)] = *peer;
@@ -294,6 +323,20 @@ bool DistributedPolicy::complete(sched::TransferId transfer, sched::Instant now,
   if (it == proxies_.end()) return finish(transfer, now, measured, result);
   send(it->second.peer, TransferDone{it->second.their_transfer, measured.count(), result == sched::TransferResult::failed});
   proxies_.erase(it);
+  return true;
+}
+
+bool DistributedPolicy::take_over(sched::EndpointId receiver, sched::Version version, sched::Instant now) {
+  last_now_ = std::max(last_now_, now);
+  scheduler_.close_receiver(receiver, moved_);  // ours already (the replica shares the server's host)
+  if (!scheduler_.open_receiver(receiver, version)) return false;
+  const std::uint32_t e = sched::to_int(receiver);
+  local_.insert(e);
+  endpoint_owner_.erase(e);
+  // Our requests a peer was scheduling for it stay forwarded: that peer drops them
+  // (receiver_moved) when our Takeover reaches it, or lose_peer() does if it is gone.
+  for (PeerIndex p = 0; p < transport_.peer_count(); ++p) send(p, Takeover{e, version});
+  note(fmt::format("took over endpoint {} at version {} (its replica here was promoted)", e, version));
   return true;
 }
 

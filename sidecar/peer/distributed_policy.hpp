@@ -21,6 +21,12 @@
 // the lost peer may still be alive and granting, and two owners would hand out the same
 // sequence number twice. Transfers this sidecar granted to it are completed as failed so
 // credit and sequence space are released (their slots stay held: see sched::used_slot).
+//
+// Failover: ownership moves only by a Takeover, sent by the sidecar of the host where a
+// receiver's replica was promoted (take_over()). The old owner stops scheduling the receiver
+// and drops its pending parts with receiver_moved (a new request reaches the new owner); a
+// request that still reaches it is answered with that drop. The new owner starts the sequence
+// where the promoted replica says it may.
 #pragma once
 
 #include <functional>
@@ -81,6 +87,11 @@ class DistributedPolicy final : public sched::Policy {
     return is_local(receiver) && scheduler_.replica_ack(receiver, seq);
   }
   std::optional<sched::Instant> next_wakeup() const override;
+  // Failover: the replica of `receiver` on this host was promoted at `version`. This sidecar
+  // owns the receiver's sequence from now on and tells every peer (Takeover); the old owner
+  // drops what it had pending for it (receiver_moved). If this sidecar owned it already (the
+  // replica on the server's host), its own pending parts are dropped and the sequence restarts.
+  bool take_over(sched::EndpointId receiver, sched::Version version, sched::Instant now) override;
 
   const DistributedStats& stats() const noexcept { return stats_; }
   sched::Scheduler& scheduler() noexcept { return scheduler_; }
@@ -133,6 +144,7 @@ class DistributedPolicy final : public sched::Policy {
   std::unordered_map<std::uint64_t, ProxyTransfer> proxies_;          // proxy TransferId -> peer's
   std::map<std::uint32_t, sched::SlotBook> egress_;                   // our NICs' egress
   std::vector<sched::Outcome> decided_;  // reused buffer
+  std::vector<sched::Outcome> moved_;    // close_receiver()'s drops, routed by the next schedule()
   std::uint64_t next_proxy_ = 1;
   std::uint64_t next_remote_ = 1;
   sched::Instant last_now_{};

@@ -9,7 +9,7 @@
 namespace gradlane::peer {
 namespace {
 
-enum class Type : std::uint16_t { hello = 1, slot_request = 2, slot_answer = 3, transfer_done = 4 };
+enum class Type : std::uint16_t { hello = 1, slot_request = 2, slot_answer = 3, transfer_done = 4, takeover = 5 };
 
 // A peer that claims more than this is lying (or broken): no real tensor part is 1 TiB, no
 // sidecar hosts 1024 NICs, no aggregate has 65536 members.
@@ -89,11 +89,15 @@ std::vector<std::byte> encode(const Message& message) {
         } else if constexpr (std::is_same_v<M, SlotAnswer>) {
           header(w, Type::slot_answer);
           w.put(static_cast<std::uint8_t>(m.kind));
+          w.put(static_cast<std::uint8_t>(m.drop_cause));
           w.put(m.request), w.put(m.transfer), w.put(m.part), w.put(m.part_count), w.put(m.offset);
           w.put(m.length), w.put(m.seq), w.put(m.delay), w.put(m.start_in_ns), w.put(m.length_ns);
           w.put(m.target), w.put(m.sender);
           w.put(static_cast<std::uint32_t>(m.members.size()));
           for (auto id : m.members) w.put(id);
+        } else if constexpr (std::is_same_v<M, Takeover>) {
+          header(w, Type::takeover);
+          w.put(m.endpoint), w.put(m.version);
         } else {
           header(w, Type::transfer_done);
           w.put(m.transfer), w.put(m.measured_ns), w.put(static_cast<std::uint8_t>(m.failed ? 1 : 0));
@@ -143,6 +147,10 @@ Message decode(std::span<const std::byte> bytes) {
       const auto kind = r.get<std::uint8_t>("kind");
       if (kind < 1 || kind > 4) bad(fmt::format("slot answer of unknown kind {}", kind));
       m.kind = static_cast<AnswerKind>(kind);
+      const auto cause = r.get<std::uint8_t>("drop_cause");
+      if (cause > 1) bad(fmt::format("slot answer with unknown drop cause {}", cause));
+      if (cause != 0 && m.kind != AnswerKind::drop) bad("a drop cause on an answer that is not a drop");
+      m.drop_cause = static_cast<DropCause>(cause);
       m.request = r.get<std::uint64_t>("request");
       m.transfer = r.get<std::uint64_t>("transfer");
       m.part = r.get<std::uint32_t>("part");
@@ -174,6 +182,13 @@ Message decode(std::span<const std::byte> bytes) {
       if (failed > 1) bad("transfer done with a failed flag other than 0/1");
       if (m.measured_ns < 0) bad("transfer done with a negative duration");
       m.failed = failed == 1;
+      return m;
+    }
+    case Type::takeover: {
+      Takeover m;
+      m.endpoint = r.get<std::uint32_t>("endpoint");
+      m.version = r.get<std::uint64_t>("version");
+      r.expect_end("takeover");
       return m;
     }
   }

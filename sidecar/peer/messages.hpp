@@ -26,7 +26,7 @@
 namespace gradlane::peer {
 
 inline constexpr std::uint32_t kMagic = 0x50534c47;  // "GLSP"
-inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kVersion = 2;  // 2: Takeover, SlotAnswer::drop_cause
 
 // First message on a link: which scheduler endpoints (NICs) the sending sidecar hosts.
 struct Hello {
@@ -46,6 +46,9 @@ struct SlotRequest {
 };
 
 enum class AnswerKind : std::uint8_t { go = 1, redirect = 2, drop = 3, aggregate = 4 };
+// Why a part was dropped (drop answers only): too stale, or its receiver moved to another
+// sidecar before it was decided (sched::DropReason::receiver_moved).
+enum class DropCause : std::uint8_t { stale = 0, receiver_moved = 1 };
 
 struct SlotAnswer {
   AnswerKind kind = AnswerKind::go;
@@ -62,6 +65,7 @@ struct SlotAnswer {
   std::uint32_t target = 0;    // go/aggregate: the server; redirect: the aggregator
   std::uint32_t sender = 0;    // the endpoint that sends (aggregate: the aggregator)
   std::vector<std::uint64_t> members;  // aggregate: member request ids (sender-side ids)
+  DropCause drop_cause = DropCause::stale;  // drop only; stale otherwise
 };
 
 struct TransferDone {
@@ -70,7 +74,16 @@ struct TransferDone {
   bool failed = false;
 };
 
-using Message = std::variant<Hello, SlotRequest, SlotAnswer, TransferDone>;
+// Sent to every peer by a sidecar whose host's replica was promoted to be `endpoint`'s server:
+// from now on it hands out that receiver's sequence, from `version` + 1. Its old owner drops
+// what it had pending for it (receiver_moved) and answers later requests for it with drops;
+// every sidecar forwards new requests for it here.
+struct Takeover {
+  std::uint32_t endpoint = 0;
+  std::uint64_t version = 0;
+};
+
+using Message = std::variant<Hello, SlotRequest, SlotAnswer, TransferDone, Takeover>;
 
 std::vector<std::byte> encode(const Message& message);
 Message decode(std::span<const std::byte> bytes);

@@ -19,6 +19,8 @@ std::string_view drop_reason(sched::DropReason reason) {
       return "stale";
     case sched::DropReason::peer_lost:
       return "peer_lost";
+    case sched::DropReason::receiver_moved:
+      return "receiver_moved";
   }
   return "unknown";
 }

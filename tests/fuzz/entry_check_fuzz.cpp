@@ -77,7 +77,8 @@ bool applied_is_valid(const shm::AppEntry& e, const AppLimits& l) {
 
 // A refusal becomes an error grant carrying the reason: it must be one an app can act on.
 void require_error_reason(const std::optional<Reason>& reason) {
-  require(!reason || (*reason != Reason::none && *reason != Reason::stale && *reason != Reason::peer_lost),
+  require(!reason || (*reason != Reason::none && *reason != Reason::stale && *reason != Reason::peer_lost &&
+                        *reason != Reason::receiver_moved),
           "a refused entry got a reason that is not an error");
 }
 

@@ -169,6 +169,61 @@ TEST_F(SlotAgreement, LostPeerDropsWhatItOwedAsPeerLostAndItsReceiversStayItsOwn
   EXPECT_EQ(b.scheduler().stats().requests, 0u);
 }
 
+TEST_F(SlotAgreement, ATakeoverMovesTheReceiversSequenceAndTheOldOwnerDropsWhatWaited) {
+  // Server 0's replica runs on host B and was promoted at version 50: B owns receiver 0 from
+  // now on. What host A was still holding for it comes back as receiver_moved drops, new
+  // requests are scheduled at B from 51, and A answers a request that still reaches it with a
+  // receiver_moved drop instead of scheduling it.
+  a.scheduler().set_rate(sched::EndpointId{0}, sched::Direction::ingress, 1e3);  // 1 MB: 1000 s, past the horizon
+  for (std::uint64_t id = 1; id <= 3; ++id) {
+    ASSERT_EQ(b.submit(request(id, 1, 1'000'000), now), sched::SubmitStatus::accepted);
+  }
+  exchange();
+  std::size_t granted_before = 0;
+  for (const auto& o : b_out) granted_before += std::holds_alternative<sched::Grant>(o) ? 1 : 0;
+  ASSERT_LT(granted_before, 3u) << "some requests must still wait at A for this test";
+  const std::size_t waiting = 3 - granted_before;
+  b_out.clear();
+
+  ASSERT_TRUE(b.take_over(sched::EndpointId{0}, 50, now));
+  exchange();
+  std::size_t moved = 0;
+  for (const auto& o : b_out) {
+    const auto* d = std::get_if<sched::Drop>(&o);
+    ASSERT_NE(d, nullptr) << "only drops come back for what waited";
+    EXPECT_EQ(d->reason, sched::DropReason::receiver_moved);
+    ++moved;
+  }
+  EXPECT_EQ(moved, waiting);
+  EXPECT_EQ(a.scheduler().pending_parts(), 0u);
+  for (const auto& o : a_out) EXPECT_FALSE(std::holds_alternative<sched::Cancel>(o));
+
+  // A new request for receiver 0 is B's now: scheduled here, not forwarded.
+  b_out.clear();
+  const auto forwarded = b.stats().forwarded;
+  sched::Request fresh = request(10, 2, 1000);
+  fresh.computed_on = 50;
+  ASSERT_EQ(b.submit(fresh, now), sched::SubmitStatus::accepted);
+  exchange();
+  EXPECT_EQ(b.stats().forwarded, forwarded);
+  ASSERT_EQ(b_out.size(), 1u);
+  const auto* g = std::get_if<sched::Grant>(&b_out[0]);
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->seq, 51u) << "the sequence continues after the promoted version";
+
+  // A request for receiver 0 that still reaches A (sent before its sender heard) is dropped.
+  const auto answers = a.stats().answers_sent;
+  wire.to[0].push_back(encode(SlotRequest{77, 1, 2, 0, 0, 1000, 0, 1.0, 0}));
+  a.schedule(now, a_out);
+  EXPECT_EQ(a.stats().answers_sent, answers + 1);
+  ASSERT_FALSE(wire.to[1].empty());
+  const auto answer = std::get<SlotAnswer>(decode(wire.to[1].back()));
+  EXPECT_EQ(answer.kind, AnswerKind::drop);
+  EXPECT_EQ(answer.request, 77u);
+  EXPECT_EQ(answer.drop_cause, DropCause::receiver_moved);
+  EXPECT_EQ(a.scheduler().stats().requests, 3u) << "A scheduled nothing for receiver 0 after the takeover";
+}
+
 TEST_F(SlotAgreement, LostPeerDropsOnlyTheUndecidedPartsWithTheirBytes) {
   // 10 MB cut by A's partitioner (4 MiB target) into near-equal parts. A decides them all, but
   // only its first answer reaches B before the link fails.
@@ -373,6 +428,13 @@ TEST(PeerMessages, RoundTrip) {
   EXPECT_EQ(back.members, m.members);
   EXPECT_EQ(back.start_in_ns, 9);
   EXPECT_EQ(back.sender, 12u);
+  SlotAnswer moved;
+  moved.kind = AnswerKind::drop;
+  moved.drop_cause = DropCause::receiver_moved;
+  EXPECT_EQ(std::get<SlotAnswer>(decode(encode(moved))).drop_cause, DropCause::receiver_moved);
+  const auto takeover = std::get<Takeover>(decode(encode(Takeover{7, 1234})));
+  EXPECT_EQ(takeover.endpoint, 7u);
+  EXPECT_EQ(takeover.version, 1234u);
   const SlotRequest r{1, 2, 3, 4, 5, 6, 7, 0.25, 8};
   const auto rb = std::get<SlotRequest>(decode(encode(r)));
   EXPECT_EQ(rb.gradient_norm, 0.25);
@@ -410,6 +472,10 @@ TEST(PeerMessages, MalformedInputIsAProtocolErrorNamingTheProblem) {
   bad_part.part_count = 4;
   expect_bad(encode(bad_part), "part 4 of 4");
   expect_bad(encode(Hello{}), "0 endpoints");
+  SlotAnswer cause_on_go;
+  cause_on_go.transfer = 1;
+  cause_on_go.drop_cause = DropCause::receiver_moved;
+  expect_bad(encode(cause_on_go), "not a drop");
   auto unknown_type = encode(TransferDone{1, 2, false});
   unknown_type[6] = std::byte{99};
   expect_bad(unknown_type, "unknown message type 99");

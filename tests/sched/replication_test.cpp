@@ -85,6 +85,48 @@ TEST(SchedulerReplication, AReplicaTakingOverContinuesTheSequence) {
   EXPECT_FALSE(s.open_receiver(ep(kServer), 7));  // too late: sequence numbers were granted
 }
 
+TEST(SchedulerReplication, ClosingAReceiverDropsItsPendingPartsAndLetsItRestartElsewhere) {
+  // The server died and its replica was promoted at version 10: what waited for the old server
+  // is dropped (receiver_moved), a grant of the old server that fails cancels nothing (its
+  // sequence is the old server's), and the sequence restarts after the promoted version.
+  SchedulerConfig c = plain_config();
+  c.replica_bound = 2;
+  Scheduler s(c);
+  for (std::uint32_t w = 1; w <= 4; ++w) {
+    ASSERT_EQ(s.submit(request(w, w, kServer, kMB), at_us(0)), SubmitStatus::accepted);
+  }
+  ASSERT_EQ(s.submit(request(9, 5, 200, kMB), at_us(0)), SubmitStatus::accepted);  // another server's
+  const auto out = s.schedule(at_us(0));
+  const auto granted = only<Grant>(out);
+  ASSERT_EQ(granted.size(), 3u) << "two for the server (B = 2), one for the other";
+  ASSERT_EQ(s.pending_parts(), 2u);
+
+  std::vector<Outcome> moved;
+  EXPECT_EQ(s.close_receiver(ep(kServer), moved), 0u);
+  const auto drops = only<Drop>(moved);
+  ASSERT_EQ(drops.size(), 2u);
+  ASSERT_EQ(moved.size(), 2u) << "only drops";
+  for (const Drop& d : drops) {
+    EXPECT_EQ(d.reason, DropReason::receiver_moved);
+    EXPECT_EQ(d.receiver, ep(kServer));
+  }
+  EXPECT_EQ(s.pending_parts(), 0u);
+  for (const Grant& g : granted) {
+    if (g.receiver == ep(kServer)) {
+      EXPECT_TRUE(s.complete(g.transfer, at_us(5), us(5), TransferResult::failed));
+    }
+  }
+  EXPECT_TRUE(only<Cancel>(s.schedule(at_us(10))).empty()) << "an old server's sequence is not cancelled at the new";
+
+  ASSERT_TRUE(s.open_receiver(ep(kServer), 10));
+  ASSERT_EQ(s.submit(request(20, 1, kServer, kMB, 10), at_us(20)), SubmitStatus::accepted);
+  const auto again = only<Grant>(s.schedule(at_us(20)));
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].seq, 11u);
+  EXPECT_EQ(s.server_version(ep(kServer)), 11u);
+  EXPECT_EQ(s.server_version(ep(200)), 1u) << "the other server is untouched";
+}
+
 TEST(SchedulerCancel, AFailedGrantIsCancelledAtItsReceiverAndAnOkOneIsNot) {
   SchedulerConfig c = plain_config();
   c.replica_bound = std::nullopt;
