@@ -284,6 +284,7 @@ int run_worker(const Args& a) {
   gradlane::ps::Worker worker(device, options);
   std::uint64_t torn = 0, retries = 0, last_version = 0, dropped = 0, lost = 0, expired = 0;
   std::string acked;  // the sequences of the pushes that succeeded (neither dropped nor lost)
+  std::string acked_steps;  // the same, as [sequence, step]: what a sidecar-mode server cannot know
   for (std::uint64_t step = first_step; step < updates; ++step) {
     if (pace_ms != 0) std::this_thread::sleep_for(std::chrono::milliseconds(pace_ms));
     const gradlane::ps::PullResult pulled = worker.pull();
@@ -321,12 +322,15 @@ int run_worker(const Args& a) {
     expired += pushed.expired_grants;
     dropped += pushed.dropped ? 1 : 0;
     lost += pushed.lost ? 1 : 0;
-    if (!pushed.dropped && !pushed.lost) acked += (acked.empty() ? "" : ",") + std::to_string(pushed.sequence);
+    if (!pushed.dropped && !pushed.lost) {
+      acked += (acked.empty() ? "" : ",") + std::to_string(pushed.sequence);
+      acked_steps += (acked_steps.empty() ? "[" : ",[") + std::to_string(pushed.sequence) + "," + std::to_string(step) + "]";
+    }
   }
   std::ofstream(a.text("out") + "/worker" + a.text("id") + ".json")
       << "{\"pushes\":" << updates << ",\"dropped\":" << dropped << ",\"lost\":" << lost << ",\"expired\":" << expired
       << ",\"failovers\":" << worker.failovers() << ",\"bytes_copied\":" << worker.bytes_copied() << ",\"torn\":" << torn
-      << ",\"pull_retries\":" << retries << ",\"acked\":[" << acked << "]}\n";
+      << ",\"pull_retries\":" << retries << ",\"acked\":[" << acked << "],\"acked_steps\":[" << acked_steps << "]}\n";
   return torn == 0 ? 0 : 4;
 }
 

@@ -39,6 +39,14 @@
 // which is what lets the sidecar grant the slot again: gradlaned's --replica-bound must not
 // exceed the shard's slots. Each update must be one part: the shard at most the sidecar's
 // partition size (4 MiB).
+// Failover (sidecar mode): the promoted replica attaches to its own host's gradlaned with
+// AttachOptions::take_over_at, and that sidecar owns the server's sequence from then on (its
+// peers forward the workers' requests there; the old owner drops what waited for the dead
+// server, Reason::receiver_moved, which a worker reports as a lost push). The sequence goes
+// on `slots` past the version the replica reached: every sequence the old owner may have
+// granted (at most B <= slots ahead of the replica's ack) is skipped, so a late write granted
+// by the old owner rings for a sequence already skipped and is refused, never applied as
+// another worker's update.
 // Aggregation (direct mode): workers told to push to an Aggregator (WorkerOptions::aggregator)
 // ask it for a member slot instead of the server — the same request / grant / WRITE +
 // doorbell, into the aggregator's ring, and nothing to the replica. The aggregator takes
@@ -95,7 +103,9 @@ struct ShardOptions {
   // mode, a head-of-line gap with later updates already here).
   std::chrono::milliseconds hole_timeout{3000};
   // Server in sidecar mode: attach to the host's gradlaned as the server's endpoint (job and
-  // endpoint as the workers' requests name them).
+  // endpoint as the workers' requests name them). Replica in sidecar mode: the same job and
+  // the server's endpoint, for its own host's gradlaned (started with --standby ENDPOINT); it
+  // attaches only when promoted, taking the server's sequence over there (failover below).
   std::optional<sidecar::AttachOptions> sidecar;
   TransportOptions transport{};
   // Replica: read each update the server applied from the server's slot (one RDMA READ, no
@@ -243,6 +253,10 @@ struct WorkerOptions {
   // Sidecar mode: ask the host's gradlaned (attached as this worker's NIC endpoint and job)
   // for each push; `server_endpoint` is the server's endpoint id, `tensor` the shard's id.
   std::optional<sidecar::AttachOptions> sidecar;
+  // Sidecar mode: how long pushes refused because no reachable sidecar owns the server's
+  // sequence (receiver_unreachable, unknown_receiver: a failover under way) are reported lost
+  // before wait_push() throws that error.
+  Millis failover_patience{5000};
   std::uint32_t server_endpoint = 0;
   std::uint32_t tensor = 0;
   // Direct mode: push to this Aggregator instead of the server (pulls still go to the server;

@@ -103,9 +103,9 @@ class ShardRun : public ::testing::Test {
                                                  "--schedule-log", out_ + "/sidecar-a.jsonl"},
                         out_ + "/gradlaned-a");
       sidecar_b.emplace(std::vector<std::string>{daemon, "--foreground", "--shm-name", kShmB, "--device", hosts[1].device,
-                                                 "--endpoint", "1", "--listen-port", "7601", "--peer",
+                                                 "--endpoint", "1", "--standby", "0", "--listen-port", "7601", "--peer",
                                                  hosts[0].address + ":7600", "--link-rate-gbps", "0.1",
-                                                 "--replica-bound", "8"},
+                                                 "--replica-bound", "8", "--schedule-log", out_ + "/sidecar-b.jsonl"},
                         out_ + "/gradlaned-b");
       // The server attaches within 2 s of starting; a loaded machine can take longer than that
       // to link the two gradlaneds, so start it only once both serve.
@@ -113,7 +113,10 @@ class ShardRun : public ::testing::Test {
         ASSERT_TRUE(wait_for_text(out_ + name, "gradlaned: serving", std::chrono::seconds(120))) << name;
       }
     }
-    ExternalProcess replica(args({"role=replica", "device=" + hosts[1].device, "port=7801"}), out_ + "/replica");
+    std::vector<std::string> replica_args = {"role=replica", "device=" + hosts[1].device, "port=7801"};
+    // Promoted, it takes the server's sequence over at its own host's sidecar (--standby 0).
+    if (spec.sidecar) replica_args.insert(replica_args.end(), {std::string("sidecar=") + kShmB, "endpoint=0"});
+    ExternalProcess replica(args(replica_args), out_ + "/replica");
     std::vector<std::string> server_args = {"role=server", "device=" + hosts[0].device, "port=7800", replica_at};
     if (spec.sidecar) server_args.insert(server_args.end(), {std::string("sidecar=") + kShmA, "endpoint=0"});
     if (spec.server_dies_at != 0) server_args.push_back("die_at=" + std::to_string(spec.server_dies_at));
@@ -181,13 +184,17 @@ class ShardRun : public ::testing::Test {
   }
 
   // The model the server must hold: the initial shard with every applied update, in the
-  // server's order, through the same kernel.
-  std::vector<float> reference() const {
+  // server's order, through the same kernel. `steps` (sequence -> step, from the workers'
+  // acknowledged pushes) overrides the history's tag: a sidecar-mode server only counts a
+  // worker's arrivals, which a lost push puts off by one.
+  std::vector<float> reference(const std::map<std::uint64_t, std::uint64_t>& steps = {}) const {
     std::vector<float> model(spec_.floats), gradient(spec_.floats);
     for (std::size_t j = 0; j < model.size(); ++j) model[j] = examples::initial_value(j);
     for (const json& u : history_) {
       if (u["skipped"].get<bool>()) continue;
-      const auto worker = u["worker"].get<std::uint64_t>(), step = u["tag"].get<std::uint64_t>();
+      const auto worker = u["worker"].get<std::uint64_t>();
+      const auto known = steps.find(u["seq"].get<std::uint64_t>());
+      const auto step = known != steps.end() ? known->second : u["tag"].get<std::uint64_t>();
       for (std::size_t j = 0; j < gradient.size(); ++j) {
         gradient[j] = examples::gradient_value(worker, step, j, spec_.gradient == "uniform");
       }
@@ -504,6 +511,84 @@ TEST_F(ShardRun, WhenTheServerIsKilledTheReplicaTakesOverWithinThreeSeconds) {
   const std::uint64_t pushed = kWorkers * spec_.updates;
   ASSERT_LE(applied + reported_lost, pushed);
   EXPECT_LE(pushed - reported_lost - applied, 8u) << "more than B updates lost silently";
+  EXPECT_GT(applied, died_at_version) << "training did not continue after the failover";
+}
+
+TEST_F(ShardRun, WithSidecarsWhenTheServerIsKilledTheReplicasSidecarTakesTheSequenceOver) {
+  // Sidecar mode: the server SIGKILLs itself after applying 50 updates. The replica is
+  // promoted and attaches to its host's gradlaned (B, --standby 0) to take the server's
+  // sequence over there, `slots` (8) past the version it reached; A drops what waited for the
+  // dead server (receiver_moved) and every later request for endpoint 0 goes to B. The run must
+  // finish with every acknowledged push in the promoted replica's history, its model exactly
+  // that history applied, at most B lost silently, and sequences after the takeover granted by
+  // B alone, each once.
+  RunSpec spec;
+  spec.sidecar = true;
+  spec.updates = 40;
+  spec.server_dies_at = 50;
+  run(spec);
+  std::ifstream died(out_ + "/server.died");
+  std::int64_t died_at_ns = 0;
+  std::uint64_t died_at_version = 0;
+  died >> died_at_ns >> died_at_version;
+  ASSERT_GE(died_at_version, 50u);
+  const json stats = read_lines(out_ + "/replica.stats.json").at(0);
+  const auto promoted_at_ns = stats["promoted_at_ns"].get<std::int64_t>();
+  ASSERT_GT(promoted_at_ns, died_at_ns) << "the replica was never promoted";
+  const double takeover_s = static_cast<double>(promoted_at_ns - died_at_ns) / 1e9;
+  std::printf("replica promoted %.3f s after the server died (sidecar mode)\n", takeover_s);
+  EXPECT_LT(takeover_s, 3.0);
+
+  // B took over: the sequences it granted start at the takeover point, each once, and A granted
+  // none of those.
+  std::uint64_t first_at_b = 0;
+  std::map<std::uint64_t, std::uint64_t> granted_at_b;
+  for (const auto& d : read_lines(out_ + "/sidecar-b.jsonl")) {
+    if (d["kind"] == "go" && d["origin"] == "here" && d["receiver"] == 0) {
+      const auto seq = d["seq"].get<std::uint64_t>();
+      ++granted_at_b[seq];
+      first_at_b = first_at_b == 0 ? seq : std::min(first_at_b, seq);
+    }
+  }
+  ASSERT_FALSE(granted_at_b.empty()) << "B never granted the promoted server a sequence";
+  for (const auto& [seq, times] : granted_at_b) EXPECT_EQ(times, 1u) << "seq " << seq;
+  std::uint64_t last_at_a = 0;
+  for (const auto& d : read_lines(out_ + "/sidecar-a.jsonl")) {
+    if (d["kind"] == "go" && d["origin"] == "here" && d["receiver"] == 0) {
+      last_at_a = std::max(last_at_a, d["seq"].get<std::uint64_t>());
+    }
+  }
+  EXPECT_LT(last_at_a, first_at_b) << "A granted a sequence B also hands out";
+
+  // One gap-free history; its model is exactly that history applied.
+  std::uint64_t applied = 0;
+  std::map<std::uint64_t, std::uint64_t> applied_by;  // sequence -> worker
+  for (std::size_t i = 0; i < history_.size(); ++i) {
+    EXPECT_EQ(history_[i]["seq"].get<std::uint64_t>(), i + 1);
+    if (!history_[i]["skipped"].get<bool>()) {
+      ++applied;
+      applied_by[history_[i]["seq"].get<std::uint64_t>()] = history_[i]["worker"].get<std::uint64_t>();
+    }
+  }
+  std::uint64_t reported_lost = 0, dropped = 0;
+  std::map<std::uint64_t, std::uint64_t> steps;  // sequence -> step, of the acknowledged pushes
+  for (std::uint32_t id = 1; id <= kWorkers; ++id) {
+    std::ifstream in(out_ + "/worker" + std::to_string(id) + ".json");
+    const json report = json::parse(in);
+    EXPECT_EQ(report["failovers"].get<std::uint64_t>(), 1u) << "worker " << id;
+    reported_lost += report["lost"].get<std::uint64_t>();
+    dropped += report["dropped"].get<std::uint64_t>();
+    for (const json& pair : report["acked_steps"]) steps[pair[0].get<std::uint64_t>()] = pair[1].get<std::uint64_t>();
+    for (const json& sequence : report["acked"]) {
+      const auto at = applied_by.find(sequence.get<std::uint64_t>());
+      EXPECT_TRUE(at != applied_by.end() && at->second == id)
+          << "worker " << id << "'s acknowledged update " << sequence << " is not in the promoted replica's history";
+    }
+  }
+  EXPECT_TRUE(bitwise_equal(server_model_, reference(steps))) << "the promoted replica's model is not its history applied";
+  const std::uint64_t pushed = kWorkers * spec_.updates;
+  ASSERT_LE(applied + reported_lost + dropped, pushed);
+  EXPECT_LE(pushed - reported_lost - dropped - applied, 8u) << "more than B updates lost silently";
   EXPECT_GT(applied, died_at_version) << "training did not continue after the failover";
 }
 

@@ -10,6 +10,7 @@
 //   Ack       replica → server every sequence up to `through` is applied at the replica
 //   Bye       worker → shard, aggregator  the worker finished: its disconnect is a leave, not a
 //                             loss (a worker that goes without it was lost, and is reported)
+//             server → replica  the server finished the job (id 0): not a crash to fail over from
 //   FailedOver replica → server a worker asked the replica for a slot while the server lives:
 //                             its link to the server failed; the server steps down
 //

@@ -38,7 +38,7 @@ struct Peer {
   // after the connection, so they go first.
   std::map<std::uint64_t, MemoryWindow> windows;
   std::vector<MemoryWindow> spare_windows;
-  bool said_bye = false;  // the worker said it finished: its disconnect is a leave
+  bool said_bye = false;  // the worker (or, at a replica, the server) said it finished: a leave
   bool told_primary = false;  // replica: the primary heard this worker failed over to us
 };
 
@@ -113,6 +113,8 @@ struct ShardServer::State {
   std::map<std::uint64_t, std::uint32_t> rung_by;   // sequence -> worker whose doorbell brought it
   std::map<std::uint32_t, std::uint64_t> arrivals;  // worker -> updates arrived from it
   std::optional<Clock::time_point> gap_since;       // head missing while later updates wait
+  // Promoted in sidecar mode: sequences below this were the old owner's to grant (skipped).
+  std::uint64_t skip_below = 0;
   // Direct mode: this server owns the sequence.
   std::deque<Waiting> waiting;
   std::uint64_t next_grant = 1;
@@ -141,6 +143,8 @@ struct ShardServer::State {
   std::size_t expire_holes();
   std::size_t take_sidecar();
   std::size_t skip_stuck_head();
+  std::size_t skip_old_owners_sequences();
+  void take_over_at_sidecar();
   void probe_idle_workers();
   void advertise(Connection& conn);
   std::size_t admit_joiners();
@@ -174,6 +178,10 @@ void ShardServer::State::lose(Peer& peer, const Error& why) {
                     std::any_of(waiting.begin(), waiting.end(), [&](const Waiting& w) { return &peers[w.peer] == &peer; });
   if (peer.kind == PeerKind::worker && left_cleanly(peer.said_bye, owes)) {
     ++stats.peers_left;
+    return;
+  }
+  if (peer.kind == PeerKind::primary && peer.said_bye) {
+    std::fprintf(stderr, "gradlane ps replica: the server finished and left: not promoted\n");
     return;
   }
   ++stats.peers_lost;
@@ -218,8 +226,9 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
       decisions[decided->sequence] = *decided;
     } else if (const auto* ack = std::get_if<Ack>(&message); ack && role == Role::server && peer.kind == PeerKind::primary) {
       stats.replica_acked = std::max(stats.replica_acked, ack->through);
-    } else if (peer.kind == PeerKind::worker && take_bye(message, peer.worker, peer.said_bye)) {
-      // noted: its disconnect will be a leave
+    } else if ((peer.kind == PeerKind::worker || (peer.kind == PeerKind::primary && role == Role::replica)) &&
+               take_bye(message, peer.worker, peer.said_bye)) {
+      // noted: its disconnect will be a leave (a server's: the job is over, nothing to take over)
     } else {
       throw Error(Errc::protocol, fmt::format("unexpected message (kind {}) at a {}", message.index() + 1,
                                               role == Role::server ? "server" : "replica"));
@@ -244,7 +253,8 @@ std::size_t ShardServer::State::take_doorbells(Peer& peer) {
     }
     if (sidecar) {
       // The sidecar granted it; we cannot tell to whom, only that it is in the window, once.
-      if (order.arrived(sequence, static_cast<std::uint32_t>(sequence % options.slots)) == Admit::accepted) {
+      // Below skip_below it was granted by the old owner before we took over: refused.
+      if (sequence >= skip_below && order.arrived(sequence, static_cast<std::uint32_t>(sequence % options.slots)) == Admit::accepted) {
         rung_by[sequence] = peer.worker;
       } else {
         ++stats.refused_doorbells;
@@ -420,6 +430,34 @@ std::size_t ShardServer::State::skip_stuck_head() {
   return 1;
 }
 
+// Promoted in sidecar mode: the sequences the old owner may have granted are skipped, in order,
+// as they enter the window (ApplyOrder holds `slots` at a time).
+std::size_t ShardServer::State::skip_old_owners_sequences() {
+  std::size_t skipped = 0;
+  for (std::uint64_t s = order.next_sequence(); s < skip_below && s < order.next_sequence() + options.slots; ++s) {
+    if (order.cancelled(s) == Admit::accepted) ++skipped;
+  }
+  return skipped;
+}
+
+// Replica promoted in sidecar mode: its host's gradlaned takes the server's sequence over,
+// `slots` past what we reached (see ps.hpp). Attaching can fail (no gradlaned, not started
+// with --standby): then nobody can grant our sequence, and the job must hear it, not hang.
+void ShardServer::State::take_over_at_sidecar() {
+  skip_below = next_grant + options.slots;
+  sidecar::AttachOptions attach = *options.sidecar;
+  attach.region_bytes = slots.slot_bytes() * options.slots;
+  attach.take_over_at = skip_below - 1;
+  sidecar.emplace(sidecar::Client::attach(attach));
+  reported = 0;
+  // Tags in sidecar mode count each worker's arrivals: go on from what the history shows.
+  for (const AppliedUpdate& u : history) {
+    if (!u.skipped) arrivals[u.worker] = std::max(arrivals[u.worker], u.tag + 1);
+  }
+  std::fprintf(stderr, "gradlane ps replica: gradlaned (%s) took over endpoint %u's sequence from %llu\n",
+               attach.shm_name.c_str(), attach.endpoint, static_cast<unsigned long long>(skip_below));
+}
+
 // Sidecar mode: what both the server and the replica have applied frees their slots.
 void ShardServer::State::report_applied() {
   std::uint64_t through = order.next_sequence() - 1;
@@ -491,6 +529,7 @@ void ShardServer::State::promote() {
   stats.promoted_at_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
   std::fprintf(stderr, "gradlane ps replica: promoted to server at sequence %llu (the server is gone)\n",
                static_cast<unsigned long long>(next_grant));
+  if (options.sidecar) take_over_at_sidecar();
 }
 
 // Replica: turns the server's decision for the next sequence into an arrival or a cancel.
@@ -619,8 +658,7 @@ ShardServer::ShardServer(const Device& device, Role role, std::uint16_t port, co
   }
   state_ = std::make_unique<State>(device, role, port, options);
   std::copy(initial.begin(), initial.end(), state_->shard.floats().begin());
-  if (options.sidecar) {
-    if (role != Role::server) throw Error(Errc::invalid_argument, "ShardServer: only the server attaches to a sidecar");
+  if (options.sidecar && role == Role::server) {  // a replica attaches when promoted
     sidecar::AttachOptions attach = *options.sidecar;
     attach.region_bytes = state_->slots.slot_bytes() * options.slots;
     state_->sidecar.emplace(sidecar::Client::attach(attach));
@@ -637,6 +675,14 @@ ShardServer::~ShardServer() {
   if (!state_) return;
   try {
     drain_replica(std::chrono::seconds(5));
+    // And says it is done, so the replica does not take the disconnect for a crash and promote
+    // itself (in sidecar mode that moves the sequence: a takeover at the end of every job). A
+    // server that stepped down says nothing: there the replica is to take over.
+    State& s = *state_;
+    if (s.role == Role::server && s.replica && !s.stats.stepped_down) {
+      s.replica->send(encode(Bye{0}));
+      s.replica->flush(std::chrono::seconds(1));
+    }
   } catch (...) {  // a destructor must not throw; the replica's own failover takes over
   }
 }
@@ -774,6 +820,7 @@ std::size_t ShardServer::progress() {
   work += s.admit_joiners();
   if (s.role == Role::server && s.sidecar) {
     work += s.take_sidecar();
+    if (s.order.next_sequence() < s.skip_below) work += s.skip_old_owners_sequences();
     work += s.skip_stuck_head();
     work += s.apply();
     s.report_applied();

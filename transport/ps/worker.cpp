@@ -106,6 +106,8 @@ struct Worker::State {
   std::uint64_t push_tag = 0;
   std::uint64_t push_computed_on = 0;
   Clock::time_point requested_at{};
+  // Sidecar mode: since when every push was refused as receiver_unreachable / unknown_receiver.
+  std::optional<Clock::time_point> refused_since;
 
   // Asks the server (or the aggregator), or the sidecar, for a grant for the push in flight.
   void send_request() {
@@ -299,12 +301,16 @@ struct Worker::State {
     switch (g.kind) {
       case sidecar::GrantKind::go:
       case sidecar::GrantKind::redirect:
+        refused_since.reset();
         return write_granted(g);
       case sidecar::GrantKind::drop: {
         // Too stale to help (pull a fresh model) — or, with reason peer_lost, the receiver's
-        // sidecar was lost: the model is not stale, the push simply did not happen.
+        // sidecar was lost, or with receiver_moved its server failed over before this was
+        // decided: the model is not stale, the push simply did not happen.
+        refused_since.reset();
         PushResult dropped;
-        (g.reason == sidecar::Reason::peer_lost ? dropped.lost : dropped.dropped) = true;
+        const bool lost = g.reason == sidecar::Reason::peer_lost || g.reason == sidecar::Reason::receiver_moved;
+        (lost ? dropped.lost : dropped.dropped) = true;
         return dropped;
       }
       case sidecar::GrantKind::error:
@@ -314,6 +320,23 @@ struct Worker::State {
           PushResult lost;
           lost.lost = true;
           return lost;
+        }
+        // The server's sidecar is unreachable, or no sidecar serves it yet: during a failover,
+        // until the promoted replica's sidecar announces it (a Takeover). Lost pushes for up to
+        // failover_patience, then the error.
+        if (g.reason == sidecar::Reason::receiver_unreachable || g.reason == sidecar::Reason::unknown_receiver) {
+          const auto now = Clock::now();
+          if (!refused_since) refused_since = now;
+          if (now - *refused_since < options.failover_patience) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the new owner needs a moment
+            PushResult lost;
+            lost.lost = true;
+            return lost;
+          }
+          throw Error(Errc::protocol,
+                      fmt::format("the sidecar refused the push for {} ms: {} (endpoint {}); no sidecar took the "
+                                  "server over", std::chrono::duration_cast<Millis>(now - *refused_since).count(),
+                                  sidecar::reason_name(g.reason), options.server_endpoint));
         }
         throw Error(Errc::protocol, fmt::format("the sidecar refused the push: {}", sidecar::reason_name(g.reason)));
       default:
@@ -423,10 +446,11 @@ PushResult Worker::wait_push() {
     try {
       return s.wait_sidecar();
     } catch (const Error&) {
-      // A redirected update whose aggregator failed: lost (the sidecar heard it failed), and
-      // later redirects to it are too; every other failure is the caller's to see.
-      if (!s.aggregator || !s.aggregator->failed()) throw;
-      s.recover();
+      // A write whose connection failed (the sidecar heard it failed): a redirect to a dead
+      // aggregator (later ones are reported lost too), or a go to a dead server — then the
+      // replica, promoted, is the server (its sidecar takes the sequence over). Lost, never
+      // resent; every other failure is the caller's to see.
+      if (!s.recover()) throw;
       PushResult lost;
       lost.lost = true;
       return lost;
