@@ -12,7 +12,8 @@
 # netem:HOST (loss 10% delay 20ms, 5 s); ROLE = server | replica | workerI | aggregator;
 # HOST = 0 (server) | 1 (replica, even workers) | 2 (odd workers, aggregator); ROLE also
 # gradlaned-a (host 0's sidecar: the server's, host 2's workers', the aggregator's) or
-# gradlaned-b (host 1's), run in gradlane mode.
+# gradlaned-b (host 1's), run in gradlane mode. FAULT@MODE runs a fault in another mode:
+# kill:server@gradlane (the replica's sidecar takes the server's sequence over).
 # Writes OUT/table.md, OUT/table.json and OUT/runs/; exits 1 if a fault was not survived.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -21,7 +22,7 @@ BUILD=build
 if [[ $# -gt 0 && $1 != *=* ]]; then BUILD=$1; shift; fi
 BUILD=$(cd "$BUILD" && pwd)
 SEED=1 WORKERS=3 STEPS=150 OUT=$ROOT/perf/results/train-faults
-FAULTS="kill:server kill:replica kill:worker1 restart:worker1 stop:worker2 link:2 netem:0 kill:aggregator stop:aggregator kill:gradlaned-a kill:gradlaned-b"
+FAULTS="kill:server kill:server@gradlane kill:replica kill:worker1 restart:worker1 stop:worker2 link:2 netem:0 kill:aggregator stop:aggregator kill:gradlaned-a kill:gradlaned-b"
 for setting in "$@"; do
   case $setting in
     SEED=*|FAULTS=*|WORKERS=*|STEPS=*|OUT=*) declare "$setting" ;;
@@ -32,17 +33,19 @@ done
 mkdir -p "$OUT/runs"
 RANDOM=$SEED  # the injection times: the same for the same SEED and FAULTS
 n=0
-for fault in $FAULTS; do
+for spec in $FAULTS; do
   n=$((n + 1))
   delay_ms=$((1000 + RANDOM % 3000))
+  fault=${spec%@*}  # FAULT@MODE runs that fault in another mode (kill:server@gradlane)
   mode=fifo
   [[ $fault == *:aggregator ]] && mode=aggregate
   [[ $fault == *:gradlaned-* ]] && mode=gradlane
+  [[ $spec == *@* ]] && mode=${spec#*@}
   # A restarted worker loads the dataset again (~3 s in the emulator) before it connects: the
   # job must outlast that, or the others finish first and there is nothing left to rejoin.
   steps=$STEPS
   [[ $fault == restart:* ]] && steps=$((2 * STEPS))
-  name=$(printf '%02d-%s' "$n" "${fault//:/-}")
+  name=$(printf '%02d-%s' "$n" "${spec//[:@]/-}")
   work=$(mktemp -d /tmp/gradlane-faults.XXXXXX)
   echo "== $name: $fault at +$delay_ms ms, $mode, $WORKERS workers x $steps steps, seed $SEED"
   rc=0

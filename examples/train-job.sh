@@ -93,6 +93,8 @@ if [ "$MODE" = gradlane ]; then
   B_EXTRA=""; i=1
   # Workers and the aggregator write each update to the replica too, unless the replica READs it.
   if [ "$REPLICA" = 1 ] && [ "${REPLICA_READS:-0}" != 1 ]; then A_EXTRA="$A_EXTRA --writers-mirror"; B_EXTRA="--writers-mirror"; fi
+  # The replica runs on host 1: if it is promoted, gradlaned B takes the server's sequence over.
+  [ "$REPLICA" = 1 ] && B_EXTRA="$B_EXTRA --standby 0"
   while [ $i -le "$WORKERS" ]; do
     if [ "$(host_of $i)" = 1 ]; then B_EXTRA="$B_EXTRA --endpoint $((100 + i))"; else A_EXTRA="$A_EXTRA --endpoint $((100 + i))"; fi
     i=$((i + 1))
@@ -115,7 +117,7 @@ if [ "$AGGREGATE" = 1 ]; then  # workers mirror their direct grants; the aggrega
   G=$!
 fi
 if [ "$REPLICA" = 1 ]; then
-  role replica "$TRAIN" replica $COMMON --device "$DEV1" --port 7801 $REPLICA_PEERS
+  role replica "$TRAIN" replica $COMMON --device "$DEV1" --port 7801 $REPLICA_PEERS $(sidecar 1 0)
   R=$!
 fi
 role server "$TRAIN" server $COMMON --device "$DEV0" --port 7800 $REPLICA_AT $SERVER_PEERS $(sidecar 0 0)

@@ -101,7 +101,9 @@ int run_server(const Config& c) {
   options.read_updates_from_server = c.replica_reads;
   // sync: every step's N gradients are applied one by one at lr/N — their average at lr.
   options.learning_rate = c.mode == Mode::sync ? c.learning_rate / static_cast<float>(c.workers) : c.learning_rate;
-  if (c.mode == Mode::gradlane && is_server) {  // the replica follows the server's decisions
+  // The server attaches to its host's gradlaned; the replica follows the server's decisions
+  // and attaches to its own host's only if promoted, to take the server's sequence over there.
+  if (c.mode == Mode::gradlane && !c.sidecar.empty()) {
     sidecar::AttachOptions attach;
     attach.shm_name = c.sidecar;
     attach.job = 1;

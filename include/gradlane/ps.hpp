@@ -212,7 +212,7 @@ class ShardServer {
   // decided; a replica has lost its primary and applied every decision it was sent.
   bool finished() const;
 
-  std::uint64_t version() const;                  // updates applied (the shard's model version)
+  std::uint64_t version() const;  // the shard's model version: sequences decided (applied or skipped)
   std::span<const float> model() const;           // the shard (read it only between progress())
   const ServerStats& stats() const;
   const std::vector<AppliedUpdate>& history() const;  // what was applied or skipped, in order
@@ -273,7 +273,9 @@ struct PushResult {
   bool dropped = false;                    // sidecar mode: too stale, never sent (pull again)
   bool lost = false;                       // the server (or, in sidecar mode, the receiver's
                                            // sidecar, or this host's sidecar restarted) was
-                                           // lost mid-push: pull again and go on
+                                           // lost mid-push: pull again and go on. It may or
+                                           // may not be applied (a promoted replica applies a
+                                           // mirror it holds); never resent
   std::uint64_t sequence = 0;              // what the server will apply it as (0 if dropped or
                                            // redirected; direct mode with an aggregator: its
                                            // member sequence there)
@@ -287,7 +289,7 @@ struct PushResult {
 };
 
 struct PullResult {
-  std::uint64_t version = 0;   // updates applied to the model that was read
+  std::uint64_t version = 0;   // sequences decided (applied or skipped) in the model that was read
   std::uint32_t attempts = 1;  // READ rounds until a consistent snapshot
 };
 
@@ -315,7 +317,7 @@ class Worker {
   }
   // Reads a consistent snapshot of the server's shard into model().
   PullResult pull();
-  // The server's model version (updates applied), with one small READ of the shard's header
+  // The server's model version (sequences decided), with one small READ of the shard's header
   // and no model transfer: for waiting on a version (a synchronous step's barrier).
   std::uint64_t server_version();
   // Times this worker switched its server to the replica.

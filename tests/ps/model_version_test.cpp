@@ -52,6 +52,17 @@ TEST(ShardWriter, VersionIsTwiceTheAppliedUpdatesAndOddWhileApplying) {
   EXPECT_EQ(header.model_version, 7u);
 }
 
+TEST(ShardWriter, ASkippedSequenceCountsInTheVersionAndLeavesItEven) {
+  // The version is the last sequence decided: the sidecar's staleness counts holes too, and a
+  // version that did not would fall one behind per hole (a promoted replica skips `slots`).
+  ShardHeader header;
+  ShardWriter writer(header, 5);
+  writer.skip();
+  EXPECT_EQ(writer.model_version(), 6u);
+  EXPECT_EQ(header.model_version, 6u);
+  EXPECT_EQ(header.version.load(), 12u);
+}
+
 TEST(ShardWriter, MisorderedCallsAreRefused) {
   ShardHeader header;
   ShardWriter writer(header);

@@ -570,7 +570,7 @@ TEST_F(ShardRun, WithSidecarsWhenTheServerIsKilledTheReplicasSidecarTakesTheSequ
       applied_by[history_[i]["seq"].get<std::uint64_t>()] = history_[i]["worker"].get<std::uint64_t>();
     }
   }
-  std::uint64_t reported_lost = 0, dropped = 0;
+  std::uint64_t reported_lost = 0, dropped = 0, acked = 0;
   std::map<std::uint64_t, std::uint64_t> steps;  // sequence -> step, of the acknowledged pushes
   for (std::uint32_t id = 1; id <= kWorkers; ++id) {
     std::ifstream in(out_ + "/worker" + std::to_string(id) + ".json");
@@ -579,6 +579,7 @@ TEST_F(ShardRun, WithSidecarsWhenTheServerIsKilledTheReplicasSidecarTakesTheSequ
     reported_lost += report["lost"].get<std::uint64_t>();
     dropped += report["dropped"].get<std::uint64_t>();
     for (const json& pair : report["acked_steps"]) steps[pair[0].get<std::uint64_t>()] = pair[1].get<std::uint64_t>();
+    acked += report["acked"].size();
     for (const json& sequence : report["acked"]) {
       const auto at = applied_by.find(sequence.get<std::uint64_t>());
       EXPECT_TRUE(at != applied_by.end() && at->second == id)
@@ -586,9 +587,11 @@ TEST_F(ShardRun, WithSidecarsWhenTheServerIsKilledTheReplicasSidecarTakesTheSequ
     }
   }
   EXPECT_TRUE(bitwise_equal(server_model_, reference(steps))) << "the promoted replica's model is not its history applied";
-  const std::uint64_t pushed = kWorkers * spec_.updates;
-  ASSERT_LE(applied + reported_lost + dropped, pushed);
-  EXPECT_LE(pushed - reported_lost - dropped - applied, 8u) << "more than B updates lost silently";
+  // Every push is acknowledged, dropped or reported lost; every acknowledged one was applied
+  // (checked above, by sequence), and what else was applied is some of the reported lost ones
+  // (a mirror the promoted replica held: "lost" means not known to be applied).
+  EXPECT_EQ(acked + dropped + reported_lost, kWorkers * spec_.updates);
+  EXPECT_LE(applied, acked + reported_lost) << "applied more updates than were pushed";
   EXPECT_GT(applied, died_at_version) << "training did not continue after the failover";
 }
 

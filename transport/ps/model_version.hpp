@@ -63,6 +63,10 @@ class ShardWriter {
   // After an apply that did not finish (the shard stays odd, so no reader accepts it) and the
   // payload was restored, e.g. from the replica: publishes it as stable at `model_version`.
   void restore(std::uint64_t model_version) noexcept;
+  // A skipped sequence (a hole): the payload is unchanged, the version counts it too — the
+  // version is the last sequence decided, which is what the sidecar's staleness counts
+  // (a version that counted applies only would fall behind by every hole).
+  void skip() noexcept { publish(model_version_ + 1); }
 
   bool applying() const noexcept { return applying_; }
   std::uint64_t model_version() const noexcept { return model_version_; }

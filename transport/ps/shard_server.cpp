@@ -450,9 +450,14 @@ void ShardServer::State::take_over_at_sidecar() {
   attach.take_over_at = skip_below - 1;
   sidecar.emplace(sidecar::Client::attach(attach));
   reported = 0;
-  // Tags in sidecar mode count each worker's arrivals: go on from what the history shows.
+  // Tags in sidecar mode count each worker's arrivals: go on from the history and from what
+  // promote() handed to `order` (decided by the dead server, or acknowledged mirrors) and is
+  // not applied yet.
   for (const AppliedUpdate& u : history) {
     if (!u.skipped) arrivals[u.worker] = std::max(arrivals[u.worker], u.tag + 1);
+  }
+  for (const auto& [sequence, d] : fed) {
+    if (d.worker != 0) arrivals[d.worker] = std::max(arrivals[d.worker], d.tag + 1);
   }
   std::fprintf(stderr, "gradlane ps replica: gradlaned (%s) took over endpoint %u's sequence from %llu\n",
                attach.shm_name.c_str(), attach.endpoint, static_cast<unsigned long long>(skip_below));
@@ -514,10 +519,28 @@ void ShardServer::State::promote() {
     return 0;
   };
   std::uint64_t head = order.next_sequence() + order.pending();
-  for (; arrived.contains(head) && !decisions.contains(head); ++head) {
-    const std::uint32_t worker = std::max<std::uint32_t>(arrived.at(head), 1);
-    order.arrived(head, static_cast<std::uint32_t>(head % options.slots));
-    fed[head] = Decided{head, worker, next_tag(worker)};
+  const auto take_mirror = [&](std::uint64_t sequence) {
+    const std::uint32_t worker = std::max<std::uint32_t>(arrived.at(sequence), 1);
+    order.arrived(sequence, static_cast<std::uint32_t>(sequence % options.slots));
+    fed[sequence] = Decided{sequence, worker, next_tag(worker)};
+  };
+  for (; arrived.contains(head) && !decisions.contains(head); ++head) take_mirror(head);
+  // Sidecar mode: mirrors after a gap too, the gaps skipped. A gap is a sequence the old owner
+  // granted whose mirror is not here: its worker wrote nothing yet, or is writing now — the
+  // sidecar that takes over starts `slots` further on, so that late write is refused (and its
+  // worker, whose write to the dead server fails, hears the push was lost). The mirrors beyond
+  // are acknowledged pushes whose workers' writes to the server completed (seen in the
+  // kill:server fault: two lost behind one gap). In direct mode this server grants the gaps
+  // again itself, so there they stay the end.
+  if (options.sidecar && !arrived.empty()) {
+    const std::uint64_t last = arrived.rbegin()->first;
+    for (; head <= last && head < order.next_sequence() + options.slots; ++head) {
+      if (arrived.contains(head)) {
+        take_mirror(head);
+      } else {
+        order.cancelled(head);
+      }
+    }
   }
   for (const auto& [sequence, worker] : arrived) stats.lost_in_failover += sequence >= head ? 1 : 0;
   decisions.clear();
@@ -611,7 +634,11 @@ std::size_t ShardServer::State::apply() {
   std::size_t work = 0;
   while (const auto step = order.next()) {
     const bool skip = step->kind == Step::Kind::skip;
-    if (!skip) apply_update(step->slot);
+    if (skip) {
+      writer.skip();
+    } else {
+      apply_update(step->slot);
+    }
     (void)order.done(*step);
     AppliedUpdate record{step->sequence, 0, 0, 0, skip};
     if (const auto decided = fed.extract(step->sequence); !decided.empty()) {  // as the server decided it
