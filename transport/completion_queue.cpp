@@ -30,7 +30,14 @@ void DestroyCompChannel::operator()(ibv_comp_channel* channel) const noexcept {
   }
 }
 
-SharedCq::SharedCq(const Device& dev, std::uint32_t entries) : device(dev) {
+void DestroySrq::operator()(ibv_srq* srq) const noexcept {
+  if (int rc = ibv_destroy_srq(srq); rc != 0) {
+    std::fprintf(stderr, "gradlane: %s\n", call_failed("ibv_destroy_srq", rc).c_str());
+  }
+}
+
+SharedCq::SharedCq(const Device& dev, std::uint32_t entries, std::uint32_t shared_receives, std::size_t slot_bytes)
+    : device(dev) {
   channel.reset(ibv_create_comp_channel(device.context()));
   if (!channel) {
     throw_call_failed(Errc::system, fmt::format("ibv_create_comp_channel({})", device.info().name),
@@ -40,13 +47,55 @@ SharedCq::SharedCq(const Device& dev, std::uint32_t entries) : device(dev) {
   if (flags < 0 || ::fcntl(channel->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
     throw_call_failed(Errc::system, "fcntl(completion channel, O_NONBLOCK)", errno);
   }
-  capacity_ = static_cast<int>(std::max<std::uint32_t>(entries, 1));
+  // The shared receives complete on this queue too: room for all of them, always.
+  reserved_ = static_cast<int>(shared_receives);
+  capacity_ = static_cast<int>(std::max<std::uint32_t>(entries, 1) + shared_receives);
   cq.reset(ibv_create_cq(device.context(), capacity_, nullptr, channel.get(), 0));
   if (!cq) {
     throw_call_failed(Errc::system, fmt::format("ibv_create_cq({}, {} entries, shared)", device.info().name, capacity_),
                       last_errno_or(ENOMEM));
   }
   capacity_ = cq->cqe;
+  if (shared_receives == 0) return;
+  ibv_srq_init_attr attr{};
+  attr.attr.max_wr = shared_receives;
+  attr.attr.max_sge = 1;
+  srq.reset(ibv_create_srq(device.pd(), &attr));
+  if (!srq) {
+    throw_call_failed(Errc::system,
+                      fmt::format("ibv_create_srq({}, {} receives) — the device may not support shared receive "
+                                  "queues, or fewer: use per-connection receives (shared_receives = 0)",
+                                  device.info().name, shared_receives),
+                      last_errno_or(EINVAL));
+  }
+  srq_depth = shared_receives;
+  srq_slot_bytes = slot_bytes;
+  srq_memory = Buffer::allocate(slot_bytes * shared_receives, Buffer::Pages::small_only);
+  srq_ring = MemoryRegion::register_buffer(device, *srq_memory, Access::local_write);
+  for (std::uint32_t i = 0; i < shared_receives; ++i) post_shared_receive(i);
+}
+
+void SharedCq::post_shared_receive(std::uint32_t slot) {
+  ibv_sge sge{};
+  sge.addr = reinterpret_cast<std::uintptr_t>(srq_memory->data()) + std::uint64_t{slot} * srq_slot_bytes;
+  sge.length = static_cast<std::uint32_t>(srq_slot_bytes);
+  sge.lkey = srq_ring->lkey();
+  ibv_recv_wr wr{};
+  wr.wr_id = kRecvTag | slot;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  if (int rc = ibv_post_srq_recv(srq.get(), &wr, &bad); rc != 0) {
+    throw_call_failed(Errc::system, fmt::format("ibv_post_srq_recv on {}", device.info().name), rc);
+  }
+}
+
+std::uint64_t SharedCq::receive_buffer_bytes() const {
+  std::uint64_t bytes = srq ? std::uint64_t{srq_depth} * srq_slot_bytes : 0;
+  for (const auto& [qp, owner] : owners_) {
+    if (owner->recv_ring_memory) bytes += owner->recv_ring_memory->size();
+  }
+  return bytes;
 }
 
 SharedCq::~SharedCq() {
@@ -97,7 +146,10 @@ int SharedCq::poll() {
                                                    device.info().name, n));
   for (int i = 0; i < n; ++i) {
     const auto owner = owners_.find(wcs[i].qp_num);
-    if (owner == owners_.end()) continue;  // a connection already gone
+    if (owner == owners_.end()) {  // a connection already gone; a shared buffer it took comes back
+      if (srq && (wcs[i].wr_id & kRecvTag)) post_shared_receive(static_cast<std::uint32_t>(wcs[i].wr_id & ~kRecvTag));
+      continue;
+    }
     try {
       owner->second->handle_completion(wcs[i]);
     } catch (const Error& e) {
@@ -146,11 +198,15 @@ bool SharedCq::wait(std::chrono::milliseconds timeout) {
 
 }  // namespace detail
 
-CompletionQueue::CompletionQueue(const Device& device, std::uint32_t entries)
-    : state_(std::make_shared<detail::SharedCq>(device, entries)) {}
+CompletionQueue::CompletionQueue(const Device& device, std::uint32_t entries, std::uint32_t shared_receives,
+                                 std::uint32_t max_message_bytes)
+    : state_(std::make_shared<detail::SharedCq>(device, entries, shared_receives,
+                                                std::size_t{max_message_bytes} + detail::kFrameHeaderSize)) {}
 
 int CompletionQueue::poll() { return state_->poll(); }
 bool CompletionQueue::wait(std::chrono::milliseconds timeout) { return state_->wait(timeout); }
 std::size_t CompletionQueue::connections() const { return state_->connections(); }
+std::uint32_t CompletionQueue::shared_receives() const { return state_->srq_depth; }
+std::uint64_t CompletionQueue::receive_buffer_bytes() const { return state_->receive_buffer_bytes(); }
 
 }  // namespace gradlane

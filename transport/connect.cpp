@@ -178,13 +178,21 @@ void ConnectionState::create_queue_pair() {
     }
   }
   ibv_cq* completions = shared ? shared->cq.get() : cq.get();
+  if (uses_shared_receives() && slot_bytes() > shared->srq_slot_bytes) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("this connection's max_message_bytes ({}) is larger than the shared receive queue's "
+                            "buffers ({} bytes of payload): create the CompletionQueue with max_message_bytes ≥ {}",
+                            options.max_message_bytes, shared->srq_slot_bytes - kFrameHeaderSize,
+                            options.max_message_bytes));
+  }
   ibv_qp_init_attr attr{};
   attr.send_cq = completions;
   attr.recv_cq = completions;
+  attr.srq = uses_shared_receives() ? shared->srq.get() : nullptr;
   attr.qp_type = IBV_QPT_RC;
   attr.sq_sig_all = 0;  // we choose per request which ones are signalled
   attr.cap.max_send_wr = options.send_queue_depth;
-  attr.cap.max_recv_wr = options.recv_queue_depth;
+  attr.cap.max_recv_wr = uses_shared_receives() ? 0 : options.recv_queue_depth;
   attr.cap.max_send_sge = 1;
   attr.cap.max_recv_sge = 1;
   attr.cap.max_inline_data = options.max_inline;
@@ -209,12 +217,13 @@ void ConnectionState::create_queue_pair() {
   // Control-message rings: registered once, copied through (control traffic, not gradients).
   const std::size_t slot = slot_bytes();
   const std::uint32_t send_slots = std::min<std::uint32_t>(32, options.send_queue_depth);
-  recv_ring_memory = Buffer::allocate(slot * options.recv_queue_depth, Buffer::Pages::small_only);
   send_ring_memory = Buffer::allocate(slot * send_slots, Buffer::Pages::small_only);
-  recv_ring = MemoryRegion::register_buffer(device, *recv_ring_memory, Access::local_write);
   send_ring = MemoryRegion::register_buffer(device, *send_ring_memory, Access::local);
   send_slot_op.assign(send_slots, 0);
   ops.assign(options.send_queue_depth, OpRecord{});
+  if (uses_shared_receives()) return;  // the shared queue's buffers serve every connection on it
+  recv_ring_memory = Buffer::allocate(slot * options.recv_queue_depth, Buffer::Pages::small_only);
+  recv_ring = MemoryRegion::register_buffer(device, *recv_ring_memory, Access::local_write);
   for (std::uint32_t i = 0; i < options.recv_queue_depth; ++i) post_receive(i);
 }
 

@@ -103,7 +103,11 @@ class ConnectionState {
   // header, so a message of exactly max_message_bytes fits (the header says "≤").
   std::size_t slot_bytes() const { return std::size_t{options.max_message_bytes} + kFrameHeaderSize; }
   // Entries this connection may need in its completion queue.
-  int cq_entries() const { return static_cast<int>(options.send_queue_depth + options.recv_queue_depth); }
+  int cq_entries() const {
+    return static_cast<int>(options.send_queue_depth + (uses_shared_receives() ? 0 : options.recv_queue_depth));
+  }
+  // Receives come from the shared CompletionQueue's SRQ (none posted per connection).
+  bool uses_shared_receives() const { return shared && shared->srq; }
   // Messages or doorbells already reaped and not yet taken, or a failure to report.
   bool has_pending_input() const { return !messages.empty() || !doorbells.empty() || failure_error.has_value(); }
   // Creates CQ, QP and the control rings on `id`, posts every receive, sets the ACK timeout.
@@ -115,6 +119,7 @@ class ConnectionState {
     if (failure_error) throw *failure_error;
   }
   void handle_completion(const ibv_wc& wc);
+  void take_receive(const ibv_wc& wc, std::uint32_t slot);
   void handle_cm_events();
   // Posts one send-queue work request, choosing whether to signal it.
   OpId post(ibv_send_wr& wr, const OpRecord& record, bool force_signal);

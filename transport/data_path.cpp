@@ -24,7 +24,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Receive work requests carry this bit in wr_id, send-queue ones never do.
-constexpr std::uint64_t kRecvTag = 1ull << 63;
 // How many empty CQ polls between looks at the rdma_cm channel (a syscall): often enough to
 // see a DISCONNECTED within microseconds of idling, rare enough to stay off the hot path.
 constexpr std::uint32_t kPollsPerEventCheck = 256;
@@ -96,42 +95,58 @@ void ConnectionState::post_receive(std::uint32_t slot) {
   }
 }
 
+// One receive completion: a doorbell, or a control message copied out of its buffer.
+void ConnectionState::take_receive(const ibv_wc& wc, std::uint32_t slot) {
+  if (wc.status != IBV_WC_SUCCESS) {
+    // After the peer's disconnect, the flush that follows what arrived before it (see
+    // handle_completion). Otherwise a flushed receive just means the QP failed; the send side
+    // or the cm event says why.
+    if (disconnecting) {
+      fail(*disconnecting);
+    } else if (wc.status != IBV_WC_WR_FLUSH_ERR) {
+      fail(completion_error(wc.status, wc.vendor_err, "receive", description));
+    }
+    return;
+  }
+  if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+    doorbells.push_back({ntohl(wc.imm_data), wc.byte_len});
+    ++stats.doorbells_received;
+  } else {
+    const auto* base =
+        uses_shared_receives() ? shared->shared_slot(slot) : recv_ring->data() + std::uint64_t{slot} * slot_bytes();
+    try {
+      const Frame frame = decode_frame({base, wc.byte_len});
+      if (frame.kind == FrameKind::region) {
+        const RegionAdvert advert = decode_region_advert(frame.payload);
+        regions[advert.id] = advert.region;
+      } else {
+        messages.emplace_back(frame.payload.begin(), frame.payload.end());
+        ++stats.messages_received;
+      }
+    } catch (const Error& e) {
+      fail(Error(Errc::protocol, fmt::format("malformed control message from {}: {}", description, e.what())));
+      return;
+    }
+  }
+}
+
 void ConnectionState::handle_completion(const ibv_wc& wc) {
+  if (wc.wr_id & kRecvTag) {
+    const auto slot = static_cast<std::uint32_t>(wc.wr_id & ~kRecvTag);
+    take_receive(wc, slot);
+    // The buffer was copied out: a shared receive's goes back to the shared queue whatever
+    // became of this connection (the others need it); our own only while we live.
+    if (uses_shared_receives()) {
+      shared->post_shared_receive(slot);
+    } else if (!failure_error) {
+      post_receive(slot);
+    }
+    return;
+  }
   if (wc.status != IBV_WC_SUCCESS && disconnecting) {
     // The QP was moved to the error state on the peer's disconnect: this flush comes after
     // every completion of what arrived before it, which has been delivered. Now it fails.
     fail(*disconnecting);
-    return;
-  }
-  if (wc.wr_id & kRecvTag) {
-    const auto slot = static_cast<std::uint32_t>(wc.wr_id & ~kRecvTag);
-    if (wc.status != IBV_WC_SUCCESS) {
-      // A flushed receive just means the QP failed; the send side or the cm event says why.
-      if (wc.status != IBV_WC_WR_FLUSH_ERR) {
-        fail(completion_error(wc.status, wc.vendor_err, "receive", description));
-      }
-      return;
-    }
-    if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-      doorbells.push_back({ntohl(wc.imm_data), wc.byte_len});
-      ++stats.doorbells_received;
-    } else {
-      const auto* base = recv_ring->data() + std::uint64_t{slot} * slot_bytes();
-      try {
-        const Frame frame = decode_frame({base, wc.byte_len});
-        if (frame.kind == FrameKind::region) {
-          const RegionAdvert advert = decode_region_advert(frame.payload);
-          regions[advert.id] = advert.region;
-        } else {
-          messages.emplace_back(frame.payload.begin(), frame.payload.end());
-          ++stats.messages_received;
-        }
-      } catch (const Error& e) {
-        fail(Error(Errc::protocol, fmt::format("malformed control message from {}: {}", description, e.what())));
-        return;
-      }
-    }
-    if (!failure_error) post_receive(slot);
     return;
   }
   if (wc.status != IBV_WC_SUCCESS) {

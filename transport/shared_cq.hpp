@@ -8,22 +8,31 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "gradlane/completion_queue.hpp"
 #include "gradlane/device.hpp"
+#include "gradlane/memory.hpp"
 
 namespace gradlane::detail {
 
 class ConnectionState;
 
+// A receive work request's id: this bit, and the ring slot of its buffer (per connection, or
+// the shared receive queue's).
+inline constexpr std::uint64_t kRecvTag = 1ull << 63;
+
 struct DestroyCq { void operator()(ibv_cq* cq) const noexcept; };
 struct DestroyCompChannel { void operator()(ibv_comp_channel* channel) const noexcept; };
+struct DestroySrq { void operator()(ibv_srq* srq) const noexcept; };
 using CqPtr = std::unique_ptr<ibv_cq, DestroyCq>;
 using CompChannelPtr = std::unique_ptr<ibv_comp_channel, DestroyCompChannel>;
+using SrqPtr = std::unique_ptr<ibv_srq, DestroySrq>;
 
 class SharedCq {
  public:
-  SharedCq(const Device& device, std::uint32_t entries);
+  // shared_receives > 0: a shared receive queue of that many buffers of slot_bytes each.
+  SharedCq(const Device& device, std::uint32_t entries, std::uint32_t shared_receives = 0, std::size_t slot_bytes = 0);
   ~SharedCq();  // acknowledges every channel event first: ibv_destroy_cq waits for that
   SharedCq(const SharedCq&) = delete;
   SharedCq& operator=(const SharedCq&) = delete;
@@ -35,11 +44,22 @@ class SharedCq {
   int poll();
   bool wait(std::chrono::milliseconds timeout);
   std::size_t connections() const { return owners_.size(); }
+  // Shared receives: the buffer of slot `slot`, and posting it again once its message is taken.
+  const std::byte* shared_slot(std::uint32_t slot) const { return srq_memory->data() + slot * srq_slot_bytes; }
+  void post_shared_receive(std::uint32_t slot);
+  // Receive buffers registered for the attached connections (their own rings, or the SRQ's).
+  std::uint64_t receive_buffer_bytes() const;
 
-  // Members in construction order: the channel outlives the CQ that reports to it.
+  // Members in construction order: the channel outlives the CQ that reports to it; the SRQ
+  // goes before its registered buffers. Every QP using the SRQ holds this object alive.
   Device device;
   CompChannelPtr channel;
   CqPtr cq;
+  std::optional<Buffer> srq_memory;
+  std::optional<MemoryRegion> srq_ring;
+  SrqPtr srq;
+  std::uint32_t srq_depth = 0;
+  std::size_t srq_slot_bytes = 0;
 
  private:
   void check_events();  // every owner's rdma_cm events (a disconnect)

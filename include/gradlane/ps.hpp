@@ -129,6 +129,13 @@ struct ShardOptions {
   // so the timers above still run) instead of spinning a core. Costs a wake-up (an interrupt
   // and a thread switch) on the first arrival after a quiet spell: perf/results/ps-doorbells.md.
   bool block_when_idle = false;
+  // Receive buffers shared by every connection (an SRQ on the shared completion queue, see
+  // completion_queue.hpp) instead of recv_queue_depth each: 0 keeps them per connection.
+  // Measured (perf/results/ps-doorbells.md): 32 connections on 512 shared buffers keep 2 MiB
+  // of receive buffers instead of 16 MiB at the same doorbell rate; 1,000 workers would need
+  // 512 MiB per connection-owned rings. Size it to the doorbells and control messages that may
+  // wait at once (e.g. 2 × workers): a dry queue makes senders retry ("receiver not ready").
+  std::uint32_t shared_receives = 0;
 };
 
 struct ServerStats {

@@ -5,6 +5,8 @@
 //   shared    one CompletionQueue for all connections: one poll per round, then only the
 //             connections that got something are visited (the ShardServer now)
 //   blocking  shared, and the loop sleeps in CompletionQueue::wait() when a round found nothing
+//   srq       blocking, and every connection's receives come from one shared receive queue of
+//             --shared-receives buffers instead of 128 each (ShardOptions::shared_receives)
 //
 //   gradlane_ps_doorbells --role server -d rxe0 -p 7950 --connections 8 --mode shared -n 4000
 //   gradlane_ps_doorbells --role worker -d rxe1 --server 198.18.0.10:7950 --connections 8 -n 4000
@@ -43,6 +45,7 @@ struct Options {
   std::size_t connections = 1;
   std::uint64_t per_connection = 4000;
   std::uint32_t window = 64;
+  std::uint32_t shared_receives = 512;
   int idle_ms = 1000;
   int timeout_s = 60;
 };
@@ -78,7 +81,7 @@ class Receiver {
       while (conns_[i].try_doorbell()) take(i), ++got;
       while (conns_[i].try_receive()) {}
     }
-    if (got == 0 && mode_ == "blocking") cq_->wait(20ms);
+    if (got == 0 && (mode_ == "blocking" || mode_ == "srq")) cq_->wait(20ms);
     return got;
   }
 
@@ -89,10 +92,11 @@ class Receiver {
 };
 
 int server(const Options& o, const gradlane::Device& device) {
-  gradlane::Listener listener(device, o.port, gradlane::TransportOptions::from_env());
+  const auto options = gradlane::TransportOptions::from_env();
+  gradlane::Listener listener(device, o.port, options);
   std::optional<gradlane::CompletionQueue> cq;
   if (o.mode != "percq") {
-    cq.emplace(device);
+    cq.emplace(device, 1024, o.mode == "srq" ? o.shared_receives : 0, options.max_message_bytes);
     listener.use_completion_queue(*cq);
   }
   gradlane::Buffer target = gradlane::Buffer::allocate(4096);
@@ -138,6 +142,10 @@ int server(const Options& o, const gradlane::Device& device) {
     while (c.receive(std::chrono::seconds(o.timeout_s)).size() != 3) {}  // "fin"
   }
   const double rate = static_cast<double>(total) / seconds;
+  // Registered receive buffers: the shared queue knows; per-connection CQs keep depth × slot each.
+  const std::uint64_t receive_bytes =
+      cq ? cq->receive_buffer_bytes()
+         : o.connections * std::uint64_t{options.recv_queue_depth} * (options.max_message_bytes + 12);
   std::printf(" connections  mode      doorbells  seconds  doorbells/s  cpu_us/doorbell  idle_cpu\n");
   std::printf(" %11zu  %-8s  %9llu  %7.3f  %11.0f  %15.2f  %8.2f\n", o.connections, o.mode.c_str(),
               static_cast<unsigned long long>(total), seconds, rate, cpu / static_cast<double>(total) * 1e6, idle_cpu);
@@ -146,7 +154,8 @@ int server(const Options& o, const gradlane::Device& device) {
                                                 {"doorbells", total},         {"seconds", seconds},
                                                 {"doorbells_per_s", rate},    {"cpu_s", cpu},
                                                 {"cpu_us_per_doorbell", cpu / static_cast<double>(total) * 1e6},
-                                                {"idle_cpu_fraction", idle_cpu}}
+                                                {"idle_cpu_fraction", idle_cpu},
+                                                {"receive_buffer_bytes", receive_bytes}}
                                      .dump(2)
                               << '\n';
   }
@@ -208,8 +217,10 @@ int main(int argc, char** argv) {
   app.add_option("-p,--port", o.port, "rdma_cm port (server)")->check(CLI::Range(1, 65535));
   app.add_option("--server", o.server, "the server, ADDR:PORT (worker)");
   app.add_option("--connections", o.connections, "worker connections")->check(CLI::Range(1, 256));
-  app.add_option("--mode", o.mode, "server: percq | shared | blocking")
-      ->check(CLI::IsMember({"percq", "shared", "blocking"}));
+  app.add_option("--mode", o.mode, "server: percq | shared | blocking | srq")
+      ->check(CLI::IsMember({"percq", "shared", "blocking", "srq"}));
+  app.add_option("--shared-receives", o.shared_receives, "server, srq mode: buffers in the shared receive queue")
+      ->check(CLI::Range(1U, 65536U));
   app.add_option("-n,--per-connection", o.per_connection, "doorbells per connection")
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 32));
   app.add_option("--window", o.window, "unanswered doorbells per connection (≤ 128, the receive queue)")

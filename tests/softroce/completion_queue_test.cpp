@@ -3,6 +3,8 @@
 // and a peer that leaves fails only its own connection.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "../common/pattern.hpp"
 #include "harness.hpp"
 
@@ -72,6 +74,89 @@ TEST(SharedCompletionQueue, EachConnectionGetsItsOwnArrivalsAndALeavingPeerFails
   EXPECT_EQ(next_message(cq, b, 30s), "bye");
   ASSERT_TRUE(peer_a.wait_exit(10s).has_value());
   ASSERT_TRUE(peer_b.wait_exit(10s).has_value());
+}
+
+TEST(SharedReceiveQueue, BurstsFromManyConnectionsThroughSixteenSharedReceivesLoseNothing) {
+  // Four peers each fire 40 doorbells (64-byte WRITEs with an immediate) and then 40 messages,
+  // back to back, at a server whose connections share 16 receive buffers: the shared queue
+  // runs dry, senders retry, and every doorbell and message must still reach its own
+  // connection, in order, with the payload in place — from 16 buffers instead of 4 × 128.
+  const Device device = Device::open(selector_from_env());
+  const TransportOptions options = test_options();
+  CompletionQueue cq(device, 1024, /*shared_receives=*/16, options.max_message_bytes);
+  EXPECT_EQ(cq.shared_receives(), 16u);
+  Listener listener(device, 0, options);
+  listener.use_completion_queue(cq);
+  const std::string port = std::to_string(listener.port());
+  constexpr std::size_t kPeers = 4, kBurst = 40, kPiece = 64;
+  std::vector<std::unique_ptr<PeerProcess>> peers;
+  std::vector<Connection> conns;
+  std::vector<Buffer> landing;
+  std::vector<MemoryRegion> landing_mr;
+  for (std::size_t k = 0; k < kPeers; ++k) {
+    peers.push_back(std::make_unique<PeerProcess>(std::vector<std::string>{listener.address(), port, "65536"}));
+    conns.push_back(listener.accept(30s));
+    landing.push_back(Buffer::allocate(kBurst * kPiece));
+    landing_mr.push_back(MemoryRegion::register_buffer(device, landing.back(), Access::remote_write));
+    conns.back().advertise(2, landing_mr.back().descriptor());
+    ASSERT_EQ(conns.back().wait_region(1, 30s).length, 65536u);
+  }
+  EXPECT_EQ(cq.receive_buffer_bytes(), 16u * (options.max_message_bytes + 12))
+      << "no connection on a shared receive queue keeps receive buffers of its own";
+
+  for (std::size_t k = 0; k < kPeers; ++k) send_text(conns[k], "burst " + std::to_string(kBurst) + " 2 " + std::to_string(1000 * (k + 1)));
+  // Nobody reposts for a second: the 16 shared buffers fill and the peers' next writes are
+  // refused "receiver not ready" and retried, until the loop below takes them.
+  std::this_thread::sleep_for(1s);
+  std::vector<std::vector<std::uint32_t>> bells(kPeers);
+  std::vector<std::vector<std::string>> texts(kPeers);
+  const auto give_up = Clock::now() + 120s;
+  const auto done = [&] {
+    for (std::size_t k = 0; k < kPeers; ++k) {
+      if (bells[k].size() < kBurst || texts[k].size() < kBurst + 1) return false;
+    }
+    return true;
+  };
+  while (!done() && Clock::now() < give_up) {
+    cq.poll();
+    for (std::size_t k = 0; k < kPeers; ++k) {
+      while (auto d = conns[k].try_doorbell()) bells[k].push_back(d->imm);
+      while (auto m = conns[k].try_receive()) texts[k].push_back(text_of(*m));
+    }
+  }
+  for (std::size_t k = 0; k < kPeers; ++k) {
+    const std::uint32_t tag = static_cast<std::uint32_t>(1000 * (k + 1));
+    ASSERT_EQ(bells[k].size(), kBurst) << "peer " << k;
+    ASSERT_EQ(texts[k].size(), kBurst + 1) << "peer " << k;
+    for (std::size_t i = 0; i < kBurst; ++i) {
+      EXPECT_EQ(bells[k][i], tag + i) << "peer " << k << " doorbell " << i;
+      EXPECT_EQ(texts[k][i], std::to_string(tag + i)) << "peer " << k << " message " << i;
+      EXPECT_EQ(check_pattern({landing[k].data() + i * kPiece, kPiece}, tag + i), std::nullopt)
+          << "peer " << k << " payload " << i;
+    }
+    EXPECT_EQ(texts[k][kBurst], "sent " + std::to_string(kBurst));
+    EXPECT_FALSE(conns[k].failed());
+  }
+  for (std::size_t k = 0; k < kPeers; ++k) {
+    send_text(conns[k], "exit");
+    EXPECT_EQ(next_message(cq, conns[k], 30s), "bye");
+    ASSERT_TRUE(peers[k]->wait_exit(10s).has_value());
+  }
+}
+
+TEST(SharedReceiveQueue, AConnectionWithLargerMessagesThanItsBuffersIsRefused) {
+  const Device device = Device::open(selector_from_env());
+  TransportOptions options = test_options();
+  CompletionQueue cq(device, 1024, 8, /*max_message_bytes=*/1024);
+  Listener listener(device, 0, options);
+  options.max_message_bytes = 4096;
+  try {
+    connect(device, listener.address(), listener.port(), options, cq);
+    ADD_FAILURE() << "a connection whose messages do not fit the shared buffers was made";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("max_message_bytes"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

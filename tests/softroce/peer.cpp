@@ -12,6 +12,10 @@
 //   echo BYTES              reply with BYTES verbatim (SEND/RECV round trip)
 //   push ID OFF LEN SEED    RDMA WRITE pattern SEED from our region into the test's region ID
 //                           at OFF (waits for its completion) → "ok"
+//   burst N ID TAG          N pattern-TAG+i payloads of 64 bytes, each WRITTEN into the test's
+//                           region ID at i*64 with a doorbell (imm TAG+i), then N messages
+//                           "TAG+i", all posted back to back without waiting → "sent N" (a
+//                           burst for a shared receive queue)
 //   connect_again           open a second connection to the same listener (region 1 again)
 //   write K ADDR RKEY LEN SEED  RDMA WRITE pattern SEED (LEN bytes from our region) to the raw
 //                           remote (ADDR, RKEY) over our K-th connection (0 = the first) and
@@ -126,6 +130,22 @@ struct Peer {
         return "refused " + std::string(errc_name(e.code())) + ": " + e.what();
       }
       return "ok";
+    }
+    if (verb == "burst") {
+      std::uint64_t n = 0, tag = 0;
+      std::uint32_t id = 0;
+      in >> n >> id >> tag;
+      constexpr std::uint64_t kPiece = 64;
+      if (!region.contains(0, n * kPiece)) return "bad burst arguments";
+      const RegionDescriptor target = c.wait_region(id, std::chrono::seconds(30));
+      OpId last = 0;
+      for (std::uint64_t i = 0; i < n; ++i) {
+        fill_pattern({buffer.data() + i * kPiece, kPiece}, tag + i);
+        last = c.write_and_ring(region, i * kPiece, target, i * kPiece, kPiece, static_cast<std::uint32_t>(tag + i));
+      }
+      c.wait(last, std::chrono::seconds(60));
+      for (std::uint64_t i = 0; i < n; ++i) send_text(c, std::to_string(tag + i));
+      return "sent " + std::to_string(n);
     }
     if (verb == "connect_again") {
       connect_once();

@@ -70,7 +70,7 @@ struct ShardServer::State {
         slots(dev, o.floats, o.slots, o.grant_windows && r == Role::server),
         writer(shard.header()),
         order(o.slots, 1),
-        cq(dev),
+        cq(dev, 1024, o.shared_receives, o.transport.max_message_bytes),
         listener(dev, port, o.transport) {
     // One completion queue for every connection (workers, primary, replica): a round polls it
     // once instead of once per connection, and an idle server can sleep on it (wait()).
@@ -498,6 +498,18 @@ void ShardServer::State::tell_replica(const AppliedUpdate& record) {
 // lost_in_failover.
 void ShardServer::State::promote() {
   const auto now = Clock::now();
+  // Every mirror that is here counts. The failure was seen while input was being taken, so
+  // doorbells of other workers may still wait, reaped or not (a worker acknowledged a push
+  // whose mirror's doorbell was still in our queue, and it was skipped: kill:server@gradlane).
+  while (cq.poll() > 0) {
+  }
+  for (Peer& peer : peers) {
+    if (!peer.alive || peer.kind != PeerKind::worker) continue;
+    try {
+      take_doorbells(peer);
+    } catch (const Error&) {  // its failure is taken up on the next round
+    }
+  }
   for (std::uint64_t head = order.next_sequence(); decisions.contains(head); ++head) {
     const bool apply = decisions.at(head).worker != 0;
     if (apply && arrived.contains(head)) {
