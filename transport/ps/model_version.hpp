@@ -14,8 +14,8 @@
 //           reads again (an apply of a 4 MiB shard takes about a millisecond).
 //
 // Version and applied updates: the shard is published with version = 2 × model_version, and
-// every apply adds 2, so in an accepted snapshot model_version == v1 / 2 — the number of
-// updates applied to this shard (the worker's staleness input). An odd version means model
+// every apply (or skipped sequence) adds 2, so in an accepted snapshot model_version == v1 / 2 —
+// the number of sequences decided in this shard (the worker's staleness input). An odd version means model
 // version v / 2 is being turned into v / 2 + 1.
 //
 // In-process (tests, a co-located reader) the payload and model_version are read while the
@@ -34,12 +34,17 @@ namespace gradlane::ps {
 struct alignas(64) ShardHeader {
   // Even: stable; odd: an apply is in progress. What the worker's first and last READs fetch.
   std::atomic<std::uint64_t> version{0};
-  // Updates applied to this shard. Written only inside begin_apply()/end_apply().
+  // Sequences decided (applied or skipped) in this shard. Written only by ShardWriter.
   std::uint64_t model_version = 0;
+  // A replica promoted in sidecar mode refuses the doorbells of sequences below this (the old
+  // owner's grants, see ps.hpp); ~0 while the promotion is under way. A worker that failed
+  // over READs it after each write: a sequence below it was refused, the push is lost.
+  std::atomic<std::uint64_t> refuse_below{0};
 };
 static_assert(sizeof(ShardHeader) == 64, "one cache line, read as one 64-byte RDMA READ");
 static_assert(std::is_standard_layout_v<ShardHeader>, "its bytes are read over the wire");
-static_assert(offsetof(ShardHeader, version) == 0 && offsetof(ShardHeader, model_version) == 8);
+static_assert(offsetof(ShardHeader, version) == 0 && offsetof(ShardHeader, model_version) == 8 &&
+              offsetof(ShardHeader, refuse_below) == 16);
 // The READ sees the word's bytes, so it must be a plain 8-byte word, not a lock.
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free &&
               sizeof(std::atomic<std::uint64_t>) == sizeof(std::uint64_t));

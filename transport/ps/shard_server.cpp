@@ -445,6 +445,7 @@ std::size_t ShardServer::State::skip_old_owners_sequences() {
 // with --standby): then nobody can grant our sequence, and the job must hear it, not hang.
 void ShardServer::State::take_over_at_sidecar() {
   skip_below = next_grant + options.slots;
+  shard.header().refuse_below.store(skip_below, std::memory_order_release);
   sidecar::AttachOptions attach = *options.sidecar;
   attach.region_bytes = slots.slot_bytes() * options.slots;
   attach.take_over_at = skip_below - 1;
@@ -498,6 +499,10 @@ void ShardServer::State::tell_replica(const AppliedUpdate& record) {
 // lost_in_failover.
 void ShardServer::State::promote() {
   const auto now = Clock::now();
+  // Sidecar mode: refuse everything until we know from where on, and say so first (a worker
+  // that failed over reads it after each write). A write whose READ of it came before this
+  // store has its doorbell in our queue already, and the reap below takes it.
+  if (options.sidecar) shard.header().refuse_below.store(~std::uint64_t{0}, std::memory_order_seq_cst);
   // Every mirror that is here counts. The failure was seen while input was being taken, so
   // doorbells of other workers may still wait, reaped or not (a worker acknowledged a push
   // whose mirror's doorbell was still in our queue, and it was skipped: kill:server@gradlane).

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -169,7 +170,21 @@ struct Worker::State {
     PushResult result;
     result.sequence = sequence;
     result.wire_time = Clock::now() - start;
+    if (sidecar && failovers > 0 && refused_by_promoted_server(sequence)) result.lost = true;
     return result;
+  }
+
+  // Sidecar mode, after a failover: the server is a promoted replica, which refuses the
+  // sequences its old owner may have granted (ps.hpp) — silently, as a doorbell has no answer.
+  // Its header says from where on it takes them; READ after our write on the same QP, it
+  // reflects at least the moment our write arrived (the promotion publishes it before taking
+  // the doorbells already there). A refused push is lost, not acknowledged.
+  bool refused_by_promoted_server(std::uint64_t sequence) {
+    constexpr std::size_t kAt = offsetof(ShardHeader, refuse_below);
+    server.wait(server.read(model_region, kAt, server_shard, kAt, sizeof(std::uint64_t)), options.timeout);
+    std::uint64_t floor = 0;
+    std::memcpy(&floor, model_buffer.data() + kAt, sizeof floor);
+    return sequence < floor;
   }
 
   // Writes the gradient into member slot `slot` of the aggregator's ring, doorbell `imm`.
