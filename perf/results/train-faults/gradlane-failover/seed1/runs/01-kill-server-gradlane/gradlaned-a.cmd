@@ -27,4 +27,4 @@ rxe0
 --replica-bound
 8
 --schedule-log
-/tmp/gradlane-faults.CUtw8T/train-gradlane/schedule.jsonl
+/tmp/gradlane-faults.0c4wGX/train-gradlane/schedule.jsonl

@@ -13,7 +13,7 @@ softmax
 --slots
 8
 --out
-/tmp/gradlane-faults.CUtw8T/train-gradlane
+/tmp/gradlane-faults.0c4wGX/train-gradlane
 --device
 rxe2
 --id

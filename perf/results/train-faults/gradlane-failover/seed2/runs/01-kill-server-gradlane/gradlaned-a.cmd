@@ -27,4 +27,4 @@ rxe0
 --replica-bound
 8
 --schedule-log
-/tmp/gradlane-faults.ll2DDq/train-gradlane/schedule.jsonl
+/tmp/gradlane-faults.uA68w1/train-gradlane/schedule.jsonl

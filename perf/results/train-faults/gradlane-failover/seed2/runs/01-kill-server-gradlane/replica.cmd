@@ -13,7 +13,7 @@ softmax
 --slots
 8
 --out
-/tmp/gradlane-faults.ll2DDq/train-gradlane
+/tmp/gradlane-faults.uA68w1/train-gradlane
 --device
 rxe1
 --port

@@ -27,4 +27,4 @@ rxe0
 --replica-bound
 8
 --schedule-log
-/tmp/gradlane-faults.DoJdWM/train-gradlane/schedule.jsonl
+/tmp/gradlane-faults.usXwQ6/train-gradlane/schedule.jsonl

@@ -13,7 +13,7 @@ softmax
 --slots
 8
 --out
-/tmp/gradlane-faults.DoJdWM/train-gradlane
+/tmp/gradlane-faults.usXwQ6/train-gradlane
 --device
 rxe1
 --port

@@ -27,4 +27,4 @@ rxe0
 --replica-bound
 8
 --schedule-log
-/tmp/gradlane-faults.aHZ83I/train-gradlane/schedule.jsonl
+/tmp/gradlane-faults.2GVhw0/train-gradlane/schedule.jsonl

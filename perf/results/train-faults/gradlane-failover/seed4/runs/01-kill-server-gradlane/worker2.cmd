@@ -13,7 +13,7 @@ softmax
 --slots
 8
 --out
-/tmp/gradlane-faults.aHZ83I/train-gradlane
+/tmp/gradlane-faults.2GVhw0/train-gradlane
 --device
 rxe1
 --id

@@ -27,4 +27,4 @@ rxe0
 --replica-bound
 8
 --schedule-log
-/tmp/gradlane-faults.v0oGQN/train-gradlane/schedule.jsonl
+/tmp/gradlane-faults.aigZd7/train-gradlane/schedule.jsonl

@@ -13,7 +13,7 @@ softmax
 --slots
 8
 --out
-/tmp/gradlane-faults.v0oGQN/train-gradlane
+/tmp/gradlane-faults.aigZd7/train-gradlane
 --device
 rxe1
 --id
