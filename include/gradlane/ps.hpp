@@ -46,7 +46,9 @@
 // on `slots` past the version the replica reached: every sequence the old owner may have
 // granted (at most B <= slots ahead of the replica's ack) is skipped, so a late write granted
 // by the old owner rings for a sequence already skipped and is refused, never applied as
-// another worker's update.
+// another worker's update; the promoted server publishes where it starts (its shard header's
+// refuse_below) and a worker that failed over reads it after each write, so such a push
+// reports lost = true instead of success.
 // Aggregation (direct mode): workers told to push to an Aggregator (WorkerOptions::aggregator)
 // ask it for a member slot instead of the server — the same request / grant / WRITE +
 // doorbell, into the aggregator's ring, and nothing to the replica. The aggregator takes
