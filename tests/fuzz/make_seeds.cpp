@@ -221,6 +221,13 @@ void peer_seeds(const fs::path& dir) {
   write(dir, "slot-answer-aggregate", peer::encode(aggregate));
   write(dir, "slot-answer-drop", peer::encode(drop));
   write(dir, "transfer-done", peer::encode(peer::TransferDone{.transfer = 11, .measured_ns = 1800, .failed = false}));
+  peer::SlotAnswer moved = drop;
+  moved.drop_cause = peer::DropCause::receiver_moved;
+  write(dir, "slot-answer-drop-moved", peer::encode(moved));
+  write(dir, "takeover", peer::encode(peer::Takeover{.endpoint = 2, .version = 62}));
+  peer::SlotAnswer cause_on_go = answer;
+  cause_on_go.drop_cause = peer::DropCause::receiver_moved;
+  write(dir, "bad-cause-on-go", peer::encode(cause_on_go));
 
   Bytes truncated = peer::encode(request);
   truncated.resize(truncated.size() - 3);

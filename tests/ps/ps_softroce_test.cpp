@@ -203,6 +203,25 @@ class ShardRun : public ::testing::Test {
     return model;
   }
 
+  // After a run whose server killed itself: the version it died at and how long after its death
+  // the replica was promoted (a failure if it never was).
+  struct Takeover {
+    std::uint64_t died_at_version = 0;
+    double seconds = 0.0;
+  };
+  Takeover takeover() const {
+    std::ifstream died(out_ + "/server.died");
+    std::int64_t died_at_ns = 0;
+    Takeover t;
+    died >> died_at_ns >> t.died_at_version;
+    EXPECT_GE(t.died_at_version, 50u);  // it checks between progress() rounds, each may apply several
+    const json stats = read_lines(out_ + "/replica.stats.json").at(0);
+    const auto promoted_at_ns = stats["promoted_at_ns"].get<std::int64_t>();
+    EXPECT_GT(promoted_at_ns, died_at_ns) << "the replica was never promoted";
+    t.seconds = static_cast<double>(promoted_at_ns - died_at_ns) / 1e9;
+    return t;
+  }
+
   static bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
   }
@@ -466,16 +485,8 @@ TEST_F(ShardRun, WhenTheServerIsKilledTheReplicaTakesOverWithinThreeSeconds) {
   spec.updates = 40;
   spec.server_dies_at = 50;
   run(spec);
-  std::ifstream died(out_ + "/server.died");
-  std::int64_t died_at_ns = 0;
-  std::uint64_t died_at_version = 0;
-  died >> died_at_ns >> died_at_version;
-  ASSERT_GE(died_at_version, 50u);  // it checks between progress() rounds, each may apply several
-  std::ifstream stats_file(out_ + "/replica.stats.json");
-  const json stats = json::parse(stats_file);
-  const auto promoted_at_ns = stats["promoted_at_ns"].get<std::int64_t>();
-  ASSERT_GT(promoted_at_ns, died_at_ns) << "the replica was never promoted";
-  const double takeover_s = static_cast<double>(promoted_at_ns - died_at_ns) / 1e9;
+  const auto [died_at_version, takeover_s] = takeover();
+  ASSERT_FALSE(HasFailure());
   RecordProperty("takeover_ms", std::to_string(static_cast<int>(takeover_s * 1000)));
   std::printf("replica promoted %.3f s after the server died\n", takeover_s);
   EXPECT_LT(takeover_s, 3.0);
@@ -527,15 +538,8 @@ TEST_F(ShardRun, WithSidecarsWhenTheServerIsKilledTheReplicasSidecarTakesTheSequ
   spec.updates = 40;
   spec.server_dies_at = 50;
   run(spec);
-  std::ifstream died(out_ + "/server.died");
-  std::int64_t died_at_ns = 0;
-  std::uint64_t died_at_version = 0;
-  died >> died_at_ns >> died_at_version;
-  ASSERT_GE(died_at_version, 50u);
-  const json stats = read_lines(out_ + "/replica.stats.json").at(0);
-  const auto promoted_at_ns = stats["promoted_at_ns"].get<std::int64_t>();
-  ASSERT_GT(promoted_at_ns, died_at_ns) << "the replica was never promoted";
-  const double takeover_s = static_cast<double>(promoted_at_ns - died_at_ns) / 1e9;
+  const auto [died_at_version, takeover_s] = takeover();
+  ASSERT_FALSE(HasFailure());
   std::printf("replica promoted %.3f s after the server died (sidecar mode)\n", takeover_s);
   EXPECT_LT(takeover_s, 3.0);
 
