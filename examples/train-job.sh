@@ -41,6 +41,10 @@ if [ "$MODE" = sync ]; then LR=${LR:-0.2}; else LR=${LR:-0.05}; fi
 REPLICA=${REPLICA:-1}; SLOTS=${SLOTS:-8}; STRAGGLER=${STRAGGLER:-0}; GROUP=${GROUP:-$WORKERS}
 AGGREGATE=${AGGREGATE:-1}; [ "$MODE" = gradlane ] || AGGREGATE=0
 OUT=${GRADLANE_OUT_DIR:-/tmp}/train-$MODE
+# How long an app waits for its gradlaned to come back (a restarted one: it reattaches) before it
+# fails with a clear error: 3 s after the 1 s a dead daemon's heartbeat takes to go stale, so a
+# daemon that is gone for good still ends its apps within the 5 s a fault allows.
+export GRADLANE_SIDECAR_TIMEOUT_MS=${GRADLANE_SIDECAR_TIMEOUT_MS:-3000}
 set -- $GRADLANE_HOSTS
 DEV0=${1%%,*}; ADDR0=${1#*,}; DEV1=${2%%,*}; ADDR1=${2#*,}; DEV2=${3%%,*}; ADDR2=${3#*,}; DEV3=${4:-none}; DEV3=${DEV3%%,*}
 TRAIN="$BUILD/examples/gradlane_train"

@@ -135,10 +135,11 @@ void ConnectionState::handle_completion(const ibv_wc& wc) {
     const auto slot = static_cast<std::uint32_t>(wc.wr_id & ~kRecvTag);
     take_receive(wc, slot);
     // The buffer was copied out: a shared receive's goes back to the shared queue whatever
-    // became of this connection (the others need it); our own only while we live.
+    // became of this connection (the others need it); our own only while we live, and never
+    // after a flush (the QP is in error: a repost would be flushed at once, forever).
     if (uses_shared_receives()) {
       shared->post_shared_receive(slot);
-    } else if (!failure_error) {
+    } else if (wc.status == IBV_WC_SUCCESS && !failure_error) {
       post_receive(slot);
     }
     return;

@@ -72,7 +72,7 @@ int run_aggregator(const Config& c) {
   // still writing) does not stop the others.
   options.slots = 4 * c.group;
   if (c.mode == Mode::gradlane) {  // gradlaned forms the groups; 16 member slots per worker
-    sidecar::AttachOptions attach;
+    sidecar::AttachOptions attach = sidecar::AttachOptions::from_env();  // GRADLANE_SIDECAR_TIMEOUT_MS
     attach.shm_name = c.sidecar;
     attach.job = 1;
     attach.endpoint = c.endpoint;

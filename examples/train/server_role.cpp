@@ -104,7 +104,7 @@ int run_server(const Config& c) {
   // The server attaches to its host's gradlaned; the replica follows the server's decisions
   // and attaches to its own host's only if promoted, to take the server's sequence over there.
   if (c.mode == Mode::gradlane && !c.sidecar.empty()) {
-    sidecar::AttachOptions attach;
+    sidecar::AttachOptions attach = sidecar::AttachOptions::from_env();  // GRADLANE_SIDECAR_TIMEOUT_MS
     attach.shm_name = c.sidecar;
     attach.job = 1;
     attach.endpoint = c.endpoint;

@@ -70,7 +70,7 @@ int run_worker(const Config& c) {
   options.floats = model.parameters();
   options.timeout = std::chrono::milliseconds(120000);
   if (c.mode == Mode::gradlane) {
-    sidecar::AttachOptions attach;
+    sidecar::AttachOptions attach = sidecar::AttachOptions::from_env();  // GRADLANE_SIDECAR_TIMEOUT_MS
     attach.shm_name = c.sidecar;
     attach.job = 1;
     attach.endpoint = c.endpoint;

@@ -43,6 +43,15 @@ void DistributedPolicy::start() {
   for (PeerIndex p = 0; p < transport_.peer_count(); ++p) send(p, hello);
 }
 
+void DistributedPolicy::admit_joined() {
+  // A peer sidecar that connected after start-up (one restarted): introduce ourselves; its
+  // Hello takes over the endpoints its previous, lost, link announced.
+  for (PeerIndex p : transport_.take_joined()) {
+    note(fmt::format("peer {} joined", transport_.describe(p)));
+    send(p, Hello{{local_.begin(), local_.end()}});
+  }
+}
+
 bool DistributedPolicy::ready() const { return greeted_.size() + lost_.size() >= transport_.peer_count(); }
 
 bool DistributedPolicy::send(PeerIndex peer, const Message& message) {
@@ -84,6 +93,7 @@ void DistributedPolicy::schedule(sched::Instant now, std::vector<sched::Outcome>
   last_now_ = std::max(last_now_, now);
   const std::size_t first_from_peers = out.size();
   for (PeerIndex p : transport_.take_failed()) lose_peer(p, now, out);
+  admit_joined();
   pump(now, out);
   if (decision_hook_) {
     for (std::size_t i = first_from_peers; i < out.size(); ++i) decision_hook_(out[i], now, "peer");
@@ -132,6 +142,12 @@ void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched
             for (auto e : hello.endpoints) {
               if (local_.contains(e)) {
                 throw Error(Errc::protocol, fmt::format("peer claims endpoint {}, which is ours", e));
+              }
+              // A peer coming back may claim what its lost link announced, never what a live one does.
+              const auto owner = endpoint_owner_.find(e);
+              if (owner != endpoint_owner_.end() && owner->second != peer && !lost_.contains(owner->second)) {
+                throw Error(Errc::protocol, fmt::format("peer claims endpoint {}, which peer {} serves", e,
+                                                        transport_.describe(owner->second)));
               }
             }
             for (auto e : hello.endpoints) endpoint_owner_[e] = peer;

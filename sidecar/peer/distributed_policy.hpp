@@ -22,6 +22,10 @@
 // sequence number twice. Transfers this sidecar granted to it are completed as failed so
 // credit and sequence space are released (their slots stay held: see sched::used_slot).
 //
+// Rejoining: a peer sidecar that restarts connects again and gets a new link (take_joined);
+// we send it our Hello, and its Hello gives it back the endpoints its lost link announced —
+// never endpoints a live peer serves.
+//
 // Failover: ownership moves only by a Takeover, sent by the sidecar of the host where a
 // receiver's replica was promoted (take_over()). The old owner stops scheduling the receiver
 // and drops its pending parts with receiver_moved (a new request reaches the new owner); a
@@ -119,6 +123,7 @@ class DistributedPolicy final : public sched::Policy {
   void on_answer(PeerIndex peer, const SlotAnswer& answer, sched::Instant now, std::vector<sched::Outcome>& out);
   void answer_remote(const sched::Outcome& outcome, sched::Instant now);
   void lose_peer(PeerIndex peer, sched::Instant now, std::vector<sched::Outcome>& out);
+  void admit_joined();
   // scheduler_.complete() plus the completion hook: every completion goes through here.
   bool finish(sched::TransferId transfer, sched::Instant now, sched::Nanos measured, sched::TransferResult result);
   bool send(PeerIndex peer, const Message& message);

@@ -30,6 +30,9 @@ class PeerTransport {
   virtual std::optional<std::pair<PeerIndex, std::vector<std::byte>>> receive() = 0;
   // Peers whose link failed since the last call (each reported once).
   virtual std::vector<PeerIndex> take_failed() = 0;
+  // Peers that connected after start-up since the last call (a restarted sidecar coming back:
+  // each gets a new index, peer_count() grows; the old index stays failed).
+  virtual std::vector<PeerIndex> take_joined() { return {}; }
   virtual std::string describe(PeerIndex peer) const = 0;
 };
 

@@ -128,6 +128,22 @@ std::vector<PeerIndex> RdmaPeerTransport::take_failed() {
   return failed;
 }
 
+std::vector<PeerIndex> RdmaPeerTransport::take_joined() {
+  if (++polls_ % kPollsPerAdmission != 0) return {};
+  std::vector<PeerIndex> joined;
+  try {
+    while (auto connection = listener_->try_accept()) {
+      links_.emplace_back(std::move(*connection));
+      joined.push_back(static_cast<PeerIndex>(links_.size() - 1));
+      std::fprintf(stderr, "gradlaned: peer %s connected\n", describe(joined.back()).c_str());
+    }
+  } catch (const Error& e) {
+    // A connect request that failed half-way (the peer died again, a stray): that one only.
+    std::fprintf(stderr, "gradlaned: a peer sidecar's connect request failed: %s\n", e.what());
+  }
+  return joined;
+}
+
 std::string RdmaPeerTransport::describe(PeerIndex peer) const { return links_.at(peer).connection.describe(); }
 
 }  // namespace gradlane::peer

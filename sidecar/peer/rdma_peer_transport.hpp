@@ -6,6 +6,10 @@
 // about it. So a mesh needs each pair configured on one side only, and start order does not
 // matter: a connect request waits in the listener's backlog until the other side accepts.
 //
+// After start-up the listener stays open: a peer sidecar that restarts (and connects again, as
+// its --peer says) is accepted without waiting, one look at the listener every
+// kPollsPerAdmission calls of take_joined(), and gets a new index.
+//
 // Never blocking the daemon: send() only queues. Queued messages are posted (try_send) as
 // control slots free up, from send() and receive(); a peer that stopped acknowledging (a
 // stopped process: its receive queue fills and RDMA retries its RNR NAKs forever) delays only
@@ -48,7 +52,12 @@ class RdmaPeerTransport final : public PeerTransport {
   bool send(PeerIndex peer, std::span<const std::byte> message) override;
   std::optional<std::pair<PeerIndex, std::vector<std::byte>>> receive() override;
   std::vector<PeerIndex> take_failed() override;
+  std::vector<PeerIndex> take_joined() override;
   std::string describe(PeerIndex peer) const override;
+
+  // take_joined() calls between two looks at the listener (each a non-blocking read of the
+  // rdma_cm channel): the daemon's loop calls it every pass, thousands of times a second.
+  static constexpr std::uint32_t kPollsPerAdmission = 256;
 
  private:
   struct Link {
@@ -67,6 +76,7 @@ class RdmaPeerTransport final : public PeerTransport {
   std::optional<Listener> listener_;
   std::vector<Link> links_;
   PeerIndex next_ = 0;  // round-robin start, so one chatty peer cannot starve the others
+  std::uint32_t polls_ = 0;
 };
 
 }  // namespace gradlane::peer

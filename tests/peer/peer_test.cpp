@@ -9,6 +9,8 @@
 #include <variant>
 
 #include <gtest/gtest.h>
+
+#include <utility>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
@@ -57,6 +59,52 @@ class MemoryTransport final : public PeerTransport {
   Wire& wire_;
   int side_;
   bool reported_ = false;
+};
+
+// Host A's end of several in-memory links (A is side 0 of each wire). Links added after
+// start-up are reported once by take_joined(), as a restarted peer's new link is.
+class HubTransport final : public PeerTransport {
+ public:
+  PeerIndex add(Wire& wire, bool joined) {
+    wires_.push_back(&wire);
+    reported_.push_back(false);
+    const auto index = static_cast<PeerIndex>(wires_.size() - 1);
+    if (joined) joined_.push_back(index);
+    return index;
+  }
+  std::size_t peer_count() const override { return wires_.size(); }
+  bool send(PeerIndex p, std::span<const std::byte> m) override {
+    if (wires_[p]->broken) return false;
+    wires_[p]->to[1].emplace_back(m.begin(), m.end());
+    return true;
+  }
+  std::optional<std::pair<PeerIndex, std::vector<std::byte>>> receive() override {
+    for (PeerIndex p = 0; p < wires_.size(); ++p) {
+      auto& q = wires_[p]->to[0];
+      if (wires_[p]->broken || q.empty()) continue;
+      auto m = std::move(q.front());
+      q.pop_front();
+      return std::pair{p, std::move(m)};
+    }
+    return std::nullopt;
+  }
+  std::vector<PeerIndex> take_failed() override {
+    std::vector<PeerIndex> failed;
+    for (PeerIndex p = 0; p < wires_.size(); ++p) {
+      if (wires_[p]->broken && !reported_[p]) {
+        reported_[p] = true;
+        failed.push_back(p);
+      }
+    }
+    return failed;
+  }
+  std::vector<PeerIndex> take_joined() override { return std::exchange(joined_, {}); }
+  std::string describe(PeerIndex p) const override { return "link-" + std::to_string(p); }
+
+ private:
+  std::vector<Wire*> wires_;
+  std::vector<bool> reported_;
+  std::vector<PeerIndex> joined_;
 };
 
 sched::SchedulerConfig config() {
@@ -222,6 +270,65 @@ TEST_F(SlotAgreement, ATakeoverMovesTheReceiversSequenceAndTheOldOwnerDropsWhatW
   EXPECT_EQ(answer.request, 77u);
   EXPECT_EQ(answer.drop_cause, DropCause::receiver_moved);
   EXPECT_EQ(a.scheduler().stats().requests, 3u) << "A scheduled nothing for receiver 0 after the takeover";
+}
+
+TEST(SlotAgreementRejoin, ARestartedPeerSidecarComesBackOnANewLinkWithItsEndpoints) {
+  // Host B's sidecar dies (its link breaks) and starts again: it connects anew, A introduces
+  // itself on the new link, B's Hello gives it back endpoint 1, and B's requests are scheduled
+  // by A again, the sequence going on. A third sidecar claiming endpoint 1 while B lives is refused.
+  Wire first, second, stray;
+  HubTransport hub;
+  hub.add(first, /*joined=*/false);
+  DistributedPolicy a{config(), {0}, hub};
+  std::vector<sched::Outcome> a_out, b_out;
+  const Instant now{Nanos{1'000'000}};
+  const auto exchange = [&](DistributedPolicy& b) {
+    for (int i = 0; i < 8; ++i) {
+      b.schedule(now, b_out);
+      a.schedule(now, a_out);
+    }
+  };
+  {
+    MemoryTransport b_side{first, 1};
+    DistributedPolicy b{config(), {1}, b_side};
+    a.start();
+    b.start();
+    exchange(b);
+    ASSERT_TRUE(a.ready() && b.ready());
+    ASSERT_EQ(b.submit(request(1, 1, 1000), now), sched::SubmitStatus::accepted);
+    exchange(b);
+    ASSERT_EQ(b_out.size(), 1u);
+    EXPECT_EQ(std::get<sched::Grant>(b_out[0]).seq, 1u);
+  }
+  first.broken = true;  // B's process is gone
+  a.schedule(now, a_out);
+  EXPECT_EQ(a.stats().peers_lost, 1u);
+
+  MemoryTransport again{second, 1};
+  DistributedPolicy b2{config(), {1}, again};
+  hub.add(second, /*joined=*/true);
+  b2.start();
+  b_out.clear();
+  exchange(b2);
+  ASSERT_TRUE(b2.ready()) << "A did not introduce itself on the new link";
+  ASSERT_EQ(b2.submit(request(2, 1, 1000), now), sched::SubmitStatus::accepted);
+  exchange(b2);
+  ASSERT_EQ(b_out.size(), 1u);
+  const auto* g = std::get_if<sched::Grant>(&b_out[0]);
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->seq, 2u) << "the receiver's sequence goes on";
+
+  // A stray sidecar that claims endpoint 1 while B lives: its Hello is refused.
+  hub.add(stray, /*joined=*/true);
+  const auto errors = a.stats().protocol_errors;
+  stray.to[0].push_back(encode(Hello{{1}}));
+  a.schedule(now, a_out);
+  a.schedule(now, a_out);
+  EXPECT_EQ(a.stats().protocol_errors, errors + 1);
+  b_out.clear();
+  ASSERT_EQ(b2.submit(request(3, 1, 1000), now), sched::SubmitStatus::accepted);
+  exchange(b2);
+  ASSERT_EQ(b_out.size(), 1u) << "B still owns its endpoint and is answered";
 }
 
 TEST_F(SlotAgreement, LostPeerDropsOnlyTheUndecidedPartsWithTheirBytes) {

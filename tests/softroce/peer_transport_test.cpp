@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -86,6 +87,55 @@ TEST(PeerTransport, StoppedPeerNeverBlocksTheLoopAndIsDroppedAfterTheStallLimit)
   RecordProperty("stopped_peer_dropped_after_s", std::to_string(dropped_after));
   ::kill(peer.pid(), SIGCONT);
   peer.kill_hard();
+}
+
+TEST(PeerTransport, APeerSidecarThatComesBackIsAdmittedOnANewLink) {
+  // The peer is killed; a new one connects to the same port, as a restarted gradlaned with
+  // --peer does. take_joined() admits it without blocking the loop, on a new index.
+  const Device device = Device::open(selector_from_env());
+  constexpr std::uint16_t kPort = 7697;
+  std::optional<PeerProcess> peer(std::in_place, std::vector<std::string>{softroce_env().address, std::to_string(kPort), "4096"});
+  peer::RdmaPeerTransport transport(device, kPort, {}, /*expect_inbound=*/1, 60s, test_options());
+  ASSERT_EQ(transport.peer_count(), 1u);
+  const auto reply_from = [&](peer::PeerIndex index, std::chrono::seconds limit) -> std::string {
+    const auto give_up = Clock::now() + limit;
+    while (Clock::now() < give_up) {
+      if (auto m = transport.receive(); m && m->first == index) return text_of(m->second);
+    }
+    return "<nothing>";
+  };
+  ASSERT_TRUE(transport.send(0, bytes_of("echo first")));
+  ASSERT_EQ(reply_from(0, 30s), "first");
+
+  peer->kill_hard();
+  std::vector<peer::PeerIndex> failed;
+  const auto killed = Clock::now();
+  while (failed.empty() && seconds_since(killed) < 20.0) {
+    (void)transport.receive();
+    failed = transport.take_failed();
+    EXPECT_TRUE(transport.take_joined().empty()) << "nothing connected yet";
+  }
+  ASSERT_EQ(failed, std::vector<peer::PeerIndex>{0}) << "the killed peer's link was not reported failed";
+
+  peer.emplace(std::vector<std::string>{softroce_env().address, std::to_string(kPort), "4096"});
+  std::vector<peer::PeerIndex> joined;
+  double slowest_call = 0;
+  const auto restarted = Clock::now();
+  while (joined.empty() && seconds_since(restarted) < 30.0) {
+    const auto t = Clock::now();
+    joined = transport.take_joined();
+    (void)transport.receive();
+    slowest_call = std::max(slowest_call, seconds_since(t));
+  }
+  ASSERT_EQ(joined, std::vector<peer::PeerIndex>{1}) << "the returning peer was not admitted";
+  EXPECT_EQ(transport.peer_count(), 2u);
+  EXPECT_LT(slowest_call, 1.0) << "admitting blocked the loop for " << slowest_call << " s";
+  EXPECT_FALSE(transport.send(0, bytes_of("echo old"))) << "the dead link took a message";
+  ASSERT_TRUE(transport.send(1, bytes_of("echo back")));
+  EXPECT_EQ(reply_from(1, 30s), "back");
+  ASSERT_TRUE(transport.send(1, bytes_of("exit")));
+  EXPECT_EQ(reply_from(1, 30s), "bye");
+  EXPECT_TRUE(peer->wait_exit(10s).has_value());
 }
 
 }  // namespace
