@@ -6,6 +6,7 @@
 // `gradlaned && ./train` never races the attach. Logs go to stderr in both modes. With
 // --pid-file the pid is written before "ready" (so it is there when the parent returns) and
 // the file is removed on a clean exit.
+#include <chrono>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -125,6 +126,7 @@ std::unique_ptr<gradlane::sched::Policy> make_policy(const std::string& name, gr
 }  // namespace
 
 int main(int argc, char** argv) {
+  const auto started = std::chrono::steady_clock::now();  // for the "serving" line: how long start-up took
   CLI::App cli{"gradlaned: the gradlane scheduling sidecar (one per host). Applications attach "
                "through a shared-memory segment and are told when each gradient update may use "
                "the network."};
@@ -239,10 +241,13 @@ int main(int argc, char** argv) {
     gradlane::peer::Fabric fabric(fabric_options, [](const std::string& line) { fmt::print(stderr, "gradlaned: {}\n", line); });
     Daemon daemon(config, make_policy(policy, fabric, sched_config));
     if (pid) pid->publish(::getpid());
-    fmt::print(stderr, "gradlaned: serving {} for up to {} applications (pid {}, generation {:#x}, policy {}, {})\n",
+    fmt::print(stderr,
+               "gradlaned: serving {} for up to {} applications (pid {}, generation {:#x}, policy {}, {}; ready {} ms "
+               "after start)\n",
                config.shm_name, config.max_apps, ::getpid(), daemon.generation(), policy,
                config.endpoints.empty() ? std::string("every endpoint")
-                                        : fmt::format("endpoints {}", fmt::join(config.endpoints, ",")));
+                                        : fmt::format("endpoints {}", fmt::join(config.endpoints, ",")),
+               std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count());
     if (ready) {
       const char byte = 1;
       if (::write(ready.get(), &byte, 1) != 1) {

@@ -8,7 +8,8 @@
 //
 // After start-up the listener stays open: a peer sidecar that restarts (and connects again, as
 // its --peer says) is accepted without waiting, one look at the listener every
-// kPollsPerAdmission calls of take_joined(), and gets a new index.
+// kPollsPerAdmission calls of take_joined() (a connect completes on the look after the one that
+// answered it), and gets a new index.
 //
 // Never blocking the daemon: send() only queues. Queued messages are posted (try_send) as
 // control slots free up, from send() and receive(); a peer that stopped acknowledging (a
@@ -56,8 +57,8 @@ class RdmaPeerTransport final : public PeerTransport {
   std::string describe(PeerIndex peer) const override;
 
   // take_joined() calls between two looks at the listener (each a non-blocking read of the
-  // rdma_cm channel): the daemon's loop calls it every pass, thousands of times a second.
-  static constexpr std::uint32_t kPollsPerAdmission = 256;
+  // rdma_cm channel): the daemon's loop calls it every pass, up to ~10,000 times a second idle.
+  static constexpr std::uint32_t kPollsPerAdmission = 16;
 
  private:
   struct Link {
