@@ -107,11 +107,10 @@ Message decode(std::span<const std::byte> bytes) {
     }
     case Kind::ack:
       return Ack{in.get<std::uint64_t>()};
-    case Kind::bye: {
-      const Bye m{in.get<std::uint32_t>()};
-      if (m.worker == 0) throw Error(Errc::protocol, "bye from worker id 0 (ids start at 1)");
-      return m;
-    }
+    case Kind::bye:
+      // Any id: 0 is the server's, saying to its replica that it finished (take_bye() checks
+      // the id against the connection it came on).
+      return Bye{in.get<std::uint32_t>()};
     case Kind::failed_over: {
       const FailedOver m{in.get<std::uint32_t>()};
       if (m.worker == 0) throw Error(Errc::protocol, "failed-over worker id 0 (ids start at 1)");

@@ -1,0 +1,122 @@
+// Who a ShardServer (shard_server.cpp) serves: the workers (and the replica's primary) it
+// accepts at start, the ones that join later (a restarted worker) and the probing of idle
+// worker connections, so a peer gone without a word is found.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "transport/ps/join.hpp"
+#include "transport/ps/shard_state.hpp"
+
+namespace gradlane::ps {
+using shard::Clock;
+using shard::Joining;
+using shard::Peer;
+
+void ShardServer::State::advertise(Connection& conn) {
+  conn.advertise(kSlotRegionId, slots.region().descriptor());
+  conn.advertise(kShardRegionId, shard.region().descriptor());
+}
+
+void ShardServer::accept_peers(std::size_t workers, Millis timeout) {
+  State& s = *state_;
+  const std::size_t expected = workers + (s.role == Role::replica ? 1 : 0);
+  const auto advertise = [&](Connection& conn) { s.advertise(conn); };
+  for (Joined& j : accept_hellos(s.listener, expected, advertise, timeout, s.role == Role::server ? "server" : "replica")) {
+    if (j.hello.kind == PeerKind::primary) {
+      if (s.role != Role::replica || s.primary) throw Error(Errc::protocol, "a second primary, or a primary at a server");
+      s.primary_slots = j.conn.wait_region(kSlotRegionId, timeout);
+      s.primary = s.peers.size();
+    }
+    s.peers.push_back(Peer{std::move(j.conn), j.hello.kind, j.hello.worker, true, {}, {}, {}, false, false});
+  }
+  s.admitting = true;
+}
+
+// Membership after the start: connections accepted from the poll loop (one non-blocking look
+// every so many rounds: a restart is rare, a round is not), advertised to, and admitted when
+// their hello comes. Each late connection's failure is its own; the job goes on.
+std::size_t ShardServer::State::admit_joiners() {
+  if (!admitting || rounds % 64 != 0) return 0;  // rounds: counted by progress()
+  std::size_t work = 0;
+  const char* who = role == Role::server ? "server" : "replica";
+  try {
+    while (auto conn = listener.try_accept()) {
+      ++work;
+      try {
+        advertise(*conn);
+        joining.push_back(Joining{std::move(*conn), Clock::now() + options.transport.connect_timeout});
+      } catch (const Error& e) {
+        ++stats.joins_refused;
+        std::fprintf(stderr, "gradlane ps %s: dropped a late connection before its hello: %s\n", who, e.what());
+      }
+    }
+  } catch (const Error& e) {  // the listener's own failure: no more joins, the job goes on
+    std::fprintf(stderr, "gradlane ps %s: stopped admitting workers: %s\n", who, e.what());
+    admitting = false;
+  }
+  for (auto it = joining.begin(); it != joining.end();) {
+    try {
+      const auto hello = try_hello(it->conn);
+      if (!hello) {
+        if (Clock::now() < it->deadline) {
+          ++it;
+          continue;
+        }
+        throw Error(Errc::timeout, fmt::format("no hello within {} ms", options.transport.connect_timeout.count()));
+      }
+      if (hello->kind != PeerKind::worker) {
+        throw Error(Errc::protocol, "a connection accepted after the start said hello as a primary, not a worker");
+      }
+      admit(std::move(it->conn), *hello);
+      ++work;
+    } catch (const Error& e) {
+      ++stats.joins_refused;
+      std::fprintf(stderr, "gradlane ps %s: refused a late connection (%s): %s\n", who, it->conn.describe().c_str(), e.what());
+    }
+    it = joining.erase(it);
+  }
+  return work;
+}
+
+// A worker that connects under an id whose old connection still looks alive was restarted
+// before its old connection failed here (a process killed and started again within the ACK
+// timeout): the new connection supersedes the old one, which is written off as lost — its
+// granted sequences become holes, skipped in order, exactly as if it had failed.
+void ShardServer::State::admit(Connection conn, const Hello& hello) {
+  for (Peer& old : peers) {
+    if (old.alive && old.kind == PeerKind::worker && old.worker == hello.worker) {
+      lose(old, Error(Errc::protocol, fmt::format("worker {} connected again ({}): this older connection is "
+                                                  "superseded", hello.worker, conn.describe())));
+    }
+  }
+  peers.push_back(Peer{std::move(conn), PeerKind::worker, hello.worker, true, {}, {}, {}, false, false});
+  ++stats.peers_joined;
+  std::fprintf(stderr, "gradlane ps %s: worker %u joined the running job\n", role == Role::server ? "server" : "replica",
+               hello.worker);
+}
+
+// A worker connection the server only answers goes silent when the worker's host or link
+// dies without a disconnect (the CM's disconnect request lost with the link): nothing would
+// ever fail it, and the server would wait for that worker forever (seen over Soft-RoCE: a
+// worker host's link down 4 s, both its workers exited, the server waited 300 s and more).
+// So once a second every idle worker connection gets a zero-length probe; a dead peer fails
+// it within the transport's ACK timeout and retries (~2 s), and lose() skips its sequences.
+void ShardServer::State::probe_idle_workers() {
+  if (rounds % 256 != 0) return;
+  const auto now = Clock::now();
+  if (now - last_probe < std::chrono::seconds(1)) return;
+  last_probe = now;
+  for (Peer& peer : peers) {
+    if (!peer.alive || peer.kind != PeerKind::worker || peer.conn.outstanding() != 0) continue;
+    try {
+      peer.conn.probe();
+    } catch (const Error& e) {
+      lose(peer, e);
+    }
+  }
+}
+
+}  // namespace gradlane::ps

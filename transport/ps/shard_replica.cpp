@@ -1,0 +1,196 @@
+// The replica's side of a ShardServer (shard_server.cpp): it applies what the server decided,
+// tells the server when a worker fails over to it, and when the server dies it is promoted —
+// in sidecar mode taking the server's sequence over at its own host's gradlaned.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "transport/ps/join.hpp"
+#include "transport/ps/shard_state.hpp"
+
+namespace gradlane::ps {
+using shard::Clock;
+using shard::Peer;
+
+// A worker asking us, the replica, for a slot while our primary lives cannot reach it: the
+// primary must know, or it finishes the job as if that worker had left while we serve it (two
+// final models, the link-flap fault). Once per worker.
+void ShardServer::State::tell_primary_failed_over(Peer& worker) {
+  if (worker.told_primary || !primary || !peers[*primary].alive) return;
+  worker.told_primary = true;
+  try {
+    peers[*primary].conn.send(encode(FailedOver{worker.worker}));
+  } catch (const Error& e) {
+    lose(peers[*primary], e);
+  }
+}
+
+// Promoted in sidecar mode: the sequences the old owner may have granted are skipped, in order,
+// as they enter the window (ApplyOrder holds `slots` at a time).
+std::size_t ShardServer::State::skip_old_owners_sequences() {
+  std::size_t skipped = 0;
+  for (std::uint64_t s = order.next_sequence(); s < skip_below && s < order.next_sequence() + options.slots; ++s) {
+    if (order.cancelled(s) == Admit::accepted) ++skipped;
+  }
+  return skipped;
+}
+
+// Replica promoted in sidecar mode: its host's gradlaned takes the server's sequence over,
+// `slots` past what we reached (see ps.hpp). Attaching can fail (no gradlaned, not started
+// with --standby): then nobody can grant our sequence, and the job must hear it, not hang.
+void ShardServer::State::take_over_at_sidecar() {
+  skip_below = next_grant + options.slots;
+  shard.header().refuse_below.store(skip_below, std::memory_order_release);
+  sidecar::AttachOptions attach = *options.sidecar;
+  attach.region_bytes = slots.slot_bytes() * options.slots;
+  attach.take_over_at = skip_below - 1;
+  sidecar.emplace(sidecar::Client::attach(attach));
+  reported = 0;
+  // Tags in sidecar mode count each worker's arrivals: go on from the history and from what
+  // promote() handed to `order` (decided by the dead server, or acknowledged mirrors) and is
+  // not applied yet.
+  for (const AppliedUpdate& u : history) {
+    if (!u.skipped) arrivals[u.worker] = std::max(arrivals[u.worker], u.tag + 1);
+  }
+  for (const auto& [sequence, d] : fed) {
+    if (d.worker != 0) arrivals[d.worker] = std::max(arrivals[d.worker], d.tag + 1);
+  }
+  std::fprintf(stderr, "gradlane ps replica: gradlaned (%s) took over endpoint %u's sequence from %llu\n",
+               attach.shm_name.c_str(), attach.endpoint, static_cast<unsigned long long>(skip_below));
+}
+
+// Replica whose server died: it becomes the server (direct mode) at the version it reached.
+// A decided update whose mirror never came cannot be re-read from a dead server: skipped,
+// counted lost. After the decided ones, the mirrors that arrived without a decision are
+// applied too, in sequence order while there is no gap: their workers wrote them to us first
+// and were told the push succeeded (acknowledged), and the dead server applied in sequence
+// order, so this is the order it would have applied them in. Their history entries name the
+// worker whose doorbell brought them; the tag (which only the dead server heard, in the
+// request) is taken as one past that worker's last decided tag: exact for workers that tag
+// their pushes with consecutive steps, as every user here does (each worker has one push in
+// flight, and direct mode drops none), and 0 for a worker with no decided update. Mirrors
+// after a gap (a sequence granted and never written to us) are lost, counted in
+// lost_in_failover.
+void ShardServer::State::promote() {
+  const auto now = Clock::now();
+  // Sidecar mode: refuse everything until we know from where on, and say so first (a worker
+  // that failed over reads it after each write). A write whose READ of it came before this
+  // store has its doorbell in our queue already, and the reap below takes it.
+  if (options.sidecar) shard.header().refuse_below.store(~std::uint64_t{0}, std::memory_order_seq_cst);
+  // Every mirror that is here counts. The failure was seen while input was being taken, so
+  // doorbells of other workers may still wait, reaped or not (a worker acknowledged a push
+  // whose mirror's doorbell was still in our queue, and it was skipped: kill:server@gradlane).
+  while (cq.poll() > 0) {
+  }
+  for (Peer& peer : peers) {
+    if (!peer.alive || peer.kind != PeerKind::worker) continue;
+    try {
+      take_doorbells(peer);
+    } catch (const Error&) {  // its failure is taken up on the next round
+    }
+  }
+  for (std::uint64_t head = order.next_sequence(); decisions.contains(head); ++head) {
+    const bool apply = decisions.at(head).worker != 0;
+    if (apply && arrived.contains(head)) {
+      order.arrived(head, static_cast<std::uint32_t>(head % options.slots));
+      fed[head] = decisions.at(head);
+    } else {
+      order.cancelled(head);
+      stats.lost_in_failover += apply ? 1 : 0;
+    }
+  }
+  // Acknowledged to their workers, undecided by the dead server: ours to apply.
+  const auto next_tag = [this](std::uint32_t worker) -> std::uint64_t {
+    for (auto it = fed.rbegin(); it != fed.rend(); ++it) {
+      if (it->second.worker == worker) return it->second.tag + 1;
+    }
+    for (auto it = history.rbegin(); it != history.rend(); ++it) {
+      if (!it->skipped && it->worker == worker) return it->tag + 1;
+    }
+    return 0;
+  };
+  std::uint64_t head = order.next_sequence() + order.pending();
+  const auto take_mirror = [&](std::uint64_t sequence) {
+    const std::uint32_t worker = std::max<std::uint32_t>(arrived.at(sequence), 1);
+    order.arrived(sequence, static_cast<std::uint32_t>(sequence % options.slots));
+    fed[sequence] = Decided{sequence, worker, next_tag(worker)};
+  };
+  for (; arrived.contains(head) && !decisions.contains(head); ++head) take_mirror(head);
+  // Sidecar mode: mirrors after a gap too, the gaps skipped. A gap is a sequence the old owner
+  // granted whose mirror is not here: its worker wrote nothing yet, or is writing now — the
+  // sidecar that takes over starts `slots` further on, so that late write is refused (and its
+  // worker, whose write to the dead server fails, hears the push was lost). The mirrors beyond
+  // are acknowledged pushes whose workers' writes to the server completed (seen in the
+  // kill:server fault: two lost behind one gap). In direct mode this server grants the gaps
+  // again itself, so there they stay the end.
+  if (options.sidecar && !arrived.empty()) {
+    const std::uint64_t last = arrived.rbegin()->first;
+    for (; head <= last && head < order.next_sequence() + options.slots; ++head) {
+      if (arrived.contains(head)) {
+        take_mirror(head);
+      } else {
+        order.cancelled(head);
+      }
+    }
+  }
+  for (const auto& [sequence, worker] : arrived) stats.lost_in_failover += sequence >= head ? 1 : 0;
+  decisions.clear();
+  arrived.clear();
+  head_waiting_since.reset();
+  next_grant = order.next_sequence() + order.pending();
+  primary.reset();
+  role = Role::server;
+  stats.promoted_at_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+  std::fprintf(stderr, "gradlane ps replica: promoted to server at sequence %llu (the server is gone)\n",
+               static_cast<unsigned long long>(next_grant));
+  if (options.sidecar) take_over_at_sidecar();
+}
+
+// Replica: turns the server's decision for the next sequence into an arrival or a cancel.
+std::size_t ShardServer::State::decide_head() {
+  std::size_t work = 0;
+  for (;;) {
+    const std::uint64_t head = order.next_sequence();
+    if (order.next()) break;  // already decided, waiting to be applied
+    const auto decision = decisions.find(head);
+    if (decision == decisions.end()) break;
+    if (decision->second.worker == 0) {
+      order.cancelled(head);
+    } else if (arrived.contains(head)) {
+      order.arrived(head, static_cast<std::uint32_t>(head % options.slots));
+    } else {
+      // The server applied it but our mirror has not come: give the worker's write the hole
+      // timeout (none when workers do not mirror), then read the update from the server's
+      // slot, which the server keeps until we acknowledge it.
+      const auto now = Clock::now();
+      if (!head_waiting_since) head_waiting_since = now;
+      const auto patience = options.read_updates_from_server ? Clock::duration::zero() : Clock::duration(options.hole_timeout);
+      if (now - *head_waiting_since < patience || !primary) break;
+      Connection& conn = peers[*primary].conn;
+      const std::uint64_t offset = (head % options.slots) * slots.slot_bytes();
+      // In pieces of at most 256 KiB, all posted before waiting: one 4 MiB READ over rxe took
+      // ~4 s per update (the responder's burst of 4,096 packets; a lost one restarts the READ),
+      // and a replica that reads slowly holds every slot. Bounded by the transport's own
+      // give-up time, not hole_timeout: a peer that stopped answering fails the QP first.
+      constexpr std::size_t kReadPiece = std::size_t{256} << 10;
+      std::vector<OpId> pieces;
+      for (std::size_t at = 0; at < slots.slot_bytes(); at += kReadPiece) {
+        const std::size_t n = std::min(kReadPiece, slots.slot_bytes() - at);
+        pieces.push_back(conn.read(slots.region(), offset + at, primary_slots, offset + at, n));
+      }
+      for (const OpId op : pieces) conn.wait(op, std::max<Millis>(options.hole_timeout, std::chrono::seconds(30)));
+      order.arrived(head, static_cast<std::uint32_t>(head % options.slots));
+      ++stats.mirrors_fetched;
+    }
+    head_waiting_since.reset();
+    fed[head] = decision->second;
+    decisions.erase(decision);
+    arrived.erase(head);
+    ++work;
+  }
+  return work;
+}
+
+}  // namespace gradlane::ps

@@ -1,0 +1,157 @@
+// The state of a ShardServer (shard_server.cpp), shared by the files that implement it:
+// shard_server.cpp (input, grants, apply, the loop), shard_replica.cpp (the replica's side:
+// following decisions, promotion, taking a sidecar's sequence over) and shard_membership.cpp
+// (accepting workers, late joiners, probing idle ones). Internal to the library.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "gradlane/ps.hpp"
+#include "transport/ps/apply_order.hpp"
+#include "transport/ps/messages.hpp"
+#include "transport/ps/model_version.hpp"
+#include "transport/ps/outstanding_grants.hpp"
+#include "transport/ps/regions.hpp"
+
+namespace gradlane::ps {
+namespace shard {
+
+using Clock = std::chrono::steady_clock;
+
+struct Peer {
+  Connection conn;
+  PeerKind kind = PeerKind::worker;
+  std::uint32_t worker = 0;
+  bool alive = true;
+  // Server: sequences granted to this worker whose doorbell has not come yet.
+  OutstandingGrants outstanding;
+  // Grant windows: the window of each outstanding grant, and spares to bind again. Declared
+  // after the connection, so they go first.
+  std::map<std::uint64_t, MemoryWindow> windows;
+  std::vector<MemoryWindow> spare_windows;
+  bool said_bye = false;  // the worker (or, at a replica, the server) said it finished: a leave
+  bool told_primary = false;  // replica: the primary heard this worker failed over to us
+};
+
+// A connection accepted after accept_peers, advertised to, waiting for its hello.
+struct Joining {
+  Connection conn;
+  Clock::time_point deadline;
+};
+
+struct Waiting {
+  std::size_t peer = 0;
+  Request request;
+};
+
+struct GrantInfo {
+  std::uint32_t worker = 0;
+  std::uint64_t tag = 0;
+  std::uint64_t computed_on = 0;
+};
+
+}  // namespace shard
+
+struct ShardServer::State {
+  State(const Device& dev, Role r, std::uint16_t port, const ShardOptions& o)
+      : role(r),
+        options(o),
+        device(dev),
+        shard(dev, o.floats),
+        slots(dev, o.floats, o.slots, o.grant_windows && r == Role::server),
+        writer(shard.header()),
+        order(o.slots, 1),
+        cq(dev, 1024, o.shared_receives, o.transport.max_message_bytes),
+        listener(dev, port, o.transport) {
+    // One completion queue for every connection (workers, primary, replica): a round polls it
+    // once instead of once per connection, and an idle server can sleep on it (wait()).
+    listener.use_completion_queue(cq);
+    if (o.grant_windows && r == Role::server) {
+      if (o.sidecar) {
+        throw Error(Errc::invalid_argument,
+                    "grant_windows needs direct mode: with a sidecar, the sidecar grants and the server cannot bind "
+                    "a window for a worker it does not know");
+      }
+      if (!dev.info().memory_windows) {
+        throw Error(Errc::unsupported, fmt::format("grant_windows: {} has no type-2 memory windows; without them any "
+                                                   "worker may write any slot of the ring",
+                                                   dev.info().name));
+      }
+    }
+  }
+
+  Role role;
+  ShardOptions options;
+  Device device;
+  ShardRegion shard;
+  SlotRing slots;
+  std::vector<float> velocity;  // momentum state, when momentum > 0
+  ShardWriter writer;
+  ApplyOrder order;
+  CompletionQueue cq;
+  Listener listener;
+  std::vector<shard::Peer> peers;
+  bool admitting = false;         // accept_peers done: later workers join from progress()
+  std::vector<shard::Joining> joining;   // accepted late, hello not yet here
+  ServerStats stats;
+  std::vector<AppliedUpdate> history;
+
+  // ---- server ----
+  std::optional<Connection> replica;
+  // Sidecar mode: the sidecar owns the sequence; we take its cancels and report progress.
+  std::optional<sidecar::Client> sidecar;
+  std::uint64_t reported = 0;                       // last `through` sent with Client::applied
+  std::map<std::uint64_t, std::uint32_t> rung_by;   // sequence -> worker whose doorbell brought it
+  std::map<std::uint32_t, std::uint64_t> arrivals;  // worker -> updates arrived from it
+  std::optional<shard::Clock::time_point> gap_since;       // head missing while later updates wait
+  // Promoted in sidecar mode: sequences below this were the old owner's to grant (skipped).
+  std::uint64_t skip_below = 0;
+  // Direct mode: this server owns the sequence.
+  std::deque<shard::Waiting> waiting;
+  std::uint64_t next_grant = 1;
+  std::map<std::uint64_t, shard::GrantInfo> granted;  // granted, not yet applied or skipped
+
+  // ---- replica ----
+  std::optional<std::size_t> primary;        // index in peers
+  RegionDescriptor primary_slots;            // the server's ring: where a lost mirror is re-read
+  std::map<std::uint64_t, Decided> decisions;  // sequence -> what the server did (worker 0 = skip)
+  std::map<std::uint64_t, Decided> fed;        // decisions handed to `order`, until applied
+  std::map<std::uint64_t, std::uint32_t> arrived;  // doorbells seen: sequence -> the worker that rang
+  std::optional<shard::Clock::time_point> head_waiting_since;  // head decided "apply", data not here
+  std::uint64_t acked = 0;
+
+  void lose(shard::Peer& peer, const Error& why);
+  void tell_primary_failed_over(shard::Peer& worker);
+  std::uint32_t open_window(shard::Peer& peer, std::uint64_t sequence);
+  void close_window(shard::Peer& peer, std::uint64_t sequence);
+  std::size_t take_doorbells(shard::Peer& peer);
+  void promote();
+  std::size_t take_input();
+  std::size_t take_from(std::size_t index);
+  std::size_t grant();
+  std::size_t decide_head();  // replica
+  std::size_t apply();
+  std::size_t expire_holes();
+  std::size_t take_sidecar();
+  std::size_t skip_stuck_head();
+  std::size_t skip_old_owners_sequences();
+  void take_over_at_sidecar();
+  void probe_idle_workers();
+  void advertise(Connection& conn);
+  std::size_t admit_joiners();
+  void admit(Connection conn, const Hello& hello);
+  std::uint32_t rounds = 0;                 // progress() calls, to read the clock only so often
+  shard::Clock::time_point last_probe{};
+  void report_applied();
+  void tell_replica(const AppliedUpdate& record);
+  void apply_update(std::uint32_t slot);
+  // Between chunks of an apply: what must not wait for a whole apply.
+  void between_chunks();
+};
+
+}  // namespace gradlane::ps
