@@ -104,13 +104,17 @@ void ShardServer::State::admit(Connection conn, const Hello& hello) {
 // worker host's link down 4 s, both its workers exited, the server waited 300 s and more).
 // So once a second every idle worker connection gets a zero-length probe; a dead peer fails
 // it within the transport's ACK timeout and retries (~2 s), and lose() skips its sequences.
-void ShardServer::State::probe_idle_workers() {
+void ShardServer::State::probe_idle_peers() {
   if (rounds % 256 != 0) return;
   const auto now = Clock::now();
   if (now - last_probe < std::chrono::seconds(1)) return;
   last_probe = now;
   for (Peer& peer : peers) {
-    if (!peer.alive || peer.kind != PeerKind::worker || peer.conn.outstanding() != 0) continue;
+    // A server probes its workers; a replica its primary too, which it otherwise only hears
+    // from: a server that left while its disconnect was lost (the netem:0 fault: it stepped
+    // down and exited) would leave the replica waiting, unpromoted, forever.
+    const bool probed = peer.kind == PeerKind::worker ? role == Role::server : role == Role::replica;
+    if (!peer.alive || !probed || peer.conn.outstanding() != 0) continue;
     try {
       peer.conn.probe();
     } catch (const Error& e) {

@@ -461,7 +461,7 @@ std::size_t ShardServer::progress() {
   State& s = *state_;
   ++s.rounds;
   std::size_t work = s.take_input();
-  if (s.role == Role::server) s.probe_idle_workers();
+  s.probe_idle_peers();
   work += s.admit_joiners();
   if (s.role == Role::server && s.sidecar) {
     work += s.take_sidecar();

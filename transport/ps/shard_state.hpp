@@ -141,7 +141,7 @@ struct ShardServer::State {
   std::size_t skip_stuck_head();
   std::size_t skip_old_owners_sequences();
   void take_over_at_sidecar();
-  void probe_idle_workers();
+  void probe_idle_peers();
   void advertise(Connection& conn);
   std::size_t admit_joiners();
   void admit(Connection conn, const Hello& hello);
