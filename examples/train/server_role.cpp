@@ -24,14 +24,22 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-void write_stats(const Config& c, const ps::ShardServer& shard, const std::string& name, double seconds) {
+// `error`: why the role stops early (empty when it finished): a role that exits on an error
+// still leaves what it applied, so the fault checker can verify every acknowledged update.
+void write_stats(const Config& c, const ps::ShardServer& shard, const std::string& name, double seconds,
+                 const std::string& error = {}) {
   const auto& st = shard.stats();
+  std::string quoted;
+  for (const char ch : error) {
+    if (ch == '"' || ch == '\\') quoted += '\\';
+    quoted += (static_cast<unsigned char>(ch) < 0x20) ? ' ' : ch;
+  }
   std::ofstream(c.out + "/" + name + ".stats.json")
       << "{\"mode\":\"" << to_string(c.mode) << "\",\"version\":" << shard.version() << ",\"applied\":" << st.applied
       << ",\"skipped\":" << st.skipped << ",\"refused_doorbells\":" << st.refused_doorbells
       << ",\"peers_lost\":" << st.peers_lost << ",\"peers_joined\":" << st.peers_joined << ",\"replica_acked\":" << st.replica_acked
       << ",\"promoted_at_ns\":" << st.promoted_at_ns << ",\"lost_in_failover\":" << st.lost_in_failover
-      << ",\"seconds\":" << seconds << "}\n";
+      << ",\"seconds\":" << seconds << ",\"error\":\"" << quoted << "\"}\n";
   // What was applied, in order: the delay of each update is (updates applied before it) −
   // (the version it was computed on).
   std::ofstream log(c.out + "/" + name + ".applied.csv");
@@ -144,7 +152,14 @@ int run_server(const Config& c) {
   VersionLog versions(c.out + "/" + name + ".versions.csv");
   versions.record(shard.version(), shard.model());
   while (!shard.finished() && Clock::now() < deadline) {
-    const std::size_t work = shard.progress();
+    std::size_t work = 0;
+    try {
+      work = shard.progress();
+    } catch (const std::exception& e) {
+      versions.record(shard.version(), shard.model());
+      write_stats(c, shard, name, std::chrono::duration<double>(Clock::now() - start).count(), e.what());
+      throw;
+    }
     versions.record(shard.version(), shard.model());
     if (work != 0) continue;
     const auto now = Clock::now();

@@ -94,6 +94,8 @@ struct Client::State {
   OwedWindow owed;  // requests still owed an answer
   std::deque<Grant> made_here;   // sidecar_restarted answers, delivered before the queue
   std::uint32_t empty_polls = 0;
+  // poll(): when the daemon's liveness is next due (read every kPollsPerClockRead empty polls).
+  std::chrono::steady_clock::time_point next_liveness_poll{};
   std::uint64_t reattachments = 0;
 
   bool attached() const noexcept { return header != nullptr; }

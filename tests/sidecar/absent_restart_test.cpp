@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <thread>
 
 #include "harness.hpp"
 
@@ -58,6 +59,31 @@ TEST(SidecarAbsent, SegmentLeftByAKilledDaemonIsRecognisedAsDead) {
   Client client = Client::attach(test_attach(name));
   client.request(small_update());
   EXPECT_EQ(client.wait(2s).kind, GrantKind::go);
+}
+
+// A server polls its sidecar between other work, so its polls come slowly: the liveness check
+// must follow the clock, not the number of polls (4,096 polls at ~1 ms each once meant a dead
+// gradlaned was noticed after 4 s, and the app's error came at 6 s).
+TEST(SidecarAbsent, ASlowPollLoopNoticesAKilledDaemonByTheClock) {
+  const std::string name = unique_shm_name();
+  Child daemon("daemon", {"--shm=" + name});
+  ASSERT_TRUE(daemon.ready(5s));
+  AttachOptions o = test_attach(name);
+  o.attach_timeout = 300ms;
+  Client client = Client::attach(o);
+  daemon.kill_now();
+  int polls = 0;
+  try {
+    for (; polls < 4096; ++polls) {
+      ASSERT_FALSE(client.poll().has_value());
+      std::this_thread::sleep_for(1ms);
+    }
+    FAIL() << "4096 polls (over 4 s) did not notice the killed daemon";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::sidecar_unavailable) << e.what();
+  }
+  // Due after 64 polls and 50 ms, then the 300 ms reattach: a few hundred 1 ms polls.
+  EXPECT_LT(polls, 2048);
 }
 
 TEST(SidecarRestart, CleanRestartReattachesAndAnswersWhatWasOwed) {
