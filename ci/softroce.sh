@@ -7,7 +7,7 @@ set -euo pipefail
 
 usage() {
   cat <<'EOF'
-Usage: ci/softroce.sh [--hosts N] [--shape I:RATE[:in]]... -- CMD [ARGS...]
+Usage: ci/softroce.sh [--hosts N] [--shape I:RATE[:in|:out]]... -- CMD [ARGS...]
 
 Runs CMD where a Soft-RoCE device exists and exits with CMD's exit code (125 when the
 harness itself failed: VM did not boot, timeout, ...). CMD's stdout and stderr are this
@@ -24,6 +24,8 @@ Options:
                    directions. Repeatable. Needs --hosts.
   --shape I:RATE:in   only the traffic into host I (a server whose ingress is the
                    bottleneck while its replies and the model's READ responses are not)
+  --shape I:RATE:out  only the traffic out of host I (workers whose pushes share a
+                   host's egress while the model they pull arrives unshaped)
   -h, --help       this message
 
 CMD's environment (both modes):
@@ -112,7 +114,7 @@ parse_args() {
   local spec
   for spec in "${SHAPES[@]}"; do
     ((HOSTS > 1)) || die "--shape needs --hosts N (N >= 2)"
-    [[ $spec =~ ^([0-9]+):([0-9]+(\.[0-9]+)?[a-zA-Z]*)(:in)?$ ]] || die "--shape wants I:RATE or I:RATE:in (e.g. 1:40mbit), not '$spec'"
+    [[ $spec =~ ^([0-9]+):([0-9]+(\.[0-9]+)?[a-zA-Z]*)(:in|:out)?$ ]] || die "--shape wants I:RATE, I:RATE:in or I:RATE:out (e.g. 1:40mbit), not '$spec'"
     ((BASH_REMATCH[1] < HOSTS)) || die "--shape $spec: there is no host ${BASH_REMATCH[1]} (hosts are 0..$((HOSTS - 1)))"
   done
 }

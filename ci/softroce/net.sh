@@ -226,6 +226,11 @@ softroce_net_shape() {
     if [[ $rate == *:in ]]; then
       rate=${rate%:in}
       SOFTROCE_DESCRIPTION+=", into h$i at $rate"
+    elif [[ $rate == *:out ]]; then
+      rate=${rate%:out}
+      batch+="qdisc replace dev h$i root tbf rate $rate burst 32kb latency 400ms"$'\n'
+      SOFTROCE_DESCRIPTION+=", out of h$i at $rate"
+      continue
     else
       batch+="qdisc replace dev h$i root tbf rate $rate burst 32kb latency 400ms"$'\n'
       SOFTROCE_DESCRIPTION+=", h$i at $rate"

@@ -74,7 +74,7 @@ int run_aggregator(const Config& c) {
   if (c.mode == Mode::gradlane) {  // gradlaned forms the groups; 16 member slots per worker
     sidecar::AttachOptions attach = sidecar::AttachOptions::from_env();  // GRADLANE_SIDECAR_TIMEOUT_MS
     attach.shm_name = c.sidecar;
-    attach.job = 1;
+    attach.job = c.job;
     attach.endpoint = c.endpoint;
     options.sidecar = attach;
     options.slots = 16;

@@ -50,6 +50,9 @@ struct Config {
   std::string sidecar;              // gradlane mode: the host's gradlaned segment
   std::uint32_t endpoint = 0;       // gradlane mode: this process's NIC endpoint id
   std::uint32_t server_endpoint = 0;  // gradlane mode (worker): the server's endpoint id
+  std::uint32_t job = 1;            // gradlane mode: the job (tenant) id every role attaches as
+  bool declare_remaining = true;    // gradlane mode (worker): tell gradlaned the job's work left
+                                    // with each push (steps left × update bytes × workers)
   std::string out = ".";            // where each role writes its files
   std::uint32_t snapshot_ms = 250;  // server: the model is recorded this often
   std::uint32_t live_eval = 500;    // server: test images behind the live accuracy (0: none)

@@ -56,6 +56,8 @@ int main(int argc, char** argv) {
     sub->add_option("--slots", c.slots, "the server's update slots")->check(CLI::Range(1U, 4096U));
     sub->add_option("--sidecar", c.sidecar, "gradlane mode: the host's gradlaned shared-memory name");
     sub->add_option("--endpoint", c.endpoint, "gradlane mode: this process's NIC endpoint id");
+    sub->add_option("--job", c.job, "gradlane mode: the job (tenant) id, the same for all of a job's roles")
+        ->check(CLI::Range(1U, 1U << 30));
     sub->add_flag("--replica-reads", c.replica_reads,
                   "workers write each update to the server only; the replica READs it from the server's slot");
   };
@@ -82,6 +84,9 @@ int main(int argc, char** argv) {
                      "admits it under its --id) and computes steps first-step .. steps-1");
   worker->add_option("--batch", c.batch, "minibatch size")->check(CLI::Range(1U, 50000U));
   worker->add_option("--server-endpoint", c.server_endpoint, "gradlane mode: the server's endpoint id");
+  worker->add_option("--declare-remaining", c.declare_remaining,
+                     "gradlane mode: declare the job's work left with each push (true/false; where jobs share a NIC, "
+                     "gradlaned serves the one with the least left first)");
   worker->add_option("--aggregator", c.aggregator,
                      "ADDR:PORT of the worker's aggregator (aggregate mode: every push goes there; gradlane mode: "
                      "the updates gradlaned redirects to --aggregator-endpoint)");

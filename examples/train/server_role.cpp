@@ -114,7 +114,7 @@ int run_server(const Config& c) {
   if (c.mode == Mode::gradlane && !c.sidecar.empty()) {
     sidecar::AttachOptions attach = sidecar::AttachOptions::from_env();  // GRADLANE_SIDECAR_TIMEOUT_MS
     attach.shm_name = c.sidecar;
-    attach.job = 1;
+    attach.job = c.job;
     attach.endpoint = c.endpoint;
     options.sidecar = attach;
   }

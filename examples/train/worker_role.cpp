@@ -72,7 +72,7 @@ int run_worker(const Config& c) {
   if (c.mode == Mode::gradlane) {
     sidecar::AttachOptions attach = sidecar::AttachOptions::from_env();  // GRADLANE_SIDECAR_TIMEOUT_MS
     attach.shm_name = c.sidecar;
-    attach.job = 1;
+    attach.job = c.job;
     attach.endpoint = c.endpoint;
     options.sidecar = attach;
     options.server_endpoint = c.server_endpoint;
@@ -108,6 +108,10 @@ int run_worker(const Config& c) {
     // Zero-copy: the model the READs brought is the input, the registered buffer the output.
     (void)model.gradient(worker.model(), train, batches.next(), worker.gradient(), work);
     const auto t2 = Clock::now();
+    if (c.mode == Mode::gradlane && c.declare_remaining) {
+      // This worker's steps left, as if every worker of the job had as many: the job's work left.
+      worker.set_job_remaining((c.steps - step) * options.floats * sizeof(float) * c.workers);
+    }
     const ps::PushResult pushed = worker.push(pulled.version, step);
     dropped += pushed.dropped ? 1 : 0;
     lost += pushed.lost ? 1 : 0;

@@ -331,6 +331,10 @@ class Worker {
   std::uint64_t server_version();
   // Times this worker switched its server to the replica.
   std::uint64_t failovers() const;
+  // Sidecar mode: the bytes this worker's job still has to push, declared with every request
+  // from the next push on (sidecar::Update::job_remaining: gradlaned serves the job with the
+  // least work left first where jobs share a NIC). 0 (the default): not declared.
+  void set_job_remaining(std::uint64_t bytes);
   // Bytes of gradient or model the CPU copied on this worker's data path. Pushes and pulls move
   // by RDMA between registered buffers; the one copy is a payload of at most
   // TransportOptions::max_inline bytes (64), which is posted inline: the provider copies it into

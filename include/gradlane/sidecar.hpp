@@ -72,6 +72,11 @@ struct Update {
   std::uint64_t computed_on = 0;    // server model version the gradient was computed on
   float gradient_norm = 0.0F;
   std::uint32_t priority = 0;       // lower = earlier layer = needed first
+  // Bytes this job still has to send, this update included (e.g. steps left × update bytes ×
+  // workers); 0 = not declared. Where several jobs share a NIC, gradlaned serves the one with
+  // the least work left first (MLNet's prioritization: the average job completion time drops);
+  // a backlogged job still gets its floor share (SchedulerConfig::tenant_floor_share).
+  std::uint64_t job_remaining = 0;
 };
 
 enum class GrantKind : std::uint8_t {

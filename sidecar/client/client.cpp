@@ -238,7 +238,7 @@ std::uint64_t Client::request(const Update& u, std::chrono::nanoseconds wait_for
                                         .computed_on = u.computed_on,
                                         .gradient_norm = u.gradient_norm,
                                         .priority = u.priority,
-                                        .reserved = 0};
+                                        .job_remaining = u.job_remaining};
   push(s, e, wait_for_space);
   ++s.next_request;
   s.owed.add(id);

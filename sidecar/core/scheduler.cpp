@@ -161,7 +161,8 @@ SubmitStatus Scheduler::submit(const Request& request, Instant now) {
   for (std::uint32_t i = 0; i < parts; ++i) {
     const Partition p = partitioner_.part(request.bytes, i);
     endpoints_[sender].queue.push(
-        request.job, QueuedPart{request.priority, request.id, p.index, p.count, p.offset, p.length});
+        request.job, QueuedPart{request.priority, request.id, p.index, p.count, p.offset, p.length},
+        request.job_remaining);
   }
   pending_parts_ += parts;
   ++stats_.requests;

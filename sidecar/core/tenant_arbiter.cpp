@@ -27,13 +27,14 @@ TenantArbiter::JobQueue* TenantArbiter::find(JobId job) noexcept {
   return const_cast<JobQueue*>(std::as_const(*this).find(job));
 }
 
-void TenantArbiter::push(JobId job, const QueuedPart& part) {
+void TenantArbiter::push(JobId job, const QueuedPart& part, Bytes declared) {
   auto it = std::lower_bound(jobs_.begin(), jobs_.end(), job,
                              [](const JobQueue& q, JobId j) { return q.job < j; });
-  if (it == jobs_.end() || it->job != job) it = jobs_.insert(it, JobQueue{job, {}, 0, 0.0});
+  if (it == jobs_.end() || it->job != job) it = jobs_.insert(it, JobQueue{.job = job, .heap = {}, .remaining = 0, .declared = 0, .owed = 0.0});
   it->heap.push_back(part);
   std::push_heap(it->heap.begin(), it->heap.end(), Later{});
   it->remaining += part.length;
+  if (declared != 0) it->declared = declared;
 }
 
 std::optional<TenantArbiter::Head> TenantArbiter::head() const {
@@ -47,7 +48,7 @@ std::optional<TenantArbiter::Head> TenantArbiter::head() const {
   // Otherwise shortest remaining job first (jobs_ is sorted by id, so ties go to the lower id).
   if (!best) {
     for (const JobQueue& q : jobs_) {
-      if (!best || q.remaining < best->remaining) best = &q;
+      if (!best || q.work() < best->work()) best = &q;
     }
   }
   if (!best) return std::nullopt;
@@ -96,7 +97,7 @@ void TenantArbiter::forget_if_idle(std::size_t i) {
 
 Bytes TenantArbiter::remaining(JobId job) const noexcept {
   const JobQueue* q = find(job);
-  return q ? q->remaining : 0;
+  return q ? q->work() : 0;
 }
 
 double TenantArbiter::owed(JobId job) const noexcept {

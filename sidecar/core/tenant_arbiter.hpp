@@ -1,9 +1,12 @@
 // TenantArbiter: which queued part a host's NIC sends next, when several jobs share the host.
 //
 // Two levels, both from the seeds:
-//  - Between jobs (MLNet flow prioritization, seed 001): shortest remaining job first, where a
-//    job's remaining work is the bytes it still has queued on this NIC. Finishing short jobs
-//    first minimizes the average completion time; fair sharing delays every job.
+//  - Between jobs (MLNet flow prioritization, seed 001): shortest remaining job first. A job's
+//    remaining work is what it declared with its latest request (Request::job_remaining: the
+//    steps it has left, which only the application knows), or the bytes it has queued on this
+//    NIC if that is more or nothing was declared. Finishing short jobs first minimizes the
+//    average completion time; fair sharing delays every job. Without declarations two jobs with
+//    one update each queued tie, and the tie goes to the lower job id.
 //  - Within a job (ByteScheduler / P3, seeds 002 and 004): lowest priority value first (the
 //    earlier layer, needed first by the next forward pass), then request id (arrival order),
 //    then part index.
@@ -45,7 +48,9 @@ class TenantArbiter {
   explicit TenantArbiter(double floor_share = 0.0, Bytes burst = 0) noexcept
       : floor_share_(floor_share), burst_(static_cast<double>(burst)) {}
 
-  void push(JobId job, const QueuedPart& part);
+  // `declared`: the job's remaining work as its latest request declared it (0: not declared);
+  // a job that goes idle forgets it, like its debt.
+  void push(JobId job, const QueuedPart& part, Bytes declared = 0);
 
   struct Head {
     JobId job;
@@ -61,6 +66,7 @@ class TenantArbiter {
   std::vector<QueuedPart> remove_request(JobId job, RequestId request);
 
   bool empty() const noexcept { return jobs_.empty(); }
+  // What SRJF compares: max(declared, queued bytes).
   Bytes remaining(JobId job) const noexcept;
   double owed(JobId job) const noexcept;
   std::size_t queued_parts() const noexcept;
@@ -69,8 +75,10 @@ class TenantArbiter {
   struct JobQueue {
     JobId job{};
     std::vector<QueuedPart> heap;  // min-heap by (priority, request, index)
-    Bytes remaining = 0;
+    Bytes remaining = 0;  // queued bytes
+    Bytes declared = 0;   // the latest non-zero Request::job_remaining
     double owed = 0.0;
+    Bytes work() const noexcept { return remaining > declared ? remaining : declared; }
   };
   const JobQueue* find(JobId job) const noexcept;
   JobQueue* find(JobId job) noexcept;

@@ -71,6 +71,10 @@ struct Request {
   Version computed_on = 0;     // server version the gradient was computed on (the pulled model)
   double gradient_norm = 0.0;  // carried for telemetry; secondary tie-break (see scheduler.hpp)
   std::uint32_t priority = 0;  // lower = earlier layer = needed first by the next forward pass
+  // What the job still has to send, this update included, as the application knows it (its
+  // remaining steps × update bytes × workers); 0 = not declared. Between jobs on one NIC the
+  // one with the least remaining work goes first (tenant_arbiter.hpp).
+  Bytes job_remaining = 0;
 };
 
 // One part of a partitioned request: bytes [offset, offset + length) of the tensor.

@@ -21,7 +21,6 @@ std::optional<Reason> check_envelope(const shm::AppEntry& entry) {
 
 std::optional<Reason> check_submit(const shm::AppEntry& entry, const AppLimits& limits) {
   const auto& s = entry.body.submit;
-  if (s.reserved != 0) return Reason::unknown_fields;
   if (entry.job != limits.job) return Reason::unknown_job;
   if (s.bytes == 0 || s.bytes > limits.max_update_bytes) return Reason::bad_size;
   // Written so that no sum can overflow: offset first, then the room left after it.

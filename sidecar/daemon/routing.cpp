@@ -134,7 +134,8 @@ void Daemon::submit(AppSession& app, const shm::AppEntry& entry, sched::Instant 
                                .bytes = s.bytes,
                                .computed_on = s.computed_on,
                                .gradient_norm = s.gradient_norm,
-                               .priority = s.priority};
+                               .priority = s.priority,
+                               .job_remaining = s.job_remaining};
   const sched::SubmitStatus status = policy_->submit(request, now);
   if (status != sched::SubmitStatus::accepted) {
     app.owed.erase(it);

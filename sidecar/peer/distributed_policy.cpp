@@ -85,7 +85,7 @@ sched::SubmitStatus DistributedPolicy::submit(const sched::Request& request, sch
   ++stats_.forwarded;
   send(peer, SlotRequest{id, sched::to_int(request.job), sched::to_int(request.sender), sched::to_int(request.receiver),
                           sched::to_int(request.tensor), request.bytes, request.computed_on, request.gradient_norm,
-                          request.priority});
+                          request.priority, request.job_remaining});
   return sched::SubmitStatus::accepted;
 }
 
@@ -167,7 +167,8 @@ void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched
             const std::uint64_t ours = kOwnIdBase | next_remote_++;
             sched::Request request{sched::RequestId{ours},      sched::JobId{m.job},      sched::EndpointId{m.sender},
                                    sched::EndpointId{m.receiver}, sched::TensorId{m.tensor}, m.bytes,
-                                   m.computed_on,                m.gradient_norm,          m.priority};
+                                   m.computed_on,                m.gradient_norm,          m.priority,
+                                   m.job_remaining};
             const auto status = scheduler_.submit(request, now);
             if (status != sched::SubmitStatus::accepted) {
               // The only refusal a well-formed request can meet here: a version from the

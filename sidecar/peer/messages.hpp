@@ -26,7 +26,7 @@
 namespace gradlane::peer {
 
 inline constexpr std::uint32_t kMagic = 0x50534c47;  // "GLSP"
-inline constexpr std::uint16_t kVersion = 2;  // 2: Takeover, SlotAnswer::drop_cause
+inline constexpr std::uint16_t kVersion = 3;  // 2: Takeover, SlotAnswer::drop_cause; 3: SlotRequest::job_remaining
 
 // First message on a link: which scheduler endpoints (NICs) the sending sidecar hosts.
 struct Hello {
@@ -43,6 +43,7 @@ struct SlotRequest {
   std::uint64_t computed_on = 0;
   double gradient_norm = 0.0;
   std::uint32_t priority = 0;
+  std::uint64_t job_remaining = 0;  // sched::Request::job_remaining
 };
 
 enum class AnswerKind : std::uint8_t { go = 1, redirect = 2, drop = 3, aggregate = 4 };

@@ -37,7 +37,7 @@
 namespace gradlane::sidecar::shm {
 
 inline constexpr std::uint64_t kMagic = 0x31'64'65'6e'61'6c'64'67;  // "gdlaned1", little-endian
-inline constexpr std::uint32_t kLayoutVersion = 2;  // 2: AppSlot::take_over
+inline constexpr std::uint32_t kLayoutVersion = 3;  // 2: AppSlot::take_over; 3: Submit::job_remaining
 inline constexpr std::uint16_t kEntryFormat = 1;
 // 256 entries of 64 bytes per direction: 16 KiB per ring, 33 KiB per application. Deep
 // enough that an app can submit a whole model's tensors (a few hundred) without waiting.
@@ -69,7 +69,7 @@ struct AppEntry {
     std::uint64_t computed_on;     // server model version the gradient was computed on
     float gradient_norm;
     std::uint32_t priority;        // lower = earlier layer = needed first
-    std::uint64_t reserved;        // must be 0
+    std::uint64_t job_remaining;   // bytes the job still has to send, this one included; 0 = unknown
   };
   struct Complete {
     std::uint32_t part;            // part index of the grant being completed

@@ -63,7 +63,7 @@ bool all_zero(const std::uint64_t (&words)[4]) {
 
 bool submit_is_valid(const shm::AppEntry& e, const AppLimits& l) {
   const auto& s = e.body.submit;
-  return s.reserved == 0 && e.job == l.job && s.bytes != 0 && s.bytes <= l.max_update_bytes &&
+  return e.job == l.job && s.bytes != 0 && s.bytes <= l.max_update_bytes &&
          Wide{s.region_offset} + s.bytes <= Wide{l.region_bytes} && std::isfinite(s.gradient_norm) &&
          s.gradient_norm >= 0.0F && s.receiver != l.endpoint;
 }

@@ -84,7 +84,7 @@ shm::AppEntry submit(std::uint64_t request, std::uint64_t offset, std::uint64_t 
   e.job = kJob;
   e.request = request;
   e.body.submit = shm::AppEntry::Submit{.tensor = 3, .receiver = 2, .bytes = bytes, .region_offset = offset,
-                                        .computed_on = 5, .gradient_norm = norm, .priority = 0, .reserved = 0};
+                                        .computed_on = 5, .gradient_norm = norm, .priority = 0, .job_remaining = 0};
   return e;
 }
 

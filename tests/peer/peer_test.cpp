@@ -170,6 +170,26 @@ TEST_F(SlotAgreement, RemoteReceiverGrantsNonOverlappingSlotsInSequence) {
   EXPECT_EQ(a.stats().remote_requests, 6u);
 }
 
+// What a job declares it has left crosses to the receiver's sidecar, whose arbiter for the
+// sending NIC serves the job with less left first (job 2 here; undeclared, job 1 would win).
+TEST_F(SlotAgreement, AJobsDeclaredRemainingWorkReachesTheReceiversArbiter) {
+  sched::Request long_job = request(1, 1, 1'000'000), short_job = request(2, 1, 1'000'000);
+  long_job.job_remaining = 90'000'000;
+  short_job.job = sched::JobId{2};
+  short_job.job_remaining = 30'000'000;
+  ASSERT_EQ(b.submit(long_job, now), sched::SubmitStatus::accepted);
+  ASSERT_EQ(b.submit(short_job, now), sched::SubmitStatus::accepted);
+  exchange();
+  ASSERT_EQ(b_out.size(), 2u);
+  std::map<std::uint64_t, std::uint64_t> seq_of;  // request -> sequence
+  for (const auto& o : b_out) {
+    const auto& g = std::get<sched::Grant>(o);
+    seq_of[static_cast<std::uint64_t>(g.request)] = g.seq;
+  }
+  EXPECT_EQ(seq_of[2], 1u) << "the short job's update goes first";
+  EXPECT_EQ(seq_of[1], 2u);
+}
+
 TEST_F(SlotAgreement, CompletionTravelsBackAndFreesTheReceiversCredit) {
   ASSERT_EQ(b.submit(request(1, 1, 1'000'000), now), sched::SubmitStatus::accepted);
   exchange();
@@ -261,7 +281,7 @@ TEST_F(SlotAgreement, ATakeoverMovesTheReceiversSequenceAndTheOldOwnerDropsWhatW
 
   // A request for receiver 0 that still reaches A (sent before its sender heard) is dropped.
   const auto answers = a.stats().answers_sent;
-  wire.to[0].push_back(encode(SlotRequest{77, 1, 2, 0, 0, 1000, 0, 1.0, 0}));
+  wire.to[0].push_back(encode(SlotRequest{77, 1, 2, 0, 0, 1000, 0, 1.0, 0, 0}));
   a.schedule(now, a_out);
   EXPECT_EQ(a.stats().answers_sent, answers + 1);
   ASSERT_FALSE(wire.to[1].empty());
@@ -542,10 +562,12 @@ TEST(PeerMessages, RoundTrip) {
   const auto takeover = std::get<Takeover>(decode(encode(Takeover{7, 1234})));
   EXPECT_EQ(takeover.endpoint, 7u);
   EXPECT_EQ(takeover.version, 1234u);
-  const SlotRequest r{1, 2, 3, 4, 5, 6, 7, 0.25, 8};
+  const SlotRequest r{1, 2, 3, 4, 5, 6, 7, 0.25, 8, 40'000'000};
   const auto rb = std::get<SlotRequest>(decode(encode(r)));
   EXPECT_EQ(rb.gradient_norm, 0.25);
   EXPECT_EQ(rb.bytes, 6u);
+  EXPECT_EQ(rb.priority, 8u);
+  EXPECT_EQ(rb.job_remaining, 40'000'000u);
 }
 
 TEST(PeerMessages, MalformedInputIsAProtocolErrorNamingTheProblem) {
@@ -558,7 +580,7 @@ TEST(PeerMessages, MalformedInputIsAProtocolErrorNamingTheProblem) {
       EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
     }
   };
-  const auto good = encode(SlotRequest{1, 2, 3, 4, 5, 6, 7, 0.5, 8});
+  const auto good = encode(SlotRequest{1, 2, 3, 4, 5, 6, 7, 0.5, 8, 9});
   expect_bad({good.begin(), good.begin() + 10}, "truncated");
   auto wrong_magic = good;
   wrong_magic[0] = std::byte{0};
@@ -566,9 +588,9 @@ TEST(PeerMessages, MalformedInputIsAProtocolErrorNamingTheProblem) {
   auto trailing = good;
   trailing.push_back(std::byte{0});
   expect_bad(trailing, "trailing");
-  expect_bad(encode(SlotRequest{1, 2, 3, 4, 5, 0, 7, 0.5, 8}), "of 0 bytes");
-  expect_bad(encode(SlotRequest{1, 2, 3, 3, 5, 10, 7, 0.5, 8}), "sender is its receiver");
-  expect_bad(encode(SlotRequest{1, 2, 3, 4, 5, 10, 7, std::nan(""), 8}), "non-finite");
+  expect_bad(encode(SlotRequest{1, 2, 3, 4, 5, 0, 7, 0.5, 8, 9}), "of 0 bytes");
+  expect_bad(encode(SlotRequest{1, 2, 3, 3, 5, 10, 7, 0.5, 8, 9}), "sender is its receiver");
+  expect_bad(encode(SlotRequest{1, 2, 3, 4, 5, 10, 7, std::nan(""), 8, 9}), "non-finite");
   SlotAnswer negative;
   negative.transfer = 1;
   negative.start_in_ns = -5;

@@ -31,6 +31,25 @@ TEST(SchedulerTenants, ShortestRemainingJobGoesFirstOnTheSharedNic) {
   EXPECT_EQ(granted_ids(s.schedule(at_us(0))), (std::vector<std::uint64_t>{10, 1, 2, 3}));
 }
 
+// Two jobs' workers share a NIC with one update each queued: the one whose job has less left to
+// send (declared by the application) is granted first; undeclared, the tie goes to job 1.
+TEST(SchedulerTenants, TheJobWithLessDeclaredWorkLeftIsGrantedFirst) {
+  SchedulerConfig c = plain_config();
+  c.bandwidth = testing::bandwidth_config(10 * kGBps, 0.25, 1e6);
+  for (const bool declared : {false, true}) {
+    Scheduler s(c);
+    Request long_job = job_request(1, 1, kMB), short_job = job_request(2, 2, kMB);
+    if (declared) {
+      long_job.job_remaining = 300 * kMB;
+      short_job.job_remaining = 40 * kMB;
+    }
+    ASSERT_EQ(s.submit(long_job, at_us(0)), SubmitStatus::accepted);
+    ASSERT_EQ(s.submit(short_job, at_us(0)), SubmitStatus::accepted);
+    EXPECT_EQ(granted_ids(s.schedule(at_us(0))),
+              declared ? (std::vector<std::uint64_t>{2, 1}) : (std::vector<std::uint64_t>{1, 2}));
+  }
+}
+
 // Job 1 is big; job 2 always has one small update queued. One grant per 100 us step (the
 // horizon is 0), job 2 refilling as soon as its update is granted: without a floor job 1 would
 // never send; with a 25% floor it gets exactly every fourth grant once it is owed a part.

@@ -55,6 +55,37 @@ TEST(TenantArbiter, ShortestRemainingJobFirst) {
   EXPECT_EQ(a.head()->job, JobId{1});
 }
 
+// One update queued each: queued bytes tie. What each job declared it still has to send
+// (MLNet: the job nearest its end goes first) decides, whatever the ids.
+TEST(TenantArbiter, TheJobThatDeclaresLessWorkLeftGoesFirst) {
+  TenantArbiter a;
+  a.push(JobId{1}, part(1, kMB), 90 * kMB);
+  a.push(JobId{2}, part(2, kMB), 30 * kMB);
+  EXPECT_EQ(a.head()->job, JobId{2});
+  EXPECT_EQ(a.remaining(JobId{2}), 30 * kMB);
+  // A later declaration replaces the earlier one (the job made progress).
+  a.push(JobId{1}, part(3, kMB), 20 * kMB);
+  EXPECT_EQ(a.head()->job, JobId{1});
+}
+
+TEST(TenantArbiter, QueuedBytesCountWhenMoreThanDeclaredOrNothingDeclared) {
+  TenantArbiter a;
+  for (std::uint64_t i = 0; i < 5; ++i) a.push(JobId{1}, part(10 + i, kMB), 2 * kMB);  // declares less than it queued
+  a.push(JobId{2}, part(20, 3 * kMB));  // declares nothing
+  EXPECT_EQ(a.remaining(JobId{1}), 5 * kMB);
+  EXPECT_EQ(a.head()->job, JobId{2});
+}
+
+TEST(TenantArbiter, AJobThatGoesIdleForgetsItsDeclaration) {
+  TenantArbiter a;
+  a.push(JobId{1}, part(1, kMB), 90 * kMB);
+  a.pop(JobId{1});
+  a.push(JobId{1}, part(2, kMB));  // undeclared now: its queued megabyte
+  a.push(JobId{2}, part(3, 2 * kMB));
+  EXPECT_EQ(a.remaining(JobId{1}), kMB);
+  EXPECT_EQ(a.head()->job, JobId{1});
+}
+
 TEST(TenantArbiter, EqualRemainingBreaksTiesByJobId) {
   TenantArbiter a;
   a.push(JobId{7}, part(1, kMB));

@@ -21,7 +21,7 @@ shm::AppEntry raw_submit(std::uint64_t request, std::uint32_t job) {
   e.job = job;
   e.request = request;
   e.body.submit = {.tensor = 1, .receiver = 9, .bytes = 4096, .region_offset = 0, .computed_on = 0,
-                   .gradient_norm = 1.0F, .priority = 0, .reserved = 0};
+                   .gradient_norm = 1.0F, .priority = 0, .job_remaining = 0};
   return e;
 }
 
@@ -52,7 +52,6 @@ TEST(SidecarBadInput, MalformedEntriesAreAnsweredToTheSenderOnly) {
   add("future entry format", Reason::bad_format, [](shm::AppEntry& e) { e.format = 0x7777; });
   add("unknown operation", Reason::bad_format, [](shm::AppEntry& e) { e.op = static_cast<shm::Op>(42); });
   add("unknown flags", Reason::unknown_fields, [](shm::AppEntry& e) { e.flags = 0x80; });
-  add("reserved field set", Reason::unknown_fields, [](shm::AppEntry& e) { e.body.submit.reserved = 1; });
   add("NaN gradient norm", Reason::bad_value,
       [](shm::AppEntry& e) { e.body.submit.gradient_norm = std::numeric_limits<float>::quiet_NaN(); });
   add("send to itself", Reason::bad_receiver, [](shm::AppEntry& e) { e.body.submit.receiver = 1; });

@@ -18,7 +18,7 @@ shm::AppEntry submit_entry() {
   e.job = 7;
   e.request = 1;
   e.body.submit = {.tensor = 1, .receiver = 2, .bytes = 4096, .region_offset = 0, .computed_on = 0,
-                   .gradient_norm = 1.0F, .priority = 0, .reserved = 0};
+                   .gradient_norm = 1.0F, .priority = 0, .job_remaining = 0};
   return e;
 }
 
@@ -39,7 +39,6 @@ TEST(SidecarEntryCheck, EachMalformationHasItsReason) {
       {"future format", [](shm::AppEntry& e) { e.format = 2; }, Reason::bad_format},
       {"unknown op", [](shm::AppEntry& e) { e.op = static_cast<shm::Op>(9); }, Reason::bad_format},
       {"flags set", [](shm::AppEntry& e) { e.flags = 1; }, Reason::unknown_fields},
-      {"reserved set", [](shm::AppEntry& e) { e.body.submit.reserved = 5; }, Reason::unknown_fields},
       {"unknown job", [](shm::AppEntry& e) { e.job = 8; }, Reason::unknown_job},
       {"zero bytes", [](shm::AppEntry& e) { e.body.submit.bytes = 0; }, Reason::bad_size},
       {"absurd bytes", [](shm::AppEntry& e) { e.body.submit.bytes = std::uint64_t{1} << 40; }, Reason::bad_size},

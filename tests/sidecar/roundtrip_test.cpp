@@ -147,5 +147,31 @@ TEST(SidecarRoundTrip, SchedulerPolicyPartitionsGrantsAndTakesCompletions) {
   EXPECT_TRUE(driver.credit_returned(1, 2s)) << "completions never reached the scheduler";
 }
 
+// Two jobs' apps on one NIC (endpoint 1), one update each: what each declares it has left
+// crosses the shared memory and the daemon serves the job with less left first (sequence 1).
+TEST(SidecarRoundTrip, TheJobThatDeclaresLessWorkLeftIsGrantedFirst) {
+  for (const bool short_job_declares_less : {true, false}) {
+    const std::string name = unique_shm_name();
+    sched::SchedulerConfig sc;
+    sc.replica_bound = std::nullopt;
+    DaemonDriver driver(test_config(name), std::make_unique<sched::SchedulerPolicy>(sc));
+    Client long_job = Client::attach(test_attach(name, 1));
+    Client short_job = Client::attach(test_attach(name, 2));
+    Update u = small_update();
+    {
+      const auto held = driver.hold();  // both requests reach the scheduler in one step
+      u.job_remaining = short_job_declares_less ? 90 << 20 : 10 << 20;
+      long_job.request(u);
+      u.job_remaining = short_job_declares_less ? 30 << 20 : 40 << 20;
+      short_job.request(u);
+      driver.step();
+    }
+    const Grant l = long_job.wait(2s), s = short_job.wait(2s);
+    ASSERT_EQ(l.kind, GrantKind::go);
+    ASSERT_EQ(s.kind, GrantKind::go);
+    EXPECT_EQ(short_job_declares_less ? s.sequence : l.sequence, 1U) << "the job with less left goes first";
+  }
+}
+
 }  // namespace
 }  // namespace gradlane::sidecar::test

@@ -106,6 +106,7 @@ struct Worker::State {
   // The push in flight, to ask again for a grant that came too late (grant_lifetime).
   std::uint64_t push_tag = 0;
   std::uint64_t push_computed_on = 0;
+  std::uint64_t job_remaining = 0;  // declared with each request (set_job_remaining)
   Clock::time_point requested_at{};
   // Sidecar mode: since when every push was refused as receiver_unreachable / unknown_receiver.
   std::optional<Clock::time_point> refused_since;
@@ -120,7 +121,8 @@ struct Worker::State {
                                   .region_offset = 0,
                                   .computed_on = push_computed_on,
                                   .gradient_norm = 0.0F,
-                                  .priority = 0});
+                                  .priority = 0,
+                                  .job_remaining = job_remaining});
     } else {
       push_target().send(encode(Request{options.id, push_tag, push_computed_on}));
     }
@@ -532,6 +534,7 @@ PushResult Worker::write_as(std::uint64_t sequence) {
 }
 
 std::uint64_t Worker::failovers() const { return state_->failovers; }
+void Worker::set_job_remaining(std::uint64_t bytes) { state_->job_remaining = bytes; }
 std::uint64_t Worker::bytes_copied() const { return state_->bytes_copied; }
 
 }  // namespace gradlane::ps
