@@ -57,6 +57,12 @@ struct AttachOptions {
   // receiver_moved). Refused with Reason::bad_takeover otherwise. Only the first attach takes
   // over: a transparent reattach to a restarted daemon is a plain attach.
   std::optional<std::uint64_t> take_over_at;
+  // A server app (attached as its receiver's endpoint) whose updates land in `slots` reused
+  // slots (sequence % slots, ps::ShardOptions::slots): gradlaned never grants one of its
+  // sequences more than `slots` past what it reported applied (Client::applied), or a write
+  // could land in a slot still holding an update not yet applied. 0: no such limit. Declared
+  // again on every reattach.
+  std::uint32_t slots = 0;
 
   // Defaults with the GRADLANE_SIDECAR_* overrides applied; throws Error(invalid_argument)
   // naming the variable for a malformed value.

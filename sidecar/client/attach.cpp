@@ -124,6 +124,7 @@ Claimed claim_slot(Client::State& state, shm::Segment& segment, Clock::time_poin
   slot.endpoint = o.endpoint;
   slot.region_bytes = o.region_bytes;
   slot.take_over = o.take_over_at ? *o.take_over_at + 1 : 0;
+  slot.slots = o.slots;
   std::uint64_t word = shm::claim_word(SlotState::claiming, pid);
   if (!slot.claim.compare_exchange_strong(word, shm::claim_word(SlotState::attaching, pid),
                                           std::memory_order_acq_rel)) {

@@ -44,6 +44,10 @@ class Policy {
   // version + 1. What was pending for the receiver under its old server is dropped
   // (receiver_moved) by the next schedule(). False if this policy cannot take it over.
   virtual bool take_over(sched::EndpointId receiver, sched::Version version, sched::Instant now) = 0;
+  // `receiver`'s server reuses `slots` slots: never grant its sequence more than that past
+  // what it acknowledged (replica_ack), with or without a replica. A policy that hands out no
+  // sequences of its own (pass-through: not for real traffic) ignores it.
+  virtual void limit_window(sched::EndpointId /*receiver*/, std::uint64_t /*slots*/) {}
 };
 
 // Production: the scheduling core (sidecar/core/scheduler.hpp).
@@ -68,6 +72,10 @@ class SchedulerPolicy final : public Policy {
   bool take_over(sched::EndpointId receiver, sched::Version version, sched::Instant) override {
     scheduler_.close_receiver(receiver, moved_);
     return scheduler_.open_receiver(receiver, version);
+  }
+
+  void limit_window(sched::EndpointId receiver, std::uint64_t slots) override {
+    scheduler_.limit_window(receiver, slots);
   }
 
   sched::Scheduler& scheduler() noexcept { return scheduler_; }

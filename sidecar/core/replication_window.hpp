@@ -9,6 +9,7 @@
 // advance while waiting, so no pending update grows staler).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 
@@ -40,6 +41,8 @@ class ReplicationWindow {
   Seq acked() const noexcept { return acked_; }
   std::uint64_t lag() const noexcept { return granted_ - acked_; }
   std::optional<std::uint64_t> bound() const noexcept { return bound_; }
+  // Narrows the bound (a server's slot count, Scheduler::limit_window): never widens it.
+  void limit(std::uint64_t bound) noexcept { bound_ = bound_ ? std::min(*bound_, bound) : bound; }
 
  private:
   std::optional<std::uint64_t> bound_;

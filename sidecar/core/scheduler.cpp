@@ -56,7 +56,24 @@ Nanos Scheduler::path_time(Index sender, Index receiver, Bytes bytes) const {
 
 unsigned Scheduler::sender_copies(Index receiver) const {
   const EndpointState& r = endpoints_[receiver];
-  return config_.writers_mirror && r.window.bound() && !r.aggregates ? 2 : 1;
+  return config_.writers_mirror && config_.replica_bound && !r.aggregates ? 2 : 1;
+}
+
+// The window a (re)opened receiver gets: B, narrowed to its server's slots.
+static ReplicationWindow window_for(const std::optional<std::uint64_t>& replica_bound,
+                                    const std::optional<std::uint64_t>& slot_limit, Seq start) {
+  ReplicationWindow w(replica_bound, start);
+  if (slot_limit) w.limit(*slot_limit);
+  return w;
+}
+
+void Scheduler::limit_window(EndpointId receiver, std::uint64_t slots) {
+  if (slots == 0) return;
+  const Index i = endpoint(receiver);
+  EndpointState& r = endpoints_[i];
+  r.slot_limit = r.slot_limit ? std::min(*r.slot_limit, slots) : slots;
+  r.window.limit(*r.slot_limit);
+  sync_receiver(i);
 }
 
 void Scheduler::set_rate(EndpointId endpoint_id, Direction direction, double bytes_per_sec) {
@@ -67,7 +84,7 @@ void Scheduler::set_rate(EndpointId endpoint_id, Direction direction, double byt
 bool Scheduler::open_receiver(EndpointId receiver, Version current) {
   EndpointState& r = endpoints_[endpoint(receiver)];
   if (r.sequenced || !r.reservations.empty()) return false;
-  r.window = ReplicationWindow(config_.replica_bound, current);
+  r.window = window_for(config_.replica_bound, r.slot_limit, current);
   sync_receiver(index_.at(receiver));
   return true;
 }
@@ -122,7 +139,7 @@ std::size_t Scheduler::close_receiver(EndpointId receiver_id, std::vector<Outcom
   EndpointState& r = endpoints_[receiver];
   r.reservations = DeadlineReservations{};
   r.sequenced = false;
-  r.window = ReplicationWindow(config_.replica_bound, r.window.granted());
+  r.window = window_for(config_.replica_bound, r.slot_limit, r.window.granted());
   sync_receiver(receiver);
   return forgotten;
 }

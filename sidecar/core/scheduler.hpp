@@ -160,6 +160,12 @@ class Scheduler {
   // (the sequence belongs to the old server), and open_receiver() may start it again.
   // Returns the number of aggregates forgotten.
   std::size_t close_receiver(EndpointId receiver, std::vector<Outcome>& out);
+  // The receiver's server writes updates into `slots` reused slots: its sequence is never
+  // granted more than `slots` past what it acknowledged (replica_ack), replica or not — a
+  // window of min(B, slots). Without it a grant could run past the slots (a slow server
+  // ingress, no replica window) and its write land in the slot of an update not yet applied.
+  // Kept across close_receiver()/open_receiver(); a later call may only narrow it.
+  void limit_window(EndpointId receiver, std::uint64_t slots);
   // `endpoint` may aggregate updates of `job` (it registered aggregation regions).
   void add_aggregator(JobId job, EndpointId endpoint);
   void remove_aggregator(JobId job, EndpointId endpoint);
@@ -212,6 +218,7 @@ class Scheduler {
     ReplicationWindow window;         // as a server
     DeadlineReservations reservations;  // as a server: pending aggregates' deadlines
     bool sequenced = false;           // a sequence number was granted here
+    std::optional<std::uint64_t> slot_limit;  // as a server: its slots (limit_window)
     // As an aggregator: when the forwards of the aggregates planned here are predicted to be
     // done. They are not on the egress book until granted, but they will use this egress.
     Instant forwards_done{};

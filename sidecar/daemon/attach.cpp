@@ -104,6 +104,8 @@ void Daemon::accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now)
     reject(slot, claim, Reason::unknown_endpoint);
     return;
   }
+  // A server's slots bound how far its sequence may run ahead of what it applied.
+  if (const std::uint32_t slots = s.slots; slots != 0) policy_->limit_window(sched::EndpointId{s.endpoint}, slots);
   AppSession app;
   app.slot = slot;
   app.pid = static_cast<std::uint32_t>(pid);

@@ -182,7 +182,9 @@ int main(int argc, char** argv) {
   cli.add_option("--staleness-bound", staleness_bound, "tau: largest delay (in versions) an applied update may have; 0 = unbounded")
       ->capture_default_str();
   cli.add_option("--replica-bound", replica_bound,
-                 "B: sequence numbers may run at most this far ahead of the replica's ack; 0 = no replica")
+                 "B: sequence numbers may run at most this far ahead of the replica's ack; 0 = no replica. A "
+                 "server app that declares its slots (AttachOptions::slots, as ps::ShardServer does) is held to "
+                 "min(B, slots) ahead of what it applied, with or without a replica")
       ->capture_default_str();
   cli.add_flag("--writers-mirror", sched_config.writers_mirror,
                "the servers' writers also write each update to the replica at the same time (ps::Worker's "

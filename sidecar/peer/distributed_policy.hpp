@@ -96,6 +96,10 @@ class DistributedPolicy final : public sched::Policy {
   // drops what it had pending for it (receiver_moved). If this sidecar owned it already (the
   // replica on the server's host), its own pending parts are dropped and the sequence restarts.
   bool take_over(sched::EndpointId receiver, sched::Version version, sched::Instant now) override;
+  // Only where this sidecar hands the receiver's sequence out does the limit act; kept anyway.
+  void limit_window(sched::EndpointId receiver, std::uint64_t slots) override {
+    scheduler_.limit_window(receiver, slots);
+  }
 
   const DistributedStats& stats() const noexcept { return stats_; }
   sched::Scheduler& scheduler() noexcept { return scheduler_; }

@@ -26,13 +26,13 @@ RdmaPeerTransport::RdmaPeerTransport(const Device& device, std::uint16_t listen_
                                      const std::vector<PeerAddress>& connect_to, std::size_t expect_inbound,
                                      std::chrono::milliseconds timeout, const TransportOptions& options,
                                      std::chrono::milliseconds stall_limit)
-    : stall_limit_(stall_limit) {
+    : stall_limit_(stall_limit), redialer_(device, options, kRedialEvery) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   listener_.emplace(device, listen_port, options);
   for (const auto& peer : connect_to) {
     for (;;) {
       try {
-        links_.emplace_back(connect(device, peer.address, peer.port, options));
+        links_.emplace_back(connect(device, peer.address, peer.port, options), peer);
         break;
       } catch (const Error& e) {
         // Nothing listening yet: that peer's gradlaned is still starting. Anything else is real.
@@ -46,7 +46,7 @@ RdmaPeerTransport::RdmaPeerTransport(const Device& device, std::uint16_t listen_
   for (std::size_t i = 0; i < expect_inbound; ++i) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     try {
-      links_.emplace_back(listener_->accept(std::max(left, std::chrono::milliseconds(1))));
+      links_.emplace_back(listener_->accept(std::max(left, std::chrono::milliseconds(1))), std::nullopt);
     } catch (const Error& e) {
       throw Error(e.code(), fmt::format("waiting for {} more peer sidecar(s) to connect to port {}: {}",
                                         expect_inbound - i, listener_->port(), e.what()));
@@ -59,6 +59,7 @@ void RdmaPeerTransport::mark_failed(PeerIndex peer, const Error& error) {
   if (!link.failed) {
     link.failed = true;
     std::fprintf(stderr, "gradlaned: link to peer %s failed: %s\n", describe(peer).c_str(), error.what());
+    if (link.dialed) redialer_.redial(*link.dialed);
   }
 }
 
@@ -133,13 +134,19 @@ std::vector<PeerIndex> RdmaPeerTransport::take_joined() {
   std::vector<PeerIndex> joined;
   try {
     while (auto connection = listener_->try_accept()) {
-      links_.emplace_back(std::move(*connection));
+      links_.emplace_back(std::move(*connection), std::nullopt);
       joined.push_back(static_cast<PeerIndex>(links_.size() - 1));
       std::fprintf(stderr, "gradlaned: peer %s connected\n", describe(joined.back()).c_str());
     }
   } catch (const Error& e) {
     // A connect request that failed half-way (the peer died again, a stray): that one only.
     std::fprintf(stderr, "gradlaned: a peer sidecar's connect request failed: %s\n", e.what());
+  }
+  for (auto& [address, connection] : redialer_.take()) {
+    links_.emplace_back(std::move(connection), address);
+    joined.push_back(static_cast<PeerIndex>(links_.size() - 1));
+    std::fprintf(stderr, "gradlaned: reconnected to peer sidecar %s:%u (%s)\n", address.address.c_str(),
+                 static_cast<unsigned>(address.port), describe(joined.back()).c_str());
   }
   return joined;
 }

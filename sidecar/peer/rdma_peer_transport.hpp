@@ -9,7 +9,10 @@
 // After start-up the listener stays open: a peer sidecar that restarts (and connects again, as
 // its --peer says) is accepted without waiting, one look at the listener every
 // kPollsPerAdmission calls of take_joined() (a connect completes on the look after the one that
-// answered it), and gets a new index.
+// answered it), and gets a new index. The other way round, a link this sidecar made (to a
+// --peer) that fails is made again in the background (Redialer, every kRedialEvery) for as long
+// as the sidecar runs: a restarted peer that listens is reached again, and take_joined()
+// reports the new link like an accepted one.
 //
 // Never blocking the daemon: send() only queues. Queued messages are posted (try_send) as
 // control slots free up, from send() and receive(); a peer that stopped acknowledging (a
@@ -27,13 +30,10 @@
 
 #include "gradlane/connection.hpp"
 #include "sidecar/peer/peer_transport.hpp"
+#include "sidecar/peer/redialer.hpp"
 
 namespace gradlane::peer {
 
-struct PeerAddress {
-  std::string address;
-  std::uint16_t port = 0;
-};
 // "198.18.0.10:7600" → {address, port}; throws Error(invalid_argument) naming the text.
 PeerAddress parse_peer_address(const std::string& text);
 
@@ -59,11 +59,14 @@ class RdmaPeerTransport final : public PeerTransport {
   // take_joined() calls between two looks at the listener (each a non-blocking read of the
   // rdma_cm channel): the daemon's loop calls it every pass, up to ~10,000 times a second idle.
   static constexpr std::uint32_t kPollsPerAdmission = 16;
+  // Between two attempts to reconnect to a lost --peer.
+  static constexpr std::chrono::milliseconds kRedialEvery{500};
 
  private:
   struct Link {
-    explicit Link(Connection c) : connection(std::move(c)) {}
+    Link(Connection c, std::optional<PeerAddress> to) : connection(std::move(c)), dialed(std::move(to)) {}
     Connection connection;
+    std::optional<PeerAddress> dialed;  // the --peer this sidecar connected to (none: accepted)
     std::deque<std::vector<std::byte>> queued;  // accepted by send(), not yet posted
     std::optional<std::chrono::steady_clock::time_point> stalled_since;  // first failed post
     bool failed = false;
@@ -78,6 +81,7 @@ class RdmaPeerTransport final : public PeerTransport {
   std::vector<Link> links_;
   PeerIndex next_ = 0;  // round-robin start, so one chatty peer cannot starve the others
   std::uint32_t polls_ = 0;
+  Redialer redialer_;  // last: its threads stop before the links go
 };
 
 }  // namespace gradlane::peer

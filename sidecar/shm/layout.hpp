@@ -37,7 +37,7 @@
 namespace gradlane::sidecar::shm {
 
 inline constexpr std::uint64_t kMagic = 0x31'64'65'6e'61'6c'64'67;  // "gdlaned1", little-endian
-inline constexpr std::uint32_t kLayoutVersion = 3;  // 2: AppSlot::take_over; 3: Submit::job_remaining
+inline constexpr std::uint32_t kLayoutVersion = 3;  // 2: AppSlot::take_over; 3: Submit::job_remaining, AppSlot::slots
 inline constexpr std::uint16_t kEntryFormat = 1;
 // 256 entries of 64 bytes per direction: 16 KiB per ring, 33 KiB per application. Deep
 // enough that an app can submit a whole model's tensors (a few hundred) without waiting.
@@ -172,7 +172,7 @@ struct AppSlot {
   std::uint64_t owner_start_time;     // /proc/<pid>/stat starttime of the owner
   std::uint64_t region_bytes;         // size of the app's gradient region (offsets are checked)
   std::uint32_t endpoint;             // the NIC (sched EndpointId) the app sends from
-  std::uint32_t reserved;
+  std::uint32_t slots;                // a server app: AttachOptions::slots (0: none)
   // 0: a plain attach. Else 1 + the version at which a promoted replica takes over `endpoint`'s
   // sequence (AttachOptions::take_over_at): the daemon hands it out from version + 1 on.
   std::uint64_t take_over;

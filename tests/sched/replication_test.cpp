@@ -127,6 +127,34 @@ TEST(SchedulerReplication, ClosingAReceiverDropsItsPendingPartsAndLetsItRestartE
   EXPECT_EQ(s.server_version(ep(200)), 1u) << "the other server is untouched";
 }
 
+// No replica, so no B: the server's own slot count still bounds how far its sequence runs
+// ahead of what it applied (a 4 mbit/s server ingress let grants run 8+ ahead and two writes
+// landed in slots still holding unapplied updates). Narrowing only; kept across a takeover.
+TEST(SchedulerReplication, AServersSlotsBoundItsSequenceWithoutAReplica) {
+  SchedulerConfig c = plain_config();  // replica_bound: none
+  Scheduler s(c);
+  s.limit_window(ep(kServer), 3);
+  s.limit_window(ep(kServer), 5);  // wider: ignored
+  for (std::uint32_t w = 1; w <= 6; ++w) {
+    ASSERT_EQ(s.submit(request(w, w, kServer, kMB), at_us(0)), SubmitStatus::accepted);
+  }
+  auto grants = only<Grant>(s.schedule(at_us(0)));
+  ASSERT_EQ(grants.size(), 3u) << "at most its 3 slots ahead of what it applied (0)";
+  EXPECT_TRUE(s.replica_ack(ep(kServer), 2));  // the server applied 1 and 2
+  grants = only<Grant>(s.schedule(at_us(10'000)));
+  ASSERT_EQ(grants.size(), 2u);
+  EXPECT_EQ(grants[1].seq, 5u);
+  EXPECT_EQ(s.stats().drops, 0u);
+
+  std::vector<Outcome> moved;
+  s.close_receiver(ep(kServer), moved);  // promoted elsewhere and back: the limit stays
+  ASSERT_TRUE(s.open_receiver(ep(kServer), 20));
+  for (std::uint32_t w = 1; w <= 5; ++w) {
+    ASSERT_EQ(s.submit(request(100 + w, w, kServer, kMB, 20), at_us(20'000)), SubmitStatus::accepted);
+  }
+  EXPECT_EQ(only<Grant>(s.schedule(at_us(20'000))).size(), 3u);
+}
+
 TEST(SchedulerCancel, AFailedGrantIsCancelledAtItsReceiverAndAnOkOneIsNot) {
   SchedulerConfig c = plain_config();
   c.replica_bound = std::nullopt;

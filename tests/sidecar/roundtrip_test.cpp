@@ -173,5 +173,34 @@ TEST(SidecarRoundTrip, TheJobThatDeclaresLessWorkLeftIsGrantedFirst) {
   }
 }
 
+// A server app declares its slots at attach: without a replica (no B) gradlaned still grants
+// its sequence at most that far past what the server reported applied.
+TEST(SidecarRoundTrip, AServersDeclaredSlotsBoundItsGrantsAheadOfWhatItApplied) {
+  const std::string name = unique_shm_name();
+  sched::SchedulerConfig sc;
+  sc.replica_bound = std::nullopt;
+  DaemonDriver driver(test_config(name), std::make_unique<sched::SchedulerPolicy>(sc));
+  AttachOptions as_server = test_attach(name);
+  as_server.endpoint = 9;  // small_update()'s receiver
+  as_server.slots = 2;
+  Client server = Client::attach(as_server);
+  Client worker = Client::attach(test_attach(name));
+  for (int i = 0; i < 4; ++i) worker.request(small_update());
+  std::vector<std::uint64_t> sequences;
+  const auto take_grants = [&](std::size_t count) {
+    for (std::size_t i = 0; i < count; ++i) {
+      const Grant g = worker.wait(2s);
+      ASSERT_EQ(g.kind, GrantKind::go) << kind_name(g.kind) << " " << reason_name(g.reason);
+      sequences.push_back(g.sequence);
+      worker.complete(g.request, g.part_index, std::chrono::microseconds(10));
+    }
+  };
+  take_grants(2);
+  EXPECT_THROW(worker.wait(300ms), Error) << "a third grant ran past the server's 2 slots";
+  server.applied(2);
+  take_grants(2);
+  EXPECT_EQ(sequences, (std::vector<std::uint64_t>{1, 2, 3, 4}));
+}
+
 }  // namespace
 }  // namespace gradlane::sidecar::test

@@ -5,6 +5,8 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <future>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -136,6 +138,78 @@ TEST(PeerTransport, APeerSidecarThatComesBackIsAdmittedOnANewLink) {
   ASSERT_TRUE(transport.send(1, bytes_of("exit")));
   EXPECT_EQ(reply_from(1, 30s), "bye");
   EXPECT_TRUE(peer->wait_exit(10s).has_value());
+}
+
+// The other way round: this sidecar made the link (--peer), and the peer — the listening side —
+// restarts. The link is made again in the background; take_joined() reports it on a new index,
+// and no call blocks the loop while the peer is gone or coming back. Both sidecars' transports
+// live in this process, on the one rxe device: A listens, B dials A.
+TEST(PeerTransport, ALinkThisSidecarMadeIsMadeAgainWhenItsListeningPeerRestarts) {
+  const Device device = Device::open(selector_from_env());
+  constexpr std::uint16_t kPortA = 7699, kPortB = 7700;
+  const auto listening_a = [&] {
+    return std::make_unique<peer::RdmaPeerTransport>(device, kPortA, std::vector<peer::PeerAddress>{}, 0, 60s,
+                                                     test_options());
+  };
+  // Polls A's listener until B's dial (blocking, in B's constructor or in its redialer) is taken.
+  const auto admit = [&](peer::RdmaPeerTransport& a) {
+    std::vector<peer::PeerIndex> joined;
+    for (const auto give_up = Clock::now() + 30s; joined.empty() && Clock::now() < give_up;) joined = a.take_joined();
+    return joined;
+  };
+  const auto message_on = [](peer::RdmaPeerTransport& t, peer::PeerIndex index, std::chrono::seconds limit) {
+    for (const auto give_up = Clock::now() + limit; Clock::now() < give_up;) {
+      if (auto m = t.receive(); m && m->first == index) return text_of(m->second);
+    }
+    return std::string("<nothing>");
+  };
+  auto a = listening_a();
+  auto dialing = std::async(std::launch::async, [&] {
+    return std::make_unique<peer::RdmaPeerTransport>(
+        device, kPortB, std::vector<peer::PeerAddress>{{softroce_env().address, kPortA}}, 0, 60s, test_options());
+  });
+  ASSERT_EQ(admit(*a), std::vector<peer::PeerIndex>{0});
+  auto b = dialing.get();
+  ASSERT_TRUE(b->send(0, bytes_of("first")));
+  ASSERT_EQ(message_on(*a, 0, 30s), "first");
+
+  a.reset();  // A's gradlaned is gone: its listener and its end of the link
+  double slowest_call = 0;
+  const auto timed = [&](auto call) {
+    const auto t = Clock::now();
+    auto result = call();
+    slowest_call = std::max(slowest_call, seconds_since(t));
+    return result;
+  };
+  std::vector<peer::PeerIndex> failed;
+  for (const auto gone = Clock::now(); failed.empty() && seconds_since(gone) < 20.0;) {
+    (void)timed([&] { return b->send(0, bytes_of("anyone?")); });
+    (void)timed([&] { return b->receive().has_value(); });
+    failed = timed([&] { return b->take_failed(); });
+  }
+  ASSERT_EQ(failed, std::vector<peer::PeerIndex>{0}) << "B never saw its link to the departed A fail";
+  // Nothing listens for a while: B's attempts are refused in the background.
+  for (const auto down = Clock::now(); seconds_since(down) < 1.5;) {
+    EXPECT_TRUE(timed([&] { return b->take_joined(); }).empty()) << "a link to nobody";
+    (void)timed([&] { return b->receive().has_value(); });
+  }
+
+  a = listening_a();  // A restarts on its address
+  std::vector<peer::PeerIndex> b_joined, a_joined;
+  for (const auto back = Clock::now(); (b_joined.empty() || a_joined.empty()) && seconds_since(back) < 30.0;) {
+    if (a_joined.empty()) a_joined = a->take_joined();
+    if (b_joined.empty()) b_joined = timed([&] { return b->take_joined(); });
+    (void)timed([&] { return b->receive().has_value(); });
+  }
+  ASSERT_EQ(a_joined, std::vector<peer::PeerIndex>{0}) << "the restarted A was never dialed again";
+  ASSERT_EQ(b_joined, std::vector<peer::PeerIndex>{1}) << "B did not report its new link";
+  EXPECT_LT(slowest_call, 1.0) << "one of B's calls blocked its loop for " << slowest_call << " s";
+  RecordProperty("slowest_call_while_redialing_s", std::to_string(slowest_call));
+  EXPECT_FALSE(b->send(0, bytes_of("old"))) << "the dead link took a message";
+  ASSERT_TRUE(b->send(1, bytes_of("again")));
+  EXPECT_EQ(message_on(*a, 0, 30s), "again");
+  ASSERT_TRUE(a->send(0, bytes_of("welcome back")));
+  EXPECT_EQ(message_on(*b, 1, 30s), "welcome back");
 }
 
 }  // namespace

@@ -46,6 +46,7 @@ void ShardServer::State::take_over_at_sidecar() {
   sidecar::AttachOptions attach = *options.sidecar;
   attach.region_bytes = slots.slot_bytes() * options.slots;
   attach.take_over_at = skip_below - 1;
+  attach.slots = options.slots;  // grants never run past our slots (AttachOptions::slots)
   sidecar.emplace(sidecar::Client::attach(attach));
   reported = 0;
   // Tags in sidecar mode count each worker's arrivals: go on from the history and from what

@@ -410,6 +410,7 @@ ShardServer::ShardServer(const Device& device, Role role, std::uint16_t port, co
   if (options.sidecar && role == Role::server) {  // a replica attaches when promoted
     sidecar::AttachOptions attach = *options.sidecar;
     attach.region_bytes = state_->slots.slot_bytes() * options.slots;
+    attach.slots = options.slots;  // grants never run past our slots (AttachOptions::slots)
     state_->sidecar.emplace(sidecar::Client::attach(attach));
   }
   if (options.momentum > 0.0F) state_->velocity.assign(options.floats, 0.0F);
