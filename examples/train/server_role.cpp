@@ -3,6 +3,7 @@
 // the offline evaluation and prints a progress line every second.
 #include <gradlane/gradlane.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <span>
@@ -26,8 +27,10 @@ using namespace std::chrono_literals;
 
 // `error`: why the role stops early (empty when it finished): a role that exits on an error
 // still leaves what it applied, so the fault checker can verify every acknowledged update.
-void write_stats(const Config& c, const ps::ShardServer& shard, const std::string& name, double seconds,
-                 const std::string& error = {}) {
+// `start_unix`: when training started (every worker connected), as a Unix time: jobs that share
+// hosts are compared on one clock (examples/train-tenants.sh).
+void write_stats(const Config& c, const ps::ShardServer& shard, const std::string& name, double start_unix,
+                 double seconds, const std::string& error = {}) {
   const auto& st = shard.stats();
   std::string quoted;
   for (const char ch : error) {
@@ -39,7 +42,7 @@ void write_stats(const Config& c, const ps::ShardServer& shard, const std::strin
       << ",\"skipped\":" << st.skipped << ",\"refused_doorbells\":" << st.refused_doorbells
       << ",\"peers_lost\":" << st.peers_lost << ",\"peers_joined\":" << st.peers_joined << ",\"replica_acked\":" << st.replica_acked
       << ",\"promoted_at_ns\":" << st.promoted_at_ns << ",\"lost_in_failover\":" << st.lost_in_failover
-      << ",\"seconds\":" << seconds << ",\"error\":\"" << quoted << "\"}\n";
+      << ",\"start_unix\":" << std::fixed << start_unix << std::defaultfloat << ",\"seconds\":" << seconds << ",\"error\":\"" << quoted << "\"}\n";
   // What was applied, in order: the delay of each update is (updates applied before it) −
   // (the version it was computed on).
   std::ofstream log(c.out + "/" + name + ".applied.csv");
@@ -140,6 +143,7 @@ int run_server(const Config& c) {
 
   // Training starts when every worker is connected: the snapshots' time origin.
   const auto start = Clock::now();
+  const double start_unix = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::optional<SnapshotWriter> snapshots;
   if (is_server) {
     snapshots.emplace(c.out + "/snapshots.bin");
@@ -157,7 +161,7 @@ int run_server(const Config& c) {
       work = shard.progress();
     } catch (const std::exception& e) {
       versions.record(shard.version(), shard.model());
-      write_stats(c, shard, name, std::chrono::duration<double>(Clock::now() - start).count(), e.what());
+      write_stats(c, shard, name, start_unix, std::chrono::duration<double>(Clock::now() - start).count(), e.what());
       throw;
     }
     versions.record(shard.version(), shard.model());
@@ -183,7 +187,7 @@ int run_server(const Config& c) {
   if (snapshots) snapshots->write((Clock::now() - start).count(), shard.version(), shard.model());
   shard.drain_replica(30s);  // before the stats, so they show what the replica acknowledged
   versions.record(shard.version(), shard.model());
-  write_stats(c, shard, name, seconds);
+  write_stats(c, shard, name, start_unix, seconds);
   std::printf("%s%s: version %llu after %.1f s, applied %llu, holes skipped %llu, peers lost %llu\n", tty ? "\n" : "",
               name.c_str(), static_cast<unsigned long long>(shard.version()), seconds,
               static_cast<unsigned long long>(shard.stats().applied),

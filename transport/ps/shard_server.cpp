@@ -422,7 +422,7 @@ ShardServer::~ShardServer() {
   // A server that goes away cleanly first hands its replica every decision it made (bounded):
   // otherwise the replica, promoted by the disconnect, loses the last ones (seen in CI: the
   // README example's replica ended at version 19 of 20).
-  if (!state_) return;
+  if (!state_ || state_->sidecar_lost) return;
   try {
     drain_replica(std::chrono::seconds(5));
     // And says it is done, so the replica does not take the disconnect for a crash and promote
@@ -465,11 +465,16 @@ std::size_t ShardServer::progress() {
   s.probe_idle_peers();
   work += s.admit_joiners();
   if (s.role == Role::server && s.sidecar) {
-    work += s.take_sidecar();
-    if (s.order.next_sequence() < s.skip_below) work += s.skip_old_owners_sequences();
-    work += s.skip_stuck_head();
-    work += s.apply();
-    s.report_applied();
+    try {
+      work += s.take_sidecar();
+      if (s.order.next_sequence() < s.skip_below) work += s.skip_old_owners_sequences();
+      work += s.skip_stuck_head();
+      work += s.apply();
+      s.report_applied();
+    } catch (const Error& e) {
+      if (e.code() == Errc::sidecar_unavailable) s.sidecar_lost = true;
+      throw;
+    }
   } else if (s.role == Role::server) {
     work += s.expire_holes();
     // Grant before applying too: a free slot needs no apply, and the worker's write then runs

@@ -105,6 +105,10 @@ struct ShardServer::State {
   std::optional<Connection> replica;
   // Sidecar mode: the sidecar owns the sequence; we take its cancels and report progress.
   std::optional<sidecar::Client> sidecar;
+  // Its gradlaned is gone (a call threw): nobody grants our sequence. The destructor then
+  // leaves without the drain — each round of it would wait the attach timeout again — and the
+  // replica takes over as after a crash (its promotion applies every acknowledged mirror).
+  bool sidecar_lost = false;
   std::uint64_t reported = 0;                       // last `through` sent with Client::applied
   std::map<std::uint64_t, std::uint32_t> rung_by;   // sequence -> worker whose doorbell brought it
   std::map<std::uint32_t, std::uint64_t> arrivals;  // worker -> updates arrived from it

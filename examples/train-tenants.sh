@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Two jobs sharing hosts (issue 9's multi-tenant case, MLNet's flow prioritization): does
+# serving the job with the least work left first finish the short job sooner than fair sharing,
+# and what does it cost the long one? examples/train-tenants-job.sh runs one trial (hosts,
+# jobs and modes are described there); this runs each variant for each seed, every trial in a
+# fresh VM, and writes the table and a plot:
+#   bash examples/train-tenants.sh [BUILD_DIR] [SEEDS="1 2 3"] [RATE=1mbit]
+#        [VARIANTS="gradlane fifo undeclared"] [RESULTS=perf/results/train-tenants]
+# Variants: gradlane (declared work left), undeclared (gradlane, nothing declared: the NIC
+# compares the bytes each job has queued), fifo (no sidecar: the link shares itself).
+# Extra NAME=VALUE settings (LONG_STEPS, SHORT_STEPS, LONG_WORKERS, SHORT_WORKERS, LR, BATCH, TAU)
+# go to every trial. Writes RESULTS/results.md, results.json, jct.png and runs/<variant>-seed<N>/.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(dirname "$HERE")
+BUILD=build
+if [[ $# -gt 0 && $1 != *=* ]]; then BUILD=$1; shift; fi
+BUILD=$(cd "$BUILD" && pwd)
+SEEDS="1 2 3" RATE=1mbit VARIANTS="gradlane fifo undeclared" RESULTS=$ROOT/perf/results/train-tenants
+JOB=()
+for setting in "$@"; do
+  case $setting in
+    SEEDS=*|RATE=*|VARIANTS=*|RESULTS=*) declare "$setting" ;;
+    LONG_STEPS=*|SHORT_STEPS=*|LONG_WORKERS=*|SHORT_WORKERS=*|LR=*|BATCH=*|TAU=*) JOB+=("$setting") ;;
+    *) echo "train-tenants.sh: settings are SEEDS, RATE, VARIANTS, RESULTS and the job's (see the top); got '$setting'" >&2
+       exit 2 ;;
+  esac
+done
+mkdir -p "$RESULTS/runs"
+RESULTS=$(cd "$RESULTS" && pwd)
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+{ printf 'bash examples/train-tenants.sh'; printf ' %q' "$@"; printf '\n'; } > "$RESULTS/command.txt"
+failed=0
+for seed in $SEEDS; do
+  for variant in $VARIANTS; do  # interleaved per seed: a drift of the machine hits every variant alike
+    case $variant in
+      gradlane) settings=(MODE=gradlane) ;;
+      undeclared) settings=(MODE=gradlane DECLARE=0) ;;
+      fifo) settings=(MODE=fifo) ;;
+      *) echo "train-tenants.sh: unknown variant '$variant' (gradlane, fifo, undeclared)" >&2; exit 2 ;;
+    esac
+    name=$variant-seed$seed
+    echo "== $name"
+    if ! SOFTROCE_OUT=$TMP bash "$ROOT/ci/softroce.sh" --hosts 3 --shape "1:$RATE:out" --shape "2:$RATE:out" -- \
+         sh "$HERE/train-tenants-job.sh" "$BUILD" "${settings[@]}" SEED="$seed" RATE="$RATE" NAME="$name" \
+         "${JOB[@]}"; then
+      echo "train-tenants.sh: $name failed (its logs: $RESULTS/runs/$name)" >&2
+      failed=1
+    fi
+    rm -rf "$RESULTS/runs/$name"
+    cp -r "$TMP/tenants-$name" "$RESULTS/runs/$name"
+    for job in 1 2; do  # the final model's accuracy on the full test set, outside the emulator
+      dir=$RESULTS/runs/$name/job$job
+      [[ -f $dir/snapshots.bin ]] && "$BUILD/examples/gradlane_train" evaluate --out "$dir" --target 0.7 > "$dir/evaluate.txt"
+    done
+  done
+done
+python3 "$HERE/train_tenants_table.py" "$RESULTS"
+exit $failed

@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""examples/train_tenants_table.py's figures can fail: job completion times are taken on one
+clock (from the first job's start), speed-ups are per seed against fifo of that seed, and a job
+whose server stopped on an error makes its run count for nothing.
+  python3 tests/examples/train_tenants_table_test.py"""
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'examples'))
+import train_tenants_table  # noqa: E402
+
+
+def make_run(results, name, short, long, error=''):
+    """short/long: (start_unix, seconds) of each job's server."""
+    for job, (start, seconds) in ((2, short), (1, long)):
+        d = os.path.join(results, 'runs', name, f'job{job}')
+        os.makedirs(d)
+        with open(os.path.join(d, 'server.stats.json'), 'w') as f:
+            json.dump({'start_unix': start, 'seconds': seconds, 'applied': 10, 'error': error if job == 2 else ''}, f)
+        with open(os.path.join(d, 'worker1.json'), 'w') as f:
+            json.dump({'steps': 10, 'dropped': 1 if job == 1 else 0}, f)
+
+
+class TenantsTable(unittest.TestCase):
+    def run_table(self, runs):
+        results = tempfile.mkdtemp(prefix='tenants-table-test.')
+        for name, short, long, error in runs:
+            make_run(results, name, short, long, error)
+        sys.argv = ['train_tenants_table.py', results]
+        train_tenants_table.main()
+        with open(os.path.join(results, 'results.json')) as f:
+            return json.load(f)
+
+    def test_completion_times_share_one_clock_and_speedups_are_per_seed(self):
+        got = self.run_table([
+            # fifo seed 1: both start at 100; short ends at 116, long at 138.
+            ('fifo-seed1', (100.0, 16.0), (100.0, 38.0), ''),
+            # gradlane seed 1: the long job started 2 s before the short one.
+            ('gradlane-seed1', (102.0, 8.0), (100.0, 40.0), ''),
+            ('fifo-seed2', (200.0, 20.0), (200.0, 40.0), ''),
+            ('gradlane-seed2', (200.0, 10.0), (200.0, 40.0), ''),
+        ])
+        g = got['gradlane']
+        self.assertEqual(sorted(g['short_jct_s']), [10.0, 10.0])  # 102 + 8 - 100: on the long job's clock
+        self.assertEqual(sorted(round(x, 3) for x in g['short_speedup']), [1.6, 2.0])
+        self.assertEqual(sorted(round(x, 3) for x in g['long_speedup']), [0.95, 1.0])
+        self.assertEqual(g['runs']['1']['short']['start_offset_s'], 2.0)
+        self.assertEqual(g['runs']['1']['long']['dropped'], 1)
+
+    def test_a_run_whose_server_failed_is_left_out(self):
+        got = self.run_table([
+            ('fifo-seed1', (100.0, 16.0), (100.0, 38.0), ''),
+            ('gradlane-seed1', (100.0, 8.0), (100.0, 40.0), 'no gradlaned answers'),
+            ('gradlane-seed2', (100.0, 9.0), (100.0, 40.0), ''),
+        ])
+        self.assertEqual(got['gradlane']['seeds'], [2])
+        self.assertEqual(got['gradlane']['short_speedup'], [])  # no fifo of seed 2 to compare with
+
+
+if __name__ == '__main__':
+    unittest.main()
