@@ -60,8 +60,9 @@ struct AttachOptions {
   // A server app (attached as its receiver's endpoint) whose updates land in `slots` reused
   // slots (sequence % slots, ps::ShardOptions::slots): gradlaned never grants one of its
   // sequences more than `slots` past what it reported applied (Client::applied), or a write
-  // could land in a slot still holding an update not yet applied. 0: no such limit. Declared
-  // again on every reattach.
+  // could land in a slot still holding an update not yet applied. 0: no such limit. An app
+  // with slots never reattaches: its sequence died with its daemon, and a new one would hand
+  // it out again from 1; it gets Error(sidecar_unavailable) instead.
   std::uint32_t slots = 0;
 
   // Defaults with the GRADLANE_SIDECAR_* overrides applied; throws Error(invalid_argument)

@@ -223,6 +223,16 @@ void reattach(Client::State& state) {
   state.header = nullptr;
   state.slot = nullptr;
   state.segment.reset();  // the old daemon is gone: nobody to tell
+  if (state.options.slots != 0) {
+    // A server's sequence lived in the old daemon: a new one would hand it out again from 1,
+    // into slots still holding updates not yet applied. The server must stop (its replica
+    // takes over), not carry on silently.
+    throw Error(Errc::sidecar_unavailable,
+                fmt::format("the gradlaned serving {} is gone, and this app's receiver sequence (a server, "
+                            "AttachOptions::slots) went with it: a restarted gradlaned cannot continue it; stop "
+                            "this server and let its replica take over",
+                            state.options.shm_name));
+  }
   // A restarted daemon knows nothing of a takeover made at the old one, and the sequence has
   // moved on since: taking over again at the first version would hand out used numbers.
   state.options.take_over_at.reset();

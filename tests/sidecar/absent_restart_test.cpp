@@ -141,5 +141,42 @@ TEST(SidecarRestart, CrashedDaemonIsReplacedAndAppsContinue) {
   EXPECT_NE(::stat(("/dev/shm" + name).c_str(), &st), 0) << "a daemon stopped by SIGTERM unlinks its segment";
 }
 
+// A server app (it declared slots) owns a receiver's sequence through its daemon: when that
+// daemon dies, a new one would start the sequence again at 1. So the server gets an error, even
+// with a new daemon ready, where a worker app reattaches.
+TEST(SidecarRestart, AServerAppDoesNotReattachToANewDaemon) {
+  const std::string name = unique_shm_name();
+  auto first = std::make_unique<Child>("daemon", std::vector<std::string>{"--shm=" + name});
+  ASSERT_TRUE(first->ready(5s));
+  AttachOptions as_server = test_attach(name);
+  as_server.endpoint = 9;
+  as_server.slots = 8;
+  Client server = Client::attach(as_server);
+  Client worker = Client::attach(test_attach(name));
+  first->kill_now();
+  Child second("daemon", {"--shm=" + name});
+  ASSERT_TRUE(second.ready(5s));
+  try {
+    for (const auto give_up = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < give_up;) {
+      (void)server.poll();
+      std::this_thread::sleep_for(1ms);
+    }
+    FAIL() << "the server app carried on with a new daemon";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::sidecar_unavailable);
+    EXPECT_NE(std::string(e.what()).find("cannot continue"), std::string::npos) << e.what();
+  }
+  // A worker app goes on: its first request lands in the dead daemon's queue and is answered
+  // sidecar_restarted on the reattach; the next is granted by the new daemon.
+  const std::uint64_t lost = worker.request(small_update());
+  const Grant restarted = worker.wait(3s);
+  EXPECT_EQ(restarted.reason, Reason::sidecar_restarted);
+  EXPECT_EQ(restarted.request, lost);
+  const std::uint64_t id = worker.request(small_update());
+  const Grant g = worker.wait(3s);
+  EXPECT_EQ(g.kind, GrantKind::go);
+  EXPECT_EQ(g.request, id);
+}
+
 }  // namespace
 }  // namespace gradlane::sidecar::test
