@@ -371,6 +371,7 @@ class ListenerState {
   IdPtr id;
   std::string address;
   std::uint16_t port = 0;
+  std::string here;  // "address:port", for errors: formatted once, not on every try_accept()
   std::shared_ptr<SharedCq> shared;  // completion queue for the connections accepted, or null
   // Declared after `channel`/`id`: destroyed first (their ids live on the listener's channel).
   std::vector<PendingPeer> pending;
@@ -408,6 +409,7 @@ Listener::Listener(const Device& device, std::uint16_t port, const TransportOpti
     detail::throw_call_failed(Errc::system, fmt::format("rdma_listen({}:{})", s.address, port), errno);
   }
   s.port = ntohs(rdma_get_src_port(s.id.get()));
+  s.here = fmt::format("{}:{}", s.address, s.port);
 }
 
 Listener::Listener(Listener&&) noexcept = default;
@@ -530,7 +532,7 @@ Connection Listener::accept(Millis timeout) {
   // itself: the others are accepted meanwhile, and it is dropped when its time is up.
   auto& s = *state_;
   const auto deadline = detail::Clock::now() + timeout;
-  const std::string here = fmt::format("{}:{}", s.address, s.port);
+  const std::string& here = s.here;
   for (;;) {
     // Events already queued come first: a handshake whose ESTABLISHED waits in the channel
     // completed, however late this caller reads it. Expiring before looking dropped such
@@ -561,7 +563,7 @@ Connection Listener::accept(Millis timeout) {
 
 std::optional<Connection> Listener::try_accept() {
   auto& s = *state_;
-  const std::string here = fmt::format("{}:{}", s.address, s.port);
+  const std::string& here = s.here;  // a poll loop calls this: no allocation per call
   while (auto event = detail::next_cm_event(s.channel.get(), std::chrono::milliseconds(0))) {
     if (auto conn = take_event(s, *event, here)) return conn;
   }
