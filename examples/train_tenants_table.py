@@ -20,6 +20,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import train_faults  # noqa: E402  (its tolerant JSON reader)
 import train_table  # noqa: E402  (its median-and-range format)
 
 JOBS = {1: 'long', 2: 'short'}
@@ -31,23 +32,15 @@ NOTES = {
 }
 
 
-def load(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
 def run_row(run_dir):
     jobs = {}
     for job in JOBS:
         d = os.path.join(run_dir, f'job{job}')
-        stats = load(os.path.join(d, 'server.stats.json'))
+        stats = train_faults.read_json(os.path.join(d, 'server.stats.json'))
         if not stats or stats.get('error'):
             return None
-        workers = [load(f) for f in sorted(glob.glob(os.path.join(d, 'worker*.json')))]
-        accuracy = load(os.path.join(d, 'accuracy.json')) or {}
+        workers = [train_faults.read_json(f) for f in sorted(glob.glob(os.path.join(d, 'worker*.json')))]
+        accuracy = train_faults.read_json(os.path.join(d, 'accuracy.json')) or {}
         jobs[job] = {
             'start': stats['start_unix'],
             'end': stats['start_unix'] + stats['seconds'],

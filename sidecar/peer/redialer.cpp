@@ -26,11 +26,10 @@ void Redialer::redial(const PeerAddress& peer) {
   const std::lock_guard lock(mutex_);
   if (std::any_of(attempts_.begin(), attempts_.end(), [&](const Attempt& a) { return a.key == key; })) return;
   Attempt& a = attempts_.emplace_back(Attempt{.key = key, .done = false, .thread = {}});
-  a.thread = std::jthread([this, peer](std::stop_token stop) { run(std::move(stop), peer); });
+  a.thread = std::jthread([this, peer, key](std::stop_token stop) { run(std::move(stop), peer, key); });
 }
 
-void Redialer::run(std::stop_token stop, PeerAddress peer) {
-  const std::string key = fmt::format("{}:{}", peer.address, peer.port);
+void Redialer::run(std::stop_token stop, PeerAddress peer, std::string key) {
   std::optional<Connection> made;
   std::string last_error;
   while (!stop.stop_requested()) {
@@ -76,12 +75,6 @@ std::vector<std::pair<PeerAddress, Connection>> Redialer::take() {
   reap();
   const std::lock_guard lock(mutex_);
   return std::exchange(made_, {});
-}
-
-std::size_t Redialer::under_way() const {
-  const std::lock_guard lock(mutex_);
-  return static_cast<std::size_t>(
-      std::count_if(attempts_.begin(), attempts_.end(), [](const Attempt& a) { return !a.done; }));
 }
 
 }  // namespace gradlane::peer

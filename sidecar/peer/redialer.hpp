@@ -41,10 +41,10 @@ class Redialer {
   void redial(const PeerAddress& peer);
   // The connections made since the last call, with the address each was made to.
   std::vector<std::pair<PeerAddress, Connection>> take();
-  std::size_t under_way() const;
 
  private:
-  void run(std::stop_token stop, PeerAddress peer);
+  // `key`: the attempt's "address:port", as redial() filed it.
+  void run(std::stop_token stop, PeerAddress peer, std::string key);
 
   struct Attempt {
     std::string key;  // "address:port"
@@ -57,7 +57,7 @@ class Redialer {
   const Device& device_;
   TransportOptions options_;
   std::chrono::milliseconds retry_every_;
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::condition_variable_any wake_;  // interrupts the wait between attempts on destruction
   std::vector<std::pair<PeerAddress, Connection>> made_;
   std::vector<Attempt> attempts_;  // last: stopped and joined before the rest goes
