@@ -17,6 +17,8 @@
 //   grant_windows=1 (server): ShardOptions::grant_windows, a worker may write only its granted slot
 //   ps_node role=aggregator device=rxe2 port=7802 id=9 server=ADDR:7800 replica=ADDR:7801
 //           floats=4096 group=4 workers=4 out=DIR [slots=8] [linger_ms=500] [hole_timeout_ms=3000]
+//           [die_after_forwards=K]: after its K-th forward, stop for a second (workers write
+//           their granted members meanwhile) and SIGKILL itself, holding members not forwarded
 //
 // With aggregator=, a worker pushes to the aggregator, which sums groups of `group` updates and
 // forwards each sum to the server and replica as worker `id`: the server and the replica then
@@ -219,12 +221,18 @@ int run_aggregator(const Args& a) {
   aggregator.accept_workers(a.number("workers"), 120s);
   std::ofstream sums(out + "/aggregator.sums", std::ios::binary);
   const auto deadline = std::chrono::steady_clock::now() + 300s;
+  const std::uint64_t die_after_forwards = a.number("die_after_forwards", ~0ull);
   while (!aggregator.finished() && std::chrono::steady_clock::now() < deadline) {
     const std::size_t forwarded = aggregator.history().size();
     aggregator.progress();
     if (aggregator.history().size() != forwarded) {  // one forward per progress(): its sum
       const auto sum = aggregator.last_sum();
       sums.write(reinterpret_cast<const char*>(sum.data()), static_cast<std::streamsize>(sum.size_bytes()));
+    }
+    if (aggregator.history().size() == die_after_forwards) {
+      std::this_thread::sleep_for(1s);
+      std::fflush(stdout);
+      std::raise(SIGKILL);
     }
   }
   std::ofstream log(out + "/aggregator.jsonl");
@@ -285,6 +293,18 @@ int run_worker(const Args& a) {
   std::uint64_t torn = 0, retries = 0, last_version = 0, dropped = 0, lost = 0, expired = 0;
   std::string acked;  // the sequences of the pushes that succeeded (neither dropped nor lost)
   std::string acked_steps;  // the same, as [sequence, step]: what a sidecar-mode server cannot know
+  // Pushes an aggregator took: acknowledged once delivered, as [step, the server's sequence of
+  // the sum]; or not delivered (its aggregator died first), as steps.
+  std::string delivered, undelivered;
+  const auto take_outcomes = [&] {
+    for (const gradlane::ps::MemberOutcome& o : worker.take_member_outcomes()) {
+      if (o.delivered) {
+        delivered += (delivered.empty() ? "[" : ",[") + std::to_string(o.tag) + "," + std::to_string(o.sequence) + "]";
+      } else {
+        undelivered += (undelivered.empty() ? "" : ",") + std::to_string(o.tag);
+      }
+    }
+  };
   for (std::uint64_t step = first_step; step < updates; ++step) {
     if (pace_ms != 0) std::this_thread::sleep_for(std::chrono::milliseconds(pace_ms));
     const gradlane::ps::PullResult pulled = worker.pull();
@@ -322,13 +342,18 @@ int run_worker(const Args& a) {
     expired += pushed.expired_grants;
     dropped += pushed.dropped ? 1 : 0;
     lost += pushed.lost ? 1 : 0;
-    if (!pushed.dropped && !pushed.lost) {
+    take_outcomes();
+    if (!pushed.dropped && !pushed.lost && !pushed.pending) {
       acked += (acked.empty() ? "" : ",") + std::to_string(pushed.sequence);
       acked_steps += (acked_steps.empty() ? "[" : ",[") + std::to_string(pushed.sequence) + "," + std::to_string(step) + "]";
     }
   }
+  const bool settled = worker.settle(30s);
+  take_outcomes();
   std::ofstream(a.text("out") + "/worker" + a.text("id") + ".json")
       << "{\"pushes\":" << updates << ",\"dropped\":" << dropped << ",\"lost\":" << lost << ",\"expired\":" << expired
+      << ",\"delivered\":[" << delivered << "],\"undelivered\":[" << undelivered << "],\"unsettled\":"
+      << (settled ? 0 : worker.members_pending())
       << ",\"failovers\":" << worker.failovers() << ",\"bytes_copied\":" << worker.bytes_copied() << ",\"torn\":" << torn
       << ",\"pull_retries\":" << retries << ",\"acked\":[" << acked << "],\"acked_steps\":[" << acked_steps << "]}\n";
   return torn == 0 ? 0 : 4;

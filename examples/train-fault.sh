@@ -56,6 +56,7 @@ case $KIND in
     case $TARGET in
       worker*)
         mv "$OUT/$TARGET.pushes.csv" "$OUT/killed-$TARGET.pushes.csv"
+        [ -f "$OUT/$TARGET.members.csv" ] && mv "$OUT/$TARGET.members.csv" "$OUT/killed-$TARGET.members.csv"
         last=$(tail -n 1 "$OUT/killed-$TARGET.pushes.csv"); last=${last%%,*}
         case $last in ''|*[!0-9]*) first=0 ;; *) first=$((last + 1)) ;; esac
         resume="--first-step $first"

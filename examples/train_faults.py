@@ -10,7 +10,10 @@ Every field is measured from the run's files:
             line in its log, or 'FAILED ...'.
   lost      acknowledged updates (a push that returned neither lost nor dropped, in a worker's
             pushes.csv) whose sequence is not in the surviving server's applied log as that worker's (the promoted replica's
-            when the server died); in aggregate mode through the aggregator's member log.
+            when the server died); in aggregate mode through the aggregator's member log. A
+            push an aggregator took (pending) counts once its worker's members.csv says it was
+            delivered, with the server's sequence for the sum; not delivered, it is
+            'undelivered' (never acknowledged).
   equal     server and replica model hashes (NAME.versions.csv) compared at every version both
             saw: equal at all of them, and at least one compared.
   hung      the roles the watchdog (train-fault.sh) found still running HANG_S after the fault,
@@ -201,7 +204,7 @@ def check(run):
             for m in members:
                 member_of[(int(m['worker']), int(m['step']))] = int(m['sequence'])
         agg_stats_path = os.path.join(run, 'aggregator.log')
-        acked = missing = unverified = reported_lost = 0
+        acked = missing = unverified = reported_lost = undelivered = unsettled = 0
         missing_list = []
         # A restarted worker's first incarnation left killed-workerI.pushes.csv: its acknowledged
         # pushes count as much as the restarted one's.
@@ -209,9 +212,24 @@ def check(run):
                            glob.glob(os.path.join(run, 'killed-worker*.pushes.csv')))
         for f in push_logs:
             worker = int(re.search(r'worker(\d+)\.pushes', f).group(1))
+            # A push an aggregator took (pending) is acknowledged when the aggregator says its
+            # sum reached the server: the members log names the server's sequence for the sum.
+            outcomes = {int(m['step']): m for m in read_csv(f.replace('.pushes.csv', '.members.csv')) or []}
             for p in read_csv(f):
                 if p['lost'] == '1':
                     reported_lost += 1
+                    continue
+                if p.get('pending') == '1':
+                    outcome = outcomes.get(int(p['step']))
+                    if outcome is None:
+                        unsettled += 1
+                    elif outcome['delivered'] != '1':
+                        undelivered += 1
+                    else:
+                        acked += 1
+                        if int(outcome['sequence']) not in by_sequence:
+                            missing += 1
+                            missing_list.append(f'w{worker}s{p["step"]}')
                     continue
                 if p['dropped'] == '1' or p['sequence'] == '0':
                     continue
@@ -231,15 +249,16 @@ def check(run):
                 missing += 1
                 missing_list.append(f'w{worker}s{p["step"]}')
         lost = missing
-        details = {'acked': acked, 'reported_lost': reported_lost, 'unverified': unverified, 'missing': missing_list[:20]}
+        details = {'acked': acked, 'reported_lost': reported_lost, 'undelivered': undelivered, 'unsettled': unsettled,
+                   'unverified': unverified, 'missing': missing_list[:20]}
         if unverified:
             problems.append(f'{unverified} acknowledged pushes unverifiable (no aggregator member log)')
         killed_worker = killed if killed and killed.startswith('worker') else None
         if killed_worker and not os.path.exists(os.path.join(run, f'{killed_worker}.pushes.csv')):
             details['note'] = f'{killed_worker} left no pushes.csv (SIGKILL): its acknowledgements are not checked'
-        if killed == 'aggregator' and missing:
-            details['note'] = ('members the killed aggregator had acknowledged (written into its slots) and not yet '
-                               'forwarded: an aggregator acknowledges acceptance, not application')
+        if killed == 'aggregator' and undelivered:
+            details['note'] = (f'{undelivered} members the killed aggregator held, not forwarded: reported not '
+                               'delivered to their workers, never acknowledged')
     row['lost'] = lost
     row['lost_details'] = details
 

@@ -89,9 +89,20 @@ int run_worker(const Config& c) {
   // Each push's fate, joined with the server's applied log by sequence (in gradlane mode the
   // server learns only the sequence from the doorbell, not the version the gradient was
   // computed on). In aggregate mode the sequence is the aggregator's member sequence; in
-  // gradlane mode a redirected push has sequence 0 and the sidecar's aggregate id.
+  // gradlane mode a redirected push has sequence 0 and the sidecar's aggregate id. A push the
+  // aggregator took is pending: acknowledged once the aggregator says its sum reached the
+  // server (members.csv: the step, whether delivered, the server's sequence for the sum).
   std::ofstream pushes(c.out + "/worker" + std::to_string(c.id) + ".pushes.csv");
-  pushes << "step,computed_on,sequence,aggregate,dropped,lost\n";
+  pushes << "step,computed_on,sequence,aggregate,dropped,lost,pending\n";
+  std::ofstream members(c.out + "/worker" + std::to_string(c.id) + ".members.csv");
+  members << "step,delivered,sequence\n";
+  std::uint64_t undelivered = 0;
+  const auto log_outcomes = [&] {
+    for (const ps::MemberOutcome& o : worker.take_member_outcomes()) {
+      members << o.tag << ',' << (o.delivered ? 1 : 0) << ',' << o.sequence << '\n' << std::flush;
+      undelivered += o.delivered ? 0 : 1;
+    }
+  };
   std::uint64_t dropped = 0, lost = 0, pull_retries = 0;
   std::chrono::nanoseconds computing{0}, pushing{0}, waiting{0};
   const auto start = Clock::now();
@@ -116,16 +127,21 @@ int run_worker(const Config& c) {
     dropped += pushed.dropped ? 1 : 0;
     lost += pushed.lost ? 1 : 0;
     pushes << step << ',' << pulled.version << ',' << pushed.sequence << ',' << pushed.aggregate << ','
-           << (pushed.dropped ? 1 : 0) << ',' << (pushed.lost ? 1 : 0) << '\n'
+           << (pushed.dropped ? 1 : 0) << ',' << (pushed.lost ? 1 : 0) << ',' << (pushed.pending ? 1 : 0) << '\n'
            << std::flush;  // line by line: a worker killed mid-run leaves what it saw acknowledged
+    log_outcomes();
     waiting += t1 - t0;
     computing += t2 - t1;
     pushing += Clock::now() - t2;
   }
+  // The last members' outcomes: the aggregator forwards what it holds once told we are done.
+  const bool settled = worker.settle(std::chrono::seconds(30));
+  log_outcomes();
   const auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };
   std::ofstream(c.out + "/worker" + std::to_string(c.id) + ".json")
       << "{\"id\":" << c.id << ",\"mode\":\"" << to_string(c.mode) << "\",\"steps\":" << c.steps
-      << ",\"dropped\":" << dropped << ",\"lost\":" << lost << ",\"failovers\":" << worker.failovers()
+      << ",\"dropped\":" << dropped << ",\"lost\":" << lost << ",\"undelivered\":" << undelivered
+      << ",\"unsettled\":" << (settled ? 0 : worker.members_pending()) << ",\"failovers\":" << worker.failovers()
       << ",\"pull_retries\":" << pull_retries << ",\"seconds\":" << seconds(Clock::now() - start)
       << ",\"pull_s\":" << seconds(waiting) << ",\"compute_s\":" << seconds(computing)
       << ",\"push_s\":" << seconds(pushing) << "}\n";

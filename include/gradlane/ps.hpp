@@ -62,6 +62,15 @@
 // forwards short when no member is coming (workers gone, or `linger` without one). Pulls still
 // go to the server. A worker whose aggregator dies reports the push lost and pushes to the
 // server directly from then on.
+// A member's acknowledgment (both modes): push() returns once the member is in the
+// aggregator's slot (PushResult::pending) — the gradient buffer is free again, but the update
+// has not reached the server. The aggregator tells each member's worker, after its forward
+// completed, that the member was delivered (the server's sequence for the sum) or not
+// (Forwarded message); Worker::take_member_outcomes() reports it. A member whose aggregator
+// dies before that is reported not delivered: it may have been summed into a forward that
+// reached the server, but nothing acknowledged is ever missing there. Worker::settle() says
+// the worker pushes no more (the aggregator forwards what it holds at once) and waits for the
+// outcomes.
 // Aggregation (sidecar mode): gradlaned decides it (gradlaned --aggregator JOB:ENDPOINT names
 // the endpoint whose Aggregator, attached in sidecar mode, may sum a job's updates). When
 // updates would queue for the server's ingress, its scheduler redirects a group of them: each
@@ -295,6 +304,17 @@ struct PushResult {
   std::uint32_t expired_grants = 0;        // grants taken up too late to write (the worker
                                            // stalled past WorkerOptions::grant_lifetime):
                                            // not written, asked for again
+  bool pending = false;                    // in an aggregator's slot, not yet forwarded: not
+                                           // acknowledged until take_member_outcomes() says
+                                           // it was delivered
+};
+
+// What became of a push an aggregator took (PushResult::pending).
+struct MemberOutcome {
+  std::uint64_t tag = 0;       // the push's tag
+  std::uint64_t member = 0;    // its PushResult::sequence (direct mode) or ::aggregate (sidecar)
+  std::uint64_t sequence = 0;  // delivered: the server's sequence for the sum it is part of
+  bool delivered = false;      // false: its forward was lost, or the aggregator died first
 };
 
 struct PullResult {
@@ -331,6 +351,15 @@ class Worker {
   std::uint64_t server_version();
   // Times this worker switched its server to the replica.
   std::uint64_t failovers() const;
+  // Outcomes of pending pushes (PushResult::pending) learned since the last call, in the order
+  // they came; looks at the aggregator's connection without waiting.
+  std::vector<MemberOutcome> take_member_outcomes();
+  // Pending pushes with no outcome yet.
+  std::size_t members_pending() const;
+  // This worker pushes no more: tells its aggregator so (it forwards what it holds without
+  // waiting for a full group) and waits up to `timeout` for every pending push's outcome
+  // (take_member_outcomes()). Returns true when none is left pending.
+  bool settle(Millis timeout);
   // Sidecar mode: the bytes this worker's job still has to push, declared with every request
   // from the next push on (sidecar::Update::job_remaining: gradlaned serves the job with the
   // least work left first where jobs share a NIC). 0 (the default): not declared.

@@ -65,6 +65,21 @@ class TrainFaultsCheck(unittest.TestCase):
         row = train_faults.check(make_run(pushes={1: [(0, 1, 0), (1, 3, 0), (2, 0, 1)]}))
         self.assertEqual(row['lost'], 0)
 
+    def test_a_pending_push_counts_only_once_delivered(self):
+        run = make_run()
+        write(run, 'worker1.pushes.csv', 'step,computed_on,sequence,aggregate,dropped,lost,pending\n'
+              '0,0,1,0,0,0,0\n1,0,7,0,0,0,1\n2,0,8,0,0,0,1\n3,0,9,0,0,0,1\n')
+        # step 1 delivered as the server's 3 (applied), step 2 not delivered, step 3 no outcome
+        write(run, 'worker1.members.csv', 'step,delivered,sequence\n1,1,3\n2,0,0\n')
+        row = train_faults.check(run)
+        self.assertEqual(row['lost'], 0, row)
+        self.assertEqual(row['lost_details']['acked'], 2)
+        self.assertEqual(row['lost_details']['undelivered'], 1)
+        self.assertEqual(row['lost_details']['unsettled'], 1)
+        # delivered as a sequence the server never applied: lost
+        write(run, 'worker1.members.csv', 'step,delivered,sequence\n1,1,30\n2,0,0\n')
+        self.assertEqual(train_faults.check(run)['lost'], 1)
+
     def test_diverged_models_are_reported(self):
         row = train_faults.check(make_run(replica_versions={0: 'a', 1: 'b', 2: 'X', 3: 'd'}))
         self.assertTrue(row['equal'].startswith('NO'), row['equal'])

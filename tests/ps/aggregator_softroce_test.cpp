@@ -8,8 +8,13 @@
 //   - server and replica hold bitwise the same model, and it is the initial model with those
 //     sums applied in the server's order;
 //   - every worker's every step was summed exactly once (a dead worker's hole: left out);
-//   - zero-copy, counted: no worker and not the aggregator copied a byte of the full cycle.
+//   - zero-copy, counted: no worker and not the aggregator copied a byte of the full cycle;
+//   - every member a worker was told delivered is in the forward the server applied as that
+//     sequence; an aggregator killed while it holds members: those are reported not delivered,
+//     never acknowledged, and every acknowledged push is applied.
 #include <sys/wait.h>
+
+#include <csignal>
 
 #include <cstdio>
 #include <cstdlib>
@@ -44,6 +49,7 @@ struct AggregationSpec {
   std::map<std::uint32_t, std::uint64_t> die_after;  // worker -> step at which it dies after its request
   // Long, so a group is forwarded short only when no worker is left: group counts are exact.
   std::string linger_ms = "60000";
+  std::uint64_t aggregator_dies_after_forwards = 0;  // 0: it lives
 };
 
 class AggregatedRun : public ::testing::Test {
@@ -70,7 +76,10 @@ class AggregatedRun : public ::testing::Test {
     ExternalProcess aggregator({node, "role=aggregator", "device=" + hosts[2].device, "port=7842",
                                 "id=" + std::to_string(kAggregatorId), server_at, replica_at, floats,
                                 "group=" + std::to_string(spec.group), "workers=" + std::to_string(kWorkers),
-                                "linger_ms=" + spec.linger_ms, out},
+                                "linger_ms=" + spec.linger_ms, out,
+                                "die_after_forwards=" + std::to_string(spec.aggregator_dies_after_forwards == 0
+                                                                           ? ~0ull
+                                                                           : spec.aggregator_dies_after_forwards)},
                                out_ + "/aggregator");
     std::vector<std::unique_ptr<ExternalProcess>> workers;
     for (std::uint32_t id = 1; id <= kWorkers; ++id) {
@@ -83,14 +92,26 @@ class AggregatedRun : public ::testing::Test {
     }
     expect_workers_exit(workers, spec.die_after);
     if (::testing::Test::HasFatalFailure()) return;
+    const bool dies = spec.aggregator_dies_after_forwards != 0;
     for (auto* p : {&aggregator, &server, &replica}) {
       const auto status = p->wait_exit(120s);
       ASSERT_TRUE(status.has_value()) << "a shard role did not finish";
-      EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "status " << *status;
+      if (dies && p == &aggregator) {
+        EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL) << "aggregator status " << *status;
+      } else {
+        EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "status " << *status;
+      }
     }
     server_model_ = read_model(out_ + "/server.model", spec.floats);
     replica_model_ = read_model(out_ + "/replica.model", spec.floats);
     history_ = read_lines(out_ + "/server.jsonl");
+    for (std::uint32_t id = 1; id <= kWorkers; ++id) {
+      if (spec.die_after.contains(id)) continue;
+      std::ifstream in(out_ + "/worker" + std::to_string(id) + ".json");
+      workers_[id] = json::parse(in);
+      EXPECT_EQ(workers_[id]["unsettled"].get<std::uint64_t>(), 0u) << "worker " << id << " never heard of a member";
+    }
+    if (dies) return;  // a killed aggregator leaves no forward log
     forwards_ = read_lines(out_ + "/aggregator.jsonl");
     std::ifstream stats(out_ + "/aggregator.stats.json");
     stats_ = json::parse(stats);
@@ -172,6 +193,25 @@ class AggregatedRun : public ::testing::Test {
     return summed;
   }
 
+  // Every member a worker was told delivered is in the forward applied as that sequence, and
+  // every member of a forward was told so (workers that finished).
+  void check_delivered() {
+    std::set<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>> summed, told;  // worker, step, sequence
+    for (const json& forward : forwards_) {
+      for (const auto& m : forward["members"]) {
+        const auto worker = m[0].get<std::uint64_t>();
+        if (workers_.contains(static_cast<std::uint32_t>(worker))) {
+          summed.insert({worker, m[1].get<std::uint64_t>(), forward["seq"].get<std::uint64_t>()});
+        }
+      }
+    }
+    for (const auto& [id, report] : workers_) {
+      for (const auto& d : report["delivered"]) told.insert({id, d[0].get<std::uint64_t>(), d[1].get<std::uint64_t>()});
+      EXPECT_TRUE(report["undelivered"].empty()) << "worker " << id << ": a member not delivered with a live aggregator";
+    }
+    EXPECT_EQ(told, summed) << "what the workers were told delivered is not what the aggregator forwarded";
+  }
+
   // What worker `id` reported copying on its data path (ps::Worker::bytes_copied).
   std::uint64_t worker_bytes_copied(std::uint32_t id) const {
     std::ifstream in(out_ + "/worker" + std::to_string(id) + ".json");
@@ -181,6 +221,7 @@ class AggregatedRun : public ::testing::Test {
   AggregationSpec spec_;
   std::string out_;
   std::vector<json> history_, forwards_;
+  std::map<std::uint32_t, json> workers_;  // worker<id>.json of the workers that finished
   json stats_;
   std::vector<float> server_model_, replica_model_, sums_;
 };
@@ -188,6 +229,7 @@ class AggregatedRun : public ::testing::Test {
 TEST_F(AggregatedRun, GroupsAreSummedInAFixedOrderAndAppliedOnceAtServerAndReplica) {
   run({});
   const auto summed = check_forwards();
+  check_delivered();
   const std::uint64_t total = kWorkers * spec_.updates;
   EXPECT_EQ(summed.size(), total) << "a worker's update is missing";
   EXPECT_EQ(stats_["summed"].get<std::uint64_t>(), total);
@@ -225,9 +267,75 @@ TEST_F(AggregatedRun, AWorkerKilledBetweenGrantAndWriteIsLeftOutOfItsGroup) {
   spec.die_after[4] = 5;
   run(spec);
   const auto summed = check_forwards();
+  check_delivered();
   EXPECT_EQ(summed.size(), 3 * spec_.updates + 5);
   EXPECT_EQ(stats_["skipped"].get<std::uint64_t>(), 1u) << "the dead worker's granted member must be left out once";
   for (const auto& [worker, step] : summed) EXPECT_FALSE(worker == 4 && step >= 5) << "a dead worker's step was summed";
+}
+
+TEST_F(AggregatedRun, AKilledAggregatorsHeldMembersAreReportedNotDeliveredAndEveryAcknowledgedPushIsApplied) {
+  // The aggregator forwards 4 groups, stops for a second while the workers write the members
+  // it had granted, and is SIGKILLed holding them. Those pushes returned (pending) but were
+  // never forwarded: each must be reported not delivered, not acknowledged. The workers go on
+  // to the server directly. Every push has exactly one outcome; every acknowledged one —
+  // delivered members, direct pushes — is applied at the server, and the server's model is
+  // exactly those updates applied in its order (bitwise, and equal at the replica).
+  AggregationSpec spec;
+  spec.aggregator_dies_after_forwards = 4;
+  run(spec);
+  if (::testing::Test::HasFatalFailure()) return;
+  std::map<std::uint64_t, const json*> applied;  // the server's sequence -> its history entry
+  for (const json& u : history_) {
+    if (!u["skipped"].get<bool>()) applied[u["seq"].get<std::uint64_t>()] = &u;
+  }
+  // sequence -> the members of the sum it is, in the aggregator's sum order (worker, step)
+  std::map<std::uint64_t, std::set<std::pair<std::uint64_t, std::uint64_t>>> sums;
+  std::uint64_t undelivered = 0;
+  for (const auto& [id, report] : workers_) {
+    const auto delivered = report["delivered"], direct = report["acked_steps"];
+    undelivered += report["undelivered"].size();
+    EXPECT_EQ(delivered.size() + report["undelivered"].size() + direct.size() + report["lost"].get<std::uint64_t>() +
+                  report["dropped"].get<std::uint64_t>(),
+              spec_.updates)
+        << "worker " << id << ": a push with no outcome, or two";
+    for (const auto& d : delivered) {
+      const auto seq = d[1].get<std::uint64_t>();
+      const auto it = applied.find(seq);
+      ASSERT_NE(it, applied.end()) << "worker " << id << " step " << d[0] << ": delivered as " << seq << ", not applied";
+      EXPECT_EQ((*it->second)["worker"].get<std::uint64_t>(), kAggregatorId);
+      sums[seq].insert({id, d[0].get<std::uint64_t>()});
+    }
+    for (const auto& p : direct) {
+      const auto it = applied.find(p[0].get<std::uint64_t>());
+      ASSERT_NE(it, applied.end()) << "worker " << id << " step " << p[1] << ": acknowledged, not applied";
+      EXPECT_EQ((*it->second)["worker"].get<std::uint64_t>(), id);
+      EXPECT_EQ((*it->second)["tag"].get<std::uint64_t>(), p[1].get<std::uint64_t>());
+    }
+  }
+  EXPECT_EQ(sums.size(), 4u) << "four forwards were delivered before the kill";
+  EXPECT_GE(undelivered, 1u) << "the aggregator died holding no member: the case is not exercised";
+  // The server's model, recomputed: each forward is its delivered members summed in order.
+  std::vector<float> reference(spec_.floats);
+  for (std::size_t j = 0; j < reference.size(); ++j) reference[j] = examples::initial_value(j);
+  for (const auto& [seq, entry] : applied) {
+    std::vector<float> update(spec_.floats);
+    const auto worker = (*entry)["worker"].get<std::uint64_t>();
+    if (worker == kAggregatorId) {
+      ASSERT_TRUE(sums.contains(seq)) << "the server applied forward " << seq << " no worker was told of";
+      json forward = {{"members", json::array()}};
+      for (const auto& [w, step] : sums.at(seq)) forward["members"].push_back({w, step, 0});
+      update = expected_sum(forward);
+    } else {
+      for (std::size_t j = 0; j < update.size(); ++j) {
+        update[j] = examples::gradient_value(worker, (*entry)["tag"].get<std::uint64_t>(), j, false);
+      }
+    }
+    ps::sgd_step(reference, update, examples::kLearningRate);
+  }
+  EXPECT_TRUE(std::memcmp(server_model_.data(), reference.data(), spec_.floats * sizeof(float)) == 0)
+      << "the server's model is not the acknowledged updates applied in its order";
+  EXPECT_TRUE(std::memcmp(server_model_.data(), replica_model_.data(), spec_.floats * sizeof(float)) == 0)
+      << "server and replica diverged";
 }
 
 }  // namespace

@@ -191,8 +191,11 @@ bool Aggregator::State::group_due() const {
   if (group.full()) return true;
   if (group.empty() || !granted.empty() || !waiting.empty()) return false;
   // Nothing is on its way: forward short rather than hold gradients without bound.
-  const bool anyone_left = std::any_of(peers.begin(), peers.end(), [](const MemberPeer& p) { return p.alive; });
-  return !anyone_left || Clock::now() - last_member >= options.linger;
+  // A worker that said it pushes no more (its Bye; Worker::settle) waits for its members'
+  // outcomes: it is not one to wait for.
+  const bool anyone_pushing =
+      std::any_of(peers.begin(), peers.end(), [](const MemberPeer& p) { return p.alive && !p.said_bye; });
+  return !anyone_pushing || Clock::now() - last_member >= options.linger;
 }
 
 void Aggregator::State::forward_group() {
@@ -214,11 +217,24 @@ void Aggregator::State::forward_group() {
   stats.bytes_copied += forward.bytes_copied() - forward_copied + (members.size() == 1 ? ring->slot_bytes() : 0);
   update.sequence = pushed.sequence;
   update.lost = pushed.lost;
+  for (const GroupMember& m : members) {
+    const auto peer = std::find_if(peers.begin(), peers.end(),
+                                   [&](const MemberPeer& p) { return p.alive && p.worker == m.worker; });
+    if (peer != peers.end()) tell_forwarded(*peer, m.sequence, pushed);
+  }
   ++stats.forwarded;
   stats.summed += members.size();
   stats.short_groups += members.size() < group.size() ? 1 : 0;
   stats.lost += pushed.lost ? 1 : 0;
   history.push_back(std::move(update));
+}
+
+void Aggregator::State::tell_forwarded(MemberPeer& peer, std::uint64_t member, const PushResult& pushed) {
+  try {
+    peer.conn.send(encode(Forwarded{member, pushed.lost ? 0 : pushed.sequence, !pushed.lost}));
+  } catch (const Error& e) {
+    lose(peer, e);
+  }
 }
 
 std::size_t Aggregator::State::progress_direct() {

@@ -135,7 +135,13 @@ void Aggregator::State::forward_aggregate(const DueAggregate& due) {
   update.tag = due.aggregate;
   update.sequence = pushed.lost ? 0 : due.sequence;
   update.lost = pushed.lost;
-  for (const BookedMember& m : due.members) update.members.push_back({m.worker, 0, 0});
+  for (const BookedMember& m : due.members) {
+    update.members.push_back({m.worker, 0, 0});
+    // m.peer is the member's partition of the ring: one per connection.
+    const auto peer = std::find_if(peers.begin(), peers.end(),
+                                   [&](const MemberPeer& p) { return p.alive && p.partition == m.peer; });
+    if (peer != peers.end()) tell_forwarded(*peer, due.aggregate, pushed);
+  }
   ++stats.forwarded;
   stats.summed += came;
   stats.short_groups += came < due.expected ? 1 : 0;

@@ -61,6 +61,9 @@ struct Aggregator::State {
 
   bool sidecar_mode() const { return options.sidecar.has_value(); }
   void lose(MemberPeer& peer, const Error& why);
+  // Tells a member's worker what became of it (`member`: its member sequence or aggregate id),
+  // once its forward completed: until then its push is not acknowledged (ps.hpp).
+  void tell_forwarded(MemberPeer& peer, std::uint64_t member, const PushResult& pushed);
 
   // Direct mode (aggregator.cpp).
   // The oldest member sequence whose slot is still busy (member_group.hpp).

@@ -11,8 +11,8 @@ namespace gradlane::ps {
 namespace {
 
 // Wire: byte 0 = kind (the variant index + 1), then the fields, little-endian, packed.
-enum class Kind : std::uint8_t { hello = 1, request, grant, decided, ack, bye, failed_over };
-constexpr std::size_t kSize[] = {0, 1 + 1 + 4, 1 + 4 + 8 + 8, 1 + 8 + 8 + 4, 1 + 8 + 4 + 8, 1 + 8, 1 + 4, 1 + 4};
+enum class Kind : std::uint8_t { hello = 1, request, grant, decided, ack, bye, failed_over, forwarded };
+constexpr std::size_t kSize[] = {0, 1 + 1 + 4, 1 + 4 + 8 + 8, 1 + 8 + 8 + 4, 1 + 8 + 4 + 8, 1 + 8, 1 + 4, 1 + 4, 1 + 8 + 8 + 1};
 
 class Writer {
  public:
@@ -60,6 +60,9 @@ std::vector<std::byte> encode(const Message& message) {
           [](const Ack& m) { return Writer(Kind::ack).put(m.through).done(); },
           [](const Bye& m) { return Writer(Kind::bye).put(m.worker).done(); },
           [](const FailedOver& m) { return Writer(Kind::failed_over).put(m.worker).done(); },
+          [](const Forwarded& m) {
+            return Writer(Kind::forwarded).put(m.member).put(m.sequence).put(std::uint8_t{m.delivered}).done();
+          },
       },
       message);
 }
@@ -67,7 +70,7 @@ std::vector<std::byte> encode(const Message& message) {
 Message decode(std::span<const std::byte> bytes) {
   if (bytes.empty()) throw Error(Errc::protocol, "empty parameter-server message");
   const auto kind = std::to_integer<std::uint8_t>(bytes[0]);
-  if (kind < 1 || kind > static_cast<std::uint8_t>(Kind::failed_over)) {
+  if (kind < 1 || kind > static_cast<std::uint8_t>(Kind::forwarded)) {
     throw Error(Errc::protocol, fmt::format("unknown parameter-server message kind {}", kind));
   }
   if (bytes.size() != kSize[kind]) {
@@ -114,6 +117,18 @@ Message decode(std::span<const std::byte> bytes) {
     case Kind::failed_over: {
       const FailedOver m{in.get<std::uint32_t>()};
       if (m.worker == 0) throw Error(Errc::protocol, "failed-over worker id 0 (ids start at 1)");
+      return m;
+    }
+    case Kind::forwarded: {
+      Forwarded m;
+      m.member = in.get<std::uint64_t>();
+      m.sequence = in.get<std::uint64_t>();
+      const auto delivered = in.get<std::uint8_t>();
+      if (delivered > 1) throw Error(Errc::protocol, fmt::format("forwarded: delivered is {} (0 or 1)", delivered));
+      m.delivered = delivered == 1;
+      if (m.delivered == (m.sequence == 0)) {
+        throw Error(Errc::protocol, "forwarded: a delivered member names its server sequence, a lost one none");
+      }
       return m;
     }
   }

@@ -13,6 +13,9 @@
 //             server → replica  the server finished the job (id 0): not a crash to fail over from
 //   FailedOver replica → server a worker asked the replica for a slot while the server lives:
 //                             its link to the server failed; the server steps down
+//   Forwarded aggregator → worker  what became of a member the aggregator took: summed into
+//                             the update the server applies as `sequence` (delivered), or its
+//                             forward was lost; the member's push is acknowledged only now
 //
 // decode() checks the size and the kind and throws Error(protocol) naming what is wrong; a
 // peer's malformed message costs that peer its connection, never the process.
@@ -58,8 +61,13 @@ struct Bye {
 struct FailedOver {
   std::uint32_t worker = 0;
 };
+struct Forwarded {
+  std::uint64_t member = 0;    // the worker's PushResult::sequence (direct) or ::aggregate (sidecar)
+  std::uint64_t sequence = 0;  // the server's sequence for the sum (0 when not delivered)
+  bool delivered = false;
+};
 
-using Message = std::variant<Hello, Request, Grant, Decided, Ack, Bye, FailedOver>;
+using Message = std::variant<Hello, Request, Grant, Decided, Ack, Bye, FailedOver, Forwarded>;
 
 std::vector<std::byte> encode(const Message& message);
 Message decode(std::span<const std::byte> bytes);

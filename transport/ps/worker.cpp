@@ -8,7 +8,10 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "gradlane/ps.hpp"
 #include "common/back_off.hpp"
@@ -74,10 +77,7 @@ struct Worker::State {
   // replica failed, go on without mirroring. Returns false when nothing can take over.
   bool recover() {
     if (aggregator && aggregator->failed()) {
-      std::fprintf(stderr, "gradlane ps worker %u: aggregator lost (%s); %s\n", options.id,
-                   aggregator->failure()->what(),
-                   sidecar ? "updates redirected to it are reported lost" : "pushing to the server directly");
-      aggregator.reset();
+      drop_aggregator(aggregator->failure()->what());
       return true;
     }
     if (server.failed() && replica && !replica->failed()) {
@@ -98,6 +98,56 @@ struct Worker::State {
     }
     return false;
   }
+  // Pushes an aggregator took and has not yet said what became of (PushResult::pending), and
+  // the outcomes it said, not yet taken by the app.
+  struct PendingMember {
+    std::uint64_t member = 0;
+    std::uint64_t tag = 0;
+  };
+  std::deque<PendingMember> pending_members;
+  std::vector<MemberOutcome> member_outcomes;
+  bool said_bye_to_aggregator = false;  // settle(): pushes no more
+
+  void drop_aggregator(const std::string& why) {
+    std::fprintf(stderr, "gradlane ps worker %u: aggregator lost (%s); %zu update(s) it held reported not delivered; "
+                 "%s\n", options.id, why.c_str(), pending_members.size(),
+                 sidecar ? "updates redirected to it are reported lost" : "pushing to the server directly");
+    for (const PendingMember& p : pending_members) member_outcomes.push_back({p.tag, p.member, 0, false});
+    pending_members.clear();
+    aggregator.reset();
+  }
+
+  void take_forwarded(const Forwarded& f) {
+    const auto it = std::find_if(pending_members.begin(), pending_members.end(),
+                                 [&](const PendingMember& p) { return p.member == f.member; });
+    if (it == pending_members.end()) {
+      throw Error(Errc::protocol, fmt::format("{}: the aggregator reported member {}, which this worker has not "
+                                              "pending", aggregator->describe(), f.member));
+    }
+    member_outcomes.push_back({it->tag, it->member, f.sequence, f.delivered});
+    pending_members.erase(it);
+  }
+
+  // Reads what the aggregator said, without waiting; never while a direct-mode push waits for
+  // its grant there (wait_direct() reads those). A malformed message costs the aggregator its
+  // connection, as a dead one does.
+  void take_aggregator_messages() {
+    if (!aggregator) return;
+    try {
+      while (auto said = aggregator->try_receive()) {
+        const Message message = decode(*said);
+        const auto* forwarded = std::get_if<Forwarded>(&message);
+        if (forwarded == nullptr) {
+          throw Error(Errc::protocol, fmt::format("{}: unexpected message (kind {}) from the aggregator",
+                                                  aggregator->describe(), message.index() + 1));
+        }
+        take_forwarded(*forwarded);
+      }
+    } catch (const Error& e) {
+      drop_aggregator(e.what());
+    }
+  }
+
   std::uint32_t slots = 0;
   bool push_in_flight = false;
   std::optional<sidecar::Client> sidecar;  // sidecar mode
@@ -150,6 +200,7 @@ struct Worker::State {
     if (aggregator && !sidecar) {  // a member slot of the aggregator's ring
       PushResult member = write_member(sequence % (aggregator_slots.length / bytes), static_cast<std::uint32_t>(sequence));
       member.sequence = sequence;  // the aggregator's member sequence
+      pending_members.push_back({sequence, push_tag});
       return member;
     }
     const auto imm = static_cast<std::uint32_t>(sequence);  // low 32 bits: ApplyOrder::widen
@@ -197,6 +248,7 @@ struct Worker::State {
                      options.timeout);
     PushResult result;
     result.wire_time = Clock::now() - start;
+    result.pending = true;
     return result;
   }
 
@@ -235,7 +287,10 @@ struct Worker::State {
       sidecar->complete(g.request, g.part_index, std::chrono::nanoseconds{0}, /*failed=*/true);
       throw;
     }
-    if (redirect) result.aggregate = g.sequence;
+    if (redirect) {
+      result.aggregate = g.sequence;
+      pending_members.push_back({g.sequence, push_tag});
+    }
     sidecar->complete(g.request, g.part_index, result.wire_time);
     return result;
   }
@@ -272,6 +327,10 @@ struct Worker::State {
     for (std::uint32_t expired = 0;;) {
       Connection& target = push_target();
       const auto [answer, arrived_after] = receive_noting_arrival(target);
+      if (const auto* forwarded = std::get_if<Forwarded>(&answer); forwarded != nullptr && aggregator) {
+        take_forwarded(*forwarded);  // an earlier member's outcome, ahead of this grant
+        continue;
+      }
       const auto* grant = std::get_if<Grant>(&answer);
       if (grant == nullptr || grant->sequence == 0) {
         throw Error(Errc::protocol, fmt::format("{}: expected a grant, got message kind {}", target.describe(),
@@ -367,7 +426,8 @@ struct Worker::State {
   // loss. Bounded: a peer that does not acknowledge within a second is left to its timeouts.
   void say_goodbye() noexcept {
     if (push_in_flight) return;  // a push started and never waited for: not finished
-    for (Connection* conn : {&server, replica ? &*replica : nullptr, aggregator ? &*aggregator : nullptr}) {
+    Connection* told_aggregator = aggregator && !said_bye_to_aggregator ? &*aggregator : nullptr;
+    for (Connection* conn : {&server, replica ? &*replica : nullptr, told_aggregator}) {
       if (conn == nullptr || conn->failed()) continue;
       try {
         conn->send(encode(Bye{options.id}));
@@ -451,6 +511,7 @@ void Worker::start_push(std::uint64_t computed_on, std::uint64_t tag) {
   if (s.push_in_flight) throw Error(Errc::invalid_argument, "start_push: the previous push is still in flight");
   s.push_tag = tag;
   s.push_computed_on = computed_on;
+  s.take_aggregator_messages();  // no push waits for a grant there now
   s.send_request();
   s.push_in_flight = true;
 }
@@ -534,6 +595,45 @@ PushResult Worker::write_as(std::uint64_t sequence) {
 }
 
 std::uint64_t Worker::failovers() const { return state_->failovers; }
+
+std::vector<MemberOutcome> Worker::take_member_outcomes() {
+  State& s = *state_;
+  if (!s.push_in_flight) s.take_aggregator_messages();
+  return std::exchange(s.member_outcomes, {});
+}
+
+std::size_t Worker::members_pending() const { return state_->pending_members.size(); }
+
+bool Worker::settle(Millis timeout) {
+  State& s = *state_;
+  if (s.push_in_flight) throw Error(Errc::invalid_argument, "settle: a push is in flight (wait_push() first)");
+  const auto start = Clock::now();
+  auto last_probe = start;
+  if (s.aggregator && !s.said_bye_to_aggregator) {
+    try {
+      s.aggregator->send(encode(Bye{s.options.id}));
+      s.said_bye_to_aggregator = true;
+    } catch (const Error& e) {
+      s.drop_aggregator(e.what());
+    }
+  }
+  for (;;) {
+    s.take_aggregator_messages();
+    if (s.pending_members.empty()) return true;
+    const auto now = Clock::now();
+    if (now - start > timeout) return false;
+    // An aggregator gone without a disconnect reaching us: a probe a second finds it.
+    if (now - last_probe >= std::chrono::seconds(1) && s.aggregator->outstanding() == 0) {
+      last_probe = now;
+      try {
+        s.aggregator->probe();
+      } catch (const Error& e) {
+        s.drop_aggregator(e.what());
+      }
+    }
+    detail::back_off(now - start);
+  }
+}
 void Worker::set_job_remaining(std::uint64_t bytes) { state_->job_remaining = bytes; }
 std::uint64_t Worker::bytes_copied() const { return state_->bytes_copied; }
 
