@@ -23,7 +23,10 @@ for r in rows:
     lost = 'unknown' if r['lost'] is None else str(r['lost'])
     d = r.get('lost_details') or {}
     if d:
-        lost += f" of {d.get('acked', '?')} acked ({d.get('reported_lost', 0)} reported lost to their worker)"
+        lost += f" of {d.get('acked', '?')} acked ({d.get('reported_lost', 0)} reported lost to their worker"
+        if d.get('undelivered'):
+            lost += f", {d['undelivered']} reported not delivered by the aggregator"
+        lost += ')'
     reasons = list(r.get('problems') or [])
     if r['lost']:
         reasons.append(f"{r['lost']} acknowledged updates lost ({', '.join(d.get('missing', [])[:5])})")
