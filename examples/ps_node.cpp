@@ -12,6 +12,8 @@
 //           [grant_lifetime_ms=1500]: WorkerOptions::grant_lifetime
 //           [first_step=K]: start at step K (a restarted worker rejoining the running job)
 //           [pace_ms=M]: M ms of "compute" before each step
+//   ps_node role=replica ... join=ADDR:7801 name=replica2: a new replica joining the running
+//           server at ADDR (ShardServer::join_server), e.g. a promoted replica; writes NAME.*
 //   replica_reads=1 (replica and workers): workers do not mirror; the replica reads each update
 //           from the server's slot
 //   grant_windows=1 (server): ShardOptions::grant_windows, a worker may write only its granted slot
@@ -88,7 +90,7 @@ void write_model(const std::string& path, std::span<const float> model) {
 
 int run_shard(const Args& a, gradlane::ps::Role role) {
   const std::string out = a.text("out");
-  const std::string name = role == gradlane::ps::Role::server ? "server" : "replica";
+  const std::string name = a.values.contains("name") ? a.text("name") : role == gradlane::ps::Role::server ? "server" : "replica";
   gradlane::ps::ShardOptions options;
   if (a.values.contains("tensors")) {  // this server holds shard `shard` of a sharded model
     const auto shards = static_cast<std::uint32_t>(a.number("shards"));
@@ -120,7 +122,12 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
     const auto replica = a.endpoint("replica");
     shard.connect_replica(replica.address, replica.port, 60s);
   }
-  shard.accept_peers(workers, 120s);
+  if (a.values.contains("join")) {
+    const auto server = a.endpoint("join");
+    shard.join_server(server.address, server.port, 60s);
+  } else {
+    shard.accept_peers(workers, 120s);
+  }
   // Until every update is decided, or every worker left (some may have died) with nothing owed.
   // die_at=K: the server kills itself (SIGKILL, as kill -9) once it has applied K updates.
   bool done = false;
@@ -152,6 +159,7 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
       << ",\"peers_left\":" << st.peers_left << ",\"peers_joined\":" << st.peers_joined
       << ",\"joins_refused\":" << st.joins_refused << ",\"promoted_at_ns\":" << st.promoted_at_ns
       << ",\"lost_in_failover\":" << st.lost_in_failover << ",\"mirrors_fetched\":" << st.mirrors_fetched
+      << ",\"replicas_joined\":" << st.replicas_joined << ",\"joined_at\":" << st.joined_at
       << ",\"stepped_down\":" << (st.stepped_down ? "true" : "false") << "}\n";
   std::printf("%s: version %llu, applied %llu, skipped %llu, refused doorbells %llu, peers lost %llu, left %llu, "
               "replica acked %llu, updates read from the server %llu\n",

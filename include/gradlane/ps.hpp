@@ -167,6 +167,9 @@ struct ServerStats {
                                       // the worker's mirror write never came
   std::int64_t promoted_at_ns = 0;    // replica: when it became the server (steady clock), or 0
   std::uint64_t lost_in_failover = 0;  // replica: decided updates it could not apply at promotion
+  std::uint64_t replicas_joined = 0;  // server: replicas that joined it running (join_server)
+  std::uint64_t joined_at = 0;        // replica that joined a running server: the version of the
+                                      // snapshot it started from
   // Server: a worker reached the replica for a slot while this server lived (its link to us
   // failed), so this server stopped granting, finished what it had granted and handed the job
   // to the replica (promoted when we go): its model is not the job's final one.
@@ -196,6 +199,16 @@ class ShardServer {
   // Server only: connects to the replica's ShardServer (which must be listening) and becomes
   // its primary. Call before accept_workers().
   void connect_replica(const std::string& address, std::uint16_t port, Millis timeout);
+  // Replica only, instead of accept_peers(): joins a server that is already running (one whose
+  // replica was lost, or a promoted replica — a new replica brought up from it). Connects to
+  // the server's port, as a worker would; the server adopts it as its replica, hands it a
+  // snapshot of its model at the version v it reached (a copy it makes once, read here by
+  // RDMA READ) and from then on tells it every decision after v. This replica reads each update
+  // from the server's slot (the workers mirror to the replica they started with, not to this
+  // one) and keeps admitting workers, so a worker that fails over to it can connect. Direct
+  // mode, plain SGD (a server with momentum keeps a velocity that is not in its shard: refused
+  // there). Throws Error(protocol) when the server refuses (it has a replica, it is a replica).
+  void join_server(const std::string& address, std::uint16_t port, Millis timeout);
   // Accepts `workers` worker connections (a replica also accepts its primary's), each within
   // `timeout`. Throws Error(timeout) if one does not come.
   //

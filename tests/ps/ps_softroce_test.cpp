@@ -69,6 +69,9 @@ struct RunSpec {
   // process is gone; every worker takes pace_ms before each step so the job outlasts that.
   bool restart_worker4 = false;
   std::uint64_t pace_ms = 0;
+  // With server_dies_at: once the replica is promoted, a new replica on host 0 joins it
+  // (ShardServer::join_server) while the workers go on; it writes replica2.*.
+  bool new_replica_joins = false;
 };
 
 // Runs replica, server and four workers (1, 2 on host 2; 3, 4 on host 1) to the end.
@@ -144,6 +147,20 @@ class ShardRun : public ::testing::Test {
     for (std::uint32_t id = 1; id <= kWorkers; ++id) {
       workers.push_back(std::make_unique<ExternalProcess>(worker_args(id), out_ + "/worker" + std::to_string(id)));
     }
+    std::optional<ExternalProcess> replica2, replica3;
+    if (spec.new_replica_joins) {
+      ASSERT_TRUE(wait_for_text(out_ + "/replica.err", "promoted to server", std::chrono::seconds(60)))
+          << "the replica was not promoted";
+      replica2.emplace(args({"role=replica", "device=" + hosts[0].device, "port=7803", "name=replica2",
+                             "join=" + hosts[1].address + ":7801"}),
+                       out_ + "/replica2");
+      // A second one, once the first is in: refused (the server has a replica), the job unharmed.
+      ASSERT_TRUE(wait_for_text(out_ + "/replica2.err", "joined the running server", std::chrono::seconds(60)))
+          << "the new replica did not join";
+      replica3.emplace(args({"role=replica", "device=" + hosts[2].device, "port=7804", "name=replica3",
+                             "join=" + hosts[1].address + ":7801"}),
+                       out_ + "/replica3");
+    }
     auto dying = spec.die_after;
     if (spec.restart_worker4) {
       const auto died = workers[3]->wait_exit(120s);
@@ -166,6 +183,16 @@ class ShardRun : public ::testing::Test {
       } else {
         EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "status " << *status;
       }
+    }
+    if (replica2) {
+      const auto status = replica2->wait_exit(120s);
+      ASSERT_TRUE(status.has_value()) << "the joined replica did not finish";
+      EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "joined replica status " << *status;
+    }
+    if (replica3) {
+      const auto status = replica3->wait_exit(120s);
+      ASSERT_TRUE(status.has_value()) << "the refused replica did not exit";
+      EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) != 0) << "a second replica must be refused: " << *status;
     }
     for (auto* daemon : {&sidecar_a, &sidecar_b}) {
       if (!*daemon) continue;
@@ -527,6 +554,45 @@ TEST_F(ShardRun, WhenTheServerIsKilledTheReplicaTakesOverWithinThreeSeconds) {
   ASSERT_LE(applied + reported_lost, pushed);
   EXPECT_LE(pushed - reported_lost - applied, 8u) << "more than B updates lost silently";
   EXPECT_GT(applied, died_at_version) << "training did not continue after the failover";
+}
+
+TEST_F(ShardRun, ANewReplicaJoinsThePromotedServerAndEndsBitwiseEqualToIt) {
+  // The server dies after 50 updates and the replica is promoted; a new replica joins the
+  // promoted server while the workers go on. It starts from the server's snapshot at the
+  // version v it reached and follows every decision after v, reading each update from the
+  // server's slot: its history must be the server's from v + 1, its model bitwise the
+  // server's, and it must have applied updates itself (a joined replica that only copied the
+  // end state, or missed or reordered one decision, fails).
+  RunSpec spec;
+  spec.updates = 40;
+  spec.server_dies_at = 50;
+  spec.pace_ms = 150;  // the job outlasts the join by seconds
+  spec.new_replica_joins = true;
+  run(spec);
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_TRUE(bitwise_equal(server_model_, reference())) << "the promoted replica's model is not its history applied";
+  const json promoted = read_lines(out_ + "/replica.stats.json").at(0);
+  const json joined = read_lines(out_ + "/replica2.stats.json").at(0);
+  EXPECT_EQ(promoted["replicas_joined"].get<std::uint64_t>(), 1u);
+  const auto joined_at = joined["joined_at"].get<std::uint64_t>();
+  EXPECT_GE(joined_at, 50u);
+  const std::vector<json> followed = read_lines(out_ + "/replica2.jsonl");
+  ASSERT_EQ(joined_at + followed.size(), history_.size()) << "the joined replica did not follow to the end";
+  for (std::size_t i = 0; i < followed.size(); ++i) {
+    const json& theirs = history_[joined_at + i];
+    for (const char* field : {"seq", "worker", "tag", "skipped"}) {
+      EXPECT_EQ(followed[i][field], theirs[field]) << "sequence " << joined_at + i + 1 << ": " << field;
+    }
+  }
+  EXPECT_GT(joined["applied"].get<std::uint64_t>(), 20u) << "the joined replica applied too little to show it follows";
+  EXPECT_EQ(joined["mirrors_fetched"].get<std::uint64_t>(), joined["applied"].get<std::uint64_t>())
+      << "every update a joined replica applies is read from the server's slot";
+  EXPECT_TRUE(bitwise_equal(read_model(out_ + "/replica2.model", spec_.floats), server_model_))
+      << "the joined replica's model is not the promoted server's";
+  // The second replica was refused, with the reason on both sides.
+  EXPECT_EQ(promoted["joins_refused"].get<std::uint64_t>(), 1u);
+  EXPECT_TRUE(wait_for_text(out_ + "/replica.err", "this server has a replica", std::chrono::seconds(1)));
+  EXPECT_TRUE(wait_for_text(out_ + "/replica3.err", "did not take this replica", std::chrono::seconds(1)));
 }
 
 TEST_F(ShardRun, WithSidecarsWhenTheServerIsKilledTheReplicasSidecarTakesTheSequenceOver) {

@@ -11,8 +11,8 @@ namespace gradlane::ps {
 namespace {
 
 // Wire: byte 0 = kind (the variant index + 1), then the fields, little-endian, packed.
-enum class Kind : std::uint8_t { hello = 1, request, grant, decided, ack, bye, failed_over, forwarded };
-constexpr std::size_t kSize[] = {0, 1 + 1 + 4, 1 + 4 + 8 + 8, 1 + 8 + 8 + 4, 1 + 8 + 4 + 8, 1 + 8, 1 + 4, 1 + 4, 1 + 8 + 8 + 1};
+enum class Kind : std::uint8_t { hello = 1, request, grant, decided, ack, bye, failed_over, forwarded, adopted };
+constexpr std::size_t kSize[] = {0, 1 + 1 + 4, 1 + 4 + 8 + 8, 1 + 8 + 8 + 4, 1 + 8 + 4 + 8, 1 + 8, 1 + 4, 1 + 4, 1 + 8 + 8 + 1, 1 + 8};
 
 class Writer {
  public:
@@ -63,6 +63,7 @@ std::vector<std::byte> encode(const Message& message) {
           [](const Forwarded& m) {
             return Writer(Kind::forwarded).put(m.member).put(m.sequence).put(std::uint8_t{m.delivered}).done();
           },
+          [](const Adopted& m) { return Writer(Kind::adopted).put(m.version).done(); },
       },
       message);
 }
@@ -70,7 +71,7 @@ std::vector<std::byte> encode(const Message& message) {
 Message decode(std::span<const std::byte> bytes) {
   if (bytes.empty()) throw Error(Errc::protocol, "empty parameter-server message");
   const auto kind = std::to_integer<std::uint8_t>(bytes[0]);
-  if (kind < 1 || kind > static_cast<std::uint8_t>(Kind::forwarded)) {
+  if (kind < 1 || kind > static_cast<std::uint8_t>(Kind::adopted)) {
     throw Error(Errc::protocol, fmt::format("unknown parameter-server message kind {}", kind));
   }
   if (bytes.size() != kSize[kind]) {
@@ -81,10 +82,13 @@ Message decode(std::span<const std::byte> bytes) {
   switch (static_cast<Kind>(kind)) {
     case Kind::hello: {
       Hello m{in.get<PeerKind>(), in.get<std::uint32_t>()};
-      if (m.kind != PeerKind::worker && m.kind != PeerKind::primary) {
+      if (m.kind != PeerKind::worker && m.kind != PeerKind::primary && m.kind != PeerKind::replica) {
         throw Error(Errc::protocol, fmt::format("hello from an unknown kind of peer ({})", static_cast<int>(m.kind)));
       }
       if (m.kind == PeerKind::worker && m.worker == 0) throw Error(Errc::protocol, "hello from worker id 0 (ids start at 1)");
+      if (m.kind == PeerKind::replica && m.worker != 0) {
+        throw Error(Errc::protocol, fmt::format("hello from a joining replica with id {} (a replica's is 0)", m.worker));
+      }
       return m;
     }
     case Kind::request: {
@@ -131,6 +135,8 @@ Message decode(std::span<const std::byte> bytes) {
       }
       return m;
     }
+    case Kind::adopted:
+      return Adopted{in.get<std::uint64_t>()};
   }
   throw Error(Errc::protocol, "unreachable message kind");
 }

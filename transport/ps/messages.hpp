@@ -13,6 +13,9 @@
 //             server → replica  the server finished the job (id 0): not a crash to fail over from
 //   FailedOver replica → server a worker asked the replica for a slot while the server lives:
 //                             its link to the server failed; the server steps down
+//   Adopted   server → a replica that joined it running: it is this server's replica from
+//                             `version` on (the snapshot it was advertised is that version);
+//                             every decision after it follows as Decided
 //   Forwarded aggregator → worker  what became of a member the aggregator took: summed into
 //                             the update the server applies as `sequence` (delivered), or its
 //                             forward was lost; the member's push is acknowledged only now
@@ -29,7 +32,8 @@
 
 namespace gradlane::ps {
 
-enum class PeerKind : std::uint8_t { worker = 1, primary = 2 };
+// replica: a replica joining a running server (ShardServer::join_server), id 0.
+enum class PeerKind : std::uint8_t { worker = 1, primary = 2, replica = 3 };
 
 struct Hello {
   PeerKind kind = PeerKind::worker;
@@ -61,13 +65,16 @@ struct Bye {
 struct FailedOver {
   std::uint32_t worker = 0;
 };
+struct Adopted {
+  std::uint64_t version = 0;
+};
 struct Forwarded {
   std::uint64_t member = 0;    // the worker's PushResult::sequence (direct) or ::aggregate (sidecar)
   std::uint64_t sequence = 0;  // the server's sequence for the sum (0 when not delivered)
   bool delivered = false;
 };
 
-using Message = std::variant<Hello, Request, Grant, Decided, Ack, Bye, FailedOver, Forwarded>;
+using Message = std::variant<Hello, Request, Grant, Decided, Ack, Bye, FailedOver, Forwarded, Adopted>;
 
 std::vector<std::byte> encode(const Message& message);
 Message decode(std::span<const std::byte> bytes);

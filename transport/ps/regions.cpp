@@ -1,6 +1,7 @@
 #include "transport/ps/regions.hpp"
 
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <thread>
 
@@ -11,6 +12,18 @@ ShardRegion::ShardRegion(const Device& device, std::size_t floats)
       header_(std::construct_at(reinterpret_cast<ShardHeader*>(buffer_.data()))),
       count_(floats),
       region_(MemoryRegion::register_buffer(device, buffer_, Access::remote_read)) {}
+
+MemoryRegion ShardRegion::register_floats_for_reads(const Device& device) const {
+  return MemoryRegion::register_slice(device, buffer_, kHeaderBytes, count_ * sizeof(float), Access::local_write);
+}
+
+ModelSnapshot::ModelSnapshot(const Device& device, std::span<const float> model)
+    : buffer_(Buffer::allocate(model.size_bytes())),
+      region_([&] {
+        // A copy on the control path, once per joining replica: the shard goes on changing.
+        std::memcpy(buffer_.data(), model.data(), model.size_bytes());
+        return MemoryRegion::register_buffer(device, buffer_, Access::remote_read);
+      }()) {}
 
 SlotRing::SlotRing(const Device& device, std::size_t floats, std::uint32_t slots, bool windowed)
     : buffer_(Buffer::allocate(floats * sizeof(float) * slots)),

@@ -7,6 +7,8 @@
 //                        Windowed (ShardOptions::grant_windows): the ring's own key opens it
 //                        for REMOTE_READ only, and each slot is also a region of its own that
 //                        no key opens, for the memory window a grant binds over it.
+//   snapshot (id 3)      [floats × n]   REMOTE_READ: a copy of the model a server makes once
+//                        when a replica joins it running; the replica reads it and lets go.
 #pragma once
 
 #include <cstddef>
@@ -24,6 +26,7 @@ namespace gradlane::ps {
 
 inline constexpr std::uint32_t kSlotRegionId = 1;
 inline constexpr std::uint32_t kShardRegionId = 2;
+inline constexpr std::uint32_t kSnapshotRegionId = 3;
 inline constexpr std::size_t kHeaderBytes = sizeof(ShardHeader);
 
 class ShardRegion {
@@ -32,6 +35,9 @@ class ShardRegion {
   ShardHeader& header() const { return *header_; }
   std::span<float> floats() const { return {reinterpret_cast<float*>(buffer_.data() + kHeaderBytes), count_}; }
   const MemoryRegion& region() const { return region_; }
+  // The floats registered again, for the NIC to write locally: where a replica joining a
+  // running server READs the server's snapshot. The shard's own region stays remote-read only.
+  MemoryRegion register_floats_for_reads(const Device& device) const;
 
  private:
   Buffer buffer_;
@@ -56,6 +62,18 @@ class SlotRing {
   std::size_t floats_;
   MemoryRegion region_;
   std::vector<MemoryRegion> slot_regions_;  // windowed only
+};
+
+// A server's copy of its model for a replica joining it running (kSnapshotRegionId): taken
+// between applies, at a version the server names in its Adopted message.
+class ModelSnapshot {
+ public:
+  ModelSnapshot(const Device& device, std::span<const float> model);
+  const MemoryRegion& region() const { return region_; }
+
+ private:
+  Buffer buffer_;
+  MemoryRegion region_;
 };
 
 // connect(), retried while the peer's listener is not up yet or the peer does not answer

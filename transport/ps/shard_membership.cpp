@@ -25,6 +25,10 @@ void ShardServer::accept_peers(std::size_t workers, Millis timeout) {
   const std::size_t expected = workers + (s.role == Role::replica ? 1 : 0);
   const auto advertise = [&](Connection& conn) { s.advertise(conn); };
   for (Joined& j : accept_hellos(s.listener, expected, advertise, timeout, s.role == Role::server ? "server" : "replica")) {
+    if (j.hello.kind == PeerKind::replica) {
+      throw Error(Errc::protocol, fmt::format("{}: a replica joins a running server (progress()), not one that is "
+                                              "still accepting its workers", j.conn.describe()));
+    }
     if (j.hello.kind == PeerKind::primary) {
       if (s.role != Role::replica || s.primary) throw Error(Errc::protocol, "a second primary, or a primary at a server");
       s.primary_slots = j.conn.wait_region(kSlotRegionId, timeout);
@@ -67,10 +71,13 @@ std::size_t ShardServer::State::admit_joiners() {
         }
         throw Error(Errc::timeout, fmt::format("no hello within {} ms", options.transport.connect_timeout.count()));
       }
-      if (hello->kind != PeerKind::worker) {
+      if (hello->kind == PeerKind::replica) {
+        adopt_replica(std::move(it->conn));
+      } else if (hello->kind != PeerKind::worker) {
         throw Error(Errc::protocol, "a connection accepted after the start said hello as a primary, not a worker");
+      } else {
+        admit(std::move(it->conn), *hello);
       }
-      admit(std::move(it->conn), *hello);
       ++work;
     } catch (const Error& e) {
       ++stats.joins_refused;
@@ -96,6 +103,30 @@ void ShardServer::State::admit(Connection conn, const Hello& hello) {
   ++stats.peers_joined;
   std::fprintf(stderr, "gradlane ps %s: worker %u joined the running job\n", role == Role::server ? "server" : "replica",
                hello.worker);
+}
+
+// A replica joining this running server (ShardServer::join_server): it gets a copy of the model
+// at the version reached (taken here, between applies), and every decision after it. From now
+// on grants wait for its acks, as for a replica from the start (slots it has not read are not
+// reused). Refused, with the reason, where it cannot follow exactly.
+void ShardServer::State::adopt_replica(Connection&& conn) {
+  const auto refuse = [&](Errc code, const std::string& why) {
+    throw Error(code, fmt::format("{}: a replica asked to join: {}", conn.describe(), why));
+  };
+  if (role != Role::server) refuse(Errc::protocol, "this is a replica (join its server)");
+  if (sidecar) refuse(Errc::unsupported, "a sidecar owns this server's sequence (direct mode only)");
+  if (stats.stepped_down) refuse(Errc::protocol, "this server stepped down");
+  if (replica) refuse(Errc::protocol, "this server has a replica");
+  if (options.momentum != 0.0F) refuse(Errc::unsupported, "momentum: the velocity it would need is not in the shard");
+  const std::uint64_t version = writer.model_version();
+  snapshot.emplace(device, shard.floats());
+  conn.advertise(kSnapshotRegionId, snapshot->region().descriptor());
+  conn.send(encode(Adopted{version}));
+  replica.emplace(std::move(conn));
+  stats.replica_acked = version;
+  ++stats.replicas_joined;
+  std::fprintf(stderr, "gradlane ps server: a replica joined at version %llu (%s)\n",
+               static_cast<unsigned long long>(version), replica->describe().c_str());
 }
 
 // A worker connection the server only answers goes silent when the worker's host or link

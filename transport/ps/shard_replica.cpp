@@ -149,6 +149,66 @@ void ShardServer::State::promote() {
   if (options.sidecar) take_over_at_sidecar();
 }
 
+// A new replica joining a running server (ps.hpp, ShardServer::join_server).
+void ShardServer::join_server(const std::string& address, std::uint16_t port, Millis timeout) {
+  State& s = *state_;
+  if (s.role != Role::replica || s.primary || s.admitting) {
+    throw Error(Errc::invalid_argument, "join_server: a replica that has no server yet (instead of accept_peers)");
+  }
+  if (s.options.sidecar || s.options.momentum != 0.0F) {
+    throw Error(Errc::unsupported, "join_server: direct mode and plain SGD only (with a sidecar the sidecar's replica "
+                                   "window, with momentum the server's velocity, would have to be handed over too)");
+  }
+  Connection conn = connect_with_retry(s.device, address, port, s.options.transport, timeout, s.cq);
+  s.primary_slots = conn.wait_region(kSlotRegionId, timeout);
+  conn.send(encode(Hello{PeerKind::replica, 0}));
+  // The server adopts us between two applies, up to 64 of its rounds later; a server that
+  // refuses (it has a replica, it is one) closes the connection and says why in its log.
+  RegionDescriptor snapshot;
+  Message answer;
+  try {
+    snapshot = conn.wait_region(kSnapshotRegionId, timeout);
+    answer = decode(conn.receive(timeout));
+  } catch (const Error& e) {
+    throw Error(e.code(), fmt::format("the server at {}:{} did not take this replica (it has one, is one itself, has "
+                                      "a sidecar or momentum, or stepped down: its log says which): {}",
+                                      address, port, e.what()));
+  }
+  const auto* adopted = std::get_if<Adopted>(&answer);
+  if (adopted == nullptr) {
+    throw Error(Errc::protocol, fmt::format("{}: expected the server to adopt this replica, got message kind {}",
+                                            conn.describe(), answer.index() + 1));
+  }
+  const std::span<float> model = s.shard.floats();
+  if (snapshot.length != model.size_bytes()) {
+    throw Error(Errc::protocol, fmt::format("{}: the server's model has {} bytes, this replica's {}: the same shard?",
+                                            conn.describe(), snapshot.length, model.size_bytes()));
+  }
+  // The model at the server's version, read straight into the shard (odd meanwhile: no reader
+  // takes it), in pieces of at most 256 KiB as a re-read update is (decide_head).
+  s.writer.begin_apply();
+  const MemoryRegion into = s.shard.register_floats_for_reads(s.device);
+  constexpr std::size_t kReadPiece = std::size_t{256} << 10;
+  std::vector<OpId> pieces;
+  for (std::size_t at = 0; at < model.size_bytes(); at += kReadPiece) {
+    pieces.push_back(conn.read(into, at, snapshot, at, std::min(kReadPiece, model.size_bytes() - at)));
+  }
+  for (const OpId op : pieces) conn.wait(op, std::max<Millis>(timeout, std::chrono::seconds(30)));
+  s.writer.restore(adopted->version);
+  s.order = ApplyOrder(s.options.slots, adopted->version + 1);
+  s.acked = adopted->version;
+  s.stats.joined_at = adopted->version;
+  conn.send(encode(Ack{adopted->version}));  // the server lets its snapshot go
+  // Workers mirror to the replica they started with, not to this one: every update is read
+  // from the server's slot, which the server keeps until we acknowledge it.
+  s.options.read_updates_from_server = true;
+  s.primary = s.peers.size();
+  s.peers.push_back(Peer{std::move(conn), PeerKind::primary, 0, true, {}, {}, {}, false, false});
+  s.admitting = true;
+  std::fprintf(stderr, "gradlane ps replica: joined the running server %s at version %llu\n",
+               s.peers.back().conn.describe().c_str(), static_cast<unsigned long long>(adopted->version));
+}
+
 // Replica: turns the server's decision for the next sequence into an arrival or a cancel.
 std::size_t ShardServer::State::decide_head() {
   std::size_t work = 0;

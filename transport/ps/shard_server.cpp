@@ -173,11 +173,10 @@ std::size_t ShardServer::State::take_input() {
         const auto* ack = std::get_if<Ack>(&message);
         if (ack == nullptr) throw Error(Errc::protocol, "the replica sent something other than an ack or a failover");
         stats.replica_acked = std::max(stats.replica_acked, ack->through);
+        snapshot.reset();  // a joined replica acknowledges once it has read it
       }
     } catch (const Error& e) {
-      std::fprintf(stderr, "gradlane ps server: lost the replica: %s; serving without it\n", e.what());
-      ++stats.peers_lost;
-      replica.reset();
+      lose_replica(e);
     }
   }
   return work;
@@ -316,10 +315,16 @@ void ShardServer::State::tell_replica(const AppliedUpdate& record) {
     replica->send(
         encode(Decided{record.sequence, record.skipped ? 0 : std::max<std::uint32_t>(record.worker, 1), record.tag}));
   } catch (const Error& e) {
-    std::fprintf(stderr, "gradlane ps server: lost the replica: %s; serving without it\n", e.what());
-    ++stats.peers_lost;
-    replica.reset();
+    lose_replica(e);
   }
+}
+
+void ShardServer::State::lose_replica(const Error& why) {
+  std::fprintf(stderr, "gradlane ps server: lost the replica: %s; serving without it (a new one may join: "
+               "ShardServer::join_server)\n", why.what());
+  ++stats.peers_lost;
+  replica.reset();
+  snapshot.reset();
 }
 
 // Floats applied between two looks at the network: 256 KiB, ~6 µs natively. A 4 MiB apply

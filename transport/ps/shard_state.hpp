@@ -103,6 +103,8 @@ struct ShardServer::State {
 
   // ---- server ----
   std::optional<Connection> replica;
+  // A replica that joined running: the model copy it reads, kept until its first ack.
+  std::optional<ModelSnapshot> snapshot;
   // Sidecar mode: the sidecar owns the sequence; we take its cancels and report progress.
   std::optional<sidecar::Client> sidecar;
   // Its gradlaned is gone (a call threw): nobody grants our sequence. The destructor then
@@ -149,6 +151,8 @@ struct ShardServer::State {
   void advertise(Connection& conn);
   std::size_t admit_joiners();
   void admit(Connection conn, const Hello& hello);
+  void adopt_replica(Connection&& conn);  // moved from only when adopted
+  void lose_replica(const Error& why);
   std::uint32_t rounds = 0;                 // progress() calls, to read the clock only so often
   shard::Clock::time_point last_probe{};
   void report_applied();
