@@ -131,7 +131,30 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
   // Until every update is decided, or every worker left (some may have died) with nothing owed.
   // die_at=K: the server kills itself (SIGKILL, as kill -9) once it has applied K updates.
   bool done = false;
-  if (const std::uint64_t die_at = a.number("die_at", 0); die_at != 0 && role == gradlane::ps::Role::server) {
+  const auto write_history = [&] {
+    std::ofstream log(out + "/" + name + ".jsonl");
+    for (const auto& u : shard.history()) {
+      log << "{\"seq\":" << u.sequence << ",\"worker\":" << u.worker << ",\"tag\":" << u.tag
+          << ",\"computed_on\":" << u.computed_on << ",\"skipped\":" << (u.skipped ? "true" : "false") << "}\n";
+    }
+  };
+  const std::uint64_t die_at = a.number("die_at", 0);
+  if (die_at != 0 && role == gradlane::ps::Role::replica) {
+    // A replica with die_at=K: once promoted and at version K it writes its history (what it
+    // applied, for the test's reference) and SIGKILLs itself: the server dies a second time.
+    const auto give_up = std::chrono::steady_clock::now() + 300s;
+    while (shard.stats().promoted_at_ns == 0 || shard.version() < die_at) {
+      shard.progress();
+      if (std::chrono::steady_clock::now() > give_up) {
+        std::fprintf(stderr, "%s: not promoted and at version %llu within 300 s\n", name.c_str(), static_cast<unsigned long long>(die_at));
+        return 3;
+      }
+    }
+    write_history();
+    std::fflush(stdout);
+    std::raise(SIGKILL);
+  }
+  if (die_at != 0 && role == gradlane::ps::Role::server) {
     while (shard.version() < die_at) shard.progress();
     const auto now = std::chrono::steady_clock::now().time_since_epoch();
     std::ofstream(out + "/server.died") << std::chrono::duration_cast<std::chrono::nanoseconds>(now).count() << " "
@@ -147,11 +170,7 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
   }
   shard.drain_replica(30s);  // before the stats, so they show what the replica acknowledged
   write_model(out + "/" + name + ".model", shard.model());
-  std::ofstream log(out + "/" + name + ".jsonl");
-  for (const auto& u : shard.history()) {
-    log << "{\"seq\":" << u.sequence << ",\"worker\":" << u.worker << ",\"tag\":" << u.tag
-        << ",\"computed_on\":" << u.computed_on << ",\"skipped\":" << (u.skipped ? "true" : "false") << "}\n";
-  }
+  write_history();
   const auto& st = shard.stats();
   std::ofstream(out + "/" + name + ".stats.json")
       << "{\"version\":" << shard.version() << ",\"applied\":" << st.applied << ",\"skipped\":" << st.skipped

@@ -72,6 +72,9 @@ struct RunSpec {
   // With server_dies_at: once the replica is promoted, a new replica on host 0 joins it
   // (ShardServer::join_server) while the workers go on; it writes replica2.*.
   bool new_replica_joins = false;
+  // With new_replica_joins: the promoted replica SIGKILLs itself at this version (0: never),
+  // so the joined one is promoted in turn and the workers fail over to it.
+  std::uint64_t promoted_dies_at = 0;
 };
 
 // Runs replica, server and four workers (1, 2 on host 2; 3, 4 on host 1) to the end.
@@ -117,6 +120,7 @@ class ShardRun : public ::testing::Test {
       }
     }
     std::vector<std::string> replica_args = {"role=replica", "device=" + hosts[1].device, "port=7801"};
+    if (spec.promoted_dies_at != 0) replica_args.push_back("die_at=" + std::to_string(spec.promoted_dies_at));
     // Promoted, it takes the server's sequence over at its own host's sidecar (--standby 0).
     if (spec.sidecar) replica_args.insert(replica_args.end(), {std::string("sidecar=") + kShmB, "endpoint=0"});
     ExternalProcess replica(args(replica_args), out_ + "/replica");
@@ -176,7 +180,8 @@ class ShardRun : public ::testing::Test {
     for (auto* p : {&server, &replica}) {
       const auto status = p->wait_exit(120s);
       ASSERT_TRUE(status.has_value()) << (p == &server ? "server" : "replica") << " did not finish";
-      if (p == &server && spec.server_dies_at != 0) {
+      const bool killed = p == &server ? spec.server_dies_at != 0 : spec.promoted_dies_at != 0;
+      if (killed) {
         EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL) << "status " << *status;
       } else if (p == &server && spec.worker4_reaches_only_the_replica) {
         EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 5) << "a server that stepped down exits 5: " << *status;
@@ -199,6 +204,22 @@ class ShardRun : public ::testing::Test {
       ::kill((*daemon)->pid(), SIGTERM);
       const auto status = (*daemon)->wait_exit(10s);
       EXPECT_TRUE(status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "gradlaned did not stop cleanly";
+    }
+    if (spec.promoted_dies_at != 0) {
+      // Its first promoted replica wrote its history when it died; the joined one finished the
+      // job from its snapshot: the job's history is the first up to the snapshot, then the second.
+      const std::vector<json> first = read_lines(out_ + "/replica.jsonl"), second = read_lines(out_ + "/replica2.jsonl");
+      const auto joined_at = read_lines(out_ + "/replica2.stats.json").at(0)["joined_at"].get<std::uint64_t>();
+      ASSERT_LE(joined_at, first.size());
+      history_.assign(first.begin(), first.begin() + static_cast<std::ptrdiff_t>(joined_at));
+      history_.insert(history_.end(), second.begin(), second.end());
+      for (std::size_t i = joined_at; i < first.size() && i < history_.size(); ++i) {
+        for (const char* field : {"seq", "worker", "tag", "skipped"}) {  // a replica's history has no computed_on
+          EXPECT_EQ(first[i][field], history_[i][field]) << "the promoted servers disagree about sequence " << i + 1;
+        }
+      }
+      server_model_ = read_model(out_ + "/replica2.model", spec.floats);
+      return;
     }
     replica_model_ = read_model(out_ + "/replica.model", spec.floats);
     if (spec.server_dies_at != 0 || spec.worker4_reaches_only_the_replica) {  // the promoted replica finished it
@@ -585,14 +606,49 @@ TEST_F(ShardRun, ANewReplicaJoinsThePromotedServerAndEndsBitwiseEqualToIt) {
     }
   }
   EXPECT_GT(joined["applied"].get<std::uint64_t>(), 20u) << "the joined replica applied too little to show it follows";
-  EXPECT_EQ(joined["mirrors_fetched"].get<std::uint64_t>(), joined["applied"].get<std::uint64_t>())
-      << "every update a joined replica applies is read from the server's slot";
+  // The server told every worker where it listens: each connected to it (and mirrors there).
+  EXPECT_EQ(joined["peers_joined"].get<std::uint64_t>(), kWorkers);
   EXPECT_TRUE(bitwise_equal(read_model(out_ + "/replica2.model", spec_.floats), server_model_))
       << "the joined replica's model is not the promoted server's";
   // The second replica was refused, with the reason on both sides.
   EXPECT_EQ(promoted["joins_refused"].get<std::uint64_t>(), 1u);
   EXPECT_TRUE(wait_for_text(out_ + "/replica.err", "this server has a replica", std::chrono::seconds(1)));
   EXPECT_TRUE(wait_for_text(out_ + "/replica3.err", "did not take this replica", std::chrono::seconds(1)));
+}
+
+TEST_F(ShardRun, WorkersMirrorToAJoinedReplicaAndFailOverToItWhenThePromotedServerDiesToo) {
+  // As above, and then the promoted replica dies too (SIGKILL at version 110). The workers,
+  // told by it where the joined replica listens, connected to it and mirror there: it is
+  // promoted in turn, every worker fails over a second time, and the job ends there. Every push
+  // a worker saw succeed is in the job's history as that worker's, the history has no gap, and
+  // the final model is exactly that history applied (bitwise).
+  RunSpec spec;
+  spec.updates = 40;
+  spec.server_dies_at = 50;
+  spec.pace_ms = 150;
+  spec.new_replica_joins = true;
+  spec.promoted_dies_at = 110;
+  run(spec);
+  ASSERT_FALSE(HasFatalFailure());
+  for (std::size_t i = 0; i < history_.size(); ++i) EXPECT_EQ(history_[i]["seq"].get<std::uint64_t>(), i + 1);
+  const json second = read_lines(out_ + "/replica2.stats.json").at(0);
+  EXPECT_GT(second["promoted_at_ns"].get<std::int64_t>(), 0) << "the joined replica was not promoted";
+  EXPECT_GT(history_.size(), 115u) << "the job did not go on after the second failover";
+  EXPECT_TRUE(bitwise_equal(server_model_, reference())) << "the final model is not the job's history applied";
+  std::map<std::uint64_t, std::uint64_t> applied_by;
+  for (const json& u : history_) {
+    if (!u["skipped"].get<bool>()) applied_by[u["seq"].get<std::uint64_t>()] = u["worker"].get<std::uint64_t>();
+  }
+  for (std::uint32_t id = 1; id <= kWorkers; ++id) {
+    std::ifstream in(out_ + "/worker" + std::to_string(id) + ".json");
+    const json report = json::parse(in);
+    EXPECT_EQ(report["failovers"].get<std::uint64_t>(), 2u) << "worker " << id;
+    for (const json& sequence : report["acked"]) {
+      const auto at = applied_by.find(sequence.get<std::uint64_t>());
+      EXPECT_TRUE(at != applied_by.end() && at->second == id)
+          << "worker " << id << "'s acknowledged update " << sequence << " is not in the job's history";
+    }
+  }
 }
 
 TEST_F(ShardRun, WithSidecarsWhenTheServerIsKilledTheReplicasSidecarTakesTheSequenceOver) {

@@ -11,8 +11,11 @@ namespace gradlane::ps {
 namespace {
 
 // Wire: byte 0 = kind (the variant index + 1), then the fields, little-endian, packed.
-enum class Kind : std::uint8_t { hello = 1, request, grant, decided, ack, bye, failed_over, forwarded, adopted };
-constexpr std::size_t kSize[] = {0, 1 + 1 + 4, 1 + 4 + 8 + 8, 1 + 8 + 8 + 4, 1 + 8 + 4 + 8, 1 + 8, 1 + 4, 1 + 4, 1 + 8 + 8 + 1, 1 + 8};
+enum class Kind : std::uint8_t {
+  hello = 1, request, grant, decided, ack, bye, failed_over, forwarded, adopted, replica_at, mirroring
+};
+constexpr std::size_t kSize[] = {0,          1 + 1 + 4, 1 + 4 + 8 + 8, 1 + 8 + 8 + 4, 1 + 8 + 4 + 8, 1 + 8, 1 + 4,
+                                 1 + 4,      1 + 8 + 8 + 1, 1 + 8, 1 + ReplicaAt::kAddressBytes + 2, 1 + 4 + 8};
 
 class Writer {
  public:
@@ -24,6 +27,12 @@ class Writer {
       // at(): a field list longer than kSize says is a bug here, never a write past the buffer.
       bytes_.at(at_++) = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xff);
     }
+    return *this;
+  }
+  // A text of at most `size` bytes, NUL-padded to `size`.
+  Writer& put_text(const std::string& text, std::size_t size) {
+    if (text.size() > size) throw Error(Errc::invalid_argument, fmt::format("'{}' is longer than {} bytes", text, size));
+    for (std::size_t i = 0; i < size; ++i) bytes_.at(at_++) = i < text.size() ? static_cast<std::byte>(text[i]) : std::byte{0};
     return *this;
   }
   std::vector<std::byte> done() { return std::move(bytes_); }
@@ -41,6 +50,23 @@ class Reader {
     std::uint64_t value = 0;
     for (std::size_t i = 0; i < sizeof(T); ++i) value |= std::to_integer<std::uint64_t>(bytes_[at_++]) << (8 * i);
     return static_cast<T>(value);
+  }
+  // A NUL-padded address literal: hex digits, '.' and ':' only, at least one.
+  std::string get_address(std::size_t size) {
+    std::string text;
+    bool ended = false;
+    for (std::size_t i = 0; i < size; ++i) {
+      const char c = static_cast<char>(std::to_integer<std::uint8_t>(bytes_[at_++]));
+      if (c == '\0') {
+        ended = true;
+        continue;
+      }
+      const bool allowed = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == '.' || c == ':';
+      if (ended || !allowed) throw Error(Errc::protocol, "an address that is not a NUL-padded IP literal");
+      text.push_back(c);
+    }
+    if (text.empty()) throw Error(Errc::protocol, "an empty address");
+    return text;
   }
 
  private:
@@ -64,6 +90,10 @@ std::vector<std::byte> encode(const Message& message) {
             return Writer(Kind::forwarded).put(m.member).put(m.sequence).put(std::uint8_t{m.delivered}).done();
           },
           [](const Adopted& m) { return Writer(Kind::adopted).put(m.version).done(); },
+          [](const ReplicaAt& m) {
+            return Writer(Kind::replica_at).put_text(m.address, ReplicaAt::kAddressBytes).put(m.port).done();
+          },
+          [](const Mirroring& m) { return Writer(Kind::mirroring).put(m.worker).put(m.from).done(); },
       },
       message);
 }
@@ -71,7 +101,7 @@ std::vector<std::byte> encode(const Message& message) {
 Message decode(std::span<const std::byte> bytes) {
   if (bytes.empty()) throw Error(Errc::protocol, "empty parameter-server message");
   const auto kind = std::to_integer<std::uint8_t>(bytes[0]);
-  if (kind < 1 || kind > static_cast<std::uint8_t>(Kind::adopted)) {
+  if (kind < 1 || kind > static_cast<std::uint8_t>(Kind::mirroring)) {
     throw Error(Errc::protocol, fmt::format("unknown parameter-server message kind {}", kind));
   }
   if (bytes.size() != kSize[kind]) {
@@ -137,6 +167,20 @@ Message decode(std::span<const std::byte> bytes) {
     }
     case Kind::adopted:
       return Adopted{in.get<std::uint64_t>()};
+    case Kind::replica_at: {
+      ReplicaAt m;
+      m.address = in.get_address(ReplicaAt::kAddressBytes);
+      m.port = in.get<std::uint16_t>();
+      if (m.port == 0) throw Error(Errc::protocol, "a replica listening on port 0");
+      return m;
+    }
+    case Kind::mirroring: {
+      Mirroring m;
+      m.worker = in.get<std::uint32_t>();
+      m.from = in.get<std::uint64_t>();
+      if (m.worker == 0 || m.from == 0) throw Error(Errc::protocol, "mirroring from worker 0 or sequence 0");
+      return m;
+    }
   }
   throw Error(Errc::protocol, "unreachable message kind");
 }

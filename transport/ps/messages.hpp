@@ -16,6 +16,12 @@
 //   Adopted   server → a replica that joined it running: it is this server's replica from
 //                             `version` on (the snapshot it was advertised is that version);
 //                             every decision after it follows as Decided
+//   ReplicaAt replica → server  where a replica that joined running listens (after its hello);
+//             server → worker   the same, so the worker connects to it: it mirrors there and
+//                             fails over to it
+//   Mirroring worker → replica  the worker mirrors its updates here from sequence `from` on (a
+//                             worker that connected to a joined replica): the replica waits for
+//                             those mirrors, and reads the earlier ones from the server's slot
 //   Forwarded aggregator → worker  what became of a member the aggregator took: summed into
 //                             the update the server applies as `sequence` (delivered), or its
 //                             forward was lost; the member's push is acknowledged only now
@@ -27,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <variant>
 #include <vector>
 
@@ -68,13 +75,22 @@ struct FailedOver {
 struct Adopted {
   std::uint64_t version = 0;
 };
+struct ReplicaAt {
+  static constexpr std::size_t kAddressBytes = 46;  // INET6_ADDRSTRLEN: an IPv4 or IPv6 literal
+  std::string address;
+  std::uint16_t port = 0;
+};
+struct Mirroring {
+  std::uint32_t worker = 0;
+  std::uint64_t from = 0;
+};
 struct Forwarded {
   std::uint64_t member = 0;    // the worker's PushResult::sequence (direct) or ::aggregate (sidecar)
   std::uint64_t sequence = 0;  // the server's sequence for the sum (0 when not delivered)
   bool delivered = false;
 };
 
-using Message = std::variant<Hello, Request, Grant, Decided, Ack, Bye, FailedOver, Forwarded, Adopted>;
+using Message = std::variant<Hello, Request, Grant, Decided, Ack, Bye, FailedOver, Forwarded, Adopted, ReplicaAt, Mirroring>;
 
 std::vector<std::byte> encode(const Message& message);
 Message decode(std::span<const std::byte> bytes);

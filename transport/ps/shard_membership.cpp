@@ -101,6 +101,7 @@ void ShardServer::State::admit(Connection conn, const Hello& hello) {
   }
   peers.push_back(Peer{std::move(conn), PeerKind::worker, hello.worker, true, {}, {}, {}, false, false});
   ++stats.peers_joined;
+  if (role == Role::server) tell_workers_replica_at(&peers.back());
   std::fprintf(stderr, "gradlane ps %s: worker %u joined the running job\n", role == Role::server ? "server" : "replica",
                hello.worker);
 }

@@ -162,6 +162,7 @@ void ShardServer::join_server(const std::string& address, std::uint16_t port, Mi
   Connection conn = connect_with_retry(s.device, address, port, s.options.transport, timeout, s.cq);
   s.primary_slots = conn.wait_region(kSlotRegionId, timeout);
   conn.send(encode(Hello{PeerKind::replica, 0}));
+  conn.send(encode(ReplicaAt{s.listener.address(), s.listener.port()}));  // the server tells its workers
   // The server adopts us between two applies, up to 64 of its rounds later; a server that
   // refuses (it has a replica, it is one) closes the connection and says why in its log.
   RegionDescriptor snapshot;
@@ -198,6 +199,7 @@ void ShardServer::join_server(const std::string& address, std::uint16_t port, Mi
   s.order = ApplyOrder(s.options.slots, adopted->version + 1);
   s.acked = adopted->version;
   s.stats.joined_at = adopted->version;
+  s.joined_running = true;
   conn.send(encode(Ack{adopted->version}));  // the server lets its snapshot go
   // Workers mirror to the replica they started with, not to this one: every update is read
   // from the server's slot, which the server keeps until we acknowledge it.
@@ -207,6 +209,15 @@ void ShardServer::join_server(const std::string& address, std::uint16_t port, Mi
   s.admitting = true;
   std::fprintf(stderr, "gradlane ps replica: joined the running server %s at version %llu\n",
                s.peers.back().conn.describe().c_str(), static_cast<unsigned long long>(adopted->version));
+}
+
+// Whether a worker's mirror of this decided update may still come. Workers that started with
+// this replica mirror everything unless told not to (read_updates_from_server); a replica that
+// joined running is mirrored to only from each worker's announced sequence on.
+bool ShardServer::State::mirror_coming(const Decided& decision) const {
+  if (!joined_running) return !options.read_updates_from_server;
+  const auto from = mirrors_from.find(decision.worker);
+  return from != mirrors_from.end() && decision.sequence >= from->second;
 }
 
 // Replica: turns the server's decision for the next sequence into an arrival or a cancel.
@@ -227,7 +238,7 @@ std::size_t ShardServer::State::decide_head() {
       // slot, which the server keeps until we acknowledge it.
       const auto now = Clock::now();
       if (!head_waiting_since) head_waiting_since = now;
-      const auto patience = options.read_updates_from_server ? Clock::duration::zero() : Clock::duration(options.hole_timeout);
+      const auto patience = mirror_coming(decision->second) ? Clock::duration(options.hole_timeout) : Clock::duration::zero();
       if (now - *head_waiting_since < patience || !primary) break;
       Connection& conn = peers[*primary].conn;
       const std::uint64_t offset = (head % options.slots) * slots.slot_bytes();

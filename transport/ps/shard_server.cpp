@@ -95,6 +95,13 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
     } else if (const auto* decided = std::get_if<Decided>(&message); decided && role == Role::replica &&
                                                                        peer.kind == PeerKind::primary) {
       decisions[decided->sequence] = *decided;
+    } else if (const auto* mirroring = std::get_if<Mirroring>(&message);
+               mirroring && role == Role::replica && peer.kind == PeerKind::worker) {
+      if (mirroring->worker != peer.worker) {
+        throw Error(Errc::protocol, fmt::format("mirroring names worker {} on the connection of worker {}",
+                                                mirroring->worker, peer.worker));
+      }
+      mirrors_from[peer.worker] = mirroring->from;
     } else if (const auto* ack = std::get_if<Ack>(&message); ack && role == Role::server && peer.kind == PeerKind::primary) {
       stats.replica_acked = std::max(stats.replica_acked, ack->through);
     } else if ((peer.kind == PeerKind::worker || (peer.kind == PeerKind::primary && role == Role::replica)) &&
@@ -168,6 +175,11 @@ std::size_t ShardServer::State::take_input() {
                          "then the replica serves the whole job\n", moved->worker);
           }
           stats.stepped_down = true;
+          continue;
+        }
+        if (const auto* at = std::get_if<ReplicaAt>(&message)) {  // a replica that joined: where it listens
+          replica_at = *at;
+          tell_workers_replica_at();
           continue;
         }
         const auto* ack = std::get_if<Ack>(&message);
@@ -325,6 +337,20 @@ void ShardServer::State::lose_replica(const Error& why) {
   ++stats.peers_lost;
   replica.reset();
   snapshot.reset();
+  replica_at.reset();
+}
+
+// Where the joined replica listens, to every live worker (or to `only`, a worker admitted later).
+void ShardServer::State::tell_workers_replica_at(Peer* only) {
+  if (!replica_at) return;
+  for (Peer& peer : peers) {
+    if (!peer.alive || peer.kind != PeerKind::worker || (only != nullptr && &peer != only)) continue;
+    try {
+      peer.conn.send(encode(*replica_at));
+    } catch (const Error& e) {
+      lose(peer, e);
+    }
+  }
 }
 
 // Floats applied between two looks at the network: 256 KiB, ~6 µs natively. A 4 MiB apply

@@ -103,8 +103,10 @@ struct ShardServer::State {
 
   // ---- server ----
   std::optional<Connection> replica;
-  // A replica that joined running: the model copy it reads, kept until its first ack.
+  // A replica that joined running: the model copy it reads, kept until its first ack; where it
+  // listens, told to every worker (they connect to it, mirror there, fail over to it).
   std::optional<ModelSnapshot> snapshot;
+  std::optional<ReplicaAt> replica_at;
   // Sidecar mode: the sidecar owns the sequence; we take its cancels and report progress.
   std::optional<sidecar::Client> sidecar;
   // Its gradlaned is gone (a call threw): nobody grants our sequence. The destructor then
@@ -130,6 +132,12 @@ struct ShardServer::State {
   std::map<std::uint64_t, std::uint32_t> arrived;  // doorbells seen: sequence -> the worker that rang
   std::optional<shard::Clock::time_point> head_waiting_since;  // head decided "apply", data not here
   std::uint64_t acked = 0;
+  // A replica that joined running: worker -> the first sequence it mirrors here (Mirroring).
+  // A decided update from before it (or from a worker not mirroring here) is read from the
+  // server's slot at once: no mirror of it is coming.
+  std::map<std::uint32_t, std::uint64_t> mirrors_from;
+  bool joined_running = false;  // join_server()
+  bool mirror_coming(const Decided& decision) const;
 
   void lose(shard::Peer& peer, const Error& why);
   void tell_primary_failed_over(shard::Peer& worker);
@@ -153,6 +161,7 @@ struct ShardServer::State {
   void admit(Connection conn, const Hello& hello);
   void adopt_replica(Connection&& conn);  // moved from only when adopted
   void lose_replica(const Error& why);
+  void tell_workers_replica_at(shard::Peer* only = nullptr);
   std::uint32_t rounds = 0;                 // progress() calls, to read the clock only so often
   shard::Clock::time_point last_probe{};
   void report_applied();

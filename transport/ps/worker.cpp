@@ -148,6 +148,30 @@ struct Worker::State {
     }
   }
 
+  // A replica that joined the running server (the server told us where it listens): we connect
+  // to it, announce from which sequence we mirror there (Mirroring, before that write), and
+  // fail over to it if the server dies.
+  bool announce_mirroring = false;
+  void take_replica_at(const ReplicaAt& at) {
+    if (replica && !replica->failed()) return;  // we have one
+    try {
+      replica.emplace(connect_with_retry(device, at.address, at.port, options.transport, kJoinReplicaWithin));
+      std::tie(replica_slots, replica_shard) = join(*replica);
+      if (replica_slots.length != server_slots.length) {
+        throw Error(Errc::protocol, fmt::format("it has {} bytes of slots, the server {}", replica_slots.length,
+                                                server_slots.length));
+      }
+      announce_mirroring = options.mirror;
+      std::fprintf(stderr, "gradlane ps worker %u: connected to the replica that joined, %s\n", options.id,
+                   replica->describe().c_str());
+    } catch (const Error& e) {
+      std::fprintf(stderr, "gradlane ps worker %u: the replica that joined (%s:%u) is out of reach, going on without "
+                   "it: %s\n", options.id, at.address.c_str(), at.port, e.what());
+      replica.reset();
+    }
+  }
+  static constexpr Millis kJoinReplicaWithin{5000};
+
   std::uint32_t slots = 0;
   bool push_in_flight = false;
   std::optional<sidecar::Client> sidecar;  // sidecar mode
@@ -213,6 +237,10 @@ struct Worker::State {
     // The mirror first: if this worker dies between the two, the server never sees the update
     // and skips it, and so does the replica (it applies only what the server decided).
     std::optional<OpId> mirrored;
+    if (mirroring && announce_mirroring) {  // a joined replica: ahead of the first mirror, on the same QP
+      replica->send(encode(Mirroring{options.id, sequence}));
+      announce_mirroring = false;
+    }
     if (mirroring) mirrored = replica->write_and_ring(gradient_region, 0, replica_slots, offset, bytes, imm);
     const OpId written =
         window_rkey == 0 ? server.write_and_ring(gradient_region, 0, server_slots, offset, bytes, imm)
@@ -329,6 +357,10 @@ struct Worker::State {
       const auto [answer, arrived_after] = receive_noting_arrival(target);
       if (const auto* forwarded = std::get_if<Forwarded>(&answer); forwarded != nullptr && aggregator) {
         take_forwarded(*forwarded);  // an earlier member's outcome, ahead of this grant
+        continue;
+      }
+      if (const auto* at = std::get_if<ReplicaAt>(&answer); at != nullptr && &target == &server) {
+        take_replica_at(*at);
         continue;
       }
       const auto* grant = std::get_if<Grant>(&answer);
