@@ -10,6 +10,9 @@
 #                             command (ROLE.cmd); a worker from the step after its last
 #                             acknowledged push (its pushes.csv, moved to
 #                             killed-ROLE.pushes.csv): it must rejoin the running job
+#               replace:server  SIGKILL the server; once the replica is promoted, start a new
+#                             replica on the server's host that joins it (gradlane_train
+#                             replica --join, files replica2.*): it must follow it bitwise
 #               link:HOST     host HOST's link (bridge port hHOST-p) down for LINK_S s (4), then up
 #               netem:HOST    NETEM (loss 10% delay 20ms) on host HOST's link, both
 #                             directions, for NETEM_S s (5)
@@ -70,6 +73,24 @@ case $KIND in
       unset IFS
       sh -c 'echo $$ > "$0"; exec "$@"' "$OUT/$TARGET.pid" "$@" $resume > "$OUT/$TARGET.log" 2>&1
       rc=$?; echo "$rc $(date +%s.%N)" > "$OUT/$TARGET.exit"
+    ) &
+    ended=$(now) ;;
+  replace)
+    alive server || target_alive=0
+    pid=$(cat "$OUT/server.pid" 2>/dev/null || echo 0)
+    mark
+    kill -KILL "$pid"
+    i=0; while ! grep -q "promoted to server" "$OUT/replica.log" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
+    # The replica's command, on the server's device and port 7810, joining the promoted replica.
+    dev=$(sed -n '/^--device$/{n;p;q}' "$OUT/server.cmd"); at=$(sed -n '/^--replica$/{n;p;q}' "$OUT/server.cmd")
+    echo "replacing the replica: $dev joins $at"
+    (
+      IFS='
+'
+      set -- $(sed -e '/^--port$/{n;s/.*/7810/;}' -e "/^--device\$/{n;s/.*/$dev/;}" "$OUT/replica.cmd")
+      unset IFS
+      sh -c 'echo $$ > "$0"; exec "$@"' "$OUT/replica2.pid" "$@" --join "$at" --name replica2 > "$OUT/replica2.log" 2>&1
+      rc=$?; echo "$rc $(date +%s.%N)" > "$OUT/replica2.exit"
     ) &
     ended=$(now) ;;
   link)

@@ -22,7 +22,7 @@ BUILD=build
 if [[ $# -gt 0 && $1 != *=* ]]; then BUILD=$1; shift; fi
 BUILD=$(cd "$BUILD" && pwd)
 SEED=1 WORKERS=3 STEPS=150 OUT=$ROOT/perf/results/train-faults
-FAULTS="kill:server kill:server@gradlane kill:replica kill:worker1 restart:worker1 stop:worker2 link:2 netem:0 kill:aggregator stop:aggregator kill:gradlaned-a kill:gradlaned-b restart:gradlaned-b"
+FAULTS="kill:server kill:server@gradlane kill:replica kill:worker1 restart:worker1 stop:worker2 link:2 netem:0 kill:aggregator stop:aggregator kill:gradlaned-a kill:gradlaned-b restart:gradlaned-b replace:server"
 for setting in "$@"; do
   case $setting in
     SEED=*|FAULTS=*|WORKERS=*|STEPS=*|OUT=*) declare "$setting" ;;
@@ -44,7 +44,7 @@ for spec in $FAULTS; do
   # A restarted worker loads the dataset again (~3 s in the emulator) before it connects: the
   # job must outlast that, or the others finish first and there is nothing left to rejoin.
   steps=$STEPS
-  [[ $fault == restart:* ]] && steps=$((2 * STEPS))
+  [[ $fault == restart:* || $fault == replace:* ]] && steps=$((2 * STEPS))
   name=$(printf '%02d-%s' "$n" "${spec//[:@]/-}")
   work=$(mktemp -d /tmp/gradlane-faults.XXXXXX)
   echo "== $name: $fault at +$delay_ms ms, $mode, $WORKERS workers x $steps steps, seed $SEED"

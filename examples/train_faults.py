@@ -90,7 +90,7 @@ def check(run):
         return row
     kind, target = fault['kind'], fault['target']
     injected = float(fault['injected'])
-    row.update(fault=kind, target=target if kind in ('kill', 'stop', 'restart') else f'host {target}',
+    row.update(fault=kind, target=target if kind in ('kill', 'stop', 'restart', 'replace') else f'host {target}',
                injected_at=f"{injected - float(fault['started']):.2f} s (v{fault['version_at_injection']})",
                target_alive=fault['target_alive'])
     problems = []
@@ -104,7 +104,7 @@ def check(run):
         status, at = open(f).read().split()
         exits[name] = (int(status), float(at))
     roles = [os.path.basename(f)[:-4] for f in glob.glob(os.path.join(run, '*.pid'))]
-    killed = target if kind == 'kill' else None
+    killed = target if kind in ('kill', 'replace') else None
     replica_stats = read_json(os.path.join(run, 'replica.stats.json')) or {}
     # The replica also "promotes" itself when a finished server disconnects: what counts is
     # whether the server itself ended cleanly with its applied log.
@@ -163,7 +163,7 @@ def check(run):
         outcome = '; '.join(outcomes)
         if continued:
             outcome = 'continued; ' + outcome
-    if kind == 'kill' and target == 'server':
+    if kind in ('kill', 'replace') and target == 'server':
         if not promoted:
             problems.append('the server was killed and the replica was not promoted')
         if promoted and 'injected_uptime' in fault:
@@ -274,6 +274,21 @@ def check(run):
         problems.append('server and replica diverged')
     else:
         row['equal'] = f'yes ({len(common)} versions, up to v{common[-1]})'
+    if kind == 'replace':
+        # A new replica (replica2) joined the promoted one: it must have been adopted and be
+        # equal to it at every version both saw after the join.
+        joined = (read_json(os.path.join(run, 'replica2.stats.json')) or {}).get('joined_at')
+        nv = versions(os.path.join(run, 'replica2.versions.csv'))
+        common2 = sorted(set(rv) & set(nv) - {0})
+        differ2 = [v for v in common2 if rv[v] != nv[v]]
+        if joined is None or replica_stats.get('replicas_joined', 0) < 1:
+            problems.append('no new replica joined the promoted one')
+            row['equal'] += '; new replica: did not join'
+        elif not common2 or differ2:
+            problems.append('the new replica and the promoted one ' + ('diverged' if differ2 else 'share no version'))
+            row['equal'] += f'; new replica: NO ({len(differ2)} of {len(common2)} versions differ)'
+        else:
+            row['equal'] += f'; new replica (joined at v{joined}): yes ({len(common2)} versions, up to v{common2[-1]})'
 
     row['hung'] = ', '.join(fault['hung']) if fault['hung'] else 'no'
     row['problems'] = problems

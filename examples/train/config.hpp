@@ -32,6 +32,9 @@ struct Config {
   std::uint16_t port = 7800;        // server / replica: listen here
   std::string server;               // worker: ADDR:PORT of the server
   std::string replica;              // server, worker: ADDR:PORT of the replica ("" = none)
+  std::string join;                 // replica: ADDR:PORT of a running server to join as its new
+                                    // replica (ShardServer::join_server; "" = accept a primary)
+  std::string name;                 // server, replica: the prefix of its files ("" = the role)
   bool replica_reads = false;       // workers do not mirror; the replica READs each update from
                                     // the server's slot (give it to the replica and the workers)
   std::uint32_t workers = 2;        // the job's workers

@@ -68,6 +68,11 @@ int main(int argc, char** argv) {
     sub->add_option("--port", c.port, "listen port");
     sub->add_option("--peers", c.peers, "connections to accept (default: --workers; aggregate mode: the aggregators)");
     if (std::string(role) == "server") sub->add_option("--replica", c.replica, "ADDR:PORT of the replica");
+    if (std::string(role) == "replica") {
+      sub->add_option("--join", c.join,
+                      "ADDR:PORT of a running server (e.g. a promoted replica) to join as its new replica");
+    }
+    sub->add_option("--name", c.name, "the prefix of its files in --out (default: the role)");
     sub->add_option("--snapshot-ms", c.snapshot_ms, "record the model this often")->check(CLI::Range(10U, 60000U));
     sub->add_option("--live-eval", c.live_eval, "test images behind the live accuracy (0: none)");
     sub->callback([&c, role] { c.role = role; });

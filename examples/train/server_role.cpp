@@ -42,6 +42,7 @@ void write_stats(const Config& c, const ps::ShardServer& shard, const std::strin
       << ",\"skipped\":" << st.skipped << ",\"refused_doorbells\":" << st.refused_doorbells
       << ",\"peers_lost\":" << st.peers_lost << ",\"peers_joined\":" << st.peers_joined << ",\"replica_acked\":" << st.replica_acked
       << ",\"promoted_at_ns\":" << st.promoted_at_ns << ",\"lost_in_failover\":" << st.lost_in_failover
+      << ",\"replicas_joined\":" << st.replicas_joined << ",\"joined_at\":" << st.joined_at
       << ",\"start_unix\":" << std::fixed << start_unix << std::defaultfloat << ",\"seconds\":" << seconds << ",\"error\":\"" << quoted << "\"}\n";
   // What was applied, in order: the delay of each update is (updates applied before it) −
   // (the version it was computed on).
@@ -96,7 +97,7 @@ class VersionLog {
 
 int run_server(const Config& c) {
   const bool is_server = c.role == "server";
-  const std::string name = is_server ? "server" : "replica";
+  const std::string name = !c.name.empty() ? c.name : is_server ? "server" : "replica";
   const gradlane::train::Model model(gradlane::train::ModelSpec{.kind = gradlane::train::parse_model_kind(c.model)});
   // The live accuracy: a fixed subset of the test set (the offline evaluation uses all of it).
   gradlane::train::Dataset live;
@@ -139,7 +140,12 @@ int run_server(const Config& c) {
       }
     }
   }
-  shard.accept_peers(c.peers != 0 ? c.peers : c.workers, 300s);
+  if (!c.join.empty()) {
+    const auto server = parse_endpoint(c.join);
+    shard.join_server(server.address, server.port, 60s);
+  } else {
+    shard.accept_peers(c.peers != 0 ? c.peers : c.workers, 300s);
+  }
 
   // Training starts when every worker is connected: the snapshots' time origin.
   const auto start = Clock::now();

@@ -80,6 +80,19 @@ class TrainFaultsCheck(unittest.TestCase):
         write(run, 'worker1.members.csv', 'step,delivered,sequence\n1,1,30\n2,0,0\n')
         self.assertEqual(train_faults.check(run)['lost'], 1)
 
+    def test_a_replaced_replica_must_join_and_follow_bitwise(self):
+        exits = {'server': (137, 102.1), 'replica': (0, 110.0), 'worker1': (0, 109.0), 'replica2': (0, 110.0)}
+        run = make_run(kind='replace', target='server', exits=exits, promoted=int(50.5e9))
+        self.assertFalse(train_faults.check(run)['survived'])  # no new replica joined
+        write(run, 'replica.stats.json', json.dumps({'promoted_at_ns': int(50.5e9), 'replicas_joined': 1}))
+        write(run, 'replica2.stats.json', json.dumps({'joined_at': 2}))
+        write(run, 'replica2.versions.csv', '2,c\n3,d\n')
+        row = train_faults.check(run)
+        self.assertTrue(row['survived'], row)
+        self.assertIn('new replica (joined at v2): yes (2 versions', row['equal'])
+        write(run, 'replica2.versions.csv', '2,c\n3,X\n')
+        self.assertFalse(train_faults.check(run)['survived'])
+
     def test_diverged_models_are_reported(self):
         row = train_faults.check(make_run(replica_versions={0: 'a', 1: 'b', 2: 'X', 3: 'd'}))
         self.assertTrue(row['equal'].startswith('NO'), row['equal'])
