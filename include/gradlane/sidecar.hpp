@@ -84,6 +84,9 @@ struct Update {
   // the least work left first (MLNet's prioritization: the average job completion time drops);
   // a backlogged job still gets its floor share (SchedulerConfig::tenant_floor_share).
   std::uint64_t job_remaining = 0;
+  // This app cannot write to an aggregator (it has none, or lost its connection to it): the
+  // update goes to the server or is dropped, never redirected. (A ps::Worker sets it itself.)
+  bool direct_only = false;
 };
 
 enum class GrantKind : std::uint8_t {

@@ -229,6 +229,7 @@ std::uint64_t Client::request(const Update& u, std::chrono::nanoseconds wait_for
   shm::AppEntry e{};
   e.format = shm::kEntryFormat;
   e.op = shm::Op::submit;
+  e.flags = u.direct_only ? shm::kSubmitDirectOnly : 0;
   e.job = s.options.job;
   e.request = id;
   e.body.submit = shm::AppEntry::Submit{.tensor = u.tensor,

@@ -500,7 +500,7 @@ bool Scheduler::try_aggregate(const Candidate& granted, Instant now, std::vector
   // Candidates for the same slice of the same tensor that would now queue behind the server.
   std::vector<GroupCandidate> waiting;
   for (const Candidate& m : candidates_) {
-    if (m.aggregate || m.receiver != receiver || m.job != granted.job ||
+    if (m.aggregate || m.direct_only || m.receiver != receiver || m.job != granted.job ||
         m.tensor != granted.tensor || m.offset != granted.offset || m.length != granted.length) {
       continue;
     }
@@ -666,6 +666,7 @@ Scheduler::Candidate Scheduler::part_candidate(Index sender, JobId job,
   c.job = job;
   c.tensor = q.request.tensor;
   c.offset = part.offset;
+  c.direct_only = q.request.direct_only;
   return c;
 }
 

@@ -254,6 +254,7 @@ class Scheduler {
     Index sender = 0;      // for an aggregate: the aggregator
     Index receiver = 0;
     bool aggregate = false;
+    bool direct_only = false;  // Request::direct_only: never a member of an aggregate
     std::uint32_t part = 0;
     std::uint64_t id = 0;  // RequestId or AggregateId
     double norm = 0.0;

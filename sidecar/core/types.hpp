@@ -75,6 +75,8 @@ struct Request {
   // remaining steps × update bytes × workers); 0 = not declared. Between jobs on one NIC the
   // one with the least remaining work goes first (tenant_arbiter.hpp).
   Bytes job_remaining = 0;
+  // The sender cannot reach an aggregator (it has none, or lost it): never redirect this one.
+  bool direct_only = false;
 };
 
 // One part of a partitioned request: bytes [offset, offset + length) of the tensor.

@@ -15,7 +15,8 @@ std::optional<Reason> check_envelope(const shm::AppEntry& entry) {
     default:
       return Reason::bad_format;
   }
-  if (entry.flags != 0) return Reason::unknown_fields;
+  const std::uint8_t known = entry.op == shm::Op::submit ? shm::kSubmitDirectOnly : 0;
+  if ((entry.flags & ~known) != 0) return Reason::unknown_fields;
   return std::nullopt;
 }
 

@@ -135,7 +135,8 @@ void Daemon::submit(AppSession& app, const shm::AppEntry& entry, sched::Instant 
                                .computed_on = s.computed_on,
                                .gradient_norm = s.gradient_norm,
                                .priority = s.priority,
-                               .job_remaining = s.job_remaining};
+                               .job_remaining = s.job_remaining,
+                               .direct_only = (entry.flags & shm::kSubmitDirectOnly) != 0};
   const sched::SubmitStatus status = policy_->submit(request, now);
   if (status != sched::SubmitStatus::accepted) {
     app.owed.erase(it);

@@ -85,7 +85,7 @@ sched::SubmitStatus DistributedPolicy::submit(const sched::Request& request, sch
   ++stats_.forwarded;
   send(peer, SlotRequest{id, sched::to_int(request.job), sched::to_int(request.sender), sched::to_int(request.receiver),
                           sched::to_int(request.tensor), request.bytes, request.computed_on, request.gradient_norm,
-                          request.priority, request.job_remaining});
+                          request.priority, request.job_remaining, request.direct_only});
   return sched::SubmitStatus::accepted;
 }
 
@@ -168,7 +168,7 @@ void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched
             sched::Request request{sched::RequestId{ours},      sched::JobId{m.job},      sched::EndpointId{m.sender},
                                    sched::EndpointId{m.receiver}, sched::TensorId{m.tensor}, m.bytes,
                                    m.computed_on,                m.gradient_norm,          m.priority,
-                                   m.job_remaining};
+                                   m.job_remaining,              m.direct_only};
             const auto status = scheduler_.submit(request, now);
             if (status != sched::SubmitStatus::accepted) {
               // The only refusal a well-formed request can meet here: a version from the

@@ -86,7 +86,7 @@ std::vector<std::byte> encode(const Message& message) {
           header(w, Type::slot_request);
           w.put(m.request), w.put(m.job), w.put(m.sender), w.put(m.receiver), w.put(m.tensor);
           w.put(m.bytes), w.put(m.computed_on), w.put(m.gradient_norm), w.put(m.priority);
-          w.put(m.job_remaining);
+          w.put(m.job_remaining), w.put(std::uint8_t{m.direct_only});
         } else if constexpr (std::is_same_v<M, SlotAnswer>) {
           header(w, Type::slot_answer);
           w.put(static_cast<std::uint8_t>(m.kind));
@@ -138,6 +138,9 @@ Message decode(std::span<const std::byte> bytes) {
       m.gradient_norm = r.get<double>("gradient_norm");
       m.priority = r.get<std::uint32_t>("priority");
       m.job_remaining = r.get<std::uint64_t>("job_remaining");
+      const auto direct_only = r.get<std::uint8_t>("direct_only");
+      if (direct_only > 1) bad(fmt::format("slot request with direct_only {}", direct_only));
+      m.direct_only = direct_only == 1;
       r.expect_end("slot request");
       if (m.bytes == 0 || m.bytes > kMaxBytes) bad(fmt::format("slot request of {} bytes", m.bytes));
       if (!std::isfinite(m.gradient_norm)) bad("slot request with a non-finite gradient norm");

@@ -26,7 +26,8 @@
 namespace gradlane::peer {
 
 inline constexpr std::uint32_t kMagic = 0x50534c47;  // "GLSP"
-inline constexpr std::uint16_t kVersion = 3;  // 2: Takeover, SlotAnswer::drop_cause; 3: SlotRequest::job_remaining
+// 2: Takeover, SlotAnswer::drop_cause; 3: SlotRequest::job_remaining; 4: SlotRequest::direct_only
+inline constexpr std::uint16_t kVersion = 4;
 
 // First message on a link: which scheduler endpoints (NICs) the sending sidecar hosts.
 struct Hello {
@@ -44,6 +45,7 @@ struct SlotRequest {
   double gradient_norm = 0.0;
   std::uint32_t priority = 0;
   std::uint64_t job_remaining = 0;  // sched::Request::job_remaining
+  bool direct_only = false;         // sched::Request::direct_only
 };
 
 enum class AnswerKind : std::uint8_t { go = 1, redirect = 2, drop = 3, aggregate = 4 };

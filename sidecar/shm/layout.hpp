@@ -37,7 +37,8 @@
 namespace gradlane::sidecar::shm {
 
 inline constexpr std::uint64_t kMagic = 0x31'64'65'6e'61'6c'64'67;  // "gdlaned1", little-endian
-inline constexpr std::uint32_t kLayoutVersion = 3;  // 2: AppSlot::take_over; 3: Submit::job_remaining, AppSlot::slots
+inline constexpr std::uint32_t kLayoutVersion = 4;  // 2: AppSlot::take_over; 3: Submit::job_remaining, AppSlot::slots;
+                                                    // 4: AppEntry::flags kSubmitDirectOnly
 inline constexpr std::uint16_t kEntryFormat = 1;
 // 256 entries of 64 bytes per direction: 16 KiB per ring, 33 KiB per application. Deep
 // enough that an app can submit a whole model's tensors (a few hundred) without waiting.
@@ -54,11 +55,14 @@ enum class Op : std::uint8_t {
                            // and its replica (Applied body); opens the window B
 };
 
+// AppEntry::flags of a submit: the app cannot reach an aggregator (Update::direct_only).
+inline constexpr std::uint8_t kSubmitDirectOnly = 1;
+
 // App -> sidecar. 64 bytes: one cache line per entry.
 struct AppEntry {
   std::uint16_t format;  // kEntryFormat
   Op op;
-  std::uint8_t flags;    // reserved, must be 0
+  std::uint8_t flags;    // submit: kSubmitDirectOnly or 0; other ops: 0
   std::uint32_t job;     // the job the app attached as
   std::uint64_t request;  // the app's request id (the client assigns 1, 2, 3, ...)
   struct Submit {

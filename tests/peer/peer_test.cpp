@@ -568,6 +568,10 @@ TEST(PeerMessages, RoundTrip) {
   EXPECT_EQ(rb.bytes, 6u);
   EXPECT_EQ(rb.priority, 8u);
   EXPECT_EQ(rb.job_remaining, 40'000'000u);
+  EXPECT_FALSE(rb.direct_only);
+  SlotRequest direct = r;
+  direct.direct_only = true;
+  EXPECT_TRUE(std::get<SlotRequest>(decode(encode(direct))).direct_only);
 }
 
 TEST(PeerMessages, MalformedInputIsAProtocolErrorNamingTheProblem) {

@@ -73,6 +73,35 @@ TEST(SchedulerAggregation, WaitingUpdatesAreSummedAtTheAggregatorWithSpareBandwi
   EXPECT_EQ(s.pending_aggregates(), 0u);
 }
 
+// The same four, but 3 and 4 cannot reach an aggregator (Request::direct_only: their worker has
+// none, or lost it): only 2 waits to be grouped — alone, no group — so everything goes to the
+// server, each in its own slot.
+TEST(SchedulerAggregation, AnUpdateThatCannotReachAnAggregatorIsNeverRedirected) {
+  Scheduler s = make();
+  for (const std::uint32_t w : {1u, 2u, 3u, 4u}) {
+    Request r = request(w, w, kServer, kMB);
+    r.direct_only = w >= 3;
+    ASSERT_EQ(s.submit(r, at_us(0)), SubmitStatus::accepted);
+  }
+  const auto out = s.schedule(at_us(0));
+  EXPECT_EQ(s.stats().redirects, 0u);
+  EXPECT_EQ(granted_ids(out), (std::vector<std::uint64_t>{1, 2, 3, 4}));
+  // With only 4 direct-only, 2 and 3 still form a group: the flag removes exactly its update.
+  Scheduler t = make();
+  for (const std::uint32_t w : {1u, 2u, 3u, 4u}) {
+    Request r = request(w, w, kServer, kMB);
+    r.direct_only = w == 4;
+    ASSERT_EQ(t.submit(r, at_us(0)), SubmitStatus::accepted);
+  }
+  const auto grouped = t.schedule(at_us(0));
+  EXPECT_EQ(t.stats().redirects, 2u);
+  for (const auto& o : grouped) {
+    if (const auto* r = std::get_if<Redirect>(&o)) {
+      EXPECT_NE(r->request, RequestId{4});
+    }
+  }
+}
+
 // A server whose ingress is 10x narrower than the workers' links: two updates arrive together.
 // By default the first is granted and the second, alone behind it, is no group; with
 // pick_joins both go to the aggregator, which collects them in a fraction of one server slot,

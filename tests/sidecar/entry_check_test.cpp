@@ -29,6 +29,17 @@ std::optional<Reason> check(const shm::AppEntry& e) {
 
 TEST(SidecarEntryCheck, AWellFormedSubmitPasses) { EXPECT_EQ(check(submit_entry()), std::nullopt); }
 
+TEST(SidecarEntryCheck, DirectOnlyIsASubmitsFlagAlone) {
+  shm::AppEntry e = submit_entry();
+  e.flags = shm::kSubmitDirectOnly;
+  EXPECT_EQ(check(e), std::nullopt);
+  e = shm::AppEntry{};
+  e.format = shm::kEntryFormat;
+  e.op = shm::Op::complete;
+  e.flags = shm::kSubmitDirectOnly;
+  EXPECT_EQ(check(e), Reason::unknown_fields);
+}
+
 TEST(SidecarEntryCheck, EachMalformationHasItsReason) {
   struct Case {
     const char* what;
@@ -38,7 +49,7 @@ TEST(SidecarEntryCheck, EachMalformationHasItsReason) {
   const Case cases[] = {
       {"future format", [](shm::AppEntry& e) { e.format = 2; }, Reason::bad_format},
       {"unknown op", [](shm::AppEntry& e) { e.op = static_cast<shm::Op>(9); }, Reason::bad_format},
-      {"flags set", [](shm::AppEntry& e) { e.flags = 1; }, Reason::unknown_fields},
+      {"unknown flag", [](shm::AppEntry& e) { e.flags = 2; }, Reason::unknown_fields},
       {"unknown job", [](shm::AppEntry& e) { e.job = 8; }, Reason::unknown_job},
       {"zero bytes", [](shm::AppEntry& e) { e.body.submit.bytes = 0; }, Reason::bad_size},
       {"absurd bytes", [](shm::AppEntry& e) { e.body.submit.bytes = std::uint64_t{1} << 40; }, Reason::bad_size},

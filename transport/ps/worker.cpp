@@ -196,7 +196,9 @@ struct Worker::State {
                                   .computed_on = push_computed_on,
                                   .gradient_norm = 0.0F,
                                   .priority = 0,
-                                  .job_remaining = job_remaining});
+                                  .job_remaining = job_remaining,
+                                  // No aggregator (none given, or lost): a redirect could only fail.
+                                  .direct_only = !aggregator});
     } else {
       push_target().send(encode(Request{options.id, push_tag, push_computed_on}));
     }
