@@ -51,7 +51,9 @@ constexpr std::uint64_t kCapacity = shm::kRingCapacity;
 
 bool envelope_is_valid(const shm::AppEntry& e) {
   const auto op = static_cast<std::uint8_t>(e.op);
-  return e.format == shm::kEntryFormat && op >= 1 && op <= 4 && e.flags == 0;
+  // flags: a submit may say it is direct-only (bit 0); nothing else has flags.
+  const std::uint8_t allowed = op == 1 ? 1 : 0;
+  return e.format == shm::kEntryFormat && op >= 1 && op <= 4 && (e.flags & ~allowed) == 0;
 }
 
 bool all_zero(const std::uint64_t (&words)[4]) {

@@ -21,6 +21,7 @@
 //     reason, the step it offers, and its counters; done() refuses a step it did not offer.
 //     Sequences stay below 2^63 here: they count updates from 1 and never get near 2^64.
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -42,8 +43,23 @@ void received_message(std::span<const std::byte> bytes) {
   const auto message = decoded([&] { return ps::decode(bytes); });
   if (!message) return;
   if (const auto* hello = std::get_if<ps::Hello>(&*message)) {
-    require(hello->kind == ps::PeerKind::worker || hello->kind == ps::PeerKind::primary, "hello from an unknown peer kind");
+    require(hello->kind == ps::PeerKind::worker || hello->kind == ps::PeerKind::primary ||
+                hello->kind == ps::PeerKind::replica,
+            "hello from an unknown peer kind");
     require(hello->kind != ps::PeerKind::worker || hello->worker != 0, "hello from worker id 0");
+    require(hello->kind != ps::PeerKind::replica || hello->worker == 0, "hello from a joining replica with an id");
+  }
+  if (const auto* forwarded = std::get_if<ps::Forwarded>(&*message)) {
+    require(forwarded->delivered == (forwarded->sequence != 0), "a delivered member without its sequence, or the reverse");
+  }
+  if (const auto* at = std::get_if<ps::ReplicaAt>(&*message)) {
+    require(!at->address.empty() && at->port != 0, "a replica's address empty or its port 0");
+    for (const char c : at->address) {
+      require(std::isxdigit(static_cast<unsigned char>(c)) != 0 || c == '.' || c == ':', "an address with a foreign byte");
+    }
+  }
+  if (const auto* mirroring = std::get_if<ps::Mirroring>(&*message)) {
+    require(mirroring->worker != 0 && mirroring->from != 0, "mirroring from worker 0 or sequence 0");
   }
   const auto again = ps::encode(*message);
   require(again.size() == bytes.size() && std::equal(again.begin(), again.end(), bytes.begin()),
