@@ -21,6 +21,8 @@
 //           floats=4096 group=4 workers=4 out=DIR [slots=8] [linger_ms=500] [hole_timeout_ms=3000]
 //           [die_after_forwards=K]: after its K-th forward, stop for a second (workers write
 //           their granted members meanwhile) and SIGKILL itself, holding members not forwarded
+//           [rejoin=1 name=aggregator2]: a restarted aggregator: accepts no worker at its start;
+//           the ones that lost it come back (the server tells them where it listens)
 //
 // With aggregator=, a worker pushes to the aggregator, which sums groups of `group` updates and
 // forwards each sum to the server and replica as worker `id`: the server and the replica then
@@ -245,8 +247,9 @@ int run_aggregator(const Args& a) {
   options.transport = gradlane::TransportOptions::from_env();
   gradlane::Device device = gradlane::Device::open({.name = a.text("device")});
   gradlane::ps::Aggregator aggregator(device, static_cast<std::uint16_t>(a.number("port")), options);
-  aggregator.accept_workers(a.number("workers"), 120s);
-  std::ofstream sums(out + "/aggregator.sums", std::ios::binary);
+  aggregator.accept_workers(a.number("rejoin", 0) != 0 ? 0 : a.number("workers"), 120s);
+  const std::string name = a.values.contains("name") ? a.text("name") : "aggregator";
+  std::ofstream sums(out + "/" + name + ".sums", std::ios::binary);
   const auto deadline = std::chrono::steady_clock::now() + 300s;
   const std::uint64_t die_after_forwards = a.number("die_after_forwards", ~0ull);
   while (!aggregator.finished() && std::chrono::steady_clock::now() < deadline) {
@@ -262,7 +265,7 @@ int run_aggregator(const Args& a) {
       std::raise(SIGKILL);
     }
   }
-  std::ofstream log(out + "/aggregator.jsonl");
+  std::ofstream log(out + "/" + name + ".jsonl");
   for (const auto& u : aggregator.history()) {
     log << "{\"tag\":" << u.tag << ",\"seq\":" << u.sequence << ",\"computed_on\":" << u.computed_on
         << ",\"lost\":" << (u.lost ? "true" : "false") << ",\"members\":[";
@@ -273,11 +276,12 @@ int run_aggregator(const Args& a) {
     log << "]}\n";
   }
   const auto& st = aggregator.stats();
-  std::ofstream(out + "/aggregator.stats.json")
+  std::ofstream(out + "/" + name + ".stats.json")
       << "{\"granted\":" << st.granted << ",\"summed\":" << st.summed << ",\"skipped\":" << st.skipped
       << ",\"forwarded\":" << st.forwarded << ",\"short_groups\":" << st.short_groups << ",\"lost\":" << st.lost
       << ",\"refused_doorbells\":" << st.refused_doorbells << ",\"peers_lost\":" << st.peers_lost
-      << ",\"peers_left\":" << st.peers_left << ",\"bytes_copied\":" << st.bytes_copied << "}\n";
+      << ",\"peers_left\":" << st.peers_left << ",\"peers_joined\":" << st.peers_joined
+      << ",\"bytes_copied\":" << st.bytes_copied << "}\n";
   std::printf("aggregator: forwarded %llu updates summing %llu (short groups %llu), skipped %llu, lost %llu, "
               "refused doorbells %llu, peers lost %llu, left %llu\n",
               static_cast<unsigned long long>(st.forwarded), static_cast<unsigned long long>(st.summed),

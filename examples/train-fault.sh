@@ -9,7 +9,8 @@
 #               restart:ROLE  SIGKILL it, then RESTART_S (1) s later start it again with its
 #                             command (ROLE.cmd); a worker from the step after its last
 #                             acknowledged push (its pushes.csv, moved to
-#                             killed-ROLE.pushes.csv): it must rejoin the running job
+#                             killed-ROLE.pushes.csv): it must rejoin the running job; an
+#                             aggregator with --rejoin: its workers must come back to it
 #               replace:server  SIGKILL the server; once the replica is promoted, start a new
 #                             replica on the server's host that joins it (gradlane_train
 #                             replica --join, files replica2.*): it must follow it bitwise
@@ -64,6 +65,12 @@ case $KIND in
         case $last in ''|*[!0-9]*) first=0 ;; *) first=$((last + 1)) ;; esac
         resume="--first-step $first"
         echo "restarting $TARGET from step $first" ;;
+      aggregator)
+        # Its first life's forward log stays (the second starts its own); the workers that lost
+        # it come back when the server tells them where it listens.
+        for f in members.csv updates.csv; do [ -f "$OUT/aggregator.$f" ] && mv "$OUT/aggregator.$f" "$OUT/killed-aggregator.$f"; done
+        resume="--rejoin"
+        echo "restarting aggregator (--rejoin)" ;;
       *) echo "restarting $TARGET" ;;
     esac
     (

@@ -179,6 +179,13 @@ def check(run):
             problems.append(f'{target} was restarted but the {survivor} admitted no worker after the start')
         outcome += f' ({target} restarted from step {first if first is not None else "?"}, rejoined: ' \
                    f'{survivor} peers_joined {joined})'
+    if kind == 'restart' and target == 'aggregator':
+        # The restarted aggregator must have been found again: workers joined it and it forwarded.
+        agg = read_json(os.path.join(run, 'aggregator.stats.json')) or {}
+        if agg.get('peers_joined', 0) < 1 or agg.get('forwarded', 0) < 1:
+            problems.append('the restarted aggregator was not found again by its workers (or forwarded nothing)')
+        outcome += (f" (aggregator restarted: {agg.get('peers_joined', 0)} workers came back, it forwarded "
+                    f"{agg.get('forwarded', 0)} sums)")
     row['outcome'] = outcome
     row['final_version'] = after_fault
 

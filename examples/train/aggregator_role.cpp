@@ -54,7 +54,8 @@ void write_stats(const Config& c, const ps::Aggregator& aggregator) {
   std::ofstream(c.out + "/aggregator.stats.json")
       << "{\"group\":" << c.group << ",\"granted\":" << st.granted << ",\"summed\":" << st.summed
       << ",\"skipped\":" << st.skipped << ",\"forwarded\":" << st.forwarded << ",\"short_groups\":" << st.short_groups
-      << ",\"lost\":" << st.lost << ",\"peers_lost\":" << st.peers_lost << ",\"bytes_copied\":" << st.bytes_copied
+      << ",\"lost\":" << st.lost << ",\"peers_lost\":" << st.peers_lost << ",\"peers_joined\":" << st.peers_joined
+      << ",\"bytes_copied\":" << st.bytes_copied
       << "}\n";
 }
 
@@ -91,16 +92,26 @@ int run_aggregator(const Config& c) {
       std::this_thread::sleep_for(200ms);
     }
   }
-  aggregator->accept_workers(c.peers != 0 ? c.peers : c.workers, 300s);
+  aggregator->accept_workers(c.rejoin ? 0 : c.peers != 0 ? c.peers : c.workers, 300s);
   ForwardLog log(c.out);
   bool finished = true;
   std::uint32_t idle = 0;
-  for (const auto give_up = Clock::now() + 3600s; !aggregator->finished();) {
+  const auto started = Clock::now();
+  for (const auto give_up = started + 3600s; !aggregator->finished();) {
     if (aggregator->progress() != 0) {
       log.catch_up(*aggregator);
-    } else if (++idle % 64 == 0 && Clock::now() > give_up) {  // a clock read costs ~1 µs under some VMs
-      finished = false;
-      break;
+    } else if (++idle % 64 == 0) {  // a clock read costs ~1 µs under some VMs
+      const auto now = Clock::now();
+      if (c.rejoin && aggregator->stats().peers_joined == 0 && now > started + 60s) {
+        std::fprintf(stderr, "gradlane_train aggregator: restarted, and no worker came back in 60 s (is the job "
+                             "over, or in gradlane mode, where a restarted aggregator is not found again?)\n");
+        finished = false;
+        break;
+      }
+      if (now > give_up) {
+        finished = false;
+        break;
+      }
     }
   }
   log.catch_up(*aggregator);

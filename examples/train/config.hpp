@@ -45,6 +45,7 @@ struct Config {
   std::uint32_t group = 4;          // aggregator: gradients summed into one update
   std::uint32_t id = 1;             // worker id, 1..workers
   std::uint64_t steps = 200;        // gradients each worker computes
+  bool rejoin = false;              // aggregator: restarted; the workers that lost it come back
   std::uint64_t first_step = 0;     // a restarted worker resumes here (steps first_step .. steps-1)
   float learning_rate = 0.1F;       // per gradient (sync: per averaged step)
   std::uint32_t batch = 64;

@@ -109,6 +109,9 @@ int main(int argc, char** argv) {
   aggregator->add_option("--replica", c.replica, "ADDR:PORT of the replica (the aggregate is mirrored there)");
   aggregator->add_option("--group", c.group, "gradients summed into one update")->check(CLI::Range(1U, 1024U));
   aggregator->add_option("--peers", c.peers, "workers that push to it (default: --workers)");
+  aggregator->add_flag("--rejoin", c.rejoin,
+                       "a restarted aggregator: wait for no worker at the start; the ones that lost it come back "
+                       "(direct aggregate mode)");
   aggregator->callback([&c] { c.role = "aggregator"; });
   auto* evaluate = app.add_subcommand("evaluate", "evaluate the server's snapshots on the test set");
   common(evaluate);

@@ -390,6 +390,9 @@ class Worker {
   // The aggregator's forward in sidecar mode: the gradient written as sequence `sequence` (its
   // sidecar's grant), mirrored to the replica; a server failure fails over (lost = true).
   PushResult write_as(std::uint64_t sequence);
+  // The aggregator's forward in direct mode: tells the server where the aggregator listens, so
+  // workers that lost it (it was restarted) come back to it.
+  void announce_aggregator(const std::string& address, std::uint16_t port);
   std::unique_ptr<State> state_;
 };
 
@@ -447,6 +450,8 @@ struct AggregatorStats {
   std::uint64_t refused_doorbells = 0;  // for a member sequence not granted to that worker, or done
   std::uint64_t peers_lost = 0;  // workers that failed with work outstanding or misbehaved
   std::uint64_t peers_left = 0;  // workers that disconnected with nothing outstanding
+  std::uint64_t peers_joined = 0;  // direct mode: workers admitted after accept_workers (they
+                                   // come back to a restarted aggregator)
   std::uint64_t cancelled = 0;   // sidecar mode: aggregates none of whose members came
   std::uint64_t displaced = 0;   // sidecar mode: members overwritten in their slot before their
                                  // aggregate was due (a worker had more than `slots` in flight)
@@ -466,6 +471,9 @@ class Aggregator {
 
   std::uint16_t port() const;
   // Accepts `workers` worker connections, each within `timeout` (Error(timeout) otherwise).
+  // Direct mode: from then on progress() keeps admitting workers, and at its start the
+  // aggregator told the server where it listens — the server passes that to its workers, so a
+  // restarted aggregator (accept_workers(0)) is found again by the workers that lost it.
   void accept_workers(std::size_t workers, Millis timeout);
   // Does what is due without waiting, except that a group ready to forward is summed and
   // pushed before it returns (at most one per call; the push waits for the server's grant).
@@ -474,7 +482,7 @@ class Aggregator {
   std::size_t progress();
   // progress() until finished(), or `timeout` passes; false on timeout.
   bool run(Millis timeout);
-  // No worker is left and every member that came was forwarded.
+  // Some worker came, none is left, and every member that came was forwarded.
   bool finished() const;
 
   const AggregatorStats& stats() const;

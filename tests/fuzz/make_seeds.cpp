@@ -310,7 +310,8 @@ void ps_seeds(const fs::path& dir) {
     put_message(s, ps::Forwarded{.member = 3, .sequence = 7, .delivered = true});
     put_message(s, ps::Hello{ps::PeerKind::replica, 0});
     put_message(s, ps::Adopted{.version = 12});
-    put_message(s, ps::ReplicaAt{.address = "198.18.0.10", .port = 7803});
+    put_message(s, ps::ListeningAt{.kind = ps::PeerKind::replica, .address = "198.18.0.10", .port = 7803});
+    put_message(s, ps::ListeningAt{.kind = ps::PeerKind::aggregator, .address = "fe80::1", .port = 7802});
     put_message(s, ps::Mirroring{.worker = 2, .from = 60});
     s.put(doorbell).put(std::uint32_t{1});
     s.put(doorbell).put(std::uint32_t{2});

@@ -52,8 +52,9 @@ void received_message(std::span<const std::byte> bytes) {
   if (const auto* forwarded = std::get_if<ps::Forwarded>(&*message)) {
     require(forwarded->delivered == (forwarded->sequence != 0), "a delivered member without its sequence, or the reverse");
   }
-  if (const auto* at = std::get_if<ps::ReplicaAt>(&*message)) {
-    require(!at->address.empty() && at->port != 0, "a replica's address empty or its port 0");
+  if (const auto* at = std::get_if<ps::ListeningAt>(&*message)) {
+    require(at->kind == ps::PeerKind::replica || at->kind == ps::PeerKind::aggregator, "listening-at for another kind");
+    require(!at->address.empty() && at->port != 0, "a listening address empty or its port 0");
     for (const char c : at->address) {
       require(std::isxdigit(static_cast<unsigned char>(c)) != 0 || c == '.' || c == ':', "an address with a foreign byte");
     }

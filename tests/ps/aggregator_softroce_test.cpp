@@ -50,6 +50,8 @@ struct AggregationSpec {
   // Long, so a group is forwarded short only when no worker is left: group counts are exact.
   std::string linger_ms = "60000";
   std::uint64_t aggregator_dies_after_forwards = 0;  // 0: it lives
+  bool restart_aggregator = false;  // once it died: a new one on its port (aggregator2.*)
+  std::uint64_t pace_ms = 0;        // workers' "compute" before each step
 };
 
 class AggregatedRun : public ::testing::Test {
@@ -88,12 +90,30 @@ class AggregatedRun : public ::testing::Test {
                                     replica_at, "aggregator=" + hosts[2].address + ":7842", floats, updates,
                                     "gradient=pattern", out};
       if (spec.die_after.contains(id)) a.push_back("die_after=" + std::to_string(spec.die_after.at(id)));
+      if (spec.pace_ms != 0) a.push_back("pace_ms=" + std::to_string(spec.pace_ms));
       workers.push_back(std::make_unique<ExternalProcess>(a, out_ + "/worker" + std::to_string(id)));
+    }
+    std::optional<ExternalProcess> restarted;
+    if (spec.restart_aggregator) {
+      const auto died = aggregator.wait_exit(120s);
+      ASSERT_TRUE(died && WIFSIGNALED(*died) && WTERMSIG(*died) == SIGKILL) << "the aggregator did not die as told";
+      restarted.emplace(std::vector<std::string>{node, "role=aggregator", "device=" + hosts[2].device, "port=7842",
+                                                 "id=" + std::to_string(kAggregatorId), server_at, replica_at, floats,
+                                                 "group=" + std::to_string(spec.group), "workers=" + std::to_string(kWorkers),
+                                                 "linger_ms=" + spec.linger_ms, out, "rejoin=1", "name=aggregator2"},
+                        out_ + "/aggregator2");
     }
     expect_workers_exit(workers, spec.die_after);
     if (::testing::Test::HasFatalFailure()) return;
+    if (restarted) {
+      const auto status = restarted->wait_exit(120s);
+      ASSERT_TRUE(status.has_value()) << "the restarted aggregator did not finish";
+      EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "restarted aggregator status " << *status;
+    }
     const bool dies = spec.aggregator_dies_after_forwards != 0;
-    for (auto* p : {&aggregator, &server, &replica}) {
+    std::vector<ExternalProcess*> shard_roles = {&server, &replica};
+    if (!restarted) shard_roles.insert(shard_roles.begin(), &aggregator);  // else waited for above
+    for (auto* p : shard_roles) {
       const auto status = p->wait_exit(120s);
       ASSERT_TRUE(status.has_value()) << "a shard role did not finish";
       if (dies && p == &aggregator) {
@@ -212,6 +232,73 @@ class AggregatedRun : public ::testing::Test {
     EXPECT_EQ(told, summed) << "what the workers were told delivered is not what the aggregator forwarded";
   }
 
+  // After an aggregator was killed: every push has exactly one outcome, every acknowledged one
+  // (delivered members, direct pushes) is applied, and the server's model is bitwise those
+  // updates applied in its order (each forward: its delivered members summed in order).
+  // Returns how many members were reported not delivered.
+  std::uint64_t check_outcomes_after_the_kill() {
+    std::map<std::uint64_t, const json*> applied;  // the server's sequence -> its history entry
+    for (const json& u : history_) {
+      if (!u["skipped"].get<bool>()) applied[u["seq"].get<std::uint64_t>()] = &u;
+    }
+    // sequence -> the members of the sum it is, in the aggregator's sum order (worker, step)
+    std::map<std::uint64_t, std::set<std::pair<std::uint64_t, std::uint64_t>>> sums;
+    std::uint64_t undelivered = 0;
+    for (const auto& [id, report] : workers_) {
+      const auto delivered = report["delivered"], direct = report["acked_steps"];
+      undelivered += report["undelivered"].size();
+      EXPECT_EQ(delivered.size() + report["undelivered"].size() + direct.size() + report["lost"].get<std::uint64_t>() +
+                    report["dropped"].get<std::uint64_t>(),
+                spec_.updates)
+          << "worker " << id << ": a push with no outcome, or two";
+      for (const auto& d : delivered) {
+        const auto seq = d[1].get<std::uint64_t>();
+        const auto it = applied.find(seq);
+        if (it == applied.end()) {
+          ADD_FAILURE() << "worker " << id << " step " << d[0] << ": delivered as " << seq << ", not applied";
+          continue;
+        }
+        EXPECT_EQ((*it->second)["worker"].get<std::uint64_t>(), kAggregatorId);
+        sums[seq].insert({id, d[0].get<std::uint64_t>()});
+      }
+      for (const auto& p : direct) {
+        const auto it = applied.find(p[0].get<std::uint64_t>());
+        if (it == applied.end()) {
+          ADD_FAILURE() << "worker " << id << " step " << p[1] << ": acknowledged, not applied";
+          continue;
+        }
+        EXPECT_EQ((*it->second)["worker"].get<std::uint64_t>(), id);
+        EXPECT_EQ((*it->second)["tag"].get<std::uint64_t>(), p[1].get<std::uint64_t>());
+      }
+    }
+    // The server's model, recomputed: each forward is its delivered members summed in order.
+    std::vector<float> reference(spec_.floats);
+    for (std::size_t j = 0; j < reference.size(); ++j) reference[j] = examples::initial_value(j);
+    for (const auto& [seq, entry] : applied) {
+      std::vector<float> update(spec_.floats);
+      const auto worker = (*entry)["worker"].get<std::uint64_t>();
+      if (worker == kAggregatorId) {
+        if (!sums.contains(seq)) {
+          ADD_FAILURE() << "the server applied forward " << seq << " no worker was told of";
+          continue;
+        }
+        json forward = {{"members", json::array()}};
+        for (const auto& [w, step] : sums.at(seq)) forward["members"].push_back({w, step, 0});
+        update = expected_sum(forward);
+      } else {
+        for (std::size_t j = 0; j < update.size(); ++j) {
+          update[j] = examples::gradient_value(worker, (*entry)["tag"].get<std::uint64_t>(), j, false);
+        }
+      }
+      ps::sgd_step(reference, update, examples::kLearningRate);
+    }
+    EXPECT_TRUE(std::memcmp(server_model_.data(), reference.data(), spec_.floats * sizeof(float)) == 0)
+        << "the server's model is not the acknowledged updates applied in its order";
+    EXPECT_TRUE(std::memcmp(server_model_.data(), replica_model_.data(), spec_.floats * sizeof(float)) == 0)
+        << "server and replica diverged";
+    return undelivered;
+  }
+
   // What worker `id` reported copying on its data path (ps::Worker::bytes_copied).
   std::uint64_t worker_bytes_copied(std::uint32_t id) const {
     std::ifstream in(out_ + "/worker" + std::to_string(id) + ".json");
@@ -284,58 +371,40 @@ TEST_F(AggregatedRun, AKilledAggregatorsHeldMembersAreReportedNotDeliveredAndEve
   spec.aggregator_dies_after_forwards = 4;
   run(spec);
   if (::testing::Test::HasFatalFailure()) return;
-  std::map<std::uint64_t, const json*> applied;  // the server's sequence -> its history entry
-  for (const json& u : history_) {
-    if (!u["skipped"].get<bool>()) applied[u["seq"].get<std::uint64_t>()] = &u;
-  }
-  // sequence -> the members of the sum it is, in the aggregator's sum order (worker, step)
-  std::map<std::uint64_t, std::set<std::pair<std::uint64_t, std::uint64_t>>> sums;
-  std::uint64_t undelivered = 0;
+  const std::uint64_t undelivered = check_outcomes_after_the_kill();
+  std::set<std::uint64_t> forwards;
   for (const auto& [id, report] : workers_) {
-    const auto delivered = report["delivered"], direct = report["acked_steps"];
-    undelivered += report["undelivered"].size();
-    EXPECT_EQ(delivered.size() + report["undelivered"].size() + direct.size() + report["lost"].get<std::uint64_t>() +
-                  report["dropped"].get<std::uint64_t>(),
-              spec_.updates)
-        << "worker " << id << ": a push with no outcome, or two";
-    for (const auto& d : delivered) {
-      const auto seq = d[1].get<std::uint64_t>();
-      const auto it = applied.find(seq);
-      ASSERT_NE(it, applied.end()) << "worker " << id << " step " << d[0] << ": delivered as " << seq << ", not applied";
-      EXPECT_EQ((*it->second)["worker"].get<std::uint64_t>(), kAggregatorId);
-      sums[seq].insert({id, d[0].get<std::uint64_t>()});
-    }
-    for (const auto& p : direct) {
-      const auto it = applied.find(p[0].get<std::uint64_t>());
-      ASSERT_NE(it, applied.end()) << "worker " << id << " step " << p[1] << ": acknowledged, not applied";
-      EXPECT_EQ((*it->second)["worker"].get<std::uint64_t>(), id);
-      EXPECT_EQ((*it->second)["tag"].get<std::uint64_t>(), p[1].get<std::uint64_t>());
-    }
+    for (const auto& d : report["delivered"]) forwards.insert(d[1].get<std::uint64_t>());
   }
-  EXPECT_EQ(sums.size(), 4u) << "four forwards were delivered before the kill";
+  EXPECT_EQ(forwards.size(), 4u) << "four forwards were delivered before the kill";
   EXPECT_GE(undelivered, 1u) << "the aggregator died holding no member: the case is not exercised";
-  // The server's model, recomputed: each forward is its delivered members summed in order.
-  std::vector<float> reference(spec_.floats);
-  for (std::size_t j = 0; j < reference.size(); ++j) reference[j] = examples::initial_value(j);
-  for (const auto& [seq, entry] : applied) {
-    std::vector<float> update(spec_.floats);
-    const auto worker = (*entry)["worker"].get<std::uint64_t>();
-    if (worker == kAggregatorId) {
-      ASSERT_TRUE(sums.contains(seq)) << "the server applied forward " << seq << " no worker was told of";
-      json forward = {{"members", json::array()}};
-      for (const auto& [w, step] : sums.at(seq)) forward["members"].push_back({w, step, 0});
-      update = expected_sum(forward);
-    } else {
-      for (std::size_t j = 0; j < update.size(); ++j) {
-        update[j] = examples::gradient_value(worker, (*entry)["tag"].get<std::uint64_t>(), j, false);
-      }
-    }
-    ps::sgd_step(reference, update, examples::kLearningRate);
+}
+
+TEST_F(AggregatedRun, ARestartedAggregatorIsFoundAgainByItsWorkersAndSumsTheirUpdates) {
+  // As above, and a new aggregator process is started on the dead one's port. It tells the
+  // server where it listens; the server tells the workers (pushing to it directly since the
+  // kill), which connect again and push through it: it must admit all four and forward more
+  // groups, and every outcome check above holds across the two lives.
+  AggregationSpec spec;
+  spec.updates = 30;
+  spec.pace_ms = 100;
+  spec.linger_ms = "500";
+  spec.aggregator_dies_after_forwards = 4;
+  spec.restart_aggregator = true;
+  run(spec);
+  if (::testing::Test::HasFatalFailure()) return;
+  check_outcomes_after_the_kill();
+  std::ifstream in(out_ + "/aggregator2.stats.json");
+  const json second = json::parse(in);
+  EXPECT_EQ(second["peers_joined"].get<std::uint64_t>(), kWorkers) << "not every worker came back";
+  EXPECT_GT(second["forwarded"].get<std::uint64_t>(), 4u) << "the restarted aggregator summed too little";
+  std::uint64_t delivered_after = 0;  // members delivered as sequences after the restart's first forward
+  for (const json& forward : read_lines(out_ + "/aggregator2.jsonl")) {
+    EXPECT_FALSE(forward["lost"].get<bool>());
+    delivered_after += forward["members"].size();
   }
-  EXPECT_TRUE(std::memcmp(server_model_.data(), reference.data(), spec_.floats * sizeof(float)) == 0)
-      << "the server's model is not the acknowledged updates applied in its order";
-  EXPECT_TRUE(std::memcmp(server_model_.data(), replica_model_.data(), spec_.floats * sizeof(float)) == 0)
-      << "server and replica diverged";
+  EXPECT_EQ(delivered_after, second["summed"].get<std::uint64_t>());
+  EXPECT_GT(delivered_after, kWorkers * 5u) << "the workers pushed little through the restarted aggregator";
 }
 
 }  // namespace

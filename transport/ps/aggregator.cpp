@@ -237,8 +237,34 @@ void Aggregator::State::tell_forwarded(MemberPeer& peer, std::uint64_t member, c
   }
 }
 
+// Workers that come after the start: to a restarted aggregator, the ones that lost it (the
+// server told them where it listens again). One connecting under the id of a connection that
+// still looks alive supersedes it.
+std::size_t Aggregator::State::admit_joiners() {
+  if (!late || ++rounds % 64 != 0) return 0;
+  std::size_t work = 0;
+  for (Joined& j : late->poll()) {
+    ++work;
+    if (j.hello.kind != PeerKind::worker) {
+      late->refuse(j.conn, Error(Errc::protocol, "only workers join an aggregator"));
+      continue;
+    }
+    for (MemberPeer& old : peers) {
+      if (old.alive && old.worker == j.hello.worker) {
+        lose(old, Error(Errc::protocol, fmt::format("worker {} connected again: this older connection is superseded",
+                                                    j.hello.worker)));
+      }
+    }
+    peers.push_back(MemberPeer{std::move(j.conn), j.hello.worker, true, {}});
+    ++stats.peers_joined;
+    std::fprintf(stderr, "gradlane ps aggregator: worker %u joined\n", j.hello.worker);
+  }
+  return work;
+}
+
 std::size_t Aggregator::State::progress_direct() {
-  std::size_t work = take_input();
+  std::size_t work = admit_joiners();
+  work += take_input();
   work += expire_holes();
   work += grant();
   work += collect();
@@ -260,6 +286,7 @@ Aggregator::Aggregator(const Device& device, std::uint16_t port, const Aggregato
                                                     options.slots, options.group));
   }
   state_ = std::make_unique<State>(device, port, options);
+  if (!options.sidecar) state_->forward.announce_aggregator(state_->listener.address(), state_->listener.port());
   if (options.sidecar) {
     sidecar::AttachOptions attach = *options.sidecar;
     attach.region_bytes = options.floats * sizeof(float);
@@ -283,6 +310,8 @@ void Aggregator::accept_workers(std::size_t workers, Millis timeout) {
     }
     s.peers.push_back(MemberPeer{std::move(j.conn), j.hello.worker, true, {}});
   }
+  const auto advertise_late = [&s](Connection& conn) { conn.advertise(kSlotRegionId, s.ring->region().descriptor()); };
+  s.late.emplace(s.listener, advertise_late, s.options.transport.connect_timeout, "aggregator");
 }
 
 std::size_t Aggregator::progress() {
@@ -303,7 +332,8 @@ bool Aggregator::run(Millis timeout) {
 bool Aggregator::finished() const {
   const State& s = *state_;
   if (s.sidecar_mode()) return s.finished_sidecar();
-  return live_workers() == 0 && s.waiting.empty() && s.granted.empty() && s.order.pending() == 0 && s.group.empty();
+  return !s.peers.empty() && live_workers() == 0 && s.waiting.empty() && s.granted.empty() && s.order.pending() == 0 &&
+         s.group.empty();
 }
 
 const AggregatorStats& Aggregator::stats() const { return state_->stats; }

@@ -14,6 +14,7 @@
 #include "gradlane/ps.hpp"
 #include "transport/ps/aggregate_book.hpp"
 #include "transport/ps/apply_order.hpp"
+#include "transport/ps/join.hpp"
 #include "transport/ps/member_group.hpp"
 #include "transport/ps/messages.hpp"
 #include "transport/ps/outstanding_grants.hpp"
@@ -49,6 +50,8 @@ struct Aggregator::State {
   Listener listener;
   Worker forward;  // to the server and the replica; its gradient() is where a group is summed
   std::vector<MemberPeer> peers;
+  std::optional<LateJoins> late;  // direct mode, after accept_workers
+  std::uint32_t rounds = 0;       // progress() calls: late joins are looked at every 64
   std::deque<Waiting> waiting;
   std::uint64_t next_grant = 1;
   std::map<std::uint64_t, GroupMember> granted;  // granted, not yet released by `order`
@@ -69,6 +72,7 @@ struct Aggregator::State {
   // The oldest member sequence whose slot is still busy (member_group.hpp).
   std::uint64_t held_from() const { return group.empty() ? order.next_sequence() : group.first_sequence(); }
   std::size_t take_from(std::size_t index);
+  std::size_t admit_joiners();
   std::size_t take_input();
   std::size_t grant();
   std::size_t expire_holes();

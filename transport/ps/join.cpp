@@ -68,4 +68,48 @@ std::vector<Joined> accept_hellos(Listener& listener, std::size_t count, const s
   return joined;
 }
 
+LateJoins::LateJoins(Listener& listener, std::function<void(Connection&)> advertise, Millis patience, const char* who)
+    : listener_(&listener), advertise_(std::move(advertise)), patience_(patience), who_(who) {}
+
+void LateJoins::refuse(const Connection& conn, const Error& why) {
+  ++refused_;
+  std::fprintf(stderr, "gradlane ps %s: refused a late connection (%s): %s\n", who_, conn.describe().c_str(), why.what());
+}
+
+std::vector<Joined> LateJoins::poll() {
+  std::vector<Joined> joined;
+  if (admitting_) {
+    try {
+      while (auto conn = listener_->try_accept()) {
+        try {
+          advertise_(*conn);
+          pending_.push_back(Pending{std::move(*conn), std::chrono::steady_clock::now() + patience_});
+        } catch (const Error& e) {
+          refuse(*conn, e);
+        }
+      }
+    } catch (const Error& e) {  // the listener's own failure: no more joins, the job goes on
+      std::fprintf(stderr, "gradlane ps %s: stopped admitting peers: %s\n", who_, e.what());
+      admitting_ = false;
+    }
+  }
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    try {
+      const auto hello = try_hello(it->conn);
+      if (!hello) {
+        if (std::chrono::steady_clock::now() < it->deadline) {
+          ++it;
+          continue;
+        }
+        throw Error(Errc::timeout, fmt::format("no hello within {} ms", patience_.count()));
+      }
+      joined.push_back(Joined{std::move(it->conn), *hello, 0});
+    } catch (const Error& e) {
+      refuse(it->conn, e);
+    }
+    it = pending_.erase(it);
+  }
+  return joined;
+}
+
 }  // namespace gradlane::ps

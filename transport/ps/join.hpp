@@ -9,7 +9,9 @@
 // is dropped with a line on stderr.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <vector>
@@ -35,5 +37,32 @@ std::optional<Hello> try_hello(Connection& conn);
 // new peer joining; `who` names the acceptor in messages ("server", "aggregator", ...).
 std::vector<Joined> accept_hellos(Listener& listener, std::size_t count, const std::function<void(Connection&)>& advertise,
                                   Millis timeout, const char* who);
+
+// Peers that join after the start (a restarted worker, a replica joining, workers coming back
+// to a restarted aggregator), taken from an acceptor's poll loop without waiting: each call
+// accepts what is queued, advertises to it, and hands out the connections whose hello came.
+// One that says nothing within `patience`, or whose first message is not a hello, is refused
+// (counted, with a line on stderr); a failing listener ends admission, the job goes on.
+class LateJoins {
+ public:
+  LateJoins(Listener& listener, std::function<void(Connection&)> advertise, Millis patience, const char* who);
+  std::vector<Joined> poll();
+  std::uint64_t refused() const { return refused_; }
+  // Counts a joiner the caller refused after its hello, with the reason on stderr.
+  void refuse(const Connection& conn, const Error& why);
+
+ private:
+  struct Pending {
+    Connection conn;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  Listener* listener_;
+  std::function<void(Connection&)> advertise_;
+  Millis patience_;
+  const char* who_;
+  bool admitting_ = true;
+  std::vector<Pending> pending_;
+  std::uint64_t refused_ = 0;
+};
 
 }  // namespace gradlane::ps

@@ -12,10 +12,10 @@ namespace {
 
 // Wire: byte 0 = kind (the variant index + 1), then the fields, little-endian, packed.
 enum class Kind : std::uint8_t {
-  hello = 1, request, grant, decided, ack, bye, failed_over, forwarded, adopted, replica_at, mirroring
+  hello = 1, request, grant, decided, ack, bye, failed_over, forwarded, adopted, listening_at, mirroring
 };
 constexpr std::size_t kSize[] = {0,          1 + 1 + 4, 1 + 4 + 8 + 8, 1 + 8 + 8 + 4, 1 + 8 + 4 + 8, 1 + 8, 1 + 4,
-                                 1 + 4,      1 + 8 + 8 + 1, 1 + 8, 1 + ReplicaAt::kAddressBytes + 2, 1 + 4 + 8};
+                                 1 + 4,      1 + 8 + 8 + 1, 1 + 8, 1 + 1 + ListeningAt::kAddressBytes + 2, 1 + 4 + 8};
 
 class Writer {
  public:
@@ -90,8 +90,8 @@ std::vector<std::byte> encode(const Message& message) {
             return Writer(Kind::forwarded).put(m.member).put(m.sequence).put(std::uint8_t{m.delivered}).done();
           },
           [](const Adopted& m) { return Writer(Kind::adopted).put(m.version).done(); },
-          [](const ReplicaAt& m) {
-            return Writer(Kind::replica_at).put_text(m.address, ReplicaAt::kAddressBytes).put(m.port).done();
+          [](const ListeningAt& m) {
+            return Writer(Kind::listening_at).put(m.kind).put_text(m.address, ListeningAt::kAddressBytes).put(m.port).done();
           },
           [](const Mirroring& m) { return Writer(Kind::mirroring).put(m.worker).put(m.from).done(); },
       },
@@ -167,11 +167,16 @@ Message decode(std::span<const std::byte> bytes) {
     }
     case Kind::adopted:
       return Adopted{in.get<std::uint64_t>()};
-    case Kind::replica_at: {
-      ReplicaAt m;
-      m.address = in.get_address(ReplicaAt::kAddressBytes);
+    case Kind::listening_at: {
+      ListeningAt m;
+      m.kind = in.get<PeerKind>();
+      if (m.kind != PeerKind::replica && m.kind != PeerKind::aggregator) {
+        throw Error(Errc::protocol, fmt::format("listening-at for a peer kind {} (a replica's or an aggregator's)",
+                                                static_cast<int>(m.kind)));
+      }
+      m.address = in.get_address(ListeningAt::kAddressBytes);
       m.port = in.get<std::uint16_t>();
-      if (m.port == 0) throw Error(Errc::protocol, "a replica listening on port 0");
+      if (m.port == 0) throw Error(Errc::protocol, "a peer listening on port 0");
       return m;
     }
     case Kind::mirroring: {

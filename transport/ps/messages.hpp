@@ -16,9 +16,12 @@
 //   Adopted   server → a replica that joined it running: it is this server's replica from
 //                             `version` on (the snapshot it was advertised is that version);
 //                             every decision after it follows as Decided
-//   ReplicaAt replica → server  where a replica that joined running listens (after its hello);
-//             server → worker   the same, so the worker connects to it: it mirrors there and
-//                             fails over to it
+//   ListeningAt replica → server  where a replica that joined running listens (after its
+//                             hello); aggregator → server (on its forward's connection): where
+//                             the aggregator listens, said at its start;
+//             server → worker   the same, so the worker connects to it: to a replica, which it
+//                             mirrors to and fails over to; to an aggregator, when it has lost
+//                             its own (a restarted aggregator: it pushes through it again)
 //   Mirroring worker → replica  the worker mirrors its updates here from sequence `from` on (a
 //                             worker that connected to a joined replica): the replica waits for
 //                             those mirrors, and reads the earlier ones from the server's slot
@@ -39,8 +42,9 @@
 
 namespace gradlane::ps {
 
-// replica: a replica joining a running server (ShardServer::join_server), id 0.
-enum class PeerKind : std::uint8_t { worker = 1, primary = 2, replica = 3 };
+// replica: a replica joining a running server (ShardServer::join_server), id 0. aggregator:
+// only in ListeningAt (an aggregator says hello as the worker it is at the server).
+enum class PeerKind : std::uint8_t { worker = 1, primary = 2, replica = 3, aggregator = 4 };
 
 struct Hello {
   PeerKind kind = PeerKind::worker;
@@ -75,8 +79,9 @@ struct FailedOver {
 struct Adopted {
   std::uint64_t version = 0;
 };
-struct ReplicaAt {
+struct ListeningAt {
   static constexpr std::size_t kAddressBytes = 46;  // INET6_ADDRSTRLEN: an IPv4 or IPv6 literal
+  PeerKind kind = PeerKind::replica;  // replica or aggregator
   std::string address;
   std::uint16_t port = 0;
 };
@@ -90,7 +95,7 @@ struct Forwarded {
   bool delivered = false;
 };
 
-using Message = std::variant<Hello, Request, Grant, Decided, Ack, Bye, FailedOver, Forwarded, Adopted, ReplicaAt, Mirroring>;
+using Message = std::variant<Hello, Request, Grant, Decided, Ack, Bye, FailedOver, Forwarded, Adopted, ListeningAt, Mirroring>;
 
 std::vector<std::byte> encode(const Message& message);
 Message decode(std::span<const std::byte> bytes);

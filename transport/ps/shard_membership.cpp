@@ -12,7 +12,6 @@
 
 namespace gradlane::ps {
 using shard::Clock;
-using shard::Joining;
 using shard::Peer;
 
 void ShardServer::State::advertise(Connection& conn) {
@@ -36,55 +35,35 @@ void ShardServer::accept_peers(std::size_t workers, Millis timeout) {
     }
     s.peers.push_back(Peer{std::move(j.conn), j.hello.kind, j.hello.worker, true, {}, {}, {}, false, false});
   }
-  s.admitting = true;
+  s.start_admitting();
+}
+
+void ShardServer::State::start_admitting() {
+  late.emplace(listener, [this](Connection& conn) { advertise(conn); }, options.transport.connect_timeout,
+               role == Role::server ? "server" : "replica");
 }
 
 // Membership after the start: connections accepted from the poll loop (one non-blocking look
 // every so many rounds: a restart is rare, a round is not), advertised to, and admitted when
 // their hello comes. Each late connection's failure is its own; the job goes on.
 std::size_t ShardServer::State::admit_joiners() {
-  if (!admitting || rounds % 64 != 0) return 0;  // rounds: counted by progress()
+  if (!late || rounds % 64 != 0) return 0;  // rounds: counted by progress()
   std::size_t work = 0;
-  const char* who = role == Role::server ? "server" : "replica";
-  try {
-    while (auto conn = listener.try_accept()) {
-      ++work;
-      try {
-        advertise(*conn);
-        joining.push_back(Joining{std::move(*conn), Clock::now() + options.transport.connect_timeout});
-      } catch (const Error& e) {
-        ++stats.joins_refused;
-        std::fprintf(stderr, "gradlane ps %s: dropped a late connection before its hello: %s\n", who, e.what());
-      }
-    }
-  } catch (const Error& e) {  // the listener's own failure: no more joins, the job goes on
-    std::fprintf(stderr, "gradlane ps %s: stopped admitting workers: %s\n", who, e.what());
-    admitting = false;
-  }
-  for (auto it = joining.begin(); it != joining.end();) {
+  for (Joined& j : late->poll()) {
+    ++work;
     try {
-      const auto hello = try_hello(it->conn);
-      if (!hello) {
-        if (Clock::now() < it->deadline) {
-          ++it;
-          continue;
-        }
-        throw Error(Errc::timeout, fmt::format("no hello within {} ms", options.transport.connect_timeout.count()));
-      }
-      if (hello->kind == PeerKind::replica) {
-        adopt_replica(std::move(it->conn));
-      } else if (hello->kind != PeerKind::worker) {
+      if (j.hello.kind == PeerKind::replica) {
+        adopt_replica(std::move(j.conn));
+      } else if (j.hello.kind != PeerKind::worker) {
         throw Error(Errc::protocol, "a connection accepted after the start said hello as a primary, not a worker");
       } else {
-        admit(std::move(it->conn), *hello);
+        admit(std::move(j.conn), j.hello);
       }
-      ++work;
     } catch (const Error& e) {
-      ++stats.joins_refused;
-      std::fprintf(stderr, "gradlane ps %s: refused a late connection (%s): %s\n", who, it->conn.describe().c_str(), e.what());
+      late->refuse(j.conn, e);
     }
-    it = joining.erase(it);
   }
+  stats.joins_refused = late->refused();
   return work;
 }
 
@@ -92,16 +71,19 @@ std::size_t ShardServer::State::admit_joiners() {
 // before its old connection failed here (a process killed and started again within the ACK
 // timeout): the new connection supersedes the old one, which is written off as lost — its
 // granted sequences become holes, skipped in order, exactly as if it had failed.
-void ShardServer::State::admit(Connection conn, const Hello& hello) {
+void ShardServer::State::admit(Connection&& conn, const Hello& hello) {
   for (Peer& old : peers) {
     if (old.alive && old.kind == PeerKind::worker && old.worker == hello.worker) {
       lose(old, Error(Errc::protocol, fmt::format("worker {} connected again ({}): this older connection is "
                                                   "superseded", hello.worker, conn.describe())));
     }
   }
-  peers.push_back(Peer{std::move(conn), PeerKind::worker, hello.worker, true, {}, {}, {}, false, false});
+  peers.push_back(Peer{std::move(conn), PeerKind::worker, hello.worker, true, {}, {}, {}, false, false, true});
   ++stats.peers_joined;
-  if (role == Role::server) tell_workers_replica_at(&peers.back());
+  if (role == Role::server) {
+    if (replica_at) tell_workers(*replica_at, 0, &peers.back());
+    for (const auto& [aggregator, at] : aggregators_at) tell_workers(at, aggregator, &peers.back());
+  }
   std::fprintf(stderr, "gradlane ps %s: worker %u joined the running job\n", role == Role::server ? "server" : "replica",
                hello.worker);
 }

@@ -152,7 +152,7 @@ void ShardServer::State::promote() {
 // A new replica joining a running server (ps.hpp, ShardServer::join_server).
 void ShardServer::join_server(const std::string& address, std::uint16_t port, Millis timeout) {
   State& s = *state_;
-  if (s.role != Role::replica || s.primary || s.admitting) {
+  if (s.role != Role::replica || s.primary || s.late) {
     throw Error(Errc::invalid_argument, "join_server: a replica that has no server yet (instead of accept_peers)");
   }
   if (s.options.sidecar || s.options.momentum != 0.0F) {
@@ -162,7 +162,7 @@ void ShardServer::join_server(const std::string& address, std::uint16_t port, Mi
   Connection conn = connect_with_retry(s.device, address, port, s.options.transport, timeout, s.cq);
   s.primary_slots = conn.wait_region(kSlotRegionId, timeout);
   conn.send(encode(Hello{PeerKind::replica, 0}));
-  conn.send(encode(ReplicaAt{s.listener.address(), s.listener.port()}));  // the server tells its workers
+  conn.send(encode(ListeningAt{PeerKind::replica, s.listener.address(), s.listener.port()}));  // for its workers
   // The server adopts us between two applies, up to 64 of its rounds later; a server that
   // refuses (it has a replica, it is one) closes the connection and says why in its log.
   RegionDescriptor snapshot;
@@ -206,7 +206,7 @@ void ShardServer::join_server(const std::string& address, std::uint16_t port, Mi
   s.options.read_updates_from_server = true;
   s.primary = s.peers.size();
   s.peers.push_back(Peer{std::move(conn), PeerKind::primary, 0, true, {}, {}, {}, false, false});
-  s.admitting = true;
+  s.start_admitting();
   std::fprintf(stderr, "gradlane ps replica: joined the running server %s at version %llu\n",
                s.peers.back().conn.describe().c_str(), static_cast<unsigned long long>(adopted->version));
 }

@@ -53,6 +53,7 @@ void ShardServer::State::lose(Peer& peer, const Error& why) {
     }
   }
   peer.alive = false;
+  if (peer.kind == PeerKind::worker) aggregators_at.erase(peer.worker);  // a dead aggregator's address
   // Whatever the reason, the peer is told: one written off here but alive there (its link was
   // down past our probe, a superseded connection) would otherwise wait out its own timeouts
   // for grants that never come — 120 s, seen in the link:2 fault.
@@ -102,6 +103,16 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
                                                 mirroring->worker, peer.worker));
       }
       mirrors_from[peer.worker] = mirroring->from;
+    } else if (const auto* at = std::get_if<ListeningAt>(&message);
+               at && at->kind == PeerKind::aggregator && peer.kind == PeerKind::worker) {
+      // An aggregator (a worker here) says where it listens: its workers that lost it come
+      // back (a restarted aggregator). Direct mode: in sidecar mode gradlaned redirects.
+      // Said at every aggregator's start; passed on only for one that joined late (restarted):
+      // the workers of the first are connected to it, and a worker that joins later is told.
+      if (role == Role::server && !sidecar) {
+        aggregators_at[peer.worker] = *at;
+        if (peer.joined_late) tell_workers(*at, peer.worker);
+      }
     } else if (const auto* ack = std::get_if<Ack>(&message); ack && role == Role::server && peer.kind == PeerKind::primary) {
       stats.replica_acked = std::max(stats.replica_acked, ack->through);
     } else if ((peer.kind == PeerKind::worker || (peer.kind == PeerKind::primary && role == Role::replica)) &&
@@ -177,9 +188,9 @@ std::size_t ShardServer::State::take_input() {
           stats.stepped_down = true;
           continue;
         }
-        if (const auto* at = std::get_if<ReplicaAt>(&message)) {  // a replica that joined: where it listens
-          replica_at = *at;
-          tell_workers_replica_at();
+        if (const auto* at = std::get_if<ListeningAt>(&message); at && at->kind == PeerKind::replica) {
+          replica_at = *at;  // a replica that joined: where it listens
+          tell_workers(*at);
           continue;
         }
         const auto* ack = std::get_if<Ack>(&message);
@@ -340,13 +351,13 @@ void ShardServer::State::lose_replica(const Error& why) {
   replica_at.reset();
 }
 
-// Where the joined replica listens, to every live worker (or to `only`, a worker admitted later).
-void ShardServer::State::tell_workers_replica_at(Peer* only) {
-  if (!replica_at) return;
+void ShardServer::State::tell_workers(const ListeningAt& at, std::uint32_t except, Peer* only) {
   for (Peer& peer : peers) {
-    if (!peer.alive || peer.kind != PeerKind::worker || (only != nullptr && &peer != only)) continue;
+    if (!peer.alive || peer.kind != PeerKind::worker || peer.worker == except || (only != nullptr && &peer != only)) {
+      continue;
+    }
     try {
-      peer.conn.send(encode(*replica_at));
+      peer.conn.send(encode(at));
     } catch (const Error& e) {
       lose(peer, e);
     }

@@ -13,6 +13,7 @@
 
 #include "gradlane/ps.hpp"
 #include "transport/ps/apply_order.hpp"
+#include "transport/ps/join.hpp"
 #include "transport/ps/messages.hpp"
 #include "transport/ps/model_version.hpp"
 #include "transport/ps/outstanding_grants.hpp"
@@ -36,12 +37,7 @@ struct Peer {
   std::vector<MemoryWindow> spare_windows;
   bool said_bye = false;  // the worker (or, at a replica, the server) said it finished: a leave
   bool told_primary = false;  // replica: the primary heard this worker failed over to us
-};
-
-// A connection accepted after accept_peers, advertised to, waiting for its hello.
-struct Joining {
-  Connection conn;
-  Clock::time_point deadline;
+  bool joined_late = false;   // admitted after accept_peers (a restarted worker or aggregator)
 };
 
 struct Waiting {
@@ -96,8 +92,8 @@ struct ShardServer::State {
   CompletionQueue cq;
   Listener listener;
   std::vector<shard::Peer> peers;
-  bool admitting = false;         // accept_peers done: later workers join from progress()
-  std::vector<shard::Joining> joining;   // accepted late, hello not yet here
+  std::optional<LateJoins> late;  // after accept_peers (or join_server): who joins from progress()
+  void start_admitting();
   ServerStats stats;
   std::vector<AppliedUpdate> history;
 
@@ -106,7 +102,9 @@ struct ShardServer::State {
   // A replica that joined running: the model copy it reads, kept until its first ack; where it
   // listens, told to every worker (they connect to it, mirror there, fail over to it).
   std::optional<ModelSnapshot> snapshot;
-  std::optional<ReplicaAt> replica_at;
+  std::optional<ListeningAt> replica_at;
+  // Aggregators (connected as workers: by that id) that said where they listen; direct mode.
+  std::map<std::uint32_t, ListeningAt> aggregators_at;
   // Sidecar mode: the sidecar owns the sequence; we take its cancels and report progress.
   std::optional<sidecar::Client> sidecar;
   // Its gradlaned is gone (a call threw): nobody grants our sequence. The destructor then
@@ -158,10 +156,12 @@ struct ShardServer::State {
   void probe_idle_peers();
   void advertise(Connection& conn);
   std::size_t admit_joiners();
-  void admit(Connection conn, const Hello& hello);
+  void admit(Connection&& conn, const Hello& hello);
   void adopt_replica(Connection&& conn);  // moved from only when adopted
   void lose_replica(const Error& why);
-  void tell_workers_replica_at(shard::Peer* only = nullptr);
+  // Where `at` listens, to every live worker but `except` (the aggregator it describes), or
+  // only to `only` (a worker admitted later).
+  void tell_workers(const ListeningAt& at, std::uint32_t except = 0, shard::Peer* only = nullptr);
   std::uint32_t rounds = 0;                 // progress() calls, to read the clock only so often
   shard::Clock::time_point last_probe{};
   void report_applied();

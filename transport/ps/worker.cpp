@@ -152,7 +152,8 @@ struct Worker::State {
   // to it, announce from which sequence we mirror there (Mirroring, before that write), and
   // fail over to it if the server dies.
   bool announce_mirroring = false;
-  void take_replica_at(const ReplicaAt& at) {
+  void take_listening_at(const ListeningAt& at) {
+    if (at.kind == PeerKind::aggregator) return take_aggregator_at(at);
     if (replica && !replica->failed()) return;  // we have one
     try {
       replica.emplace(connect_with_retry(device, at.address, at.port, options.transport, kJoinReplicaWithin));
@@ -171,6 +172,37 @@ struct Worker::State {
     }
   }
   static constexpr Millis kJoinReplicaWithin{5000};
+
+  // An aggregator said where it listens (the server passes it on): one that was restarted. A
+  // worker told to push through an aggregator, that lost its own, pushes through it again.
+  // It becomes the push target from the next push on: the push in flight asked the server.
+  void take_aggregator_at(const ListeningAt& at) {
+    if (!options.aggregator || aggregator || rejoined_aggregator || sidecar) return;
+    try {
+      rejoined_aggregator.emplace(connect_aggregator(at.address, at.port, kJoinReplicaWithin));
+      std::fprintf(stderr, "gradlane ps worker %u: pushing through the aggregator again from the next push, %s\n",
+                   options.id, rejoined_aggregator->describe().c_str());
+    } catch (const Error& e) {
+      std::fprintf(stderr, "gradlane ps worker %u: the aggregator at %s:%u is out of reach, pushing to the server: %s\n",
+                   options.id, at.address.c_str(), at.port, e.what());
+    }
+  }
+  std::optional<Connection> rejoined_aggregator;
+
+  // Connects to an aggregator, learns its ring (aggregator_slots), says who we are.
+  Connection connect_aggregator(const std::string& address, std::uint16_t port, Millis timeout) {
+    Connection conn = connect_with_retry(device, address, port, options.transport, timeout);
+    const RegionDescriptor ring = conn.wait_region(kSlotRegionId, timeout);
+    if (ring.length == 0 || ring.length % bytes != 0) {
+      throw Error(Errc::protocol, fmt::format("{}: the aggregator's ring ({} bytes) is not whole slots of {} bytes: "
+                                              "are worker and aggregator configured with the same shard?",
+                                              conn.describe(), ring.length, bytes));
+    }
+    conn.send(encode(Hello{PeerKind::worker, options.id}));
+    aggregator_slots = ring;
+    said_bye_to_aggregator = false;
+    return conn;
+  }
 
   std::uint32_t slots = 0;
   bool push_in_flight = false;
@@ -361,8 +393,8 @@ struct Worker::State {
         take_forwarded(*forwarded);  // an earlier member's outcome, ahead of this grant
         continue;
       }
-      if (const auto* at = std::get_if<ReplicaAt>(&answer); at != nullptr && &target == &server) {
-        take_replica_at(*at);
+      if (const auto* at = std::get_if<ListeningAt>(&answer); at != nullptr && &target == &server) {
+        take_listening_at(*at);
         continue;
       }
       const auto* grant = std::get_if<Grant>(&answer);
@@ -516,15 +548,7 @@ Worker::Worker(const Device& device, const WorkerOptions& options) {
     }
   }
   if (options.aggregator) {
-    s.aggregator.emplace(connect_with_retry(device, options.aggregator->address, options.aggregator->port,
-                                            options.transport, options.timeout));
-    s.aggregator_slots = s.aggregator->wait_region(kSlotRegionId, options.timeout);
-    if (s.aggregator_slots.length == 0 || s.aggregator_slots.length % s.bytes != 0) {
-      throw Error(Errc::protocol, fmt::format("{}: the aggregator's ring ({} bytes) is not whole slots of {} bytes: "
-                                              "are worker and aggregator configured with the same shard?",
-                                              s.aggregator->describe(), s.aggregator_slots.length, s.bytes));
-    }
-    s.aggregator->send(encode(Hello{PeerKind::worker, options.id}));
+    s.aggregator.emplace(s.connect_aggregator(options.aggregator->address, options.aggregator->port, options.timeout));
   }
 }
 
@@ -545,6 +569,10 @@ void Worker::start_push(std::uint64_t computed_on, std::uint64_t tag) {
   if (s.push_in_flight) throw Error(Errc::invalid_argument, "start_push: the previous push is still in flight");
   s.push_tag = tag;
   s.push_computed_on = computed_on;
+  if (s.rejoined_aggregator && !s.aggregator) {  // a restarted aggregator found again: push through it
+    s.aggregator = std::move(s.rejoined_aggregator);
+    s.rejoined_aggregator.reset();
+  }
   s.take_aggregator_messages();  // no push waits for a grant there now
   s.send_request();
   s.push_in_flight = true;
@@ -629,6 +657,10 @@ PushResult Worker::write_as(std::uint64_t sequence) {
 }
 
 std::uint64_t Worker::failovers() const { return state_->failovers; }
+
+void Worker::announce_aggregator(const std::string& address, std::uint16_t port) {
+  state_->server.send(encode(ListeningAt{PeerKind::aggregator, address, port}));
+}
 
 std::vector<MemberOutcome> Worker::take_member_outcomes() {
   State& s = *state_;
