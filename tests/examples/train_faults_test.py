@@ -93,6 +93,13 @@ class TrainFaultsCheck(unittest.TestCase):
         write(run, 'replica2.versions.csv', '2,c\n3,X\n')
         self.assertFalse(train_faults.check(run)['survived'])
 
+    def test_a_workers_step_applied_twice_fails_and_an_aggregators_forward_number_may_recur(self):
+        row = train_faults.check(make_run(applied=[(1, 1, 0), (2, 2, 0), (3, 1, 1), (4, 1, 1)]))
+        self.assertIn('1 updates applied twice', row['problems'])
+        # worker 9 has no pushes.csv: an aggregator, whose forward numbers restart with it
+        row = train_faults.check(make_run(applied=[(1, 1, 0), (2, 2, 0), (3, 1, 1), (4, 9, 1), (5, 9, 1)]))
+        self.assertTrue(row['survived'], row)
+
     def test_diverged_models_are_reported(self):
         row = train_faults.check(make_run(replica_versions={0: 'a', 1: 'b', 2: 'X', 3: 'd'}))
         self.assertTrue(row['equal'].startswith('NO'), row['equal'])
