@@ -493,7 +493,8 @@ struct Worker::State {
   void say_goodbye() noexcept {
     if (push_in_flight) return;  // a push started and never waited for: not finished
     Connection* told_aggregator = aggregator && !said_bye_to_aggregator ? &*aggregator : nullptr;
-    for (Connection* conn : {&server, replica ? &*replica : nullptr, told_aggregator}) {
+    Connection* rejoined = rejoined_aggregator ? &*rejoined_aggregator : nullptr;  // found again, never pushed to
+    for (Connection* conn : {&server, replica ? &*replica : nullptr, told_aggregator, rejoined}) {
       if (conn == nullptr || conn->failed()) continue;
       try {
         conn->send(encode(Bye{options.id}));
