@@ -68,7 +68,10 @@
 // completed, that the member was delivered (the server's sequence for the sum) or not
 // (Forwarded message); Worker::take_member_outcomes() reports it. A member whose aggregator
 // dies before that is reported not delivered: it may have been summed into a forward that
-// reached the server, but nothing acknowledged is ever missing there. Worker::settle() says
+// reached the server, but nothing acknowledged is ever missing there; so is one written after
+// its grant was written off (direct mode). In sidecar mode a member the aggregator gives up on
+// (overwritten in its slot, or its aggregate never granted) gets no outcome: it stays pending
+// and settle() returns false. Worker::settle() says
 // the worker pushes no more (the aggregator forwards what it holds at once) and waits for the
 // outcomes.
 // Aggregation (sidecar mode): gradlaned decides it (gradlaned --aggregator JOB:ENDPOINT names
@@ -203,9 +206,10 @@ class ShardServer {
   // replica was lost, or a promoted replica — a new replica brought up from it). Connects to
   // the server's port, as a worker would; the server adopts it as its replica, hands it a
   // snapshot of its model at the version v it reached (a copy it makes once, read here by
-  // RDMA READ) and from then on tells it every decision after v. This replica reads each update
-  // from the server's slot (the workers mirror to the replica they started with, not to this
-  // one) and keeps admitting workers, so a worker that fails over to it can connect. Direct
+  // RDMA READ) and from then on tells it every decision after v. It says where it listens; the
+  // server tells its workers, which connect, mirror here from a sequence they announce, and
+  // fail over here. Until then this replica reads each of a worker's updates from the server's
+  // slot. A worker still connected to another replica keeps that one. Direct
   // mode, plain SGD (a server with momentum keeps a velocity that is not in its shard: refused
   // there). Throws Error(protocol) when the server refuses (it has a replica, it is a replica).
   void join_server(const std::string& address, std::uint16_t port, Millis timeout);

@@ -94,6 +94,12 @@ std::size_t Aggregator::State::take_from(std::size_t index) {
     if (!peer.outstanding.ring(sequence) ||
         order.arrived(sequence, static_cast<std::uint32_t>(sequence % slot_count)) != Admit::accepted) {
       ++stats.refused_doorbells;
+      // A write after its grant was written off (the worker stalled past hole_timeout): its
+      // push returned, pending; it is never summed, so say so (a worker ignores a member it
+      // does not know).
+      PushResult left_out;
+      left_out.lost = true;
+      tell_forwarded(peer, sequence, left_out);
     }
   }
   return work;
@@ -134,6 +140,7 @@ std::size_t Aggregator::State::grant() {
     member.worker = peer.worker;
     member.tag = w.request.tag;
     member.computed_on = w.request.computed_on;
+    member.peer = w.peer;
     granted[sequence] = member;
     ++next_grant;
     ++stats.granted;
@@ -217,10 +224,10 @@ void Aggregator::State::forward_group() {
   stats.bytes_copied += forward.bytes_copied() - forward_copied + (members.size() == 1 ? ring->slot_bytes() : 0);
   update.sequence = pushed.sequence;
   update.lost = pushed.lost;
+  // Each member's own connection: a worker restarted under the same id never hears of its old
+  // process's members.
   for (const GroupMember& m : members) {
-    const auto peer = std::find_if(peers.begin(), peers.end(),
-                                   [&](const MemberPeer& p) { return p.alive && p.worker == m.worker; });
-    if (peer != peers.end()) tell_forwarded(*peer, m.sequence, pushed);
+    if (peers[m.peer].alive) tell_forwarded(peers[m.peer], m.sequence, pushed);
   }
   ++stats.forwarded;
   stats.summed += members.size();

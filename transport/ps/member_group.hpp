@@ -28,6 +28,7 @@ struct GroupMember {
   std::uint32_t worker = 0;
   std::uint64_t tag = 0;          // the worker's tag (e.g. its step)
   std::uint64_t computed_on = 0;  // model version the member gradient was computed on
+  std::size_t peer = 0;           // the aggregator's connection it came on (told its outcome)
   friend bool operator==(const GroupMember&, const GroupMember&) = default;
 };
 

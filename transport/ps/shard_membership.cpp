@@ -23,17 +23,24 @@ void ShardServer::accept_peers(std::size_t workers, Millis timeout) {
   State& s = *state_;
   const std::size_t expected = workers + (s.role == Role::replica ? 1 : 0);
   const auto advertise = [&](Connection& conn) { s.advertise(conn); };
-  for (Joined& j : accept_hellos(s.listener, expected, advertise, timeout, s.role == Role::server ? "server" : "replica")) {
-    if (j.hello.kind == PeerKind::replica) {
-      throw Error(Errc::protocol, fmt::format("{}: a replica joins a running server (progress()), not one that is "
-                                              "still accepting its workers", j.conn.describe()));
+  const char* who = s.role == Role::server ? "server" : "replica";
+  for (std::size_t taken = 0; taken < expected;) {
+    for (Joined& j : accept_hellos(s.listener, expected - taken, advertise, timeout, who)) {
+      if (j.hello.kind == PeerKind::replica) {
+        // Too early: it joins a running server (progress()). Its connection only is refused;
+        // it fails there with a clear error and may try again.
+        std::fprintf(stderr, "gradlane ps %s: refused a replica joining before the start (%s): it joins a running "
+                     "server\n", who, j.conn.describe().c_str());
+        continue;
+      }
+      if (j.hello.kind == PeerKind::primary) {
+        if (s.role != Role::replica || s.primary) throw Error(Errc::protocol, "a second primary, or a primary at a server");
+        s.primary_slots = j.conn.wait_region(kSlotRegionId, timeout);
+        s.primary = s.peers.size();
+      }
+      s.peers.push_back(Peer{std::move(j.conn), j.hello.kind, j.hello.worker, true, {}, {}, {}, false, false});
+      ++taken;
     }
-    if (j.hello.kind == PeerKind::primary) {
-      if (s.role != Role::replica || s.primary) throw Error(Errc::protocol, "a second primary, or a primary at a server");
-      s.primary_slots = j.conn.wait_region(kSlotRegionId, timeout);
-      s.primary = s.peers.size();
-    }
-    s.peers.push_back(Peer{std::move(j.conn), j.hello.kind, j.hello.worker, true, {}, {}, {}, false, false});
   }
   s.start_admitting();
 }

@@ -162,7 +162,6 @@ void ShardServer::join_server(const std::string& address, std::uint16_t port, Mi
   Connection conn = connect_with_retry(s.device, address, port, s.options.transport, timeout, s.cq);
   s.primary_slots = conn.wait_region(kSlotRegionId, timeout);
   conn.send(encode(Hello{PeerKind::replica, 0}));
-  conn.send(encode(ListeningAt{PeerKind::replica, s.listener.address(), s.listener.port()}));  // for its workers
   // The server adopts us between two applies, up to 64 of its rounds later; a server that
   // refuses (it has a replica, it is one) closes the connection and says why in its log.
   RegionDescriptor snapshot;
@@ -201,12 +200,14 @@ void ShardServer::join_server(const std::string& address, std::uint16_t port, Mi
   s.stats.joined_at = adopted->version;
   s.joined_running = true;
   conn.send(encode(Ack{adopted->version}));  // the server lets its snapshot go
-  // Workers mirror to the replica they started with, not to this one: every update is read
-  // from the server's slot, which the server keeps until we acknowledge it.
+  // Until a worker announces it mirrors here (Mirroring), its updates are read from the
+  // server's slot, which the server keeps until we acknowledge it (mirror_coming()).
   s.options.read_updates_from_server = true;
   s.primary = s.peers.size();
   s.peers.push_back(Peer{std::move(conn), PeerKind::primary, 0, true, {}, {}, {}, false, false});
   s.start_admitting();
+  // Now that workers can be admitted: where we listen, for the server to tell its workers.
+  s.peers.back().conn.send(encode(ListeningAt{PeerKind::replica, s.listener.address(), s.listener.port()}));
   std::fprintf(stderr, "gradlane ps replica: joined the running server %s at version %llu\n",
                s.peers.back().conn.describe().c_str(), static_cast<unsigned long long>(adopted->version));
 }

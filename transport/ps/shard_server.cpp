@@ -53,7 +53,10 @@ void ShardServer::State::lose(Peer& peer, const Error& why) {
     }
   }
   peer.alive = false;
-  if (peer.kind == PeerKind::worker) aggregators_at.erase(peer.worker);  // a dead aggregator's address
+  if (peer.kind == PeerKind::worker) {
+    aggregators_at.erase(peer.worker);  // a dead aggregator's address
+    mirrors_from.erase(peer.worker);    // its mirrors stop: read its updates from the server's slot
+  }
   // Whatever the reason, the peer is told: one written off here but alive there (its link was
   // down past our probe, a superseded connection) would otherwise wait out its own timeouts
   // for grants that never come — 120 s, seen in the link:2 fault.
@@ -96,8 +99,9 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
     } else if (const auto* decided = std::get_if<Decided>(&message); decided && role == Role::replica &&
                                                                        peer.kind == PeerKind::primary) {
       decisions[decided->sequence] = *decided;
-    } else if (const auto* mirroring = std::get_if<Mirroring>(&message);
-               mirroring && role == Role::replica && peer.kind == PeerKind::worker) {
+    } else if (const auto* mirroring = std::get_if<Mirroring>(&message); mirroring && peer.kind == PeerKind::worker) {
+      // In any role: a replica promoted just before the worker's first mirror went out takes it
+      // too (it no longer needs it).
       if (mirroring->worker != peer.worker) {
         throw Error(Errc::protocol, fmt::format("mirroring names worker {} on the connection of worker {}",
                                                 mirroring->worker, peer.worker));

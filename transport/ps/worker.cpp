@@ -121,8 +121,11 @@ struct Worker::State {
     const auto it = std::find_if(pending_members.begin(), pending_members.end(),
                                  [&](const PendingMember& p) { return p.member == f.member; });
     if (it == pending_members.end()) {
-      throw Error(Errc::protocol, fmt::format("{}: the aggregator reported member {}, which this worker has not "
-                                              "pending", aggregator->describe(), f.member));
+      // Not ours (a stray or a rogue report, or one for a write this process never made):
+      // nothing pending changes.
+      std::fprintf(stderr, "gradlane ps worker %u: the aggregator reported member %llu, which is not pending here: "
+                   "ignored\n", options.id, static_cast<unsigned long long>(f.member));
+      return;
     }
     member_outcomes.push_back({it->tag, it->member, f.sequence, f.delivered});
     pending_members.erase(it);
@@ -178,6 +181,8 @@ struct Worker::State {
   // It becomes the push target from the next push on: the push in flight asked the server.
   void take_aggregator_at(const ListeningAt& at) {
     if (!options.aggregator || aggregator || rejoined_aggregator || sidecar) return;
+    // Only ours (another aggregator of the job, restarted, is not this worker's to use).
+    if (at.port != options.aggregator->port || at.address != options.aggregator->address) return;
     try {
       rejoined_aggregator.emplace(connect_aggregator(at.address, at.port, kJoinReplicaWithin));
       std::fprintf(stderr, "gradlane ps worker %u: pushing through the aggregator again from the next push, %s\n",
