@@ -36,6 +36,19 @@ started=$(now)
 sleep "$((DELAY_MS / 1000)).$(printf %03d $((DELAY_MS % 1000)))"
 
 alive() { [ -f "$OUT/$1.pid" ] && [ ! -f "$OUT/$1.exit" ]; }
+# start_role NAME CMD_FILE EXTRA...: the command in CMD_FILE (an argument a line) and EXTRA, in
+# the background as role NAME (NAME.pid, NAME.log, NAME.exit), as train-job.sh's role() runs one.
+start_role() {
+  name=$1 cmd=$2; shift 2
+  (
+    IFS='
+'
+    set -- $(cat "$cmd") "$@"
+    unset IFS
+    sh -c 'echo $$ > "$0"; exec "$@"' "$OUT/$name.pid" "$@" > "$OUT/$name.log" 2>&1
+    rc=$?; echo "$rc $(date +%s.%N)" > "$OUT/$name.exit"
+  ) &
+}
 target_alive=1 ended=""
 # The fault's time twice: epoch seconds (the roles' .exit times) and seconds since boot
 # (/proc/uptime, read without a fork: the clock of the replica's promoted_at_ns).
@@ -73,14 +86,7 @@ case $KIND in
         echo "restarting aggregator (--rejoin)" ;;
       *) echo "restarting $TARGET" ;;
     esac
-    (
-      IFS='
-'
-      set -- $(cat "$OUT/$TARGET.cmd")
-      unset IFS
-      sh -c 'echo $$ > "$0"; exec "$@"' "$OUT/$TARGET.pid" "$@" $resume > "$OUT/$TARGET.log" 2>&1
-      rc=$?; echo "$rc $(date +%s.%N)" > "$OUT/$TARGET.exit"
-    ) &
+    start_role "$TARGET" "$OUT/$TARGET.cmd" $resume
     ended=$(now) ;;
   replace)
     alive server || target_alive=0
@@ -91,14 +97,8 @@ case $KIND in
     # The replica's command, on the server's device and port 7810, joining the promoted replica.
     dev=$(sed -n '/^--device$/{n;p;q}' "$OUT/server.cmd"); at=$(sed -n '/^--replica$/{n;p;q}' "$OUT/server.cmd")
     echo "replacing the replica: $dev joins $at"
-    (
-      IFS='
-'
-      set -- $(sed -e '/^--port$/{n;s/.*/7810/;}' -e "/^--device\$/{n;s/.*/$dev/;}" "$OUT/replica.cmd")
-      unset IFS
-      sh -c 'echo $$ > "$0"; exec "$@"' "$OUT/replica2.pid" "$@" --join "$at" --name replica2 > "$OUT/replica2.log" 2>&1
-      rc=$?; echo "$rc $(date +%s.%N)" > "$OUT/replica2.exit"
-    ) &
+    sed -e '/^--port$/{n;s/.*/7810/;}' -e "/^--device\$/{n;s/.*/$dev/;}" "$OUT/replica.cmd" > "$OUT/replica2.cmd"
+    start_role replica2 "$OUT/replica2.cmd" --join "$at" --name replica2
     ended=$(now) ;;
   link)
     mark

@@ -310,15 +310,15 @@ std::uint16_t Aggregator::port() const { return state_->listener.port(); }
 void Aggregator::accept_workers(std::size_t workers, Millis timeout) {
   State& s = *state_;
   if (s.sidecar_mode()) return s.accept_sidecar_workers(workers, timeout);
-  const auto advertise = [&](Connection& conn) { conn.advertise(kSlotRegionId, s.ring->region().descriptor()); };
+  // Kept by LateJoins too: it holds the ring (the state's, which outlives it), not this frame.
+  const auto advertise = [ring = &*s.ring](Connection& conn) { conn.advertise(kSlotRegionId, ring->region().descriptor()); };
   for (Joined& j : accept_hellos(s.listener, workers, advertise, timeout, "aggregator")) {
     if (j.hello.kind != PeerKind::worker) {
       throw Error(Errc::protocol, fmt::format("{}: only workers join an aggregator", j.conn.describe()));
     }
     s.peers.push_back(MemberPeer{std::move(j.conn), j.hello.worker, true, {}});
   }
-  const auto advertise_late = [&s](Connection& conn) { conn.advertise(kSlotRegionId, s.ring->region().descriptor()); };
-  s.late.emplace(s.listener, advertise_late, s.options.transport.connect_timeout, "aggregator");
+  s.late.emplace(s.listener, advertise, s.options.transport.connect_timeout, "aggregator");
 }
 
 std::size_t Aggregator::progress() {

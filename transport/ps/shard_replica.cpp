@@ -14,6 +14,24 @@ namespace gradlane::ps {
 using shard::Clock;
 using shard::Peer;
 
+namespace {
+
+// Reads `bytes` of `remote` (from remote_offset) into `local` (at local_offset) in pieces of at
+// most 256 KiB, all posted before waiting: one 4 MiB READ over rxe took ~4 s (the responder's
+// burst of 4,096 packets; a lost one restarts the READ). Each piece is waited for at most
+// `patience`; a peer that stopped answering fails the QP first (the transport's give-up time).
+void read_in_pieces(Connection& conn, const MemoryRegion& local, std::size_t local_offset,
+                    const RegionDescriptor& remote, std::size_t remote_offset, std::size_t bytes, Millis patience) {
+  constexpr std::size_t kReadPiece = std::size_t{256} << 10;
+  std::vector<OpId> pieces;
+  for (std::size_t at = 0; at < bytes; at += kReadPiece) {
+    pieces.push_back(conn.read(local, local_offset + at, remote, remote_offset + at, std::min(kReadPiece, bytes - at)));
+  }
+  for (const OpId op : pieces) conn.wait(op, patience);
+}
+
+}  // namespace
+
 // A worker asking us, the replica, for a slot while our primary lives cannot reach it: the
 // primary must know, or it finishes the job as if that worker had left while we serve it (two
 // final models, the link-flap fault). Once per worker.
@@ -185,15 +203,10 @@ void ShardServer::join_server(const std::string& address, std::uint16_t port, Mi
                                             conn.describe(), snapshot.length, model.size_bytes()));
   }
   // The model at the server's version, read straight into the shard (odd meanwhile: no reader
-  // takes it), in pieces of at most 256 KiB as a re-read update is (decide_head).
+  // takes it).
   s.writer.begin_apply();
-  const MemoryRegion into = s.shard.register_floats_for_reads(s.device);
-  constexpr std::size_t kReadPiece = std::size_t{256} << 10;
-  std::vector<OpId> pieces;
-  for (std::size_t at = 0; at < model.size_bytes(); at += kReadPiece) {
-    pieces.push_back(conn.read(into, at, snapshot, at, std::min(kReadPiece, model.size_bytes() - at)));
-  }
-  for (const OpId op : pieces) conn.wait(op, std::max<Millis>(timeout, std::chrono::seconds(30)));
+  read_in_pieces(conn, s.shard.register_floats_for_reads(s.device), 0, snapshot, 0, model.size_bytes(),
+                 std::max<Millis>(timeout, std::chrono::seconds(30)));
   s.writer.restore(adopted->version);
   s.order = ApplyOrder(s.options.slots, adopted->version + 1);
   s.acked = adopted->version;
@@ -243,17 +256,10 @@ std::size_t ShardServer::State::decide_head() {
       if (now - *head_waiting_since < patience || !primary) break;
       Connection& conn = peers[*primary].conn;
       const std::uint64_t offset = (head % options.slots) * slots.slot_bytes();
-      // In pieces of at most 256 KiB, all posted before waiting: one 4 MiB READ over rxe took
-      // ~4 s per update (the responder's burst of 4,096 packets; a lost one restarts the READ),
-      // and a replica that reads slowly holds every slot. Bounded by the transport's own
-      // give-up time, not hole_timeout: a peer that stopped answering fails the QP first.
-      constexpr std::size_t kReadPiece = std::size_t{256} << 10;
-      std::vector<OpId> pieces;
-      for (std::size_t at = 0; at < slots.slot_bytes(); at += kReadPiece) {
-        const std::size_t n = std::min(kReadPiece, slots.slot_bytes() - at);
-        pieces.push_back(conn.read(slots.region(), offset + at, primary_slots, offset + at, n));
-      }
-      for (const OpId op : pieces) conn.wait(op, std::max<Millis>(options.hole_timeout, std::chrono::seconds(30)));
+      // In pieces (a replica that reads slowly holds every slot); bounded by the transport's own
+      // give-up time, not hole_timeout.
+      read_in_pieces(conn, slots.region(), offset, primary_slots, offset, slots.slot_bytes(),
+                     std::max<Millis>(options.hole_timeout, std::chrono::seconds(30)));
       order.arrived(head, static_cast<std::uint32_t>(head % options.slots));
       ++stats.mirrors_fetched;
     }

@@ -159,12 +159,7 @@ struct Worker::State {
     if (at.kind == PeerKind::aggregator) return take_aggregator_at(at);
     if (replica && !replica->failed()) return;  // we have one
     try {
-      replica.emplace(connect_with_retry(device, at.address, at.port, options.transport, kJoinReplicaWithin));
-      std::tie(replica_slots, replica_shard) = join(*replica);
-      if (replica_slots.length != server_slots.length) {
-        throw Error(Errc::protocol, fmt::format("it has {} bytes of slots, the server {}", replica_slots.length,
-                                                server_slots.length));
-      }
+      connect_replica(at.address, at.port, kReachAnnouncedWithin);
       announce_mirroring = options.mirror;
       std::fprintf(stderr, "gradlane ps worker %u: connected to the replica that joined, %s\n", options.id,
                    replica->describe().c_str());
@@ -174,7 +169,19 @@ struct Worker::State {
       replica.reset();
     }
   }
-  static constexpr Millis kJoinReplicaWithin{5000};
+  // How long a worker tries to reach a replica or aggregator the server announced.
+  static constexpr Millis kReachAnnouncedWithin{5000};
+
+  // Connects to a replica (the one we started with, or one that joined), learns its regions,
+  // says who we are.
+  void connect_replica(const std::string& address, std::uint16_t port, Millis timeout) {
+    replica.emplace(connect_with_retry(device, address, port, options.transport, timeout));
+    std::tie(replica_slots, replica_shard) = join(*replica);
+    if (replica_slots.length != server_slots.length) {
+      throw Error(Errc::protocol, fmt::format("the replica has {} bytes of slots, the server {}: they must match",
+                                              replica_slots.length, server_slots.length));
+    }
+  }
 
   // An aggregator said where it listens (the server passes it on): one that was restarted. A
   // worker told to push through an aggregator, that lost its own, pushes through it again.
@@ -184,7 +191,7 @@ struct Worker::State {
     // Only ours (another aggregator of the job, restarted, is not this worker's to use).
     if (at.port != options.aggregator->port || at.address != options.aggregator->address) return;
     try {
-      rejoined_aggregator.emplace(connect_aggregator(at.address, at.port, kJoinReplicaWithin));
+      rejoined_aggregator.emplace(connect_aggregator(at.address, at.port, kReachAnnouncedWithin));
       std::fprintf(stderr, "gradlane ps worker %u: pushing through the aggregator again from the next push, %s\n",
                    options.id, rejoined_aggregator->describe().c_str());
     } catch (const Error& e) {
@@ -544,15 +551,7 @@ Worker::Worker(const Device& device, const WorkerOptions& options) {
     attach.region_bytes = s.bytes;
     s.sidecar.emplace(sidecar::Client::attach(attach));
   }
-  if (options.replica) {
-    s.replica.emplace(connect_with_retry(device, options.replica->address, options.replica->port, options.transport,
-                                         options.timeout));
-    std::tie(s.replica_slots, s.replica_shard) = s.join(*s.replica);
-    if (s.replica_slots.length != s.server_slots.length) {
-      throw Error(Errc::protocol, fmt::format("the replica has {} bytes of slots, the server {}: they must match",
-                                              s.replica_slots.length, s.server_slots.length));
-    }
-  }
+  if (options.replica) s.connect_replica(options.replica->address, options.replica->port, options.timeout);
   if (options.aggregator) {
     s.aggregator.emplace(s.connect_aggregator(options.aggregator->address, options.aggregator->port, options.timeout));
   }
