@@ -139,6 +139,9 @@ enum class Reason : std::uint8_t {
   // AttachOptions::take_over_at for an endpoint this daemon was not started to stand by for
   // (--standby), or one it cannot take over (a daemon without a scheduler).
   bad_takeover = 44,
+  // The job has a segment of its own (gradlaned --job-user) and this attach came through
+  // another one: the shared segment, or another job's.
+  own_segment = 45,
 };
 std::string_view reason_name(Reason reason) noexcept;
 std::string_view kind_name(GrantKind kind) noexcept;

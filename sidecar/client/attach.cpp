@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <thread>
 
@@ -93,9 +94,46 @@ std::string attach_refusal_hint(Reason reason, const shm::Header& h, const Attac
       return fmt::format(" (AttachOptions::endpoint {} is not a NIC of this host: gradlaned (pid {}) serves only "
                          "the endpoints given to it with --endpoint)",
                          o.endpoint, h.daemon_pid);
+    case Reason::own_segment:
+      return fmt::format(" (job {} has a segment of its own, {}, given to its user with gradlaned --job-user: "
+                         "its apps attach there, as that user)",
+                         o.job, shm::job_segment_name(o.shm_name, o.job));
     default:
       return "";
   }
+}
+
+// A segment only gradlaned (run as root, or as this app's user) can have made: /dev/shm takes
+// names from anyone, and a segment of another user's making could answer with forged grants.
+std::optional<shm::Segment> trusted(std::optional<shm::Segment> segment) {
+  if (!segment) return segment;
+  const auto owner = segment->owner_uid();
+  if (!owner || (*owner != 0 && *owner != ::geteuid())) {
+    throw Error(Errc::sidecar_unavailable,
+                fmt::format("{} belongs to uid {}, neither this process's (uid {}) nor root's: gradlaned did not "
+                            "make it for this app (another user's daemon, or a name squatted in /dev/shm); "
+                            "pick the segment gradlaned serves (GRADLANE_SIDECAR_SHM)",
+                            segment->name(), owner ? std::to_string(*owner) : "?", ::geteuid()));
+  }
+  return segment;
+}
+
+// The segment this app attaches through: its job's own if gradlaned made one (--job-user),
+// else the shared one. nullopt: neither exists (yet).
+std::optional<shm::Segment> open_segment(const AttachOptions& o) {
+  const std::string own = shm::job_segment_name(o.shm_name, o.job);
+  try {
+    if (auto segment = shm::Segment::open(own)) return trusted(std::move(segment));
+  } catch (const Error& e) {
+    if (e.sys_errno() != EACCES) throw;
+    throw Error(Errc::sidecar_unavailable,
+                fmt::format("job {} has a segment of its own, {}, and this process (uid {}) may not map it: "
+                            "gradlaned gave it to job {}'s user (--job-user {}:USER); run the app as that "
+                            "user, or attach as the job this user runs",
+                            o.job, own, ::getuid(), o.job, o.job),
+                EACCES);
+  }
+  return trusted(shm::Segment::open(o.shm_name));
 }
 
 Claimed claim_slot(Client::State& state, shm::Segment& segment, Clock::time_point deadline) {
@@ -178,7 +216,7 @@ void connect(Client::State& state) {
   std::string problem = fmt::format("there is no shared-memory segment {}", o.shm_name);
   auto pause = std::chrono::milliseconds(1);
   for (;;) {
-    if (auto segment = shm::Segment::open(o.shm_name)) {
+    if (auto segment = open_segment(o)) {
       if (auto why = unusable(*segment)) {
         problem = std::move(*why);
       } else if (claim_slot(state, *segment, deadline) == Claimed::attached) {

@@ -398,6 +398,7 @@ std::string_view reason_name(Reason reason) noexcept {
     case Reason::corrupt_ring: return "corrupt_ring";
     case Reason::unknown_endpoint: return "unknown_endpoint";
     case Reason::bad_takeover: return "bad_takeover";
+    case Reason::own_segment: return "own_segment";
   }
   return "unknown";
 }

@@ -44,9 +44,10 @@ bool holder_alive(const shm::AppSlot& s, std::uint64_t word) {
 
 }  // namespace
 
-std::size_t Daemon::scan_claims(sched::Instant now) {
+std::size_t Daemon::scan_claims(std::uint32_t served, sched::Instant now) {
   std::size_t events = 0;
-  for (std::uint32_t i = 0; i < config_.max_apps; ++i) {
+  const std::uint32_t first = served * config_.max_apps;
+  for (std::uint32_t i = first; i < first + config_.max_apps; ++i) {
     shm::AppSlot& s = slot_ref(i);
     const std::uint64_t word = s.claim.load(std::memory_order_acquire);
     switch (shm::claim_state(word)) {
@@ -89,6 +90,13 @@ void Daemon::accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now)
     reject(slot, claim, Reason::bad_attach);
     return;
   }
+  // A job with a segment of its own is served only there, and a job's segment only that job.
+  const std::uint32_t job = s.job;  // read once: the app could change it
+  const auto& own = served_for(slot).job;
+  if (own ? job != *own : has_own_segment(job)) {
+    reject(slot, claim, Reason::own_segment);
+    return;
+  }
   const std::uint64_t take_over = s.take_over;  // read once: the app could change it
   if (take_over != 0) {
     // A promoted replica: its receiver's sequence is ours from now on, if we stand by for it.
@@ -110,7 +118,7 @@ void Daemon::accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now)
   app.slot = slot;
   app.pid = static_cast<std::uint32_t>(pid);
   app.owner = std::move(owner);
-  app.limits = AppLimits{.job = s.job, .endpoint = s.endpoint, .region_bytes = s.region_bytes,
+  app.limits = AppLimits{.job = job, .endpoint = s.endpoint, .region_bytes = s.region_bytes,
                          .max_update_bytes = config_.max_update_bytes};
   app.requests = shm::RingReader<shm::AppEntry, shm::kRingCapacity>(&s.requests);
   app.grants = shm::RingWriter<shm::GrantEntry, shm::kRingCapacity>(&s.grants);
@@ -158,6 +166,10 @@ void Daemon::release_detached(std::uint32_t slot, sched::Instant now) {
 bool Daemon::serves(std::uint32_t endpoint) const {
   return config_.endpoints.empty() ||
          std::find(config_.endpoints.begin(), config_.endpoints.end(), endpoint) != config_.endpoints.end();
+}
+
+bool Daemon::has_own_segment(std::uint32_t job) const {
+  return std::any_of(served_.begin(), served_.end(), [job](const Served& s) { return s.job == job; });
 }
 
 void Daemon::reclaim(std::uint32_t slot, sched::Instant now) {
@@ -228,7 +240,7 @@ void Daemon::sweep(sched::Instant now) {
   }
   // Slots held without a session: a claim abandoned half-way, or a rejected / evicted /
   // detaching app that died before it let go.
-  for (std::uint32_t i = 0; i < config_.max_apps; ++i) {
+  for (std::uint32_t i = 0; i < slot_count(); ++i) {
     if (apps_[i]) continue;
     shm::AppSlot& s = slot_ref(i);
     const std::uint64_t word = s.claim.load(std::memory_order_acquire);

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <span>
 #include <new>
 #include <random>
 #include <string>
@@ -33,6 +35,18 @@ void DaemonConfig::validate() const {
   if (max_apps == 0 || max_apps > shm::kMaxApps) {
     bad("--max-apps " + std::to_string(max_apps) + " is out of range: use 1.." + std::to_string(shm::kMaxApps));
   }
+  if (job_segments.size() + 1 > shm::kMaxWaitWords) {
+    bad("--job-user given " + std::to_string(job_segments.size()) + " times: at most " +
+        std::to_string(shm::kMaxWaitWords - 1) + " jobs can have a segment of their own");
+  }
+  for (std::size_t i = 0; i < job_segments.size(); ++i) {
+    shm::check_shm_name(shm::job_segment_name(shm_name, job_segments[i].job), "--job-user's segment");
+    for (std::size_t k = 0; k < i; ++k) {
+      if (job_segments[k].job == job_segments[i].job) {
+        bad("--job-user names job " + std::to_string(job_segments[i].job) + " twice: one user per job");
+      }
+    }
+  }
   if (max_update_bytes == 0) bad("--max-update-bytes must be positive");
   if (max_outstanding == 0) bad("--max-outstanding must be positive");
   if (batch_per_app == 0) bad("batch_per_app must be positive");
@@ -43,44 +57,62 @@ void DaemonConfig::validate() const {
 }
 
 Daemon::Daemon(DaemonConfig config, std::unique_ptr<sched::Policy> policy)
-    : config_((config.validate(), std::move(config))),
-      policy_(require(std::move(policy))),
-      segment_(shm::Segment::create(config_.shm_name, shm::segment_bytes(config_.max_apps))) {
-  void* base = segment_.base();
-  // The mapping is zero-filled by ftruncate; placement-new starts the objects' lifetimes.
-  header_ = new (base) shm::Header{};
-  for (std::uint32_t i = 0; i < config_.max_apps; ++i) {
-    new (shm::slot_at(base, i)) shm::AppSlot{};
-  }
-  apps_.resize(config_.max_apps);
+    : config_((config.validate(), std::move(config))), policy_(require(std::move(policy))) {
   const sched::Instant now = clock_now();
-  header_->layout_version = shm::kLayoutVersion;
-  header_->max_apps = config_.max_apps;
-  header_->ring_capacity = shm::kRingCapacity;
-  header_->daemon_pid = static_cast<std::uint32_t>(::getpid());
-  header_->daemon_start_time = process_start_time(::getpid()).value_or(0);
-  header_->generation = random_generation();
-  header_->segment_bytes = segment_.bytes();
-  header_->max_update_bytes = config_.max_update_bytes;
-  header_->state.store(static_cast<std::uint32_t>(shm::DaemonState::running), std::memory_order_relaxed);
-  header_->heartbeat_ns.store(now.time_since_epoch().count(), std::memory_order_relaxed);
-  // Last, with release: an opener that sees the magic sees everything above.
-  header_->magic.store(shm::kMagic, std::memory_order_release);
+  const std::uint64_t generation = random_generation();  // one for all: a reattach tells a new daemon
+  // Jobs' own segments first, the shared one last: an app that finds no segment of its job's
+  // name on a running daemon's host may conclude its job has none (Reason::own_segment would
+  // correct it anyway).
+  std::vector<Served> jobs;
+  for (const auto& j : config_.job_segments) {
+    jobs.push_back(serve(shm::job_segment_name(config_.shm_name, j.job), j.job, shm::Owner{j.uid, j.gid},
+                         generation, now));
+  }
+  served_.push_back(serve(config_.shm_name, std::nullopt, std::nullopt, generation, now));
+  for (Served& j : jobs) served_.push_back(std::move(j));
+  apps_.resize(std::size_t{config_.max_apps} * served_.size());
   next_heartbeat_ = now + config_.heartbeat_every;
   next_sweep_ = now + config_.liveness_every;
   outcomes_.reserve(256);
   routes_.reserve(1024);
 }
 
-Daemon::~Daemon() {
-  header_->state.store(static_cast<std::uint32_t>(shm::DaemonState::stopped), std::memory_order_release);
-  // Clients asleep in wait() wake up, see `stopped`, and go looking for the next daemon.
+Daemon::Served Daemon::serve(const std::string& name, std::optional<std::uint32_t> job,
+                             std::optional<shm::Owner> owner, std::uint64_t generation, sched::Instant now) {
+  Served served{shm::Segment::create(name, shm::segment_bytes(config_.max_apps), owner), nullptr, job, 0};
+  void* base = served.segment.base();
+  // The mapping is zero-filled by ftruncate; placement-new starts the objects' lifetimes.
+  shm::Header* h = new (base) shm::Header{};
   for (std::uint32_t i = 0; i < config_.max_apps; ++i) {
+    new (shm::slot_at(base, i)) shm::AppSlot{};
+  }
+  h->layout_version = shm::kLayoutVersion;
+  h->max_apps = config_.max_apps;
+  h->ring_capacity = shm::kRingCapacity;
+  h->daemon_pid = static_cast<std::uint32_t>(::getpid());
+  h->daemon_start_time = process_start_time(::getpid()).value_or(0);
+  h->generation = generation;
+  h->segment_bytes = served.segment.bytes();
+  h->max_update_bytes = config_.max_update_bytes;
+  h->state.store(static_cast<std::uint32_t>(shm::DaemonState::running), std::memory_order_relaxed);
+  h->heartbeat_ns.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+  // Last, with release: an opener that sees the magic sees everything above.
+  h->magic.store(shm::kMagic, std::memory_order_release);
+  served.header = h;
+  return served;
+}
+
+Daemon::~Daemon() {
+  for (const Served& served : served_) {
+    served.header->state.store(static_cast<std::uint32_t>(shm::DaemonState::stopped), std::memory_order_release);
+  }
+  // Clients asleep in wait() wake up, see `stopped`, and go looking for the next daemon.
+  for (std::uint32_t i = 0; i < slot_count(); ++i) {
     shm::AppSlot& s = slot_ref(i);
     s.grant_bell.fetch_add(1, std::memory_order_release);
     shm::futex_wake(s.grant_bell);
   }
-  // segment_'s destructor then unlinks the name: the next daemon creates a new segment.
+  // The segments' destructors then unlink the names: the next daemon creates new segments.
 }
 
 sched::Instant Daemon::clock_now() noexcept {
@@ -89,10 +121,10 @@ sched::Instant Daemon::clock_now() noexcept {
       std::chrono::steady_clock::now().time_since_epoch()));
 }
 
-std::uint64_t Daemon::generation() const noexcept { return header_->generation; }
+std::uint64_t Daemon::generation() const noexcept { return served_.front().header->generation; }
 
 shm::AppSlot& Daemon::slot_ref(std::uint32_t index) const noexcept {
-  return *shm::slot_at(segment_.base(), index);
+  return *shm::slot_at(served_for(index).segment.base(), index % config_.max_apps);
 }
 
 std::size_t Daemon::step(sched::Instant now) {
@@ -102,10 +134,12 @@ std::size_t Daemon::step(sched::Instant now) {
     sweep(now);
     next_sweep_ = now + config_.liveness_every;
   }
-  const std::uint32_t epoch = header_->attach_epoch.load(std::memory_order_acquire);
-  if (epoch != seen_attach_epoch_) {
-    seen_attach_epoch_ = epoch;
-    work += scan_claims(now);
+  for (std::size_t k = 0; k < served_.size(); ++k) {
+    const std::uint32_t epoch = served_[k].header->attach_epoch.load(std::memory_order_acquire);
+    if (epoch != served_[k].seen_attach_epoch) {
+      served_[k].seen_attach_epoch = epoch;
+      work += scan_claims(static_cast<std::uint32_t>(k), now);
+    }
   }
   // By index: evict() may remove the current slot from active_.
   for (std::size_t i = 0; i < active_.size(); ++i) {
@@ -118,14 +152,18 @@ std::size_t Daemon::step(sched::Instant now) {
   work += publish(now);
 
   if (now >= next_heartbeat_) {
-    header_->heartbeat_ns.store(now.time_since_epoch().count(), std::memory_order_release);
+    for (const Served& served : served_) {
+      served.header->heartbeat_ns.store(now.time_since_epoch().count(), std::memory_order_release);
+    }
     next_heartbeat_ = now + config_.heartbeat_every;
   }
   return work;
 }
 
 bool Daemon::work_visible() {
-  if (header_->attach_epoch.load(std::memory_order_acquire) != seen_attach_epoch_) return true;
+  for (const Served& served : served_) {
+    if (served.header->attach_epoch.load(std::memory_order_acquire) != served.seen_attach_epoch) return true;
+  }
   for (const std::uint32_t slot : active_) {
     if (apps_[slot]->requests.ready()) return true;
   }
@@ -133,11 +171,15 @@ bool Daemon::work_visible() {
 }
 
 void Daemon::wait_for_work(std::chrono::nanoseconds timeout) {
-  const std::uint32_t seen = header_->doorbell.load(std::memory_order_acquire);
-  header_->daemon_sleeping.store(1, std::memory_order_relaxed);
+  std::array<shm::WatchedWord, shm::kMaxWaitWords> bells{};
+  for (std::size_t k = 0; k < served_.size(); ++k) {
+    shm::Header& h = *served_[k].header;
+    bells[k] = {&h.doorbell, h.doorbell.load(std::memory_order_acquire)};
+    h.daemon_sleeping.store(1, std::memory_order_relaxed);
+  }
   std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the fence in ring_bell()
-  if (!work_visible()) shm::futex_wait(header_->doorbell, seen, timeout);
-  header_->daemon_sleeping.store(0, std::memory_order_relaxed);
+  if (!work_visible()) shm::futex_wait_any(std::span(bells.data(), served_.size()), timeout);
+  for (const Served& served : served_) served.header->daemon_sleeping.store(0, std::memory_order_relaxed);
 }
 
 void Daemon::run(const std::function<bool()>& stop_requested) {

@@ -13,9 +13,15 @@
 //   4. publish grants (overflow waits in the app's outbox, never dropped) and wake sleepers;
 //   5. the heartbeat, when due.
 //
-// Idle: run() polls for idle_spin after the last work, then sleeps on the header's doorbell
-// futex (at most idle_sleep, or until the policy's next wake-up). Apps ring the doorbell only
-// while the daemon sleeps, so a busy daemon costs them no system call.
+// Idle: run() polls for idle_spin after the last work, then sleeps on the headers' doorbell
+// futexes (every served segment's at once: futex_waitv; at most idle_sleep, or until the
+// policy's next wake-up). Apps ring the doorbell only while the daemon sleeps, so a busy
+// daemon costs them no system call.
+//
+// Segments: one shared by every job (config.shm_name), plus one per job given its own
+// (--job-user), owned by that job's user, so the kernel keeps other jobs' processes out of
+// it. The daemon serves them all in one loop with one scheduler: isolation is of memory,
+// not of the schedule.
 #pragma once
 
 #include <chrono>
@@ -87,13 +93,14 @@ class Daemon {
 
  private:
   // attach.cpp — the lifecycle of app slots
-  std::size_t scan_claims(sched::Instant now);
+  std::size_t scan_claims(std::uint32_t served, sched::Instant now);
   void accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now);
   void reject(std::uint32_t slot, std::uint64_t claim, Reason reason);
   void evict(AppSession& app, Reason reason, sched::Instant now);
   void reclaim(std::uint32_t slot, sched::Instant now);
   void release_detached(std::uint32_t slot, sched::Instant now);
   bool serves(std::uint32_t endpoint) const;
+  bool has_own_segment(std::uint32_t job) const;
   void forget(AppSession& app, sched::Instant now);
   void take_last_completions(AppSession& app, sched::Instant now);
   void free_slot(std::uint32_t slot);
@@ -120,10 +127,23 @@ class Daemon {
     std::uint64_t app_request = 0;
   };
 
+  // A segment the daemon serves: the shared one (job: none), or a job's own (--job-user).
+  // Every one has the full layout (header, doorbell, max_apps slots); the daemon's slot index
+  // i is slot i % max_apps of served_[i / max_apps].
+  struct Served {
+    shm::Segment segment;
+    shm::Header* header = nullptr;
+    std::optional<std::uint32_t> job;
+    std::uint32_t seen_attach_epoch = 0;
+  };
+  Served serve(const std::string& name, std::optional<std::uint32_t> job, std::optional<shm::Owner> owner,
+               std::uint64_t generation, sched::Instant now);
+  const Served& served_for(std::uint32_t slot) const noexcept { return served_[slot / config_.max_apps]; }
+  std::uint32_t slot_count() const noexcept { return static_cast<std::uint32_t>(apps_.size()); }
+
   DaemonConfig config_;
   std::unique_ptr<sched::Policy> policy_;
-  shm::Segment segment_;
-  shm::Header* header_ = nullptr;
+  std::vector<Served> served_;  // [0]: the shared segment
   std::vector<std::optional<AppSession>> apps_;  // by slot index
   std::vector<std::uint32_t> active_;            // slots with a session, in attach order
   std::unordered_map<sched::RequestId, Route> routes_;  // policy request id -> the app owed
@@ -131,7 +151,6 @@ class Daemon {
   std::vector<sched::Outcome> outcomes_;  // reused buffer for schedule()
   std::vector<std::uint32_t> touched_;    // apps that got answers this pass
   std::size_t inputs_ = 0;                // submits/completions since the last schedule()
-  std::uint32_t seen_attach_epoch_ = 0;
   sched::Instant next_heartbeat_{};
   sched::Instant next_sweep_{};
   DaemonStats stats_;

@@ -8,6 +8,7 @@
 // the file is removed on a clean exit.
 #include <chrono>
 #include <fcntl.h>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -82,6 +83,32 @@ gradlane::sched::AggregationConfig::Seat parse_aggregator(const std::string& tex
   return {gradlane::sched::JobId{*job}, gradlane::sched::EndpointId{*endpoint}};
 }
 
+// --job-user JOB:USER, USER a name (its primary group too) or a numeric uid (group = uid).
+DaemonConfig::JobSegment parse_job_user(const std::string& text) {
+  const auto colon = text.find(':');
+  std::uint32_t job = 0;
+  const std::string_view all(text);
+  const auto job_part = all.substr(0, colon == std::string::npos ? 0 : colon);
+  const auto [end, ec] = std::from_chars(job_part.data(), job_part.data() + job_part.size(), job);
+  const std::string user = colon == std::string::npos ? "" : text.substr(colon + 1);
+  if (job_part.empty() || ec != std::errc{} || end != job_part.data() + job_part.size() || user.empty()) {
+    throw gradlane::Error(gradlane::Errc::invalid_argument,
+                          fmt::format("--job-user '{}': expected JOB:USER, a job number and a user name or uid "
+                                      "(e.g. 7:alice or 7:1001)", text));
+  }
+  if (const passwd* pw = ::getpwnam(user.c_str())) {
+    return {job, static_cast<std::uint32_t>(pw->pw_uid), static_cast<std::uint32_t>(pw->pw_gid)};
+  }
+  std::uint32_t uid = 0;
+  const auto [uid_end, uid_ec] = std::from_chars(user.data(), user.data() + user.size(), uid);
+  if (uid_ec != std::errc{} || uid_end != user.data() + user.size()) {
+    throw gradlane::Error(gradlane::Errc::invalid_argument,
+                          fmt::format("--job-user '{}': there is no user '{}' on this host (give a user name from "
+                                      "/etc/passwd or a numeric uid)", text, user));
+  }
+  return {job, uid, uid};
+}
+
 // --link-rate ENDPOINT:in|out:RATE, RATE in tc's units: 4mbit, 25gbit, 500kbit, 1000bit.
 gradlane::sched::BandwidthConfig::Declared parse_link_rate(const std::string& text) {
   const auto bad = [&] {
@@ -121,6 +148,15 @@ std::unique_ptr<gradlane::sched::Policy> make_policy(const std::string& name, gr
                                                        const gradlane::sched::SchedulerConfig& config) {
   if (name == "passthrough") return std::make_unique<gradlane::sched::PassThroughPolicy>();
   return fabric.make_policy(config);
+}
+
+// ", and job 7's own (uid 1001), ..." for the serving line.
+std::string job_segments_said(const DaemonConfig& config) {
+  std::string said;
+  for (const auto& j : config.job_segments) {
+    said += fmt::format(", {} (job {}, uid {})", gradlane::sidecar::shm::job_segment_name(config.shm_name, j.job), j.job, j.uid);
+  }
+  return said;
 }
 
 }  // namespace
@@ -211,6 +247,11 @@ int main(int argc, char** argv) {
                  "ENDPOINT:in|out:RATE (tc units: 4mbit, 25gbit): a rate known before any transfer, e.g. a server "
                  "NIC narrower than the workers' (repeatable). Estimates are still learned from transfers; a side "
                  "known to carry its rate is not blamed for a straggler's slow transfer through it");
+  std::vector<std::string> job_users;
+  cli.add_option("--job-user", job_users,
+                 "JOB:USER: job JOB gets a shared-memory segment of its own (<shm-name>.job<JOB>, mode 0600) owned "
+                 "by USER (a name or a uid), so only USER's processes can attach as JOB or see its queues "
+                 "(repeatable; gradlaned must run as root, or as USER). Other jobs share --shm-name");
   cli.add_flag("--foreground", foreground, "stay in the foreground (default: detach once the segment is ready)");
   cli.add_option("--pid-file", pid_file,
                  "write the daemon's pid to FILE once the segment is ready and remove it on a clean exit; FILE "
@@ -228,6 +269,7 @@ int main(int argc, char** argv) {
   try {
     for (const std::string& seat : aggregators) sched_config.aggregation.aggregators.push_back(parse_aggregator(seat));
     for (const std::string& rate : link_rates) sched_config.bandwidth.declared.push_back(parse_link_rate(rate));
+    for (const std::string& job : job_users) config.job_segments.push_back(parse_job_user(job));
     config.validate();
     UniqueFd ready;
     if (!foreground) ready = detach_into_background();
@@ -244,9 +286,9 @@ int main(int argc, char** argv) {
     Daemon daemon(config, make_policy(policy, fabric, sched_config));
     if (pid) pid->publish(::getpid());
     fmt::print(stderr,
-               "gradlaned: serving {} for up to {} applications (pid {}, generation {:#x}, policy {}, {}; ready {} ms "
-               "after start)\n",
-               config.shm_name, config.max_apps, ::getpid(), daemon.generation(), policy,
+               "gradlaned: serving {}{} for up to {} applications each (pid {}, generation {:#x}, policy {}, {}; "
+               "ready {} ms after start)\n",
+               config.shm_name, job_segments_said(config), config.max_apps, ::getpid(), daemon.generation(), policy,
                config.endpoints.empty() ? std::string("every endpoint")
                                         : fmt::format("endpoints {}", fmt::join(config.endpoints, ",")),
                std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count());

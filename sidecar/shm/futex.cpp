@@ -6,6 +6,9 @@
 
 #include <sched.h>
 
+#include <algorithm>
+#include <array>
+#include <cerrno>
 #include <climits>
 #include <ctime>
 
@@ -29,6 +32,29 @@ void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
   relative.tv_nsec = static_cast<long>(timeout.count() % 1'000'000'000);
   // Errors (EAGAIN: the word changed; EINTR; ETIMEDOUT) all mean "go and look again".
   ::syscall(SYS_futex, word_address(word), FUTEX_WAIT, expected, &relative, nullptr, 0);
+}
+
+void futex_wait_any(std::span<const WatchedWord> words, std::chrono::nanoseconds timeout) noexcept {
+  if (words.empty() || timeout <= std::chrono::nanoseconds::zero()) return;
+  if (words.size() == 1) return futex_wait(*words[0].word, words[0].expected, timeout);
+  std::array<futex_waitv, kMaxWaitWords> waiters{};
+  const std::size_t n = std::min(words.size(), kMaxWaitWords);
+  for (std::size_t i = 0; i < n; ++i) {
+    waiters[i].val = words[i].expected;
+    waiters[i].uaddr = reinterpret_cast<std::uintptr_t>(word_address(*words[i].word));
+    waiters[i].flags = FUTEX_32;  // shared: the words are in memory other processes map
+  }
+  // futex_waitv takes an absolute deadline on the clock it is given.
+  timespec deadline{};
+  ::clock_gettime(CLOCK_MONOTONIC, &deadline);
+  const std::int64_t at = deadline.tv_sec * 1'000'000'000LL + deadline.tv_nsec + timeout.count();
+  deadline.tv_sec = static_cast<time_t>(at / 1'000'000'000);
+  deadline.tv_nsec = static_cast<long>(at % 1'000'000'000);
+  if (::syscall(SYS_futex_waitv, waiters.data(), static_cast<unsigned>(n), 0U, &deadline, CLOCK_MONOTONIC) < 0 &&
+      errno == ENOSYS) {
+    futex_wait(*words[0].word, words[0].expected, std::min<std::chrono::nanoseconds>(timeout, std::chrono::milliseconds(1)));
+  }
+  // Otherwise, woken, EAGAIN (a word changed), ETIMEDOUT or EINTR: all mean "go and look again".
 }
 
 void back_off(std::chrono::nanoseconds waited) noexcept {

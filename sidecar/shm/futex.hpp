@@ -17,7 +17,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <span>
 
 namespace gradlane::sidecar::shm {
 
@@ -25,6 +27,16 @@ namespace gradlane::sidecar::shm {
 // or at once if the word already differs. Never throws.
 void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
                 std::chrono::nanoseconds timeout) noexcept;
+// futex_wait over several words at once (futex_waitv, Linux >= 5.16): returns when any of them
+// is woken or differs from its expected value, or after `timeout`. At most kMaxWaitWords.
+// On a kernel without futex_waitv it sleeps on the first word for at most 1 ms, so the others
+// are looked at within that. Never throws.
+struct WatchedWord {
+  std::atomic<std::uint32_t>* word;
+  std::uint32_t expected;
+};
+inline constexpr std::size_t kMaxWaitWords = 128;  // FUTEX_WAITV_MAX
+void futex_wait_any(std::span<const WatchedWord> words, std::chrono::nanoseconds timeout) noexcept;
 // Wakes every sleeper on `word` (one per word in gradlane, but waking all is as cheap).
 void futex_wake(std::atomic<std::uint32_t>& word) noexcept;
 

@@ -54,7 +54,11 @@ void check_shm_name(const std::string& name, const char* what) {
   }
 }
 
-Segment Segment::create(const std::string& name, std::size_t bytes) {
+std::string job_segment_name(const std::string& shared, std::uint32_t job) {
+  return shared + ".job" + std::to_string(job);
+}
+
+Segment Segment::create(const std::string& name, std::size_t bytes, std::optional<Owner> owner) {
   check_shm_name(name, "--shm-name");
   const auto give_up = std::chrono::steady_clock::now() + kLockProbeFor;
   for (;;) {
@@ -67,6 +71,18 @@ Segment Segment::create(const std::string& name, std::size_t bytes) {
         const int err = errno;
         ::shm_unlink(name.c_str());
         detail::throw_call_failed(Errc::system, "sizing shared memory " + name, err);
+      }
+      // Given away before it is mapped or published: nobody else ever sees it as ours.
+      if (owner && ::fchown(fd.get(), owner->uid, owner->gid) != 0) {
+        const int err = errno;
+        ::shm_unlink(name.c_str());
+        throw Error(Errc::invalid_argument,
+                    "cannot give shared memory " + name + " to uid " + std::to_string(owner->uid) + ": " +
+                        std::strerror(err) +
+                        (err == EPERM ? " (a job's own segment needs gradlaned to run as root, or as that job's "
+                                        "user: drop that --job-user or start gradlaned as root)"
+                                      : ""),
+                    err);
       }
       void* base = map(fd.get(), bytes, name);
       return Segment(name, std::move(fd), base, bytes, true);
@@ -146,6 +162,12 @@ void Segment::release() noexcept {
   base_ = nullptr;
   bytes_ = 0;
   fd_.reset();
+}
+
+std::optional<std::uint32_t> Segment::owner_uid() const noexcept {
+  struct stat st {};
+  if (::fstat(fd_.get(), &st) != 0) return std::nullopt;
+  return static_cast<std::uint32_t>(st.st_uid);
 }
 
 bool Segment::locked_by_daemon() const noexcept {

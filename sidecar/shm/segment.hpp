@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -20,13 +21,25 @@ namespace gradlane::sidecar::shm {
 // Error(invalid_argument) naming `what` (e.g. "--shm-name") otherwise.
 void check_shm_name(const std::string& name, const char* what);
 
+// The name of job `job`'s own segment next to the shared one `shared` ("/gradlane-0" ->
+// "/gradlane-0.job7"); gradlaned creates it for a job given with --job-user.
+std::string job_segment_name(const std::string& shared, std::uint32_t job);
+
+// Who a segment is given to (fchown) once created: a job's user (--job-user).
+struct Owner {
+  std::uint32_t uid = 0;
+  std::uint32_t gid = 0;
+};
+
 class Segment {
  public:
   // Daemon side: creates `name` with mode 0600, exclusively locked, zero-filled, `bytes` long,
   // replacing a stale segment left by a dead daemon. Throws Error(invalid_argument) if a live
   // daemon holds it, Error(system) if the OS refuses. The created segment owns the name: it is
   // unlinked when the Segment is destroyed, including when the daemon fails half-way up.
-  static Segment create(const std::string& name, std::size_t bytes);
+  // With `owner`, the segment (still mode 0600) belongs to that user before anyone can map it
+  // (Error(invalid_argument) if the daemon may not give it away: not root, not that user).
+  static Segment create(const std::string& name, std::size_t bytes, std::optional<Owner> owner = std::nullopt);
   // Application side: maps an existing segment. nullopt if no such segment (no daemon ever
   // started, or it stopped cleanly) or it is not sized yet (a daemon is creating it right now).
   // Throws Error(sidecar_unavailable) if the segment exists but cannot be opened (permissions).
@@ -42,6 +55,9 @@ class Segment {
   std::size_t bytes() const noexcept { return bytes_; }
   const std::string& name() const noexcept { return name_; }
 
+  // The segment's owner (fstat): an application trusts only one of its own user's or root's,
+  // since anyone may create a name in /dev/shm. nullopt if fstat fails.
+  std::optional<std::uint32_t> owner_uid() const noexcept;
   // Whether some process (the daemon) holds the segment's exclusive lock. Application side.
   bool locked_by_daemon() const noexcept;
   // Daemon side: removes the name, if it still names this segment. Idempotent.

@@ -4,14 +4,17 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <stdexcept>
 #include <string_view>
 
 #include "sidecar/daemon/signals.hpp"
+#include "sidecar/shm/segment.hpp"
 
 extern char** environ;
 
@@ -225,6 +228,38 @@ int run_child(int argc, char** argv) {
       Client client = Client::attach(test_attach(shm, 1));
       client.detach();
       return 0;
+    }
+    if (role == "app-as-user") {
+      // Become --uid (a job's user: --job-user), then --try one thing against job --job:
+      //   attach     attach and get one go: 0; refused because this user may not map the job's
+      //              segment: 20; refused own_segment: 21; the segment is another user's
+      //              making, not trusted: 23
+      //   open-rw / open-ro   shm_open the job's segment itself: 0 opened, 22 EACCES
+      const auto uid = static_cast<uid_t>(std::stoul(arg(argc, argv, "--uid")));
+      const auto job = static_cast<std::uint32_t>(std::stoul(arg(argc, argv, "--job")));
+      const std::string what = arg(argc, argv, "--try");
+      if (::setgid(uid) != 0 || ::setuid(uid) != 0) return 3;
+      if (what == "attach") {
+        try {
+          Client client = Client::attach(test_attach(shm, job));
+          client.request(small_update());
+          return client.wait(std::chrono::seconds(5)).kind == GrantKind::go ? 0 : 4;
+        } catch (const Error& e) {
+          std::fprintf(stderr, "child app-as-user uid %u job %u: %s\n", uid, job, e.what());
+          const std::string_view message = e.what();
+          if (message.find("may not map it") != std::string_view::npos) return 20;
+          if (message.find("own_segment") != std::string_view::npos) return 21;
+          if (message.find("neither this process's") != std::string_view::npos) return 23;
+          return 5;
+        }
+      }
+      const int flags = what == "open-ro" ? O_RDONLY : O_RDWR;
+      const int fd = ::shm_open(shm::job_segment_name(shm, job).c_str(), flags, 0);
+      if (fd >= 0) {
+        ::close(fd);
+        return 0;
+      }
+      return errno == EACCES ? 22 : 6;
     }
     if (role == "daemon") {
       // A whole gradlaned in a process of its own, so a test can SIGKILL it.

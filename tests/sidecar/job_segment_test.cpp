@@ -1,0 +1,199 @@
+// A job given its own segment (gradlaned --job-user JOB:USER) is its user's alone: processes of
+// another job's user can neither attach as it, nor map its queues to read them or to write a
+// request or a grant into them; the daemon serves a job only through its own segment; and an
+// app maps only a segment its own user or root made.
+//
+// The kernel does the refusing (shm_open on a mode-0600 file of another uid), so these tests
+// need two users: they run as root and start each app as a child that drops to a job's uid.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "common/unique_fd.hpp"
+#include "harness.hpp"
+#include "sidecar/shm/futex.hpp"
+#include "sidecar/shm/layout.hpp"
+#include "sidecar/shm/process.hpp"
+#include "sidecar/shm/segment.hpp"
+
+namespace gradlane::sidecar::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Users no process of this host runs as: job 7's, job 8's, and one with no job segment.
+constexpr std::uint32_t kJob7User = 61007, kJob8User = 61008, kStranger = 61009;
+
+// The exit codes of the app-as-user child (harness.cpp).
+constexpr int kAttachedAndGranted = 0, kMayNotMap = 20, kOwnSegment = 21, kOpenRefused = 22, kUntrusted = 23;
+
+int as_user(const std::string& shm, std::uint32_t uid, std::uint32_t job, const std::string& what) {
+  Child child("app-as-user", {"--shm=" + shm, "--uid=" + std::to_string(uid), "--job=" + std::to_string(job),
+                              "--try=" + what});
+  const int status = child.wait_exit(10s);  // a wait status (or -1: still running)
+  return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+DaemonConfig two_jobs_config(const std::string& shm) {
+  DaemonConfig config = test_config(shm);
+  config.job_segments = {{.job = 7, .uid = kJob7User, .gid = kJob7User}, {.job = 8, .uid = kJob8User, .gid = kJob8User}};
+  return config;
+}
+
+#define REQUIRE_ROOT()                                                                                       \
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root: it runs apps as two jobs' users (setuid); CI runs as root"
+
+TEST(JobSegments, AJobsSegmentBelongsToItsUserAndAnotherJobsUserCannotAttachReadOrWriteIt) {
+  REQUIRE_ROOT();
+  const std::string shm = unique_shm_name();
+  DaemonDriver driver(two_jobs_config(shm));
+
+  for (const auto& [job, uid] : {std::pair{7U, kJob7User}, std::pair{8U, kJob8User}}) {
+    struct stat st {};
+    ASSERT_EQ(::stat(("/dev/shm" + shm::job_segment_name(shm, job)).c_str(), &st), 0) << "job " << job;
+    EXPECT_EQ(st.st_uid, uid) << "job " << job << "'s segment is not its user's";
+    EXPECT_EQ(st.st_mode & 0777, 0600U) << "job " << job << "'s segment is open to others";
+  }
+  // Each job's user attaches as its job and is served.
+  EXPECT_EQ(as_user(shm, kJob7User, 7, "attach"), kAttachedAndGranted);
+  EXPECT_EQ(as_user(shm, kJob8User, 8, "attach"), kAttachedAndGranted);
+  // Job 8's user, and a user of no job, cannot attach as job 7, nor map job 7's segment to read
+  // its queues or write into them (a forged request, a forged grant); and the other way round.
+  EXPECT_EQ(as_user(shm, kJob8User, 7, "attach"), kMayNotMap);
+  EXPECT_EQ(as_user(shm, kJob8User, 7, "open-rw"), kOpenRefused);
+  EXPECT_EQ(as_user(shm, kJob8User, 7, "open-ro"), kOpenRefused);
+  EXPECT_EQ(as_user(shm, kStranger, 7, "attach"), kMayNotMap);
+  EXPECT_EQ(as_user(shm, kStranger, 7, "open-ro"), kOpenRefused);
+  EXPECT_EQ(as_user(shm, kJob7User, 8, "attach"), kMayNotMap);
+  EXPECT_EQ(as_user(shm, kJob7User, 8, "open-rw"), kOpenRefused);
+  // And job 7 is still served after all of that.
+  EXPECT_EQ(as_user(shm, kJob7User, 7, "attach"), kAttachedAndGranted);
+  const DaemonStats stats = driver.stats();
+  EXPECT_EQ(stats.attached, 3U);
+  EXPECT_EQ(stats.rejected, 0U) << "every refusal above is the kernel's, before the daemon sees anything";
+}
+
+TEST(JobSegments, AnAppOnAJobsSegmentWakesASleepingDaemon) {
+  REQUIRE_ROOT();
+  // The daemon sleeps on every segment's doorbell at once (futex_waitv). Asleep for up to 30 s
+  // here: an app of job 7 attaches (2 s bound) and is granted (5 s) only if ringing its own
+  // segment's doorbell wakes it.
+  const std::string shm = unique_shm_name();
+  DaemonConfig config = two_jobs_config(shm);
+  config.idle_spin = 0ms;
+  config.idle_sleep = 30s;
+  Daemon daemon(config, std::make_unique<sched::PassThroughPolicy>());
+  std::atomic<bool> stop{false};
+  std::thread loop([&] { daemon.run([&] { return stop.load(); }); });
+  std::this_thread::sleep_for(100ms);  // asleep by now
+  EXPECT_EQ(as_user(shm, kJob7User, 7, "attach"), kAttachedAndGranted);
+  EXPECT_EQ(as_user(shm, kJob8User, 8, "attach"), kAttachedAndGranted);
+  stop = true;
+  auto shared = shm::Segment::open(shm);  // wake it to see `stop`
+  ASSERT_TRUE(shared);
+  shm::Header& h = *shm::header_at(shared->base());
+  h.doorbell.fetch_add(1);
+  shm::futex_wake(h.doorbell);
+  loop.join();
+  EXPECT_EQ(daemon.stats().attached, 2U);
+}
+
+// Claims slot 0 of `segment` by hand, as a process that can map it (root) but says it is of
+// `job`, and returns what the daemon made of the claim: rejected (with the reason) or accepted.
+std::string hand_attach(const std::string& segment_name, std::uint32_t job) {
+  auto segment = shm::Segment::open(segment_name);
+  if (!segment) return "no segment";
+  shm::Header& h = *shm::header_at(segment->base());
+  shm::AppSlot& slot = *shm::slot_at(segment->base(), 0);
+  const auto pid = static_cast<std::uint32_t>(::getpid());
+  std::uint64_t expected = shm::claim_word(shm::SlotState::free, 0);
+  if (!slot.claim.compare_exchange_strong(expected, shm::claim_word(shm::SlotState::claiming, pid))) return "slot 0 taken";
+  slot.owner_start_time = process_start_time(::getpid()).value_or(0);
+  slot.job = job;
+  slot.endpoint = 1;
+  slot.region_bytes = 1 << 20;
+  slot.take_over = 0;
+  slot.slots = 0;
+  slot.claim.store(shm::claim_word(shm::SlotState::attaching, pid), std::memory_order_release);
+  h.attach_epoch.fetch_add(1, std::memory_order_acq_rel);
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  for (;;) {
+    const std::uint64_t word = slot.claim.load(std::memory_order_acquire);
+    switch (shm::claim_state(word)) {
+      case shm::SlotState::rejected:
+        slot.claim.store(shm::claim_word(shm::SlotState::free, 0), std::memory_order_release);
+        return std::string(reason_name(static_cast<Reason>(slot.reason.load())));
+      case shm::SlotState::active:
+        slot.claim.store(shm::claim_word(shm::SlotState::detaching, pid), std::memory_order_release);
+        h.attach_epoch.fetch_add(1, std::memory_order_acq_rel);
+        return "accepted";
+      default:
+        break;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return "no answer";
+    std::this_thread::sleep_for(1ms);
+  }
+}
+
+TEST(JobSegments, TheDaemonServesAJobOnlyThroughItsOwnSegment) {
+  REQUIRE_ROOT();  // to map every segment by hand, whoever owns it
+  const std::string shm = unique_shm_name();
+  DaemonDriver driver(two_jobs_config(shm));
+  // Root (or the daemon's user) can map the shared segment; it still cannot be job 7 there.
+  EXPECT_EQ(hand_attach(shm, 7), "own_segment");
+  EXPECT_EQ(hand_attach(shm::job_segment_name(shm, 7), 8), "own_segment");
+  EXPECT_EQ(hand_attach(shm::job_segment_name(shm, 8), 1), "own_segment");
+  EXPECT_EQ(hand_attach(shm::job_segment_name(shm, 7), 7), "accepted");
+  EXPECT_EQ(hand_attach(shm, 1), "accepted") << "a job without a segment of its own shares the daemon's";
+  EXPECT_EQ(driver.stats().rejected, 3U);
+}
+
+TEST(JobSegments, AnAppMapsOnlyASegmentItsOwnUserOrRootMade) {
+  REQUIRE_ROOT();
+  // A name squatted in /dev/shm (anyone can create one) by another user, where job 5's
+  // segment would be: the app must not take its queues, or that user could answer its requests.
+  const std::string shm = unique_shm_name();
+  const std::string squatted = shm::job_segment_name(shm, 5);
+  UniqueFd fd(::shm_open(squatted.c_str(), O_RDWR | O_CREAT | O_EXCL, 0666));
+  ASSERT_TRUE(fd) << std::strerror(errno);
+  ASSERT_EQ(::fchown(fd.get(), kJob8User, kJob8User), 0);
+  ASSERT_EQ(::fchmod(fd.get(), 0666), 0);
+  ASSERT_EQ(::ftruncate(fd.get(), static_cast<off_t>(shm::segment_bytes(8))), 0);
+  EXPECT_EQ(as_user(shm, kStranger, 5, "attach"), kUntrusted);
+  ::shm_unlink(squatted.c_str());
+}
+
+TEST(JobSegments, ABadJobUserIsRefusedNamingIt) {
+  DaemonConfig twice = test_config(unique_shm_name());
+  twice.job_segments = {{.job = 7, .uid = 1, .gid = 1}, {.job = 7, .uid = 2, .gid = 2}};
+  try {
+    twice.validate();
+    ADD_FAILURE() << "job 7 given two users was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("job 7 twice"), std::string::npos) << e.what();
+  }
+  if (::geteuid() == 0) return;  // root may give a segment to anyone
+  DaemonConfig other = test_config(unique_shm_name());
+  other.job_segments = {{.job = 7, .uid = ::geteuid() + 1, .gid = ::getegid()}};
+  try {
+    Daemon daemon(other, std::make_unique<sched::PassThroughPolicy>());
+    ADD_FAILURE() << "a non-root daemon gave a segment to another user";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs gradlaned to run as root"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace gradlane::sidecar::test
