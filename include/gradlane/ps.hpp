@@ -173,6 +173,8 @@ struct ServerStats {
   std::uint64_t replicas_joined = 0;  // server: replicas that joined it running (join_server)
   std::uint64_t joined_at = 0;        // replica that joined a running server: the version of the
                                       // snapshot it started from
+  std::uint64_t sidecars_resumed = 0;  // sidecar mode: times our gradlaned died and we took our
+                                       // sequence over at the one restarted on this host
   // Server: a worker reached the replica for a slot while this server lived (its link to us
   // failed), so this server stopped granting, finished what it had granted and handed the job
   // to the replica (promoted when we go): its model is not the job's final one.

@@ -267,8 +267,10 @@ void reattach(Client::State& state) {
     // takes over), not carry on silently.
     throw Error(Errc::sidecar_unavailable,
                 fmt::format("the gradlaned serving {} is gone, and this app's receiver sequence (a server, "
-                            "AttachOptions::slots) went with it: a restarted gradlaned cannot continue it; stop "
-                            "this server and let its replica take over",
+                            "AttachOptions::slots) went with it: a restarted gradlaned does not continue it by "
+                            "itself; attach again taking it over `slots` past what was applied "
+                            "(AttachOptions::take_over_at: ps::ShardServer does), or stop this server and let "
+                            "its replica take over",
                             state.options.shm_name));
   }
   // A restarted daemon knows nothing of a takeover made at the old one, and the sequence has

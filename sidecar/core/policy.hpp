@@ -48,6 +48,9 @@ class Policy {
   // what it acknowledged (replica_ack), with or without a replica. A policy that hands out no
   // sequences of its own (pass-through: not for real traffic) ignores it.
   virtual void limit_window(sched::EndpointId /*receiver*/, std::uint64_t /*slots*/) {}
+  // `receiver`'s server outlived the sidecar that handed out its sequence: grant it nothing
+  // until the server attaches taking the sequence over (take_over). Ignored as limit_window.
+  virtual void hold_receiver(sched::EndpointId /*receiver*/) {}
 };
 
 // Production: the scheduling core (sidecar/core/scheduler.hpp).
@@ -77,6 +80,7 @@ class SchedulerPolicy final : public Policy {
   void limit_window(sched::EndpointId receiver, std::uint64_t slots) override {
     scheduler_.limit_window(receiver, slots);
   }
+  void hold_receiver(sched::EndpointId receiver) override { scheduler_.hold_receiver(receiver); }
 
   sched::Scheduler& scheduler() noexcept { return scheduler_; }
 

@@ -81,9 +81,18 @@ void Scheduler::set_rate(EndpointId endpoint_id, Direction direction, double byt
   bandwidth_.set_rate(endpoint_id, direction, bytes_per_sec);
 }
 
+void Scheduler::hold_receiver(EndpointId receiver) {
+  const Index i = endpoint(receiver);
+  EndpointState& r = endpoints_[i];
+  r.held = true;
+  r.window.limit(0);  // a window of 0: can_grant() is false until open_receiver() makes a new one
+  sync_receiver(i);
+}
+
 bool Scheduler::open_receiver(EndpointId receiver, Version current) {
   EndpointState& r = endpoints_[endpoint(receiver)];
   if (r.sequenced || !r.reservations.empty()) return false;
+  r.held = false;
   r.window = window_for(config_.replica_bound, r.slot_limit, current);
   sync_receiver(index_.at(receiver));
   return true;
@@ -140,6 +149,7 @@ std::size_t Scheduler::close_receiver(EndpointId receiver_id, std::vector<Outcom
   r.reservations = DeadlineReservations{};
   r.sequenced = false;
   r.window = window_for(config_.replica_bound, r.slot_limit, r.window.granted());
+  if (r.held) r.window.limit(0);
   sync_receiver(receiver);
   return forgotten;
 }

@@ -166,6 +166,11 @@ class Scheduler {
   // ingress, no replica window) and its write land in the slot of an update not yet applied.
   // Kept across close_receiver()/open_receiver(); a later call may only narrow it.
   void limit_window(EndpointId receiver, std::uint64_t slots);
+  // Nothing is granted to the receiver until open_receiver(): its server is alive and its
+  // sequence went on under a sidecar that died; this one must not hand out a number (and a
+  // slot, sequence % slots, that may hold an update not yet applied) before the server says
+  // from where on (it attaches taking its own sequence over). Requests for it wait.
+  void hold_receiver(EndpointId receiver);
   // `endpoint` may aggregate updates of `job` (it registered aggregation regions).
   void add_aggregator(JobId job, EndpointId endpoint);
   void remove_aggregator(JobId job, EndpointId endpoint);
@@ -219,6 +224,7 @@ class Scheduler {
     DeadlineReservations reservations;  // as a server: pending aggregates' deadlines
     bool sequenced = false;           // a sequence number was granted here
     std::optional<std::uint64_t> slot_limit;  // as a server: its slots (limit_window)
+    bool held = false;                // hold_receiver() until open_receiver()
     // As an aggregator: when the forwards of the aggregates planned here are predicted to be
     // done. They are not on the egress book until granted, but they will use this egress.
     Instant forwards_done{};

@@ -100,12 +100,16 @@ void Daemon::accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now)
   const std::uint64_t take_over = s.take_over;  // read once: the app could change it
   if (take_over != 0) {
     // A promoted replica: its receiver's sequence is ours from now on, if we stand by for it.
+    // Or a server that outlived the daemon before us, taking its own sequence on from where
+    // it says (its receiver is held until then).
     const auto& standby = config_.standby_endpoints;
-    if (std::find(standby.begin(), standby.end(), s.endpoint) == standby.end() ||
+    const bool held = held_.contains(s.endpoint);
+    if ((!held && std::find(standby.begin(), standby.end(), s.endpoint) == standby.end()) ||
         !policy_->take_over(sched::EndpointId{s.endpoint}, take_over - 1, now)) {
       reject(slot, claim, Reason::bad_takeover);
       return;
     }
+    held_.erase(s.endpoint);
     ++inputs_;  // the old owner's pending parts are dropped by the next schedule()
     ++stats_.takeovers;
   } else if (!serves(s.endpoint)) {

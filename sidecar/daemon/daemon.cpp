@@ -10,6 +10,7 @@
 #include <string>
 
 #include "gradlane/error.hpp"
+#include "sidecar/daemon/survivors.hpp"
 #include "sidecar/shm/futex.hpp"
 #include "sidecar/shm/process.hpp"
 
@@ -79,6 +80,11 @@ Daemon::Daemon(DaemonConfig config, std::unique_ptr<sched::Policy> policy)
 
 Daemon::Served Daemon::serve(const std::string& name, std::optional<std::uint32_t> job,
                              std::optional<shm::Owner> owner, std::uint64_t generation, sched::Instant now) {
+  // Before create() replaces a dead daemon's segment: its servers that outlived it.
+  for (const std::uint32_t endpoint : surviving_servers(name)) {
+    policy_->hold_receiver(sched::EndpointId{endpoint});
+    held_.insert(endpoint);
+  }
   Served served{shm::Segment::create(name, shm::segment_bytes(config_.max_apps), owner), nullptr, job, 0};
   void* base = served.segment.base();
   // The mapping is zero-filled by ftruncate; placement-new starts the objects' lifetimes.

@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -144,6 +145,9 @@ class Daemon {
   DaemonConfig config_;
   std::unique_ptr<sched::Policy> policy_;
   std::vector<Served> served_;  // [0]: the shared segment
+  // Receivers whose server outlived the daemon before us (survivors.hpp): held until their
+  // server attaches taking its sequence over; no other takeover of an own endpoint is allowed.
+  std::set<std::uint32_t> held_;
   std::vector<std::optional<AppSession>> apps_;  // by slot index
   std::vector<std::uint32_t> active_;            // slots with a session, in attach order
   std::unordered_map<sched::RequestId, Route> routes_;  // policy request id -> the app owed

@@ -16,6 +16,8 @@ constexpr std::uint64_t kOwnIdBase = std::uint64_t{1} << 62;
 // must look at the links this often even when idle: 100 µs bounds the answer latency a
 // sleeping daemon adds, at ~10k cheap polls per second.
 constexpr sched::Nanos kPeerPollInterval{100'000};
+// With every peer lost there are no messages to answer, only links coming back to take.
+constexpr sched::Nanos kLostPeersPollInterval{5'000'000};
 
 SlotAnswer drop_answer(std::uint64_t request, std::uint32_t part, std::uint32_t part_count, std::uint64_t offset,
                        std::uint64_t length, std::uint64_t delay, DropCause cause = DropCause::stale) {
@@ -353,14 +355,20 @@ bool DistributedPolicy::take_over(sched::EndpointId receiver, sched::Version ver
   // Our requests a peer was scheduling for it stay forwarded: that peer drops them
   // (receiver_moved) when our Takeover reaches it, or lose_peer() does if it is gone.
   for (PeerIndex p = 0; p < transport_.peer_count(); ++p) send(p, Takeover{e, version});
-  note(fmt::format("took over endpoint {} at version {} (its replica here was promoted)", e, version));
+  note(fmt::format("took over endpoint {} at version {} (its replica here was promoted, or its server here "
+                   "outlived the sidecar before us)", e, version));
   return true;
 }
 
 std::optional<sched::Instant> DistributedPolicy::next_wakeup() const {
   const auto own = scheduler_.next_wakeup();
-  if (transport_.peer_count() == lost_.size()) return own;
-  const sched::Instant poll = last_now_ + kPeerPollInterval;
+  if (transport_.peer_count() == 0) return own;
+  // Every peer lost: one comes back through our listener or our redialer, which only
+  // schedule() looks at (take_joined) — so keep looking, less often. Without it a sidecar
+  // whose peers had all died never took their new links while no app asked it anything, and
+  // a restarted peer waited for its Hello until its start-up timeout.
+  const sched::Instant poll = last_now_ + (transport_.peer_count() == lost_.size() ? kLostPeersPollInterval
+                                                                                   : kPeerPollInterval);
   return own && *own < poll ? own : std::optional<sched::Instant>(poll);
 }
 

@@ -100,6 +100,7 @@ class DistributedPolicy final : public sched::Policy {
   void limit_window(sched::EndpointId receiver, std::uint64_t slots) override {
     scheduler_.limit_window(receiver, slots);
   }
+  void hold_receiver(sched::EndpointId receiver) override { scheduler_.hold_receiver(receiver); }
 
   const DistributedStats& stats() const noexcept { return stats_; }
   sched::Scheduler& scheduler() noexcept { return scheduler_; }

@@ -323,6 +323,10 @@ TEST(SlotAgreementRejoin, ARestartedPeerSidecarComesBackOnANewLinkWithItsEndpoin
   first.broken = true;  // B's process is gone
   a.schedule(now, a_out);
   EXPECT_EQ(a.stats().peers_lost, 1u);
+  // With its only peer lost and nothing asked of it, A still wakes to look for the peer
+  // coming back (it comes through schedule(): take_joined).
+  ASSERT_TRUE(a.next_wakeup().has_value()) << "A would never take B's new link while idle";
+  EXPECT_LE(*a.next_wakeup(), now + std::chrono::milliseconds(20));
 
   MemoryTransport again{second, 1};
   DistributedPolicy b2{config(), {1}, again};

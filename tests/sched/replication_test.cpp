@@ -155,6 +155,39 @@ TEST(SchedulerReplication, AServersSlotsBoundItsSequenceWithoutAReplica) {
   EXPECT_EQ(only<Grant>(s.schedule(at_us(20'000))).size(), 3u);
 }
 
+// A sidecar restarted under a running server: it holds the server's sequence (nothing
+// granted, nothing dropped, other servers untouched) until the server takes it over at the
+// version it reached; the server's slots still bound the window after that.
+TEST(SchedulerReplication, AHeldReceiverGrantsNothingUntilItsServerTakesItsSequenceOver) {
+  SchedulerConfig c = plain_config();  // replica_bound: none
+  Scheduler s(c);
+  s.hold_receiver(ep(kServer));
+  s.limit_window(ep(kServer), 4);  // the server's slots, as its attach says: still held
+  for (std::uint32_t w = 1; w <= 6; ++w) {
+    ASSERT_EQ(s.submit(request(w, w, kServer, kMB), at_us(0)), SubmitStatus::accepted);
+  }
+  ASSERT_EQ(s.submit(request(9, 50, 200, kMB), at_us(0)), SubmitStatus::accepted);  // another server's
+  auto out = s.schedule(at_us(0));
+  auto grants = only<Grant>(out);
+  ASSERT_EQ(grants.size(), 1u) << "only the other server's";
+  EXPECT_EQ(grants[0].receiver, ep(200));
+  EXPECT_TRUE(only<Drop>(out).empty()) << "held, not dropped";
+  EXPECT_TRUE(only<Grant>(s.schedule(at_us(1'000'000))).empty()) << "still held a second later";
+  EXPECT_EQ(s.pending_parts(), 6u);
+
+  std::vector<Outcome> moved;
+  s.close_receiver(ep(kServer), moved);  // what take_over does first: the waiting parts go
+  EXPECT_EQ(only<Drop>(moved).size(), 6u);
+  ASSERT_TRUE(s.open_receiver(ep(kServer), 30));
+  for (std::uint32_t w = 1; w <= 6; ++w) {
+    ASSERT_EQ(s.submit(request(100 + w, w, kServer, kMB, 30), at_us(2'000'000)), SubmitStatus::accepted);
+  }
+  grants = only<Grant>(s.schedule(at_us(2'000'000)));
+  ASSERT_EQ(grants.size(), 4u) << "from the version it took over at, 4 slots ahead";
+  EXPECT_EQ(grants[0].seq, 31u);
+  EXPECT_EQ(grants[3].seq, 34u);
+}
+
 TEST(SchedulerCancel, AFailedGrantIsCancelledAtItsReceiverAndAnOkOneIsNot) {
   SchedulerConfig c = plain_config();
   c.replica_bound = std::nullopt;

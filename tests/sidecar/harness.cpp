@@ -265,7 +265,13 @@ int run_child(int argc, char** argv) {
       // A whole gradlaned in a process of its own, so a test can SIGKILL it.
       ShutdownSignals signals;
       DaemonConfig config = test_config(shm);
-      Daemon daemon(config, std::make_unique<sched::PassThroughPolicy>());
+      std::unique_ptr<sched::Policy> policy = std::make_unique<sched::PassThroughPolicy>();
+      if (arg(argc, argv, "--policy") == "scheduler") {
+        sched::SchedulerConfig sc;
+        sc.replica_bound = std::nullopt;
+        policy = std::make_unique<sched::SchedulerPolicy>(sc);
+      }
+      Daemon daemon(config, std::move(policy));
       tell_ready();
       daemon.run([&] { return signals.received().has_value(); });
       return 0;

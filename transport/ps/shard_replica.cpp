@@ -55,6 +55,43 @@ std::size_t ShardServer::State::skip_old_owners_sequences() {
   return skipped;
 }
 
+// Reaps the completion queue and takes every worker's doorbell in it: at a promotion, or when
+// the sidecar went away, what already came counts before anything later is refused.
+void ShardServer::State::take_every_doorbell_here() {
+  while (cq.poll() > 0) {
+  }
+  for (Peer& peer : peers) {
+    if (!peer.alive || peer.kind != PeerKind::worker) continue;
+    try {
+      take_doorbells(peer);
+    } catch (const Error&) {  // its failure is taken up on the next round
+    }
+  }
+}
+
+// A server whose gradlaned died (sidecar mode): the daemon restarted on this host holds our
+// sequence (sidecar/daemon/survivors.hpp) until we attach taking it over, `slots` past where we
+// are, exactly as a promoted replica does — what the dead daemon granted and has not arrived
+// yet is skipped, and a late write of it is refused and reported lost to its worker, who reads
+// refuse_below after each write. False if no gradlaned answers within the attach timeout.
+bool ShardServer::State::take_own_sequence_over(const Error& lost) {
+  std::fprintf(stderr, "gradlane ps server: %s — taking our sequence over at the next gradlaned on this host\n",
+               lost.what());
+  // Refuse everything until we know from where on, then take what is here (see promote()).
+  shard.header().refuse_below.store(~std::uint64_t{0}, std::memory_order_seq_cst);
+  take_every_doorbell_here();
+  next_grant = order.next_sequence() + order.pending();
+  sidecar.reset();
+  try {
+    take_over_at_sidecar();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "gradlane ps server: could not take our sequence over: %s\n", e.what());
+    return false;
+  }
+  ++stats.sidecars_resumed;
+  return true;
+}
+
 // Replica promoted in sidecar mode: its host's gradlaned takes the server's sequence over,
 // `slots` past what we reached (see ps.hpp). Attaching can fail (no gradlaned, not started
 // with --standby): then nobody can grant our sequence, and the job must hear it, not hang.
@@ -76,7 +113,7 @@ void ShardServer::State::take_over_at_sidecar() {
   for (const auto& [sequence, d] : fed) {
     if (d.worker != 0) arrivals[d.worker] = std::max(arrivals[d.worker], d.tag + 1);
   }
-  std::fprintf(stderr, "gradlane ps replica: gradlaned (%s) took over endpoint %u's sequence from %llu\n",
+  std::fprintf(stderr, "gradlane ps server: gradlaned (%s) took over endpoint %u's sequence from %llu\n",
                attach.shm_name.c_str(), attach.endpoint, static_cast<unsigned long long>(skip_below));
 }
 
@@ -101,15 +138,7 @@ void ShardServer::State::promote() {
   // Every mirror that is here counts. The failure was seen while input was being taken, so
   // doorbells of other workers may still wait, reaped or not (a worker acknowledged a push
   // whose mirror's doorbell was still in our queue, and it was skipped: kill:server@gradlane).
-  while (cq.poll() > 0) {
-  }
-  for (Peer& peer : peers) {
-    if (!peer.alive || peer.kind != PeerKind::worker) continue;
-    try {
-      take_doorbells(peer);
-    } catch (const Error&) {  // its failure is taken up on the next round
-    }
-  }
+  take_every_doorbell_here();
   for (std::uint64_t head = order.next_sequence(); decisions.contains(head); ++head) {
     const bool apply = decisions.at(head).worker != 0;
     if (apply && arrived.contains(head)) {

@@ -518,8 +518,15 @@ std::size_t ShardServer::progress() {
       work += s.apply();
       s.report_applied();
     } catch (const Error& e) {
-      if (e.code() == Errc::sidecar_unavailable) s.sidecar_lost = true;
-      throw;
+      if (e.code() != Errc::sidecar_unavailable) throw;
+      // Our gradlaned is gone. One restarted on this host holds our sequence until we take it
+      // on from where we are; with none within the attach timeout we stop, and the replica
+      // takes over as after a crash.
+      if (!s.take_own_sequence_over(e)) {
+        s.sidecar_lost = true;
+        throw;
+      }
+      ++work;
     }
   } else if (s.role == Role::server) {
     work += s.expire_holes();

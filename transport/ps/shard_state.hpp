@@ -153,6 +153,8 @@ struct ShardServer::State {
   std::size_t skip_stuck_head();
   std::size_t skip_old_owners_sequences();
   void take_over_at_sidecar();
+  bool take_own_sequence_over(const Error& lost);
+  void take_every_doorbell_here();
   void probe_idle_peers();
   void advertise(Connection& conn);
   std::size_t admit_joiners();
