@@ -79,6 +79,8 @@ int run_aggregator(const Config& c) {
     attach.endpoint = c.endpoint;
     options.sidecar = attach;
     options.slots = 16;
+    // Its ring has a partition per worker: a restarted one (--rejoin) takes none at its start.
+    options.workers = c.peers != 0 ? c.peers : c.workers;
   }
   options.timeout = 120s;
   Device device = Device::open({.name = c.device});

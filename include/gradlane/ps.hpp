@@ -427,6 +427,11 @@ struct AggregatorOptions {
   // here. A member that has not come by hole_timeout after its aggregate's slot is left out;
   // an aggregate none of whose members came is completed as failed (the server skips it).
   std::optional<sidecar::AttachOptions> sidecar;
+  // Sidecar mode: the workers that may push through it over its life (0: as many as
+  // accept_workers() takes). Each connection gets its own partition of the ring, 4 more are
+  // spare; a restarted aggregator (accept_workers(0)) needs it to have room for its workers
+  // coming back.
+  std::uint32_t workers = 0;
 };
 
 struct AggregateMember {
@@ -477,9 +482,10 @@ class Aggregator {
 
   std::uint16_t port() const;
   // Accepts `workers` worker connections, each within `timeout` (Error(timeout) otherwise).
-  // Direct mode: from then on progress() keeps admitting workers, and at its start the
-  // aggregator told the server where it listens — the server passes that to its workers, so a
-  // restarted aggregator (accept_workers(0)) is found again by the workers that lost it.
+  // From then on progress() keeps admitting workers, and at its start the aggregator told the
+  // server where it listens — the server passes that to its workers, so a restarted aggregator
+  // (accept_workers(0); in sidecar mode with AggregatorOptions::workers) is found again by the
+  // workers that lost it.
   void accept_workers(std::size_t workers, Millis timeout);
   // Does what is due without waiting, except that a group ready to forward is summed and
   // pushed before it returns (at most one per call; the push waits for the server's grant).

@@ -245,8 +245,8 @@ void Aggregator::State::tell_forwarded(MemberPeer& peer, std::uint64_t member, c
 }
 
 // Workers that come after the start: to a restarted aggregator, the ones that lost it (the
-// server told them where it listens again). One connecting under the id of a connection that
-// still looks alive supersedes it.
+// server told them where it listens again), in either mode. One connecting under the id of a
+// connection that still looks alive supersedes it.
 std::size_t Aggregator::State::admit_joiners() {
   if (!late || ++rounds % 64 != 0) return 0;
   std::size_t work = 0;
@@ -262,7 +262,10 @@ std::size_t Aggregator::State::admit_joiners() {
                                                     j.hello.worker)));
       }
     }
-    peers.push_back(MemberPeer{std::move(j.conn), j.hello.worker, true, {}});
+    MemberPeer peer{std::move(j.conn), j.hello.worker, true, {}};
+    // Sidecar mode: the partition its connection was advertised (see accept_sidecar_workers).
+    peer.partition = first_late_partition + static_cast<std::uint32_t>(j.accepted);
+    peers.push_back(std::move(peer));
     ++stats.peers_joined;
     std::fprintf(stderr, "gradlane ps aggregator: worker %u joined\n", j.hello.worker);
   }
@@ -293,7 +296,7 @@ Aggregator::Aggregator(const Device& device, std::uint16_t port, const Aggregato
                                                     options.slots, options.group));
   }
   state_ = std::make_unique<State>(device, port, options);
-  if (!options.sidecar) state_->forward.announce_aggregator(state_->listener.address(), state_->listener.port());
+  state_->forward.announce_aggregator(state_->listener.address(), state_->listener.port());
   if (options.sidecar) {
     sidecar::AttachOptions attach = *options.sidecar;
     attach.region_bytes = options.floats * sizeof(float);

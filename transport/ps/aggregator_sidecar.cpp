@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 
 #include "transport/ps/aggregator_state.hpp"
 #include "transport/ps/join.hpp"
@@ -31,17 +32,22 @@ constexpr std::chrono::seconds kUngrantedLimit{30};
 
 void Aggregator::State::accept_sidecar_workers(std::size_t workers, Millis timeout) {
   if (book) throw Error(Errc::invalid_argument, "ps::Aggregator: in sidecar mode, accept_workers() once");
-  const auto partitions = static_cast<std::uint32_t>(workers) + kSparePartitions;
+  const auto partitions =
+      static_cast<std::uint32_t>(std::max<std::size_t>(workers, options.workers)) + kSparePartitions;
   ring.emplace(device, options.floats, partitions * slot_count);
   book.emplace(partitions, slot_count);
-  // Each connection gets its own partition of the ring: slot_count member slots.
+  // Each connection gets its own partition of the ring: slot_count member slots, in the order
+  // connections are accepted — at the start, and later (a worker back at a restarted
+  // aggregator) from the poll loop, which is why the lambda holds the state, not this frame.
   const RegionDescriptor whole = ring->region().descriptor();
   const std::uint64_t partition_bytes = std::uint64_t{slot_count} * ring->slot_bytes();
-  std::uint32_t next = 0;
-  const auto advertise = [&](Connection& conn) {
-    const std::uint32_t index = next++;
+  const auto next = std::make_shared<std::uint32_t>(0);  // the next connection's partition
+  const auto advertise = [next, whole, partition_bytes, partitions](Connection& conn) {
+    const std::uint32_t index = (*next)++;
     if (index >= partitions) {
-      throw Error(Errc::resource_exhausted, fmt::format("more than {} connections to accept", partitions));
+      throw Error(Errc::resource_exhausted,
+                  fmt::format("more than {} connections to accept (AggregatorOptions::workers + {} spare)", partitions,
+                              kSparePartitions));
     }
     RegionDescriptor mine = whole;
     mine.addr += index * partition_bytes;
@@ -56,6 +62,9 @@ void Aggregator::State::accept_sidecar_workers(std::size_t workers, Millis timeo
     peer.partition = static_cast<std::uint32_t>(j.accepted);
     peers.push_back(std::move(peer));
   }
+  // Connections advertised to and dropped before their hello keep their partition unused.
+  first_late_partition = *next;
+  late.emplace(listener, advertise, options.transport.connect_timeout, "aggregator");
 }
 
 std::size_t Aggregator::State::take_doorbells() {
@@ -168,15 +177,17 @@ std::size_t Aggregator::State::forward_due() {
 
 std::size_t Aggregator::State::progress_sidecar() {
   if (!book) throw Error(Errc::invalid_argument, "ps::Aggregator: accept_workers() first");
-  std::size_t work = take_doorbells();
+  std::size_t work = admit_joiners();
+  work += take_doorbells();
   work += take_grants();
   work += forward_due();
   return work;
 }
 
 bool Aggregator::State::finished_sidecar() const {
+  // A restarted aggregator (accept_workers(0)) is not done before its first worker came back.
   const bool anyone = std::any_of(peers.begin(), peers.end(), [](const MemberPeer& p) { return p.alive; });
-  return !anyone && (!book || book->empty());
+  return !peers.empty() && !anyone && (!book || book->empty());
 }
 
 }  // namespace gradlane::ps

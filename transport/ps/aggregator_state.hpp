@@ -50,7 +50,9 @@ struct Aggregator::State {
   Listener listener;
   Worker forward;  // to the server and the replica; its gradient() is where a group is summed
   std::vector<MemberPeer> peers;
-  std::optional<LateJoins> late;  // direct mode, after accept_workers
+  std::optional<LateJoins> late;  // after accept_workers
+  // Sidecar mode: the partition the first late joiner takes (each takes the next one).
+  std::uint32_t first_late_partition = 0;
   std::uint32_t rounds = 0;       // progress() calls: late joins are looked at every 64
   std::deque<Waiting> waiting;
   std::uint64_t next_grant = 1;

@@ -83,7 +83,7 @@ std::vector<Joined> LateJoins::poll() {
       while (auto conn = listener_->try_accept()) {
         try {
           advertise_(*conn);
-          pending_.push_back(Pending{std::move(*conn), std::chrono::steady_clock::now() + patience_});
+          pending_.push_back(Pending{std::move(*conn), std::chrono::steady_clock::now() + patience_, advertised_++});
         } catch (const Error& e) {
           refuse(*conn, e);
         }
@@ -103,7 +103,7 @@ std::vector<Joined> LateJoins::poll() {
         }
         throw Error(Errc::timeout, fmt::format("no hello within {} ms", patience_.count()));
       }
-      joined.push_back(Joined{std::move(it->conn), *hello, 0});
+      joined.push_back(Joined{std::move(it->conn), *hello, it->accepted});
     } catch (const Error& e) {
       refuse(it->conn, e);
     }

@@ -43,6 +43,8 @@ std::vector<Joined> accept_hellos(Listener& listener, std::size_t count, const s
 // accepts what is queued, advertises to it, and hands out the connections whose hello came.
 // One that says nothing within `patience`, or whose first message is not a hello, is refused
 // (counted, with a line on stderr); a failing listener ends admission, the job goes on.
+// Joined::accepted numbers the connections in the order they were advertised to, from 0 at
+// this LateJoins' start.
 class LateJoins {
  public:
   LateJoins(Listener& listener, std::function<void(Connection&)> advertise, Millis patience, const char* who);
@@ -55,6 +57,7 @@ class LateJoins {
   struct Pending {
     Connection conn;
     std::chrono::steady_clock::time_point deadline;
+    std::size_t accepted = 0;
   };
   Listener* listener_;
   std::function<void(Connection&)> advertise_;
@@ -62,6 +65,7 @@ class LateJoins {
   const char* who_;
   bool admitting_ = true;
   std::vector<Pending> pending_;
+  std::size_t advertised_ = 0;  // connections advertised to: Joined::accepted, 0-based
   std::uint64_t refused_ = 0;
 };
 

@@ -110,10 +110,10 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
     } else if (const auto* at = std::get_if<ListeningAt>(&message);
                at && at->kind == PeerKind::aggregator && peer.kind == PeerKind::worker) {
       // An aggregator (a worker here) says where it listens: its workers that lost it come
-      // back (a restarted aggregator). Direct mode: in sidecar mode gradlaned redirects.
-      // Said at every aggregator's start; passed on only for one that joined late (restarted):
-      // the workers of the first are connected to it, and a worker that joins later is told.
-      if (role == Role::server && !sidecar) {
+      // back (a restarted aggregator). Said at every aggregator's start; passed on only for
+      // one that joined late (restarted): the workers of the first are connected to it, and a
+      // worker that joins later is told.
+      if (role == Role::server) {
         aggregators_at[peer.worker] = *at;
         if (peer.joined_late) tell_workers(*at, peer.worker);
       }

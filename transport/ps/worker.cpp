@@ -151,6 +151,26 @@ struct Worker::State {
     }
   }
 
+  // Sidecar mode: the server sends a worker nothing but where a restarted aggregator listens
+  // (ListeningAt); read at each push, without waiting. A failure here is left for the push to
+  // meet (its write fails over), as it would be unread otherwise.
+  void take_server_notices() {
+    if (!sidecar || server.failed()) return;
+    try {
+      while (auto said = server.try_receive()) {
+        const Message message = decode(*said);
+        const auto* at = std::get_if<ListeningAt>(&message);
+        if (at == nullptr) {
+          throw Error(Errc::protocol, fmt::format("{}: unexpected message (kind {}) from the server in sidecar mode",
+                                                  server.describe(), message.index() + 1));
+        }
+        take_listening_at(*at);
+      }
+    } catch (const Error& e) {
+      std::fprintf(stderr, "gradlane ps worker %u: reading the server's notices: %s\n", options.id, e.what());
+    }
+  }
+
   // A replica that joined the running server (the server told us where it listens): we connect
   // to it, announce from which sequence we mirror there (Mirroring, before that write), and
   // fail over to it if the server dies.
@@ -187,9 +207,22 @@ struct Worker::State {
   // worker told to push through an aggregator, that lost its own, pushes through it again.
   // It becomes the push target from the next push on: the push in flight asked the server.
   void take_aggregator_at(const ListeningAt& at) {
-    if (!options.aggregator || aggregator || rejoined_aggregator || sidecar) return;
+    if (!options.aggregator || rejoined_aggregator) return;
     // Only ours (another aggregator of the job, restarted, is not this worker's to use).
     if (at.port != options.aggregator->port || at.address != options.aggregator->address) return;
+    if (aggregator) {
+      // Ours restarted, but we have not seen the old one's disconnect yet (a sidecar-mode
+      // worker reads its aggregator only to write to it): kept until we have, and the old
+      // connection probed, so a dead peer fails it within the ACK timeout.
+      aggregator_announced = at;
+      try {
+        if (aggregator->outstanding() == 0) aggregator->probe();
+      } catch (const Error& e) {
+        drop_aggregator(e.what());
+      }
+      if (aggregator) return;
+    }
+    aggregator_announced.reset();
     try {
       rejoined_aggregator.emplace(connect_aggregator(at.address, at.port, kReachAnnouncedWithin));
       std::fprintf(stderr, "gradlane ps worker %u: pushing through the aggregator again from the next push, %s\n",
@@ -200,6 +233,7 @@ struct Worker::State {
     }
   }
   std::optional<Connection> rejoined_aggregator;
+  std::optional<ListeningAt> aggregator_announced;  // see take_aggregator_at
 
   // Connects to an aggregator, learns its ring (aggregator_slots), says who we are.
   Connection connect_aggregator(const std::string& address, std::uint16_t port, Millis timeout) {
@@ -574,11 +608,13 @@ void Worker::start_push(std::uint64_t computed_on, std::uint64_t tag) {
   if (s.push_in_flight) throw Error(Errc::invalid_argument, "start_push: the previous push is still in flight");
   s.push_tag = tag;
   s.push_computed_on = computed_on;
+  s.take_aggregator_messages();  // no push waits for a grant there now (and a failed one is dropped)
+  s.take_server_notices();
+  if (!s.aggregator && s.aggregator_announced) s.take_aggregator_at(*s.aggregator_announced);
   if (s.rejoined_aggregator && !s.aggregator) {  // a restarted aggregator found again: push through it
     s.aggregator = std::move(s.rejoined_aggregator);
     s.rejoined_aggregator.reset();
   }
-  s.take_aggregator_messages();  // no push waits for a grant there now
   s.send_request();
   s.push_in_flight = true;
 }
