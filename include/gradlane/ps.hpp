@@ -394,7 +394,9 @@ class Worker {
  private:
   friend class Aggregator;
   // The aggregator's forward in sidecar mode: the gradient written as sequence `sequence` (its
-  // sidecar's grant), mirrored to the replica; a server failure fails over (lost = true).
+  // sidecar's grant), mirrored to the replica; a server failure fails over (lost = true). Not
+  // written (lost = true) if the server has decided that sequence already: it skipped it, its
+  // hole_timeout having passed while the aggregator waited for members or was stalled.
   PushResult write_as(std::uint64_t sequence);
   // The aggregator's forward in direct mode: tells the server where the aggregator listens, so
   // workers that lost it (it was restarted) come back to it.

@@ -348,6 +348,20 @@ struct Worker::State {
     return sequence < floor;
   }
 
+  // Whether the server has decided `sequence` already: before its write, that means skipped
+  // (a sequence is applied only after its write arrived). Writing it then would be refused, or
+  // land in the slot a sequence `slots` later may be using. One 8-byte READ of the header's
+  // count of decided sequences (stage: the local copy of the header, which pulls overwrite).
+  // A stall between this READ and the write is not covered (the write is then refused and
+  // reported as written).
+  bool server_decided(std::uint64_t sequence) {
+    constexpr std::size_t kAt = offsetof(ShardHeader, model_version);
+    server.wait(server.read(model_region, kAt, server_shard, kAt, sizeof(std::uint64_t)), options.timeout);
+    std::uint64_t decided = 0;
+    std::memcpy(&decided, model_buffer.data() + kAt, sizeof decided);
+    return sequence <= decided;
+  }
+
   // Writes the gradient into member slot `slot` of the aggregator's ring, doorbell `imm`.
   PushResult write_member(std::uint64_t slot, std::uint32_t imm) {
     const auto start = Clock::now();
@@ -688,6 +702,13 @@ std::uint64_t Worker::server_version() {
 PushResult Worker::write_as(std::uint64_t sequence) {
   State& s = *state_;
   try {
+    if (s.server_decided(sequence)) {
+      std::fprintf(stderr, "gradlane ps worker %u: the server skipped sequence %llu before it was written: not "
+                   "written, reported lost\n", s.options.id, static_cast<unsigned long long>(sequence));
+      PushResult lost;
+      lost.lost = true;
+      return lost;
+    }
     return s.write(sequence);
   } catch (const Error&) {
     if (!s.recover()) throw;
