@@ -97,7 +97,10 @@ case $KIND in
     # The replica's command, on the server's device and port 7810, joining the promoted replica.
     dev=$(sed -n '/^--device$/{n;p;q}' "$OUT/server.cmd"); at=$(sed -n '/^--replica$/{n;p;q}' "$OUT/server.cmd")
     echo "replacing the replica: $dev joins $at"
-    sed -e '/^--port$/{n;s/.*/7810/;}' -e "/^--device\$/{n;s/.*/$dev/;}" "$OUT/replica.cmd" > "$OUT/replica2.cmd"
+    # gradlane mode: the sidecar of the server's host, where a promoted replica2 would attach.
+    shm=$(sed -n '/^--sidecar$/{n;p;q}' "$OUT/server.cmd")
+    sed -e '/^--port$/{n;s/.*/7810/;}' -e "/^--device\$/{n;s/.*/$dev/;}" -e "/^--sidecar\$/{n;s#.*#$shm#;}" \
+      "$OUT/replica.cmd" > "$OUT/replica2.cmd"
     start_role replica2 "$OUT/replica2.cmd" --join "$at" --name replica2
     ended=$(now) ;;
   link)

@@ -98,13 +98,13 @@ void ShardServer::State::admit(Connection&& conn, const Hello& hello) {
 // A replica joining this running server (ShardServer::join_server): it gets a copy of the model
 // at the version reached (taken here, between applies), and every decision after it. From now
 // on grants wait for its acks, as for a replica from the start (slots it has not read are not
-// reused). Refused, with the reason, where it cannot follow exactly.
+// reused; in sidecar mode what we report applied to the sidecar waits for them too). Refused,
+// with the reason, where it cannot follow exactly.
 void ShardServer::State::adopt_replica(Connection&& conn) {
   const auto refuse = [&](Errc code, const std::string& why) {
     throw Error(code, fmt::format("{}: a replica asked to join: {}", conn.describe(), why));
   };
   if (role != Role::server) refuse(Errc::protocol, "this is a replica (join its server)");
-  if (sidecar) refuse(Errc::unsupported, "a sidecar owns this server's sequence (direct mode only)");
   if (stats.stepped_down) refuse(Errc::protocol, "this server stepped down");
   if (replica) refuse(Errc::protocol, "this server has a replica");
   if (options.momentum != 0.0F) refuse(Errc::unsupported, "momentum: the velocity it would need is not in the shard");

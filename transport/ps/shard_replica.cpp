@@ -202,9 +202,9 @@ void ShardServer::join_server(const std::string& address, std::uint16_t port, Mi
   if (s.role != Role::replica || s.primary || s.late) {
     throw Error(Errc::invalid_argument, "join_server: a replica that has no server yet (instead of accept_peers)");
   }
-  if (s.options.sidecar || s.options.momentum != 0.0F) {
-    throw Error(Errc::unsupported, "join_server: direct mode and plain SGD only (with a sidecar the sidecar's replica "
-                                   "window, with momentum the server's velocity, would have to be handed over too)");
+  if (s.options.momentum != 0.0F) {
+    throw Error(Errc::unsupported, "join_server: plain SGD only (with momentum the server's velocity would have to be "
+                                   "handed over too)");
   }
   Connection conn = connect_with_retry(s.device, address, port, s.options.transport, timeout, s.cq);
   s.primary_slots = conn.wait_region(kSlotRegionId, timeout);
@@ -218,7 +218,7 @@ void ShardServer::join_server(const std::string& address, std::uint16_t port, Mi
     answer = decode(conn.receive(timeout));
   } catch (const Error& e) {
     throw Error(e.code(), fmt::format("the server at {}:{} did not take this replica (it has one, is one itself, has "
-                                      "a sidecar or momentum, or stepped down: its log says which): {}",
+                                      "momentum, or stepped down: its log says which): {}",
                                       address, port, e.what()));
   }
   const auto* adopted = std::get_if<Adopted>(&answer);

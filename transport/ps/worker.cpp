@@ -177,25 +177,52 @@ struct Worker::State {
   bool announce_mirroring = false;
   void take_listening_at(const ListeningAt& at) {
     if (at.kind == PeerKind::aggregator) return take_aggregator_at(at);
-    if (replica && !replica->failed()) return;  // we have one
+    // The server adopts a joining replica only when it has none: one announced elsewhere than
+    // ours means ours is not the server's any more (it failed; we may not have seen it yet).
+    if (replica && !replica->failed() && replica_address == std::pair{at.address, at.port}) return;
+    replica_announced = at;
+    replica_attempts = 0;
+    reach_announced_replica();
+  }
+  // Tries to reach the announced replica: at once, then again at later pushes (at most
+  // kReachAttempts tries, kReachAgainAfter apart), so a joining replica that was slow to
+  // answer is not given up on after one try.
+  void reach_announced_replica() {
+    if (!replica_announced || Clock::now() < next_replica_attempt) return;
+    const ListeningAt at = *replica_announced;
+    ++replica_attempts;
     try {
+      replica.reset();  // an older one, if any: not the server's replica now
       connect_replica(at.address, at.port, kReachAnnouncedWithin);
       announce_mirroring = options.mirror;
+      replica_announced.reset();
       std::fprintf(stderr, "gradlane ps worker %u: connected to the replica that joined, %s\n", options.id,
                    replica->describe().c_str());
     } catch (const Error& e) {
-      std::fprintf(stderr, "gradlane ps worker %u: the replica that joined (%s:%u) is out of reach, going on without "
-                   "it: %s\n", options.id, at.address.c_str(), at.port, e.what());
       replica.reset();
+      const bool again = replica_attempts < kReachAttempts;
+      std::fprintf(stderr, "gradlane ps worker %u: the replica that joined (%s:%u) is out of reach (%s): %s\n",
+                   options.id, at.address.c_str(), at.port, e.what(),
+                   again ? "trying again at a later push" : "going on without it");
+      if (!again) replica_announced.reset();
+      next_replica_attempt = Clock::now() + kReachAgainAfter;
     }
   }
-  // How long a worker tries to reach a replica or aggregator the server announced.
+  std::optional<ListeningAt> replica_announced;
+  std::uint32_t replica_attempts = 0;
+  Clock::time_point next_replica_attempt{};
+  std::pair<std::string, std::uint16_t> replica_address;  // where `replica` is connected
+  // How long a worker tries to reach a replica or aggregator the server announced, and how
+  // often and how far apart it tries a replica.
   static constexpr Millis kReachAnnouncedWithin{5000};
+  static constexpr std::uint32_t kReachAttempts = 3;
+  static constexpr Millis kReachAgainAfter{5000};
 
   // Connects to a replica (the one we started with, or one that joined), learns its regions,
   // says who we are.
   void connect_replica(const std::string& address, std::uint16_t port, Millis timeout) {
     replica.emplace(connect_with_retry(device, address, port, options.transport, timeout));
+    replica_address = {address, port};
     std::tie(replica_slots, replica_shard) = join(*replica);
     if (replica_slots.length != server_slots.length) {
       throw Error(Errc::protocol, fmt::format("the replica has {} bytes of slots, the server {}: they must match",
@@ -624,6 +651,7 @@ void Worker::start_push(std::uint64_t computed_on, std::uint64_t tag) {
   s.push_computed_on = computed_on;
   s.take_aggregator_messages();  // no push waits for a grant there now (and a failed one is dropped)
   s.take_server_notices();
+  s.reach_announced_replica();
   if (!s.aggregator && s.aggregator_announced) s.take_aggregator_at(*s.aggregator_announced);
   if (s.rejoined_aggregator && !s.aggregator) {  // a restarted aggregator found again: push through it
     s.aggregator = std::move(s.rejoined_aggregator);
