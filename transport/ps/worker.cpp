@@ -353,23 +353,30 @@ struct Worker::State {
         window_rkey == 0 ? server.write_and_ring(gradient_region, 0, server_slots, offset, bytes, imm)
                          : server.write_and_ring(gradient_region, 0, {server_slots.addr + offset, bytes, window_rkey}, 0,
                                                  bytes, imm);
+    // Sidecar mode: the server's refusal floor, READ behind the write on the same QP (so it
+    // completes after it, and waiting for it waits for the write).
+    constexpr std::size_t kFloorAt = offsetof(ShardHeader, refuse_below);
+    const std::optional<OpId> floor_read =
+        sidecar ? std::optional(server.read(model_region, kFloorAt, server_shard, kFloorAt, sizeof(std::uint64_t)))
+                : std::nullopt;
     if (mirrored) replica->wait(*mirrored, options.timeout);
-    server.wait(written, options.timeout);
+    server.wait(floor_read.value_or(written), options.timeout);
     PushResult result;
     result.sequence = sequence;
     result.wire_time = Clock::now() - start;
-    if (sidecar && failovers > 0 && refused_by_promoted_server(sequence)) result.lost = true;
+    if (floor_read && refused_below_floor(sequence)) result.lost = true;
     return result;
   }
 
-  // Sidecar mode, after a failover: the server is a promoted replica, which refuses the
-  // sequences its old owner may have granted (ps.hpp) — silently, as a doorbell has no answer.
-  // Its header says from where on it takes them; READ after our write on the same QP, it
-  // reflects at least the moment our write arrived (the promotion publishes it before taking
-  // the doorbells already there). A refused push is lost, not acknowledged.
-  bool refused_by_promoted_server(std::uint64_t sequence) {
+  // Sidecar mode: a server that took a sequence over — a promoted replica, or a server whose
+  // gradlaned was restarted — refuses the sequences the old owner may have granted (ps.hpp),
+  // silently, as a doorbell has no answer. Its header says from where on it takes them; READ
+  // after our write on the same QP, it reflects at least the moment our write arrived (the
+  // takeover publishes it before taking the doorbells already there). A refused push is lost,
+  // not acknowledged. Read on every push: a worker cannot know its server took its own
+  // sequence over (found by restart:gradlaned-a: an acknowledged push refused).
+  bool refused_below_floor(std::uint64_t sequence) const {
     constexpr std::size_t kAt = offsetof(ShardHeader, refuse_below);
-    server.wait(server.read(model_region, kAt, server_shard, kAt, sizeof(std::uint64_t)), options.timeout);
     std::uint64_t floor = 0;
     std::memcpy(&floor, model_buffer.data() + kAt, sizeof floor);
     return sequence < floor;
