@@ -108,7 +108,7 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
   options.grant_windows = a.number("grant_windows", 0) != 0;  // server: a window per grant over its slot
   options.transport = gradlane::TransportOptions::from_env();  // GRADLANE_ACK_TIMEOUT, _RETRY_COUNT, ...
   if (a.values.contains("sidecar")) {  // sidecar=SHM_NAME, endpoint=ID: the host's gradlaned owns the sequence
-    gradlane::sidecar::AttachOptions attach;
+    auto attach = gradlane::sidecar::AttachOptions::from_env();  // GRADLANE_SIDECAR_TIMEOUT_MS
     attach.shm_name = a.text("sidecar");
     attach.job = 1;
     attach.endpoint = static_cast<std::uint32_t>(a.number("endpoint"));
@@ -181,6 +181,7 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
       << ",\"joins_refused\":" << st.joins_refused << ",\"promoted_at_ns\":" << st.promoted_at_ns
       << ",\"lost_in_failover\":" << st.lost_in_failover << ",\"mirrors_fetched\":" << st.mirrors_fetched
       << ",\"replicas_joined\":" << st.replicas_joined << ",\"joined_at\":" << st.joined_at
+      << ",\"sidecars_resumed\":" << st.sidecars_resumed
       << ",\"stepped_down\":" << (st.stepped_down ? "true" : "false") << "}\n";
   std::printf("%s: version %llu, applied %llu, skipped %llu, refused doorbells %llu, peers lost %llu, left %llu, "
               "replica acked %llu, updates read from the server %llu\n",
@@ -303,7 +304,7 @@ int run_worker(const Args& a) {
   options.transport = gradlane::TransportOptions::from_env();
   options.floats = a.number("floats");
   if (a.values.contains("sidecar")) {  // sidecar=SHM_NAME endpoint=ID server_endpoint=ID
-    gradlane::sidecar::AttachOptions attach;
+    auto attach = gradlane::sidecar::AttachOptions::from_env();  // GRADLANE_SIDECAR_TIMEOUT_MS
     attach.shm_name = a.text("sidecar");
     attach.job = 1;
     attach.endpoint = static_cast<std::uint32_t>(a.number("endpoint"));
