@@ -79,6 +79,7 @@ struct RunSpec {
   // and started again half a second later (0: never); the server takes its own sequence over
   // there and goes on.
   std::chrono::milliseconds restart_sidecar_a_after{0};
+  std::string momentum;  // server and replicas: SGD with this momentum (empty: plain SGD)
 };
 
 // Runs replica, server and four workers (1, 2 on host 2; 3, 4 on host 1) to the end.
@@ -99,6 +100,7 @@ class ShardRun : public ::testing::Test {
     std::vector<std::string> shard_args = {floats, "slots=8", "workers=" + std::to_string(kWorkers), updates, out};
     if (!spec.hole_timeout_ms.empty()) shard_args.push_back("hole_timeout_ms=" + spec.hole_timeout_ms);
     if (spec.replica_reads) shard_args.push_back("replica_reads=1");
+    if (!spec.momentum.empty()) shard_args.push_back("momentum=" + spec.momentum);
     auto args = [&](std::vector<std::string> head) {
       head.insert(head.begin(), node);
       head.insert(head.end(), shard_args.begin(), shard_args.end());
@@ -249,8 +251,9 @@ class ShardRun : public ::testing::Test {
   // acknowledged pushes) overrides the history's tag: a sidecar-mode server only counts a
   // worker's arrivals, which a lost push puts off by one.
   std::vector<float> reference(const std::map<std::uint64_t, std::uint64_t>& steps = {}) const {
-    std::vector<float> model(spec_.floats), gradient(spec_.floats);
+    std::vector<float> model(spec_.floats), gradient(spec_.floats), velocity(spec_.floats, 0.0F);
     for (std::size_t j = 0; j < model.size(); ++j) model[j] = examples::initial_value(j);
+    const float momentum = spec_.momentum.empty() ? 0.0F : std::stof(spec_.momentum);
     for (const json& u : history_) {
       if (u["skipped"].get<bool>()) continue;
       const auto worker = u["worker"].get<std::uint64_t>();
@@ -259,10 +262,54 @@ class ShardRun : public ::testing::Test {
       for (std::size_t j = 0; j < gradient.size(); ++j) {
         gradient[j] = examples::gradient_value(worker, step, j, spec_.gradient == "uniform");
       }
-      ps::sgd_step(model, gradient, examples::kLearningRate);
+      if (momentum > 0.0F) {
+        ps::sgd_momentum_step(model, velocity, gradient, examples::kLearningRate, momentum);
+      } else {
+        ps::sgd_step(model, gradient, examples::kLearningRate);
+      }
     }
     return model;
   }
+
+  void a_new_replica_joins_and_follows(const std::string& momentum) {
+    // The server dies after 50 updates and the replica is promoted; a new replica joins the
+    // promoted server while the workers go on. It starts from the server's snapshot at the
+    // version v it reached and follows every decision after v, reading each update from the
+    // server's slot: its history must be the server's from v + 1, its model bitwise the
+    // server's, and it must have applied updates itself (a joined replica that only copied the
+    // end state, or missed or reordered one decision, fails).
+    RunSpec spec;
+    spec.updates = 40;
+    spec.server_dies_at = 50;
+    spec.pace_ms = 150;  // the job outlasts the join by seconds
+    spec.new_replica_joins = true;
+    spec.momentum = momentum;
+    run(spec);
+    ASSERT_FALSE(HasFatalFailure());
+    EXPECT_TRUE(bitwise_equal(server_model_, reference())) << "the promoted replica's model is not its history applied";
+    const json promoted = read_lines(out_ + "/replica.stats.json").at(0);
+    const json joined = read_lines(out_ + "/replica2.stats.json").at(0);
+    EXPECT_EQ(promoted["replicas_joined"].get<std::uint64_t>(), 1u);
+    const auto joined_at = joined["joined_at"].get<std::uint64_t>();
+    EXPECT_GE(joined_at, 50u);
+    const std::vector<json> followed = read_lines(out_ + "/replica2.jsonl");
+    ASSERT_EQ(joined_at + followed.size(), history_.size()) << "the joined replica did not follow to the end";
+    for (std::size_t i = 0; i < followed.size(); ++i) {
+      const json& theirs = history_[joined_at + i];
+      for (const char* field : {"seq", "worker", "tag", "skipped"}) {
+        EXPECT_EQ(followed[i][field], theirs[field]) << "sequence " << joined_at + i + 1 << ": " << field;
+      }
+    }
+    EXPECT_GT(joined["applied"].get<std::uint64_t>(), 20u) << "the joined replica applied too little to show it follows";
+    // The server told every worker where it listens: each connected to it (and mirrors there).
+    EXPECT_EQ(joined["peers_joined"].get<std::uint64_t>(), kWorkers);
+    EXPECT_TRUE(bitwise_equal(read_model(out_ + "/replica2.model", spec_.floats), server_model_))
+        << "the joined replica's model is not the promoted server's";
+    // The second replica was refused, with the reason on both sides.
+    EXPECT_EQ(promoted["joins_refused"].get<std::uint64_t>(), 1u);
+    EXPECT_TRUE(wait_for_text(out_ + "/replica.err", "this server has a replica", std::chrono::seconds(1)));
+    EXPECT_TRUE(wait_for_text(out_ + "/replica3.err", "did not take this replica", std::chrono::seconds(1)));
+}
 
   // After a run whose server killed itself: the version it died at and how long after its death
   // the replica was promoted (a failure if it never was).
@@ -591,42 +638,13 @@ TEST_F(ShardRun, WhenTheServerIsKilledTheReplicaTakesOverWithinThreeSeconds) {
 }
 
 TEST_F(ShardRun, ANewReplicaJoinsThePromotedServerAndEndsBitwiseEqualToIt) {
-  // The server dies after 50 updates and the replica is promoted; a new replica joins the
-  // promoted server while the workers go on. It starts from the server's snapshot at the
-  // version v it reached and follows every decision after v, reading each update from the
-  // server's slot: its history must be the server's from v + 1, its model bitwise the
-  // server's, and it must have applied updates itself (a joined replica that only copied the
-  // end state, or missed or reordered one decision, fails).
-  RunSpec spec;
-  spec.updates = 40;
-  spec.server_dies_at = 50;
-  spec.pace_ms = 150;  // the job outlasts the join by seconds
-  spec.new_replica_joins = true;
-  run(spec);
-  ASSERT_FALSE(HasFatalFailure());
-  EXPECT_TRUE(bitwise_equal(server_model_, reference())) << "the promoted replica's model is not its history applied";
-  const json promoted = read_lines(out_ + "/replica.stats.json").at(0);
-  const json joined = read_lines(out_ + "/replica2.stats.json").at(0);
-  EXPECT_EQ(promoted["replicas_joined"].get<std::uint64_t>(), 1u);
-  const auto joined_at = joined["joined_at"].get<std::uint64_t>();
-  EXPECT_GE(joined_at, 50u);
-  const std::vector<json> followed = read_lines(out_ + "/replica2.jsonl");
-  ASSERT_EQ(joined_at + followed.size(), history_.size()) << "the joined replica did not follow to the end";
-  for (std::size_t i = 0; i < followed.size(); ++i) {
-    const json& theirs = history_[joined_at + i];
-    for (const char* field : {"seq", "worker", "tag", "skipped"}) {
-      EXPECT_EQ(followed[i][field], theirs[field]) << "sequence " << joined_at + i + 1 << ": " << field;
-    }
-  }
-  EXPECT_GT(joined["applied"].get<std::uint64_t>(), 20u) << "the joined replica applied too little to show it follows";
-  // The server told every worker where it listens: each connected to it (and mirrors there).
-  EXPECT_EQ(joined["peers_joined"].get<std::uint64_t>(), kWorkers);
-  EXPECT_TRUE(bitwise_equal(read_model(out_ + "/replica2.model", spec_.floats), server_model_))
-      << "the joined replica's model is not the promoted server's";
-  // The second replica was refused, with the reason on both sides.
-  EXPECT_EQ(promoted["joins_refused"].get<std::uint64_t>(), 1u);
-  EXPECT_TRUE(wait_for_text(out_ + "/replica.err", "this server has a replica", std::chrono::seconds(1)));
-  EXPECT_TRUE(wait_for_text(out_ + "/replica3.err", "did not take this replica", std::chrono::seconds(1)));
+  a_new_replica_joins_and_follows("");
+}
+
+TEST_F(ShardRun, WithMomentumANewReplicaJoinsWithTheServersVelocityAndEndsBitwiseEqual) {
+  // The same with SGD with momentum 0.9: the joined replica must take the server's velocity
+  // along with its model, or its first apply already differs (and the two models drift apart).
+  a_new_replica_joins_and_follows("0.9");
 }
 
 TEST_F(ShardRun, WorkersMirrorToAJoinedReplicaAndFailOverToItWhenThePromotedServerDiesToo) {

@@ -17,11 +17,12 @@ MemoryRegion ShardRegion::register_floats_for_reads(const Device& device) const 
   return MemoryRegion::register_slice(device, buffer_, kHeaderBytes, count_ * sizeof(float), Access::local_write);
 }
 
-ModelSnapshot::ModelSnapshot(const Device& device, std::span<const float> model)
-    : buffer_(Buffer::allocate(model.size_bytes())),
+ModelSnapshot::ModelSnapshot(const Device& device, std::span<const float> model, std::span<const float> velocity)
+    : buffer_(Buffer::allocate(model.size_bytes() + velocity.size_bytes())),
       region_([&] {
         // A copy on the control path, once per joining replica: the shard goes on changing.
         std::memcpy(buffer_.data(), model.data(), model.size_bytes());
+        if (!velocity.empty()) std::memcpy(buffer_.data() + model.size_bytes(), velocity.data(), velocity.size_bytes());
         return MemoryRegion::register_buffer(device, buffer_, Access::remote_read);
       }()) {}
 

@@ -7,8 +7,9 @@
 //                        Windowed (ShardOptions::grant_windows): the ring's own key opens it
 //                        for REMOTE_READ only, and each slot is also a region of its own that
 //                        no key opens, for the memory window a grant binds over it.
-//   snapshot (id 3)      [floats × n]   REMOTE_READ: a copy of the model a server makes once
-//                        when a replica joins it running; the replica reads it and lets go.
+//   snapshot (id 3)      [floats × n][velocity × n, with momentum]   REMOTE_READ: a copy of the
+//                        model (and the momentum state) a server makes once when a replica
+//                        joins it running; the replica reads it and lets go.
 #pragma once
 
 #include <cstddef>
@@ -68,7 +69,9 @@ class SlotRing {
 // between applies, at a version the server names in its Adopted message.
 class ModelSnapshot {
  public:
-  ModelSnapshot(const Device& device, std::span<const float> model);
+  // The model, then (with momentum) the velocity: what a joining replica needs to go on
+  // applying exactly as the server does.
+  ModelSnapshot(const Device& device, std::span<const float> model, std::span<const float> velocity = {});
   const MemoryRegion& region() const { return region_; }
 
  private:

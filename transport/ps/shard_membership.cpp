@@ -107,9 +107,8 @@ void ShardServer::State::adopt_replica(Connection&& conn) {
   if (role != Role::server) refuse(Errc::protocol, "this is a replica (join its server)");
   if (stats.stepped_down) refuse(Errc::protocol, "this server stepped down");
   if (replica) refuse(Errc::protocol, "this server has a replica");
-  if (options.momentum != 0.0F) refuse(Errc::unsupported, "momentum: the velocity it would need is not in the shard");
   const std::uint64_t version = writer.model_version();
-  snapshot.emplace(device, shard.floats());
+  snapshot.emplace(device, shard.floats(), velocity);  // with momentum, its velocity too
   conn.advertise(kSnapshotRegionId, snapshot->region().descriptor());
   conn.send(encode(Adopted{version}));
   replica.emplace(std::move(conn));

@@ -202,10 +202,6 @@ void ShardServer::join_server(const std::string& address, std::uint16_t port, Mi
   if (s.role != Role::replica || s.primary || s.late) {
     throw Error(Errc::invalid_argument, "join_server: a replica that has no server yet (instead of accept_peers)");
   }
-  if (s.options.momentum != 0.0F) {
-    throw Error(Errc::unsupported, "join_server: plain SGD only (with momentum the server's velocity would have to be "
-                                   "handed over too)");
-  }
   Connection conn = connect_with_retry(s.device, address, port, s.options.transport, timeout, s.cq);
   s.primary_slots = conn.wait_region(kSlotRegionId, timeout);
   conn.send(encode(Hello{PeerKind::replica, 0}));
@@ -217,8 +213,8 @@ void ShardServer::join_server(const std::string& address, std::uint16_t port, Mi
     snapshot = conn.wait_region(kSnapshotRegionId, timeout);
     answer = decode(conn.receive(timeout));
   } catch (const Error& e) {
-    throw Error(e.code(), fmt::format("the server at {}:{} did not take this replica (it has one, is one itself, has "
-                                      "momentum, or stepped down: its log says which): {}",
+    throw Error(e.code(), fmt::format("the server at {}:{} did not take this replica (it has one, is one itself, or "
+                                      "stepped down: its log says which): {}",
                                       address, port, e.what()));
   }
   const auto* adopted = std::get_if<Adopted>(&answer);
@@ -227,15 +223,26 @@ void ShardServer::join_server(const std::string& address, std::uint16_t port, Mi
                                             conn.describe(), answer.index() + 1));
   }
   const std::span<float> model = s.shard.floats();
-  if (snapshot.length != model.size_bytes()) {
-    throw Error(Errc::protocol, fmt::format("{}: the server's model has {} bytes, this replica's {}: the same shard?",
-                                            conn.describe(), snapshot.length, model.size_bytes()));
+  // With momentum the snapshot carries the server's velocity after the model: both configured
+  // alike, or the replica would apply differently.
+  const std::size_t expected = model.size_bytes() * (s.velocity.empty() ? 1 : 2);
+  if (snapshot.length != expected) {
+    throw Error(Errc::protocol, fmt::format("{}: the server's snapshot has {} bytes, this replica expects {} (its model{}): "
+                                            "the same shard, and momentum on both or neither?",
+                                            conn.describe(), snapshot.length, expected,
+                                            s.velocity.empty() ? "" : " and velocity"));
   }
   // The model at the server's version, read straight into the shard (odd meanwhile: no reader
-  // takes it).
+  // takes it); the velocity through a buffer of its own (once, on the control path).
+  const Millis patience = std::max<Millis>(timeout, std::chrono::seconds(30));
   s.writer.begin_apply();
-  read_in_pieces(conn, s.shard.register_floats_for_reads(s.device), 0, snapshot, 0, model.size_bytes(),
-                 std::max<Millis>(timeout, std::chrono::seconds(30)));
+  read_in_pieces(conn, s.shard.register_floats_for_reads(s.device), 0, snapshot, 0, model.size_bytes(), patience);
+  if (!s.velocity.empty()) {
+    Buffer velocity = Buffer::allocate(model.size_bytes());
+    const MemoryRegion into = MemoryRegion::register_buffer(s.device, velocity, Access::local_write);
+    read_in_pieces(conn, into, 0, snapshot, model.size_bytes(), model.size_bytes(), patience);
+    std::memcpy(s.velocity.data(), velocity.data(), model.size_bytes());
+  }
   s.writer.restore(adopted->version);
   s.order = ApplyOrder(s.options.slots, adopted->version + 1);
   s.acked = adopted->version;
