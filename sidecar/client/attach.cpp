@@ -216,7 +216,18 @@ void connect(Client::State& state) {
   std::string problem = fmt::format("there is no shared-memory segment {}", o.shm_name);
   auto pause = std::chrono::milliseconds(1);
   for (;;) {
-    if (auto segment = open_segment(o)) {
+    std::optional<shm::Segment> segment;
+    bool refused = false;
+    try {
+      segment = open_segment(o);
+    } catch (const Error& e) {
+      // Not ours to map — or not yet: a starting gradlaned gives a job's segment to its user
+      // just after creating it. Retried until the deadline, then reported as it is.
+      if (e.sys_errno() != EACCES) throw;
+      problem = e.what();
+      refused = true;
+    }
+    if (segment) {
       if (auto why = unusable(*segment)) {
         problem = std::move(*why);
       } else if (claim_slot(state, *segment, deadline) == Claimed::attached) {
@@ -226,7 +237,7 @@ void connect(Client::State& state) {
         problem = fmt::format("gradlaned (pid {}) did not answer the attach",
                               shm::header_at(segment->base())->daemon_pid);
       }
-    } else {
+    } else if (!refused) {
       problem = fmt::format("there is no shared-memory segment {}", o.shm_name);
     }
     if (Clock::now() >= deadline) {

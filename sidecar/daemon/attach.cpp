@@ -97,32 +97,36 @@ void Daemon::accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now)
     reject(slot, claim, Reason::own_segment);
     return;
   }
-  const std::uint64_t take_over = s.take_over;  // read once: the app could change it
+  const std::uint64_t take_over = s.take_over;  // read once each: the app could change them
+  const std::uint32_t endpoint = s.endpoint;
   if (take_over != 0) {
     // A promoted replica: its receiver's sequence is ours from now on, if we stand by for it.
-    // Or a server that outlived the daemon before us, taking its own sequence on from where
-    // it says (its receiver is held until then).
+    // Or the very server that outlived the daemon before us (same process, job and segment),
+    // taking its own sequence on from where it says (its receiver is held until then).
     const auto& standby = config_.standby_endpoints;
-    const bool held = held_.contains(s.endpoint);
-    if ((!held && std::find(standby.begin(), standby.end(), s.endpoint) == standby.end()) ||
-        !policy_->take_over(sched::EndpointId{s.endpoint}, take_over - 1, now)) {
+    const auto held = held_.find(endpoint);
+    const bool survivor = held != held_.end() && held->second.server.pid == shm::claim_pid(claim) &&
+                          held->second.server.start_time == s.owner_start_time && held->second.server.job == job &&
+                          held->second.served == slot / config_.max_apps;
+    if ((!survivor && std::find(standby.begin(), standby.end(), endpoint) == standby.end()) ||
+        !policy_->take_over(sched::EndpointId{endpoint}, take_over - 1, now)) {
       reject(slot, claim, Reason::bad_takeover);
       return;
     }
-    held_.erase(s.endpoint);
+    if (survivor) held_.erase(held);
     ++inputs_;  // the old owner's pending parts are dropped by the next schedule()
     ++stats_.takeovers;
-  } else if (!serves(s.endpoint)) {
+  } else if (!serves(endpoint)) {
     reject(slot, claim, Reason::unknown_endpoint);
     return;
   }
   // A server's slots bound how far its sequence may run ahead of what it applied.
-  if (const std::uint32_t slots = s.slots; slots != 0) policy_->limit_window(sched::EndpointId{s.endpoint}, slots);
+  if (const std::uint32_t slots = s.slots; slots != 0) policy_->limit_window(sched::EndpointId{endpoint}, slots);
   AppSession app;
   app.slot = slot;
   app.pid = static_cast<std::uint32_t>(pid);
   app.owner = std::move(owner);
-  app.limits = AppLimits{.job = job, .endpoint = s.endpoint, .region_bytes = s.region_bytes,
+  app.limits = AppLimits{.job = job, .endpoint = endpoint, .region_bytes = s.region_bytes,
                          .max_update_bytes = config_.max_update_bytes};
   app.requests = shm::RingReader<shm::AppEntry, shm::kRingCapacity>(&s.requests);
   app.grants = shm::RingWriter<shm::GrantEntry, shm::kRingCapacity>(&s.grants);

@@ -64,12 +64,14 @@ Daemon::Daemon(DaemonConfig config, std::unique_ptr<sched::Policy> policy)
   // Jobs' own segments first, the shared one last: an app that finds no segment of its job's
   // name on a running daemon's host may conclude its job has none (Reason::own_segment would
   // correct it anyway).
+  // served_[0] is the shared segment, served_[1 + k] job_segments[k]'s.
   std::vector<Served> jobs;
-  for (const auto& j : config_.job_segments) {
+  for (std::uint32_t k = 0; k < config_.job_segments.size(); ++k) {
+    const auto& j = config_.job_segments[k];
     jobs.push_back(serve(shm::job_segment_name(config_.shm_name, j.job), j.job, shm::Owner{j.uid, j.gid},
-                         generation, now));
+                         generation, now, 1 + k));
   }
-  served_.push_back(serve(config_.shm_name, std::nullopt, std::nullopt, generation, now));
+  served_.push_back(serve(config_.shm_name, std::nullopt, std::nullopt, generation, now, 0));
   for (Served& j : jobs) served_.push_back(std::move(j));
   apps_.resize(std::size_t{config_.max_apps} * served_.size());
   next_heartbeat_ = now + config_.heartbeat_every;
@@ -79,11 +81,14 @@ Daemon::Daemon(DaemonConfig config, std::unique_ptr<sched::Policy> policy)
 }
 
 Daemon::Served Daemon::serve(const std::string& name, std::optional<std::uint32_t> job,
-                             std::optional<shm::Owner> owner, std::uint64_t generation, sched::Instant now) {
-  // Before create() replaces a dead daemon's segment: its servers that outlived it.
-  for (const std::uint32_t endpoint : surviving_servers(name)) {
-    policy_->hold_receiver(sched::EndpointId{endpoint});
-    held_.insert(endpoint);
+                             std::optional<shm::Owner> owner, std::uint64_t generation, sched::Instant now,
+                             std::uint32_t index) {
+  // Before create() replaces a dead daemon's segment: its servers that outlived it. The
+  // segment is the one gradlaned made for that user (the job's, or our own), or it is ignored.
+  const std::uint32_t owner_uid = owner ? owner->uid : static_cast<std::uint32_t>(::geteuid());
+  for (const Survivor& survivor : surviving_servers(name, owner_uid)) {
+    policy_->hold_receiver(sched::EndpointId{survivor.endpoint});
+    held_[survivor.endpoint] = Held{survivor, index};
   }
   Served served{shm::Segment::create(name, shm::segment_bytes(config_.max_apps), owner), nullptr, job, 0};
   void* base = served.segment.base();

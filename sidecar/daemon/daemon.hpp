@@ -29,7 +29,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <set>
+#include <map>
 #include <unordered_map>
 #include <vector>
 
@@ -38,6 +38,7 @@
 #include "sidecar/core/types.hpp"
 #include "sidecar/daemon/app_session.hpp"
 #include "sidecar/daemon/daemon_config.hpp"
+#include "sidecar/daemon/survivors.hpp"
 #include "sidecar/shm/layout.hpp"
 #include "sidecar/shm/segment.hpp"
 
@@ -137,17 +138,23 @@ class Daemon {
     std::optional<std::uint32_t> job;
     std::uint32_t seen_attach_epoch = 0;
   };
+  // Creates and publishes one segment, which will be served_[index].
   Served serve(const std::string& name, std::optional<std::uint32_t> job, std::optional<shm::Owner> owner,
-               std::uint64_t generation, sched::Instant now);
+               std::uint64_t generation, sched::Instant now, std::uint32_t index);
   const Served& served_for(std::uint32_t slot) const noexcept { return served_[slot / config_.max_apps]; }
   std::uint32_t slot_count() const noexcept { return static_cast<std::uint32_t>(apps_.size()); }
 
   DaemonConfig config_;
   std::unique_ptr<sched::Policy> policy_;
   std::vector<Served> served_;  // [0]: the shared segment
-  // Receivers whose server outlived the daemon before us (survivors.hpp): held until their
-  // server attaches taking its sequence over; no other takeover of an own endpoint is allowed.
-  std::set<std::uint32_t> held_;
+  // Receivers whose server outlived the daemon before us (survivors.hpp), by endpoint: held
+  // until that server attaches again, through the same segment, taking its sequence over; no
+  // other takeover of an own endpoint is allowed.
+  struct Held {
+    Survivor server;
+    std::uint32_t served = 0;  // the segment it was found in (index into served_)
+  };
+  std::map<std::uint32_t, Held> held_;
   std::vector<std::optional<AppSession>> apps_;  // by slot index
   std::vector<std::uint32_t> active_;            // slots with a session, in attach order
   std::unordered_map<sched::RequestId, Route> routes_;  // policy request id -> the app owed

@@ -7,7 +7,8 @@
 // daemon holds those receivers (Scheduler::hold_receiver) until their server attaches again
 // taking its sequence over (AttachOptions::take_over_at; ps::ShardServer does so by itself).
 // A daemon that stopped cleanly unlinked its segment: there is nothing to read, so its
-// successor holds nothing; its server apps still attach taking their sequence over.
+// successor holds nothing and refuses a takeover of that endpoint (bad_takeover, without
+// --standby): its server apps stop, and their replicas take over.
 #pragma once
 
 #include <cstdint>
@@ -16,9 +17,20 @@
 
 namespace gradlane::sidecar {
 
-// The endpoints of server apps (AttachOptions::slots != 0) attached to the segment `name` of a
-// dead daemon (it exists, is ours, and no daemon holds its lock) whose processes still live.
-// Empty if there is no such segment. Never throws: a segment it cannot read holds nothing.
-std::vector<std::uint32_t> surviving_servers(const std::string& name);
+// A server app found alive in a dead daemon's segment: only that very process (pid and start
+// time), of that job, may take the endpoint's sequence over at the new daemon.
+struct Survivor {
+  std::uint32_t endpoint = 0;
+  std::uint32_t pid = 0;
+  std::uint64_t start_time = 0;
+  std::uint32_t job = 0;
+};
+
+// The server apps (AttachOptions::slots != 0) attached to the segment `name` of a dead daemon
+// (it exists, no daemon holds its lock, and it belongs to `owner_uid` — the user gradlaned
+// made it for: its own, or the job's) whose processes still live. Empty if there is no such
+// segment, or one of another owner (anyone can create a name in /dev/shm: a planted "survivor"
+// must not make a daemon hold an endpoint). Never throws: a segment it cannot read holds nothing.
+std::vector<Survivor> surviving_servers(const std::string& name, std::uint32_t owner_uid);
 
 }  // namespace gradlane::sidecar

@@ -50,11 +50,16 @@ void futex_wait_any(std::span<const WatchedWord> words, std::chrono::nanoseconds
   const std::int64_t at = deadline.tv_sec * 1'000'000'000LL + deadline.tv_nsec + timeout.count();
   deadline.tv_sec = static_cast<time_t>(at / 1'000'000'000);
   deadline.tv_nsec = static_cast<long>(at % 1'000'000'000);
-  if (::syscall(SYS_futex_waitv, waiters.data(), static_cast<unsigned>(n), 0U, &deadline, CLOCK_MONOTONIC) < 0 &&
-      errno == ENOSYS) {
-    futex_wait(*words[0].word, words[0].expected, std::min<std::chrono::nanoseconds>(timeout, std::chrono::milliseconds(1)));
+#ifdef SYS_futex_waitv
+  if (::syscall(SYS_futex_waitv, waiters.data(), static_cast<unsigned>(n), 0U, &deadline, CLOCK_MONOTONIC) >= 0 ||
+      errno == EAGAIN || errno == ETIMEDOUT || errno == EINTR) {
+    return;  // woken, a word changed, the time is up, or a signal: all mean "go and look again"
   }
-  // Otherwise, woken, EAGAIN (a word changed), ETIMEDOUT or EINTR: all mean "go and look again".
+#endif
+  // No futex_waitv (ENOSYS: an older kernel; EPERM: a seccomp filter that does not know it):
+  // sleep on the first word, briefly, so the others are looked at within a millisecond —
+  // never return at once, or an idle daemon would spin.
+  futex_wait(*words[0].word, words[0].expected, std::min<std::chrono::nanoseconds>(timeout, std::chrono::milliseconds(1)));
 }
 
 void back_off(std::chrono::nanoseconds waited) noexcept {

@@ -1,6 +1,7 @@
 // No sidecar, a dead sidecar, and a restarted sidecar, as an application sees them.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <chrono>
 #include <thread>
@@ -223,6 +224,14 @@ TEST(SidecarRestart, ANewDaemonHoldsASurvivingServersSequenceUntilTheServerTakes
                   << ") before the server took its sequence over";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Errc::timeout) << e.what();
+  }
+  {
+    // Another process may not take the held sequence over: only the server that outlived the
+    // dead daemon (same pid and start time, job and segment) may.
+    Child stranger("app-takes-over", {"--shm=" + name});
+    const int status = stranger.wait_exit(10s);
+    EXPECT_TRUE(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 21)
+        << "another process took over the held endpoint (status " << status << ")";
   }
   // The server hears its daemon is gone and takes its sequence over, slots past what it
   // applied (2 here: sequences 1 and 2 arrived and were applied).

@@ -1,6 +1,7 @@
 #include "harness.hpp"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -229,6 +230,21 @@ int run_child(int argc, char** argv) {
       client.detach();
       return 0;
     }
+    if (role == "app-takes-over") {
+      // Attach as the server of endpoint 9 (4 slots) taking its sequence over at version 6:
+      // 0 if accepted, 21 if refused with bad_takeover.
+      AttachOptions o = test_attach(shm, 1);
+      o.endpoint = 9;
+      o.slots = 4;
+      o.take_over_at = 6;
+      try {
+        Client client = Client::attach(o);
+        return 0;
+      } catch (const Error& e) {
+        std::fprintf(stderr, "child app-takes-over: %s\n", e.what());
+        return std::string_view(e.what()).find("bad_takeover") != std::string_view::npos ? 21 : 5;
+      }
+    }
     if (role == "app-as-user") {
       // Become --uid (a job's user: --job-user), then --try one thing against job --job:
       //   attach     attach and get one go: 0; refused because this user may not map the job's
@@ -238,7 +254,7 @@ int run_child(int argc, char** argv) {
       const auto uid = static_cast<uid_t>(std::stoul(arg(argc, argv, "--uid")));
       const auto job = static_cast<std::uint32_t>(std::stoul(arg(argc, argv, "--job")));
       const std::string what = arg(argc, argv, "--try");
-      if (::setgid(uid) != 0 || ::setuid(uid) != 0) return 3;
+      if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 || ::setuid(uid) != 0) return 3;  // no root groups kept
       if (what == "attach") {
         try {
           Client client = Client::attach(test_attach(shm, job));

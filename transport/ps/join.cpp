@@ -82,8 +82,11 @@ std::vector<Joined> LateJoins::poll() {
     try {
       while (auto conn = listener_->try_accept()) {
         try {
+          // Numbered before advertise_ runs, as accept_hellos does: an advertise that fails
+          // still used its number (an aggregator's partition), and the next must not reuse it.
+          const std::size_t index = advertised_++;
           advertise_(*conn);
-          pending_.push_back(Pending{std::move(*conn), std::chrono::steady_clock::now() + patience_, advertised_++});
+          pending_.push_back(Pending{std::move(*conn), std::chrono::steady_clock::now() + patience_, index});
         } catch (const Error& e) {
           refuse(*conn, e);
         }
