@@ -261,6 +261,9 @@ struct Worker::State {
   }
   std::optional<Connection> rejoined_aggregator;
   std::optional<ListeningAt> aggregator_announced;  // see take_aggregator_at
+  // This worker is a sidecar-mode aggregator's forward (write_as): its sequences are a
+  // sidecar's, as a sidecar-mode worker's are, though it has no sidecar client of its own.
+  bool sidecar_forward = false;
 
   // Connects to an aggregator, learns its ring (aggregator_slots), says who we are.
   Connection connect_aggregator(const std::string& address, std::uint16_t port, Millis timeout) {
@@ -349,6 +352,19 @@ struct Worker::State {
       announce_mirroring = false;
     }
     if (mirroring) mirrored = replica->write_and_ring(gradient_region, 0, replica_slots, offset, bytes, imm);
+    // Sidecar mode: the replica's refusal floor too, behind the mirror. A server SIGKILLed a
+    // moment ago still has its writes acknowledged by the kernel, while the replica, promoted
+    // meanwhile, refuses the mirror (below the floor it took over at): that push is applied
+    // nowhere (found by replace:server@gradlane: one acknowledged member lost). Read into a
+    // spare word of our header copy, so the two READs do not land on each other.
+    constexpr std::size_t kReplicaFloorAt = offsetof(ShardHeader, refuse_below) + sizeof(std::uint64_t);
+    static_assert(kReplicaFloorAt + sizeof(std::uint64_t) <= sizeof(ShardHeader));
+    // Sidecar mode: ours, or the sidecar-mode aggregator's forward (write_as).
+    const bool floors = sidecar.has_value() || sidecar_forward;
+    if (mirrored && floors) {
+      mirrored = replica->read(model_region, kReplicaFloorAt, replica_shard, offsetof(ShardHeader, refuse_below),
+                               sizeof(std::uint64_t));
+    }
     const OpId written =
         window_rkey == 0 ? server.write_and_ring(gradient_region, 0, server_slots, offset, bytes, imm)
                          : server.write_and_ring(gradient_region, 0, {server_slots.addr + offset, bytes, window_rkey}, 0,
@@ -357,14 +373,15 @@ struct Worker::State {
     // completes after it, and waiting for it waits for the write).
     constexpr std::size_t kFloorAt = offsetof(ShardHeader, refuse_below);
     const std::optional<OpId> floor_read =
-        sidecar ? std::optional(server.read(model_region, kFloorAt, server_shard, kFloorAt, sizeof(std::uint64_t)))
-                : std::nullopt;
+        floors ? std::optional(server.read(model_region, kFloorAt, server_shard, kFloorAt, sizeof(std::uint64_t)))
+               : std::nullopt;
     if (mirrored) replica->wait(*mirrored, options.timeout);
     server.wait(floor_read.value_or(written), options.timeout);
     PushResult result;
     result.sequence = sequence;
     result.wire_time = Clock::now() - start;
-    if (floor_read && refused_below_floor(sequence)) result.lost = true;
+    if (floor_read && refused_below_floor(sequence, kFloorAt)) result.lost = true;
+    if (mirrored && floors && refused_below_floor(sequence, kReplicaFloorAt)) result.lost = true;
     return result;
   }
 
@@ -375,10 +392,10 @@ struct Worker::State {
   // takeover publishes it before taking the doorbells already there). A refused push is lost,
   // not acknowledged. Read on every push: a worker cannot know its server took its own
   // sequence over (found by restart:gradlaned-a: an acknowledged push refused).
-  bool refused_below_floor(std::uint64_t sequence) const {
-    constexpr std::size_t kAt = offsetof(ShardHeader, refuse_below);
+  // `at`: where in our header copy the floor was READ.
+  bool refused_below_floor(std::uint64_t sequence, std::size_t at) const {
     std::uint64_t floor = 0;
-    std::memcpy(&floor, model_buffer.data() + kAt, sizeof floor);
+    std::memcpy(&floor, model_buffer.data() + at, sizeof floor);
     return sequence < floor;
   }
 
@@ -737,6 +754,7 @@ std::uint64_t Worker::server_version() {
 PushResult Worker::write_as(std::uint64_t sequence) {
   State& s = *state_;
   try {
+    s.sidecar_forward = true;
     if (s.server_decided(sequence)) {
       std::fprintf(stderr, "gradlane ps worker %u: the server skipped sequence %llu before it was written: not "
                    "written, reported lost\n", s.options.id, static_cast<unsigned long long>(sequence));
