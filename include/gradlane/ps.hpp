@@ -211,9 +211,9 @@ class ShardServer {
   // RDMA READ) and from then on tells it every decision after v. It says where it listens; the
   // server tells its workers, which connect, mirror here from a sequence they announce, and
   // fail over here. Until then this replica reads each of a worker's updates from the server's
-  // slot. A worker still connected to another replica keeps that one. Direct
-  // mode, plain SGD (a server with momentum keeps a velocity that is not in its shard: refused
-  // there). Throws Error(protocol) when the server refuses (it has a replica, it is a replica).
+  // slot. A worker still connected to another replica (dead, its failure not seen yet) drops it
+  // for this one. Either mode; with momentum the server's velocity comes with the model. Throws
+  // Error(protocol) when the server refuses (it has a replica, it is a replica).
   void join_server(const std::string& address, std::uint16_t port, Millis timeout);
   // Accepts `workers` worker connections (a replica also accepts its primary's), each within
   // `timeout`. Throws Error(timeout) if one does not come.

@@ -393,10 +393,12 @@ struct Worker::State {
   // not acknowledged. Read on every push: a worker cannot know its server took its own
   // sequence over (found by restart:gradlaned-a: an acknowledged push refused).
   // `at`: where in our header copy the floor was READ.
-  bool refused_below_floor(std::uint64_t sequence, std::size_t at) const {
-    std::uint64_t floor = 0;
-    std::memcpy(&floor, model_buffer.data() + at, sizeof floor);
-    return sequence < floor;
+  bool refused_below_floor(std::uint64_t sequence, std::size_t at) const { return sequence < header_copy_word(at); }
+  // A word of our copy of a shard header, where a READ of one header word landed.
+  std::uint64_t header_copy_word(std::size_t at) const {
+    std::uint64_t word = 0;
+    std::memcpy(&word, model_buffer.data() + at, sizeof word);
+    return word;
   }
 
   // Whether the server has decided `sequence` already: before its write, that means skipped
@@ -408,9 +410,7 @@ struct Worker::State {
   bool server_decided(std::uint64_t sequence) {
     constexpr std::size_t kAt = offsetof(ShardHeader, model_version);
     server.wait(server.read(model_region, kAt, server_shard, kAt, sizeof(std::uint64_t)), options.timeout);
-    std::uint64_t decided = 0;
-    std::memcpy(&decided, model_buffer.data() + kAt, sizeof decided);
-    return sequence <= decided;
+    return sequence <= header_copy_word(kAt);
   }
 
   // Writes the gradient into member slot `slot` of the aggregator's ring, doorbell `imm`.
