@@ -7,6 +7,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -227,6 +228,30 @@ void ConnectionState::create_queue_pair() {
   for (std::uint32_t i = 0; i < options.recv_queue_depth; ++i) post_receive(i);
 }
 
+namespace {
+// The IB spec's RNR timer codes (IBTA 9.7.5.2.8): the delay, in µs, a sender waits before it
+// tries again after this side refused it for want of a posted receive.
+constexpr std::array<std::uint32_t, 32> kRnrDelayMicros{
+    655360, 10,    20,    30,    40,    60,    80,     120,    160,    240,    320,
+    480,    640,   960,   1280,  1920,  2560,  3840,   5120,   7680,   10240,  15360,
+    20480,  30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520};
+// 0.64 ms, as perftest and NCCL use. rdma_cm leaves code 0, the longest (655 ms): a burst that
+// outran the receives (a shared receive queue run dry, a server busy applying) then stalls its
+// sender 0.65 s per refusal, and under rxe the stall can outlast the ACK timeout and its
+// retries and fail the connection (SharedReceiveQueue.Bursts… did, on a loaded CI machine).
+constexpr std::uint8_t kRnrDelayCode = 12;
+}  // namespace
+
+void ConnectionState::shorten_receiver_not_ready_delay() {
+  // RTS→RTS may change min_rnr_timer (IBTA 11.2.5: an optional attribute of that transition).
+  ibv_qp_attr attr{};
+  attr.min_rnr_timer = kRnrDelayCode;
+  if (const int rc = ibv_modify_qp(id->qp, &attr, IBV_QP_MIN_RNR_TIMER); rc != 0) {
+    throw_call_failed(Errc::system, fmt::format("ibv_modify_qp(min_rnr_timer={}) on {}", kRnrDelayCode, device.info().name),
+                      rc);
+  }
+}
+
 ConnectionState::~ConnectionState() {
   revoke_windows();  // before the QP goes: a window bound on it holds it in the device
   // Completions still queued for this QP are dropped by the shared queue from now on.
@@ -243,6 +268,15 @@ void ConnectionState::disconnect() noexcept {
 }
 
 }  // namespace detail
+
+std::chrono::microseconds Connection::receiver_not_ready_delay() const {
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  if (const int rc = ibv_query_qp(state_->id->qp, &attr, IBV_QP_MIN_RNR_TIMER, &init); rc != 0) {
+    detail::throw_call_failed(Errc::system, fmt::format("ibv_query_qp(min_rnr_timer) on {}", state_->description), rc);
+  }
+  return std::chrono::microseconds(detail::kRnrDelayMicros.at(attr.min_rnr_timer & 31u));
+}
 
 // ---- active side ----------------------------------------------------------------------------
 
@@ -310,6 +344,7 @@ Connection connect_on(const Device& device, const std::string& address, std::uin
   }
   const auto established = expect(RDMA_CM_EVENT_ESTABLISHED, CmPhase::connect);
   state->established = true;  // from here, giving up disconnects: the listener is told
+  state->shorten_receiver_not_ready_delay();
   // The listener answered with its own handshake: a listener of another job (or a stranger
   // that accepts anything) is not written to. The connection closes with `state`.
   try {
@@ -474,6 +509,7 @@ std::optional<detail::PendingPeer> answer_request(detail::ListenerState& s, cons
     if (rdma_accept(state->id.get(), &param) != 0) {
       detail::throw_call_failed(Errc::system, fmt::format("rdma_accept({})", peer), errno);
     }
+    state->shorten_receiver_not_ready_delay();  // rdma_accept took the QP to RTS
   } catch (const Error& e) {
     // This peer's failure is its own: the listener keeps serving the others.
     drop_peer(here, peer, abandoned(s, e) ? abandoned_text : e.what());

@@ -112,6 +112,10 @@ class ConnectionState {
   bool has_pending_input() const { return !messages.empty() || !doorbells.empty() || failure_error.has_value(); }
   // Creates CQ, QP and the control rings on `id`, posts every receive, sets the ACK timeout.
   void create_queue_pair();
+  // Once the queue pair is ready to send (RTS: rdma_accept returned, or ESTABLISHED on the
+  // connecting side): sets the delay this side asks of a sender it refuses for want of a
+  // receive to kRnrDelayCode.
+  void shorten_receiver_not_ready_delay();
   void post_receive(std::uint32_t slot);
   // Records the failure (first one wins), calls the handler once, returns the error to throw.
   const Error& fail(Error error);

@@ -178,6 +178,10 @@ class Connection {
   const std::string& describe() const;
   const TransportOptions& options() const;
   const ConnectionStats& stats() const;
+  // How long this side tells a sender to wait before it tries again when no receive is posted
+  // here ("receiver not ready"), as the queue pair holds it now (ibv_query_qp). gradlane sets
+  // 0.64 ms: rdma_cm leaves the IB spec's code 0, which means 655 ms.
+  std::chrono::microseconds receiver_not_ready_delay() const;
 
  private:
   friend class Listener;

@@ -327,6 +327,33 @@ TEST(SoftRoceConnect, PeerWhoseHandshakeCompletedIsAcceptedThoughTheCallerReadsI
   EXPECT_EQ(connected.load(), 2);
 }
 
+TEST(SoftRoceConnect, BothSidesAskASenderTheyRefuseForWantOfAReceiveToRetryWithinAMillisecond) {
+  // rdma_cm leaves the queue pair's RNR timer at code 0, 655 ms: a sender that outruns our
+  // receives (a shared receive queue run dry) waited that long per refusal, and on a loaded CI
+  // machine rxe failed such a sender with "transport retry counter exceeded". Both the
+  // accepting and the connecting side must hold 0.64 ms, read back from the queue pair.
+  const Device device = Device::open(selector_from_env());
+  Listener listener(device, 0, test_options());
+  std::optional<std::chrono::microseconds> connecting_side;
+  std::atomic<bool> done{false};
+  std::jthread peer([&] {
+    try {
+      const Device own = Device::open(selector_from_env());
+      Connection conn = connect(own, listener.address(), listener.port(), test_options());
+      connecting_side = conn.receiver_not_ready_delay();
+      while (!done.load()) std::this_thread::sleep_for(10ms);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "peer: %s\n", e.what());
+    }
+  });
+  Connection accepted = listener.accept(30s);
+  EXPECT_EQ(accepted.receiver_not_ready_delay(), 640us);
+  done.store(true);
+  peer.join();
+  ASSERT_TRUE(connecting_side.has_value()) << "the connecting side did not connect";
+  EXPECT_EQ(*connecting_side, 640us);
+}
+
 TEST(SoftRoceConnect, ARequestWhosePeerGaveUpIsDroppedSayingSo) {
   // Seen in the 32-worker load test: workers whose connect timed out before the busy server
   // answered left stale requests behind, and the server's drop message for each blamed the
