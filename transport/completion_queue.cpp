@@ -19,8 +19,6 @@ namespace {
 
 // Polls between looks at the attached connections' rdma_cm events (a syscall each).
 constexpr std::uint32_t kPollsPerEventCheck = 256;
-// Channel events acknowledged in batches (each ack takes a lock in libibverbs).
-constexpr unsigned kEventsPerAck = 64;
 
 }  // namespace
 
@@ -36,9 +34,8 @@ void DestroySrq::operator()(ibv_srq* srq) const noexcept {
   }
 }
 
-SharedCq::SharedCq(const Device& dev, std::uint32_t entries, std::uint32_t shared_receives, std::size_t slot_bytes)
-    : device(dev) {
-  channel.reset(ibv_create_comp_channel(device.context()));
+CompChannelPtr make_completion_channel(const Device& device) {
+  CompChannelPtr channel(ibv_create_comp_channel(device.context()));
   if (!channel) {
     throw_call_failed(Errc::system, fmt::format("ibv_create_comp_channel({})", device.info().name),
                       last_errno_or(ENOMEM));
@@ -47,6 +44,17 @@ SharedCq::SharedCq(const Device& dev, std::uint32_t entries, std::uint32_t share
   if (flags < 0 || ::fcntl(channel->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
     throw_call_failed(Errc::system, "fcntl(completion channel, O_NONBLOCK)", errno);
   }
+  return channel;
+}
+
+bool take_cq_event(ibv_comp_channel& channel) {
+  ibv_cq* event_cq = nullptr;
+  void* context = nullptr;
+  return ibv_get_cq_event(&channel, &event_cq, &context) == 0;
+}
+
+SharedCq::SharedCq(const Device& dev, std::uint32_t entries, std::uint32_t shared_receives, std::size_t slot_bytes)
+    : device(dev), channel(make_completion_channel(dev)) {
   // The shared receives complete on this queue too: room for all of them, always.
   reserved_ = static_cast<int>(shared_receives);
   capacity_ = static_cast<int>(std::max<std::uint32_t>(entries, 1) + shared_receives);
@@ -179,13 +187,9 @@ bool SharedCq::wait(std::chrono::milliseconds timeout) {
     if (grace_running) check_events();
     return grace_running;  // something changed: a connection may have failed
   }
-  if (fds[0].revents & POLLIN) {
-    ibv_cq* event_cq = nullptr;
-    void* context = nullptr;
-    if (ibv_get_cq_event(channel.get(), &event_cq, &context) == 0 && ++unacked_events_ >= kEventsPerAck) {
-      ibv_ack_cq_events(cq.get(), unacked_events_);
-      unacked_events_ = 0;
-    }
+  if ((fds[0].revents & POLLIN) && take_cq_event(*channel) && ++unacked_events_ >= kCqEventsPerAck) {
+    ibv_ack_cq_events(cq.get(), unacked_events_);
+    unacked_events_ = 0;
   }
   for (std::size_t i = 1; i < fds.size(); ++i) {
     if (fds[i].revents != 0) {

@@ -172,7 +172,8 @@ void describe(ConnectionState& state) {
 void ConnectionState::create_queue_pair() {
   const auto& info = device.info();
   if (!shared) {
-    cq.reset(ibv_create_cq(device.context(), cq_entries(), nullptr, nullptr, 0));
+    completion_channel = make_completion_channel(device);
+    cq.reset(ibv_create_cq(device.context(), cq_entries(), nullptr, completion_channel.get(), 0));
     if (!cq) {
       throw_call_failed(Errc::system, fmt::format("ibv_create_cq({}, {} entries)", info.name, cq_entries()),
                         last_errno_or(ENOMEM));
@@ -257,6 +258,7 @@ ConnectionState::~ConnectionState() {
   // Completions still queued for this QP are dropped by the shared queue from now on.
   if (shared && id && id->qp) shared->detach(id->qp->qp_num, cq_entries());
   disconnect();
+  if (cq && unacked_cq_events > 0) ibv_ack_cq_events(cq.get(), unacked_cq_events);  // ibv_destroy_cq waits for them
 }
 
 void ConnectionState::disconnect() noexcept {

@@ -59,6 +59,10 @@ class ConnectionState {
   std::optional<Buffer> send_ring_memory;
   std::optional<MemoryRegion> recv_ring;
   std::optional<MemoryRegion> send_ring;
+  // A connection with its own `cq` sleeps on this channel when a wait outlasts its spin
+  // (block()); it outlives the CQ that reports to it. Unused on a shared queue.
+  CompChannelPtr completion_channel;
+  unsigned unacked_cq_events = 0;  // acknowledged in batches, and all before the CQ goes
   CqPtr cq;
   IdPtr id;
 
@@ -136,6 +140,11 @@ class ConnectionState {
   // Waits until `ops` more operations fit in the send queue.
   void wait_for_send_queue_space(std::uint64_t ops = 1);
   int poll_once();
+  // Whether block() can sleep on this connection's own completion channel.
+  bool can_block() const { return completion_channel != nullptr; }
+  // Sleeps until a completion of this connection or one of its rdma_cm events may have
+  // arrived, or `timeout` passed; false on timeout. Needs can_block().
+  bool block(std::chrono::milliseconds timeout);
 };
 
 // Makes a Connection from its state (the constructor is private to the public API).

@@ -5,8 +5,10 @@
 // in every `signal_interval` is signalled. RC completes in order, so the completion of op N
 // proves every op ≤ N done; `completed` tracks that and frees send-queue space.
 #include <arpa/inet.h>
+#include <poll.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <thread>
 #include <fmt/format.h>
@@ -55,6 +57,10 @@ std::chrono::milliseconds stall_limit(const TransportOptions& o) {
 // threads than cores, pure spinning starved the threads, and rxe's softirq work, that were to
 // answer. Measured over rxe (perf/results/sidecar-load.md): one server, 32 worker threads
 // spinning for their grants on 2 vCPUs: 11.6 updates/s, 0.15 of one worker's rate.
+//
+// A connection with its own completion queue sleeps on its completion channel once the wait
+// outlasts the spin (kSpinFor), so a waiter costs nothing until its completion or an rdma_cm
+// event arrives. On a shared queue (a server's many connections, one thread) it naps instead.
 template <class Done>
 bool poll_until(ConnectionState& s, std::chrono::milliseconds limit, Done done) {
   if (done()) return true;
@@ -67,7 +73,12 @@ bool poll_until(ConnectionState& s, std::chrono::milliseconds limit, Done done) 
     } else if (++empty % (napping ? kPollsPerNap : kPollsPerClockRead) == 0) {
       const auto now = Clock::now();
       if (now > deadline) return done();
-      napping = back_off(now - start);
+      if (s.can_block() && now - start >= kSpinFor) {
+        // block() reaps what came before it slept: what we wait for may be among it.
+        if (s.block(std::chrono::ceil<std::chrono::milliseconds>(deadline - now)) && done()) return true;
+      } else {
+        napping = back_off(now - start);
+      }
     }
   }
 }
@@ -208,6 +219,28 @@ int ConnectionState::poll_once() {
   // What was reaped is delivered before a failure is thrown (the next call throws it).
   if (n == 0) throw_if_failed();
   return n;
+}
+
+bool ConnectionState::block(std::chrono::milliseconds timeout) {
+  if (int rc = ibv_req_notify_cq(cq.get(), 0); rc != 0) {
+    throw fail(Error(Errc::system, call_failed(fmt::format("ibv_req_notify_cq on {}", description), rc)));
+  }
+  // Completions that arrived before the queue was armed raise no event: look once more.
+  if (poll_once() > 0) return true;
+  handle_cm_events();  // a disconnect that came while we spun
+  if (failure_error) return true;
+  // A peer that left: its connection fails once the grace for its last completions is over.
+  if (disconnecting) timeout = std::min(timeout, kDisconnectGrace + std::chrono::milliseconds(10));
+  pollfd fds[2] = {{completion_channel->fd, POLLIN, 0}, {channel->fd, POLLIN, 0}};
+  const int rc = ::poll(fds, 2, static_cast<int>(std::max<std::int64_t>(timeout.count(), 0)));
+  if (rc < 0 && errno != EINTR) throw fail(Error(Errc::system, call_failed("poll(completion channel)", errno)));
+  if (rc <= 0) return false;
+  if ((fds[0].revents & POLLIN) && take_cq_event(*completion_channel) && ++unacked_cq_events >= kCqEventsPerAck) {
+    ibv_ack_cq_events(cq.get(), unacked_cq_events);
+    unacked_cq_events = 0;
+  }
+  if (fds[1].revents != 0) handle_cm_events();
+  return true;
 }
 
 void ConnectionState::wait_for_send_queue_space(std::uint64_t wanted) {
@@ -563,5 +596,13 @@ void Connection::on_failure(std::function<void(const Error&)> handler) { state_-
 const std::string& Connection::describe() const { return state_->description; }
 const TransportOptions& Connection::options() const { return state_->options; }
 const ConnectionStats& Connection::stats() const { return state_->stats; }
+
+bool Connection::wait_for_activity(Millis timeout) {
+  auto& s = *state_;
+  if (s.poll_once() > 0 || s.has_pending_input()) return true;
+  if (s.can_block()) return s.block(timeout);
+  std::this_thread::sleep_for(std::min(timeout, Millis(1)));  // a shared queue: its owner waits on it
+  return s.poll_once() > 0;
+}
 
 }  // namespace gradlane

@@ -29,6 +29,14 @@ using CqPtr = std::unique_ptr<ibv_cq, DestroyCq>;
 using CompChannelPtr = std::unique_ptr<ibv_comp_channel, DestroyCompChannel>;
 using SrqPtr = std::unique_ptr<ibv_srq, DestroySrq>;
 
+// A completion channel whose fd is non-blocking: a wait on it is a bounded poll().
+CompChannelPtr make_completion_channel(const Device& device);
+// Takes the event a completion channel reported (the CQ must be acknowledged for it later);
+// false when there was none.
+bool take_cq_event(ibv_comp_channel& channel);
+// Channel events acknowledged in batches (each ack takes a lock in libibverbs).
+inline constexpr unsigned kCqEventsPerAck = 64;
+
 class SharedCq {
  public:
   // shared_receives > 0: a shared receive queue of that many buffers of slot_bytes each.

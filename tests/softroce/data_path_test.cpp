@@ -16,6 +16,15 @@
 namespace gradlane::testing {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+// CPU seconds this thread has used.
+double thread_cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
 class WriteSizes : public PeerTest, public ::testing::WithParamInterface<std::size_t> {};
 
 TEST_P(WriteSizes, WriteArrivesByteForByte) {
@@ -128,12 +137,7 @@ TEST_F(PeerTest, ReadReturnsThePeersBytes) {
 // under TCG, where each look between naps costs tens of microseconds).
 TEST_F(PeerTest, ALongWaitDoesNotBurnACore) {
   start_peer(4096);
-  const auto thread_cpu = [] {
-    timespec t{};
-    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
-  };
-  const double cpu0 = thread_cpu();
+  const double cpu0 = thread_cpu_seconds();
   const auto wall0 = std::chrono::steady_clock::now();
   try {
     conn->receive(1s);
@@ -141,12 +145,51 @@ TEST_F(PeerTest, ALongWaitDoesNotBurnACore) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Errc::timeout) << e.what();
   }
-  const double cpu = thread_cpu() - cpu0;
+  const double cpu = thread_cpu_seconds() - cpu0;
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   RecordProperty("cpu_seconds_in_1s_wait", std::to_string(cpu));
   EXPECT_GE(wall, 1.0);
   EXPECT_LT(cpu, 0.25) << "a 1 s wait used " << cpu << " s of CPU";
   stop_peer();
+}
+
+TEST_F(PeerTest, WaitForActivitySleepsUntilAMessageOrTheDisconnectComes) {
+  // A connection with its own completion queue sleeps on its completion channel: an idle wait
+  // costs no CPU, a message wakes it long before its timeout (a lost wake-up would sleep the
+  // whole 20 s), and so does the peer leaving.
+  start_peer(4096);
+  const double cpu0 = thread_cpu_seconds();
+  auto start = Clock::now();
+  EXPECT_FALSE(conn->wait_for_activity(1s)) << "nothing was sent, yet it woke";
+  const double idle_cpu = thread_cpu_seconds() - cpu0;
+  EXPECT_GE(seconds_since(start), 0.99);
+  RecordProperty("cpu_seconds_in_1s_wait_for_activity", std::to_string(idle_cpu));
+  EXPECT_LT(idle_cpu, 0.02) << "an idle 1 s wait_for_activity used " << idle_cpu << " s of CPU";
+
+  send_text(*conn, "echo woken");
+  start = Clock::now();
+  std::optional<std::vector<std::byte>> reply;
+  while (!(reply = conn->try_receive()) && seconds_since(start) < 20.0) conn->wait_for_activity(20s);
+  ASSERT_TRUE(reply.has_value()) << "no reply within 20 s";
+  EXPECT_EQ(text_of(*reply), "woken");
+  EXPECT_LT(seconds_since(start), 10.0) << "the reply did not wake the wait";
+
+  send_text(*conn, "exit");
+  start = Clock::now();
+  while (!(reply = conn->try_receive()) && seconds_since(start) < 20.0) conn->wait_for_activity(20s);
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(text_of(*reply), "bye");
+  try {
+    while (seconds_since(start) < 20.0) {
+      conn->wait_for_activity(20s);
+      conn->poll();
+    }
+    ADD_FAILURE() << "the peer left, yet the connection did not fail";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::peer_gone) << e.what();
+  }
+  EXPECT_LT(seconds_since(start), 10.0) << "the peer's disconnect did not wake the wait";
+  ASSERT_TRUE(peer->wait_exit(10s).has_value());
 }
 
 TEST_F(PeerTest, SendRecvRoundTripsInOrder) {

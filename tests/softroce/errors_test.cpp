@@ -23,8 +23,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
 TEST_F(PeerTest, WritePastTheRegionEndIsRefusedBeforePosting) {
   start_peer(4096);
   Buffer src = Buffer::allocate(8192);

@@ -23,6 +23,11 @@ namespace gradlane::testing {
 
 using namespace std::chrono_literals;
 
+// Seconds of the steady clock since `t`.
+inline double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 // GRADLANE_DEVICE / GRADLANE_GID_INDEX / GRADLANE_ADDR, as set by ci/softroce.sh.
 struct SoftRoceEnv {
   std::string device;

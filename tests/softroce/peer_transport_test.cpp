@@ -20,8 +20,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
 std::span<const std::byte> bytes_of(const std::string& s) { return std::as_bytes(std::span(s)); }
 
 // More than the peer's receive queue (128) and our control slots (32) hold together.

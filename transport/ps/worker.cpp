@@ -491,8 +491,14 @@ struct Worker::State {
         last_probe = last_empty;
         target.probe();
       }
-      // A grant behind a slow server can take seconds, and the worker shares the host's cores.
-      detail::back_off(waited);
+      // A grant behind a slow server can take seconds, and the worker shares the host's cores:
+      // past the spin it sleeps until the connection has something (32 workers napping 1 ms
+      // took the cores their server needed: perf/results/sidecar-load.md).
+      if (waited >= detail::kSpinFor) {
+        const auto until_probe = last_probe + std::chrono::seconds(1) - last_empty;
+        target.wait_for_activity(
+            std::chrono::ceil<Millis>(std::min<Clock::duration>(options.timeout - waited, until_probe)));
+      }
     }
   }
 
