@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "sidecar/client/client_state.hpp"
+#include "sidecar/shm/door.hpp"
 #include "sidecar/shm/futex.hpp"
 #include "sidecar/shm/process.hpp"
 
@@ -118,20 +119,26 @@ std::optional<shm::Segment> trusted(std::optional<shm::Segment> segment) {
   return segment;
 }
 
-// The segment this app attaches through: its job's own if gradlaned made one (--job-user),
-// else the shared one. nullopt: neither exists (yet).
+// How long the door may take to answer: it answers at once, from a thread of its own.
+constexpr std::chrono::milliseconds kDoorAnswerWithin{2000};
+
+// The segment this app attaches through: its job's own if gradlaned has one for it (--job-user:
+// from the daemon's door), else the shared one. nullopt: neither exists (yet).
 std::optional<shm::Segment> open_segment(const AttachOptions& o) {
-  const std::string own = shm::job_segment_name(o.shm_name, o.job);
-  try {
-    if (auto segment = shm::Segment::open(own)) return trusted(std::move(segment));
-  } catch (const Error& e) {
-    if (e.sys_errno() != EACCES) throw;
-    throw Error(Errc::sidecar_unavailable,
-                fmt::format("job {} has a segment of its own, {}, and this process (uid {}) may not map it: "
-                            "gradlaned gave it to job {}'s user (--job-user {}:USER); run the app as that "
-                            "user, or attach as the job this user runs",
-                            o.job, own, ::getuid(), o.job, o.job),
-                EACCES);
+  shm::DoorAnswer door = shm::ask_door(o.shm_name, o.job, kDoorAnswerWithin);
+  switch (door.kind) {
+    case shm::DoorAnswer::Kind::granted:
+      return shm::Segment::adopt(std::move(door.segment), shm::job_segment_name(o.shm_name, o.job));
+    case shm::DoorAnswer::Kind::not_your_job:
+      throw Error(Errc::sidecar_unavailable,
+                  fmt::format("job {} has a segment of its own on gradlaned serving {}, and this process (uid {}) "
+                              "may not map it: gradlaned gives it to job {}'s user only (uid {}, --job-user {}:USER); "
+                              "run the app as that user, or attach as the job this user runs",
+                              o.job, o.shm_name, ::geteuid(), o.job, door.job_uid, o.job),
+                  EACCES);
+    case shm::DoorAnswer::Kind::no_door:
+    case shm::DoorAnswer::Kind::no_own_segment:
+      break;
   }
   return trusted(shm::Segment::open(o.shm_name));
 }
@@ -216,17 +223,8 @@ void connect(Client::State& state) {
   std::string problem = fmt::format("there is no shared-memory segment {}", o.shm_name);
   auto pause = std::chrono::milliseconds(1);
   for (;;) {
-    std::optional<shm::Segment> segment;
-    bool refused = false;
-    try {
-      segment = open_segment(o);
-    } catch (const Error& e) {
-      // Not ours to map — or not yet: a starting gradlaned gives a job's segment to its user
-      // just after creating it. Retried until the deadline, then reported as it is.
-      if (e.sys_errno() != EACCES) throw;
-      problem = e.what();
-      refused = true;
-    }
+    // Throws what retrying cannot fix: another user's segment, another user's job.
+    std::optional<shm::Segment> segment = open_segment(o);
     if (segment) {
       if (auto why = unusable(*segment)) {
         problem = std::move(*why);
@@ -237,7 +235,7 @@ void connect(Client::State& state) {
         problem = fmt::format("gradlaned (pid {}) did not answer the attach",
                               shm::header_at(segment->base())->daemon_pid);
       }
-    } else if (!refused) {
+    } else {
       problem = fmt::format("there is no shared-memory segment {}", o.shm_name);
     }
     if (Clock::now() >= deadline) {

@@ -11,6 +11,7 @@
 
 #include "gradlane/error.hpp"
 #include "sidecar/daemon/survivors.hpp"
+#include "sidecar/shm/door.hpp"
 #include "sidecar/shm/futex.hpp"
 #include "sidecar/shm/process.hpp"
 
@@ -40,6 +41,7 @@ void DaemonConfig::validate() const {
     bad("--job-user given " + std::to_string(job_segments.size()) + " times: at most " +
         std::to_string(shm::kMaxWaitWords - 1) + " jobs can have a segment of their own");
   }
+  if (!job_segments.empty()) (void)shm::door_address(shm_name);  // the door's address must fit
   for (std::size_t i = 0; i < job_segments.size(); ++i) {
     shm::check_shm_name(shm::job_segment_name(shm_name, job_segments[i].job), "--job-user's segment");
     for (std::size_t k = 0; k < i; ++k) {
@@ -61,17 +63,26 @@ Daemon::Daemon(DaemonConfig config, std::unique_ptr<sched::Policy> policy)
     : config_((config.validate(), std::move(config))), policy_(require(std::move(policy))) {
   const sched::Instant now = clock_now();
   const std::uint64_t generation = random_generation();  // one for all: a reattach tells a new daemon
-  // Jobs' own segments first, the shared one last: an app that finds no segment of its job's
-  // name on a running daemon's host may conclude its job has none (Reason::own_segment would
-  // correct it anyway).
-  // served_[0] is the shared segment, served_[1 + k] job_segments[k]'s.
+  // served_[0] is the shared segment, served_[1 + k] job_segments[k]'s: a sealed memfd each,
+  // handed out by the door (shm/door.hpp), which opens before the shared segment is published:
+  // an app that finds the shared segment running and no door may conclude its job has none
+  // (Reason::own_segment would correct it anyway).
+  const std::size_t bytes = shm::segment_bytes(config_.max_apps);
   std::vector<Served> jobs;
-  for (std::uint32_t k = 0; k < config_.job_segments.size(); ++k) {
-    const auto& j = config_.job_segments[k];
-    jobs.push_back(serve(shm::job_segment_name(config_.shm_name, j.job), j.job, shm::Owner{j.uid, j.gid},
-                         generation, now, 1 + k));
+  std::map<std::uint32_t, JobDoor::Job> door_jobs;
+  for (const auto& j : config_.job_segments) {
+    jobs.push_back(publish(shm::Segment::create_sealed(shm::job_segment_name(config_.shm_name, j.job), bytes), j.job,
+                           generation, now));
+    door_jobs[j.job] = JobDoor::Job{j.uid, jobs.back().segment.reopen()};
   }
-  served_.push_back(serve(config_.shm_name, std::nullopt, std::nullopt, generation, now, 0));
+  if (!door_jobs.empty()) door_.emplace(config_.shm_name, std::move(door_jobs));
+  // Before create() replaces a dead daemon's segment: its servers that outlived it. The
+  // segment is the one gradlaned made for our user, or it is ignored.
+  for (const Survivor& survivor : surviving_servers(config_.shm_name, static_cast<std::uint32_t>(::geteuid()))) {
+    policy_->hold_receiver(sched::EndpointId{survivor.endpoint});
+    held_[survivor.endpoint] = Held{survivor, 0};
+  }
+  served_.push_back(publish(shm::Segment::create(config_.shm_name, bytes), std::nullopt, generation, now));
   for (Served& j : jobs) served_.push_back(std::move(j));
   apps_.resize(std::size_t{config_.max_apps} * served_.size());
   next_heartbeat_ = now + config_.heartbeat_every;
@@ -80,17 +91,9 @@ Daemon::Daemon(DaemonConfig config, std::unique_ptr<sched::Policy> policy)
   routes_.reserve(1024);
 }
 
-Daemon::Served Daemon::serve(const std::string& name, std::optional<std::uint32_t> job,
-                             std::optional<shm::Owner> owner, std::uint64_t generation, sched::Instant now,
-                             std::uint32_t index) {
-  // Before create() replaces a dead daemon's segment: its servers that outlived it. The
-  // segment is the one gradlaned made for that user (the job's, or our own), or it is ignored.
-  const std::uint32_t owner_uid = owner ? owner->uid : static_cast<std::uint32_t>(::geteuid());
-  for (const Survivor& survivor : surviving_servers(name, owner_uid)) {
-    policy_->hold_receiver(sched::EndpointId{survivor.endpoint});
-    held_[survivor.endpoint] = Held{survivor, index};
-  }
-  Served served{shm::Segment::create(name, shm::segment_bytes(config_.max_apps), owner), nullptr, job, 0};
+Daemon::Served Daemon::publish(shm::Segment segment, std::optional<std::uint32_t> job, std::uint64_t generation,
+                               sched::Instant now) {
+  Served served{std::move(segment), nullptr, job, 0};
   void* base = served.segment.base();
   // The mapping is zero-filled by ftruncate; placement-new starts the objects' lifetimes.
   shm::Header* h = new (base) shm::Header{};

@@ -38,6 +38,7 @@
 #include "sidecar/core/types.hpp"
 #include "sidecar/daemon/app_session.hpp"
 #include "sidecar/daemon/daemon_config.hpp"
+#include "sidecar/daemon/job_door.hpp"
 #include "sidecar/daemon/survivors.hpp"
 #include "sidecar/shm/layout.hpp"
 #include "sidecar/shm/segment.hpp"
@@ -138,15 +139,17 @@ class Daemon {
     std::optional<std::uint32_t> job;
     std::uint32_t seen_attach_epoch = 0;
   };
-  // Creates and publishes one segment, which will be served_[index].
-  Served serve(const std::string& name, std::optional<std::uint32_t> job, std::optional<shm::Owner> owner,
-               std::uint64_t generation, sched::Instant now, std::uint32_t index);
+  // Lays the header and the app slots out in a new segment and marks it running.
+  Served publish(shm::Segment segment, std::optional<std::uint32_t> job, std::uint64_t generation,
+                 sched::Instant now);
   const Served& served_for(std::uint32_t slot) const noexcept { return served_[slot / config_.max_apps]; }
   std::uint32_t slot_count() const noexcept { return static_cast<std::uint32_t>(apps_.size()); }
 
   DaemonConfig config_;
   std::unique_ptr<sched::Policy> policy_;
   std::vector<Served> served_;  // [0]: the shared segment
+  // Hands jobs' own segments to their users (none without --job-user).
+  std::optional<JobDoor> door_;
   // Receivers whose server outlived the daemon before us (survivors.hpp), by endpoint: held
   // until that server attaches again, through the same segment, taking its sequence over; no
   // other takeover of an own endpoint is allowed.

@@ -25,17 +25,16 @@ struct DaemonConfig {
   // receiver's sequence (the policy's take_over). Any other takeover is refused
   // (Reason::bad_takeover): a stray app must not be able to move a server's sequence.
   std::vector<std::uint32_t> standby_endpoints;
-  // --job-user JOB:USER: job JOB gets a segment of its own, job_segment_name(shm_name, JOB),
-  // owned by USER with mode 0600 (the daemon must run as root, or as USER, to give it away).
-  // Only USER's processes (and root) can map it, so a process of another job can neither
-  // attach as JOB nor read JOB's queues nor write a grant into them: the kernel checks it at
-  // shm_open, there is no secret to leak. JOB's apps attach there (the client looks for the
-  // job's segment first), and an attach as JOB on the shared segment is refused
-  // (Reason::own_segment). Jobs not named here share shm_name, as today: the daemon's user's.
+  // --job-user JOB:USER: job JOB gets a segment of its own, which only USER's processes (and
+  // root's) can get: a sealed memfd (no name in /dev/shm; nobody can resize it under the
+  // daemon) handed out by the daemon's door, which asks the kernel who is knocking
+  // (SO_PEERCRED, shm/door.hpp). So a process of another job can neither attach as JOB nor read
+  // JOB's queues nor write a grant into them, and there is no secret to leak. JOB's apps attach
+  // there (the client asks the door first), and an attach as JOB on the shared segment is
+  // refused (Reason::own_segment). Jobs not named here share shm_name: the daemon's user's.
   struct JobSegment {
     std::uint32_t job = 0;
     std::uint32_t uid = 0;
-    std::uint32_t gid = 0;
   };
   std::vector<JobSegment> job_segments;
   // --max-apps: app slots in the segment (33 KiB each). 64 covers 8 GPUs x 8 worker processes.

@@ -97,7 +97,7 @@ DaemonConfig::JobSegment parse_job_user(const std::string& text) {
                                       "(e.g. 7:alice or 7:1001)", text));
   }
   if (const passwd* pw = ::getpwnam(user.c_str())) {
-    return {job, static_cast<std::uint32_t>(pw->pw_uid), static_cast<std::uint32_t>(pw->pw_gid)};
+    return {job, static_cast<std::uint32_t>(pw->pw_uid)};
   }
   std::uint32_t uid = 0;
   const auto [uid_end, uid_ec] = std::from_chars(user.data(), user.data() + user.size(), uid);
@@ -106,7 +106,7 @@ DaemonConfig::JobSegment parse_job_user(const std::string& text) {
                           fmt::format("--job-user '{}': there is no user '{}' on this host (give a user name from "
                                       "/etc/passwd or a numeric uid)", text, user));
   }
-  return {job, uid, uid};
+  return {job, uid};
 }
 
 // --link-rate ENDPOINT:in|out:RATE, RATE in tc's units: 4mbit, 25gbit, 500kbit, 1000bit.
@@ -249,9 +249,10 @@ int main(int argc, char** argv) {
                  "known to carry its rate is not blamed for a straggler's slow transfer through it");
   std::vector<std::string> job_users;
   cli.add_option("--job-user", job_users,
-                 "JOB:USER: job JOB gets a shared-memory segment of its own (<shm-name>.job<JOB>, mode 0600) owned "
-                 "by USER (a name or a uid), so only USER's processes can attach as JOB or see its queues "
-                 "(repeatable; gradlaned must run as root, or as USER). Other jobs share --shm-name");
+                 "JOB:USER: job JOB gets a shared-memory segment of its own that only USER's processes (a name or "
+                 "a uid; and root's) get, from gradlaned's door (a Unix socket that checks who asks), so only they "
+                 "can attach as JOB or see its queues; it is sealed, so no holder can resize it under gradlaned "
+                 "(repeatable). Other jobs share --shm-name");
   cli.add_flag("--foreground", foreground, "stay in the foreground (default: detach once the segment is ready)");
   cli.add_option("--pid-file", pid_file,
                  "write the daemon's pid to FILE once the segment is ready and remove it on a clean exit; FILE "

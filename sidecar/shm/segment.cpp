@@ -58,7 +58,7 @@ std::string job_segment_name(const std::string& shared, std::uint32_t job) {
   return shared + ".job" + std::to_string(job);
 }
 
-Segment Segment::create(const std::string& name, std::size_t bytes, std::optional<Owner> owner) {
+Segment Segment::create(const std::string& name, std::size_t bytes) {
   check_shm_name(name, "--shm-name");
   const auto give_up = std::chrono::steady_clock::now() + kLockProbeFor;
   for (;;) {
@@ -71,18 +71,6 @@ Segment Segment::create(const std::string& name, std::size_t bytes, std::optiona
         const int err = errno;
         ::shm_unlink(name.c_str());
         detail::throw_call_failed(Errc::system, "sizing shared memory " + name, err);
-      }
-      // Given away before it is mapped or published: nobody else ever sees it as ours.
-      if (owner && ::fchown(fd.get(), owner->uid, owner->gid) != 0) {
-        const int err = errno;
-        ::shm_unlink(name.c_str());
-        throw Error(Errc::invalid_argument,
-                    "cannot give shared memory " + name + " to uid " + std::to_string(owner->uid) + ": " +
-                        std::strerror(err) +
-                        (err == EPERM ? " (a job's own segment needs gradlaned to run as root, or as that job's "
-                                        "user: drop that --job-user or start gradlaned as root)"
-                                      : ""),
-                    err);
       }
       void* base = map(fd.get(), bytes, name);
       return Segment(name, std::move(fd), base, bytes, true);
@@ -129,6 +117,50 @@ std::optional<Segment> Segment::open(const std::string& name) {
   const auto bytes = static_cast<std::size_t>(st.st_size);
   void* base = map(fd.get(), bytes, name);
   return Segment(name, std::move(fd), base, bytes, false);
+}
+
+namespace {
+constexpr int kResizeSeals = F_SEAL_SHRINK | F_SEAL_GROW;
+}  // namespace
+
+Segment Segment::create_sealed(const std::string& label, std::size_t bytes) {
+  UniqueFd fd(::memfd_create(label.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd) detail::throw_call_failed(Errc::system, "memfd_create(" + label + ")", errno);
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) detail::throw_call_failed(Errc::system, "flock(" + label + ")", errno);
+  if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
+    detail::throw_call_failed(Errc::system, "sizing shared memory " + label, errno);
+  }
+  // F_SEAL_SEAL too: nobody may lift or add a seal afterwards.
+  if (::fcntl(fd.get(), F_ADD_SEALS, kResizeSeals | F_SEAL_SEAL) != 0) {
+    detail::throw_call_failed(Errc::system, "sealing shared memory " + label, errno);
+  }
+  void* base = map(fd.get(), bytes, label);
+  return Segment(label, std::move(fd), base, bytes, false);
+}
+
+Segment Segment::adopt(UniqueFd fd, const std::string& label) {
+  const int seals = ::fcntl(fd.get(), F_GET_SEALS);
+  if (seals < 0 || (seals & kResizeSeals) != kResizeSeals) {
+    throw Error(Errc::protocol, "the segment handed over as " + label +
+                                    " is not sealed against resizing: not one gradlaned made");
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) detail::throw_call_failed(Errc::system, "fstat(" + label + ")", errno);
+  const auto bytes = static_cast<std::size_t>(st.st_size);
+  void* base = map(fd.get(), bytes, label);
+  return Segment(label, std::move(fd), base, bytes, false);
+}
+
+UniqueFd reopen(int fd) {
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  UniqueFd again(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+  if (!again) detail::throw_call_failed(Errc::system, "reopening shared memory " + path, errno);
+  return again;
+}
+
+bool Segment::sealed() const noexcept {
+  const int seals = ::fcntl(fd_.get(), F_GET_SEALS);
+  return seals >= 0 && (seals & kResizeSeals) == kResizeSeals;
 }
 
 Segment::Segment(std::string name, UniqueFd fd, void* base, std::size_t bytes, bool owns_name) noexcept

@@ -25,11 +25,10 @@ void check_shm_name(const std::string& name, const char* what);
 // "/gradlane-0.job7"); gradlaned creates it for a job given with --job-user.
 std::string job_segment_name(const std::string& shared, std::uint32_t job);
 
-// Who a segment is given to (fchown) once created: a job's user (--job-user).
-struct Owner {
-  std::uint32_t uid = 0;
-  std::uint32_t gid = 0;
-};
+// A new descriptor, with an open file description of its own, of the file open as `fd`
+// (/proc/self/fd): flock(2) locks belong to open file descriptions, so one handed to an app
+// cannot convert or drop the daemon's lock.
+UniqueFd reopen(int fd);
 
 class Segment {
  public:
@@ -37,13 +36,22 @@ class Segment {
   // replacing a stale segment left by a dead daemon. Throws Error(invalid_argument) if a live
   // daemon holds it, Error(system) if the OS refuses. The created segment owns the name: it is
   // unlinked when the Segment is destroyed, including when the daemon fails half-way up.
-  // With `owner`, the segment (still mode 0600) belongs to that user before anyone can map it
-  // (Error(invalid_argument) if the daemon may not give it away: not root, not that user).
-  static Segment create(const std::string& name, std::size_t bytes, std::optional<Owner> owner = std::nullopt);
+  static Segment create(const std::string& name, std::size_t bytes);
   // Application side: maps an existing segment. nullopt if no such segment (no daemon ever
   // started, or it stopped cleanly) or it is not sized yet (a daemon is creating it right now).
   // Throws Error(sidecar_unavailable) if the segment exists but cannot be opened (permissions).
   static std::optional<Segment> open(const std::string& name);
+  // Daemon side, a job's own segment (shm/door.hpp): a memfd labelled `label`, `bytes` long,
+  // zero-filled, exclusively locked, sealed against shrinking and growing. It has no name:
+  // apps get it through the daemon's door (reopen()).
+  static Segment create_sealed(const std::string& label, std::size_t bytes);
+  // Application side: maps the segment the door handed over. Throws Error(protocol) if it is
+  // not sealed against resizing (not a segment gradlaned made).
+  static Segment adopt(UniqueFd fd, const std::string& label);
+  // Daemon side: a descriptor of this segment to hand out (reopen(int)).
+  UniqueFd reopen() const { return shm::reopen(fd_.get()); }
+  // Whether the segment is sealed against shrinking and growing (create_sealed).
+  bool sealed() const noexcept;
 
   Segment(Segment&& other) noexcept;
   Segment& operator=(Segment&& other) noexcept;

@@ -6,6 +6,8 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +17,7 @@
 #include <string_view>
 
 #include "sidecar/daemon/signals.hpp"
+#include "sidecar/shm/door.hpp"
 #include "sidecar/shm/segment.hpp"
 
 extern char** environ;
@@ -248,9 +251,12 @@ int run_child(int argc, char** argv) {
     if (role == "app-as-user") {
       // Become --uid (a job's user: --job-user), then --try one thing against job --job:
       //   attach     attach and get one go: 0; refused because this user may not map the job's
-      //              segment: 20; refused own_segment: 21; the segment is another user's
-      //              making, not trusted: 23
-      //   open-rw / open-ro   shm_open the job's segment itself: 0 opened, 22 EACCES
+      //              segment: 20; refused own_segment: 21; the segment or the door is another
+      //              user's making, not trusted: 23
+      //   knock      ask gradlaned's door for the job's segment: 0 granted, 22 refused
+      //   resize     as knock, then try to shrink and to grow the segment it was given: 0 if
+      //              both are refused with EPERM (sealed), 24 if either is not
+      //   squat-door bind the door's address and hold it until killed (ready once bound)
       const auto uid = static_cast<uid_t>(std::stoul(arg(argc, argv, "--uid")));
       const auto job = static_cast<std::uint32_t>(std::stoul(arg(argc, argv, "--job")));
       const std::string what = arg(argc, argv, "--try");
@@ -269,13 +275,28 @@ int run_child(int argc, char** argv) {
           return 5;
         }
       }
-      const int flags = what == "open-ro" ? O_RDONLY : O_RDWR;
-      const int fd = ::shm_open(shm::job_segment_name(shm, job).c_str(), flags, 0);
-      if (fd >= 0) {
-        ::close(fd);
-        return 0;
+      if (what == "squat-door") {
+        const shm::DoorAddress door = shm::door_address(shm);
+        UniqueFd squat(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+        if (!squat || ::bind(squat.get(), reinterpret_cast<const sockaddr*>(&door.address), door.length) != 0 ||
+            ::listen(squat.get(), 4) != 0) {
+          return 6;
+        }
+        tell_ready();
+        for (;;) ::pause();
       }
-      return errno == EACCES ? 22 : 6;
+      shm::DoorAnswer answer = shm::ask_door(shm, job, std::chrono::seconds(2));
+      if (answer.kind == shm::DoorAnswer::Kind::not_your_job) return 22;
+      if (answer.kind != shm::DoorAnswer::Kind::granted) return 6;
+      if (what == "knock") return 0;
+      if (what == "resize") {
+        struct stat st {};
+        if (::fstat(answer.segment.get(), &st) != 0) return 6;
+        const bool shrink_refused = ::ftruncate(answer.segment.get(), 0) != 0 && errno == EPERM;
+        const bool grow_refused = ::ftruncate(answer.segment.get(), st.st_size * 2) != 0 && errno == EPERM;
+        return shrink_refused && grow_refused ? 0 : 24;
+      }
+      return 2;
     }
     if (role == "daemon") {
       // A whole gradlaned in a process of its own, so a test can SIGKILL it.

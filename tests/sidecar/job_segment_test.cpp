@@ -1,10 +1,11 @@
 // A job given its own segment (gradlaned --job-user JOB:USER) is its user's alone: processes of
-// another job's user can neither attach as it, nor map its queues to read them or to write a
-// request or a grant into them; the daemon serves a job only through its own segment; and an
-// app maps only a segment its own user or root made.
+// another job's user can neither attach as it, nor get its queues to read them or to write a
+// request or a grant into them; its own user cannot resize it under the daemon; the daemon
+// serves a job only through its own segment; and an app takes a segment or a door only of its
+// own user's or root's making.
 //
-// The kernel does the refusing (shm_open on a mode-0600 file of another uid), so these tests
-// need two users: they run as root and start each app as a child that drops to a job's uid.
+// The kernel tells the door who knocks (SO_PEERCRED), so these tests need two users: they run
+// as root and start each app as a child that drops to a job's uid.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -17,12 +18,14 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 
 #include "common/unique_fd.hpp"
 #include "harness.hpp"
+#include "sidecar/shm/door.hpp"
 #include "sidecar/shm/futex.hpp"
 #include "sidecar/shm/layout.hpp"
 #include "sidecar/shm/process.hpp"
@@ -37,7 +40,8 @@ using namespace std::chrono_literals;
 constexpr std::uint32_t kJob7User = 61007, kJob8User = 61008, kStranger = 61009;
 
 // The exit codes of the app-as-user child (harness.cpp).
-constexpr int kAttachedAndGranted = 0, kMayNotMap = 20, kOwnSegment = 21, kOpenRefused = 22, kUntrusted = 23;
+constexpr int kAttachedAndGranted = 0, kMayNotMap = 20, kOwnSegment = 21, kKnockRefused = 22, kUntrusted = 23,
+              kResizeRefused = 0, kResized = 24;
 
 int as_user(const std::string& shm, std::uint32_t uid, std::uint32_t job, const std::string& what) {
   Child child("app-as-user", {"--shm=" + shm, "--uid=" + std::to_string(uid), "--job=" + std::to_string(job),
@@ -48,7 +52,7 @@ int as_user(const std::string& shm, std::uint32_t uid, std::uint32_t job, const 
 
 DaemonConfig two_jobs_config(const std::string& shm) {
   DaemonConfig config = test_config(shm);
-  config.job_segments = {{.job = 7, .uid = kJob7User, .gid = kJob7User}, {.job = 8, .uid = kJob8User, .gid = kJob8User}};
+  config.job_segments = {{.job = 7, .uid = kJob7User}, {.job = 8, .uid = kJob8User}};
   return config;
 }
 
@@ -60,29 +64,42 @@ TEST(JobSegments, AJobsSegmentBelongsToItsUserAndAnotherJobsUserCannotAttachRead
   const std::string shm = unique_shm_name();
   DaemonDriver driver(two_jobs_config(shm));
 
-  for (const auto& [job, uid] : {std::pair{7U, kJob7User}, std::pair{8U, kJob8User}}) {
+  for (const std::uint32_t job : {7U, 8U}) {
     struct stat st {};
-    ASSERT_EQ(::stat(("/dev/shm" + shm::job_segment_name(shm, job)).c_str(), &st), 0) << "job " << job;
-    EXPECT_EQ(st.st_uid, uid) << "job " << job << "'s segment is not its user's";
-    EXPECT_EQ(st.st_mode & 0777, 0600U) << "job " << job << "'s segment is open to others";
+    EXPECT_NE(::stat(("/dev/shm" + shm::job_segment_name(shm, job)).c_str(), &st), 0)
+        << "job " << job << "'s segment has a name anyone could open or squat";
   }
   // Each job's user attaches as its job and is served.
   EXPECT_EQ(as_user(shm, kJob7User, 7, "attach"), kAttachedAndGranted);
   EXPECT_EQ(as_user(shm, kJob8User, 8, "attach"), kAttachedAndGranted);
-  // Job 8's user, and a user of no job, cannot attach as job 7, nor map job 7's segment to read
-  // its queues or write into them (a forged request, a forged grant); and the other way round.
+  // Job 8's user, and a user of no job, cannot attach as job 7, nor get job 7's segment from
+  // the door to read its queues or write into them (a forged request, a forged grant); and the
+  // other way round.
   EXPECT_EQ(as_user(shm, kJob8User, 7, "attach"), kMayNotMap);
-  EXPECT_EQ(as_user(shm, kJob8User, 7, "open-rw"), kOpenRefused);
-  EXPECT_EQ(as_user(shm, kJob8User, 7, "open-ro"), kOpenRefused);
+  EXPECT_EQ(as_user(shm, kJob8User, 7, "knock"), kKnockRefused);
   EXPECT_EQ(as_user(shm, kStranger, 7, "attach"), kMayNotMap);
-  EXPECT_EQ(as_user(shm, kStranger, 7, "open-ro"), kOpenRefused);
+  EXPECT_EQ(as_user(shm, kStranger, 7, "knock"), kKnockRefused);
   EXPECT_EQ(as_user(shm, kJob7User, 8, "attach"), kMayNotMap);
-  EXPECT_EQ(as_user(shm, kJob7User, 8, "open-rw"), kOpenRefused);
+  EXPECT_EQ(as_user(shm, kJob7User, 8, "knock"), kKnockRefused);
+  EXPECT_EQ(as_user(shm, kJob7User, 7, "knock"), 0) << "the job's own user is refused its segment";
   // And job 7 is still served after all of that.
   EXPECT_EQ(as_user(shm, kJob7User, 7, "attach"), kAttachedAndGranted);
   const DaemonStats stats = driver.stats();
   EXPECT_EQ(stats.attached, 3U);
-  EXPECT_EQ(stats.rejected, 0U) << "every refusal above is the kernel's, before the daemon sees anything";
+  EXPECT_EQ(stats.rejected, 0U) << "every refusal above is the door's, before the daemon's loop sees anything";
+}
+
+TEST(JobSegments, AJobsOwnUserCannotResizeItsSegmentUnderTheDaemon) {
+  REQUIRE_ROOT();
+  // The segment is the job user's to map, read and write, but shrinking it would make the
+  // daemon's next access past the new end a SIGBUS: every job's sidecar gone. Sealed, both
+  // shrinking and growing are refused, and the daemon serves on.
+  const std::string shm = unique_shm_name();
+  DaemonDriver driver(two_jobs_config(shm));
+  EXPECT_EQ(as_user(shm, kJob7User, 7, "resize"), kResizeRefused) << "job 7's user resized its segment";
+  EXPECT_EQ(as_user(shm, kJob7User, 7, "attach"), kAttachedAndGranted);
+  EXPECT_EQ(as_user(shm, kJob8User, 8, "attach"), kAttachedAndGranted);
+  EXPECT_EQ(driver.stats().attached, 2U);
 }
 
 TEST(JobSegments, AnAppOnAJobsSegmentWakesASleepingDaemon) {
@@ -112,8 +129,7 @@ TEST(JobSegments, AnAppOnAJobsSegmentWakesASleepingDaemon) {
 
 // Claims slot 0 of `segment` by hand, as a process that can map it (root) but says it is of
 // `job`, and returns what the daemon made of the claim: rejected (with the reason) or accepted.
-std::string hand_attach(const std::string& segment_name, std::uint32_t job) {
-  auto segment = shm::Segment::open(segment_name);
+std::string hand_attach(std::optional<shm::Segment> segment, std::uint32_t job) {
   if (!segment) return "no segment";
   shm::Header& h = *shm::header_at(segment->base());
   shm::AppSlot& slot = *shm::slot_at(segment->base(), 0);
@@ -147,51 +163,63 @@ std::string hand_attach(const std::string& segment_name, std::uint32_t job) {
   }
 }
 
+// Job `job`'s own segment, from the door (root may have any).
+std::optional<shm::Segment> job_segment(const std::string& shm, std::uint32_t job) {
+  shm::DoorAnswer answer = shm::ask_door(shm, job, 2s);
+  if (answer.kind != shm::DoorAnswer::Kind::granted) return std::nullopt;
+  return shm::Segment::adopt(std::move(answer.segment), shm::job_segment_name(shm, job));
+}
+
 TEST(JobSegments, TheDaemonServesAJobOnlyThroughItsOwnSegment) {
-  REQUIRE_ROOT();  // to map every segment by hand, whoever owns it
+  REQUIRE_ROOT();  // to map every segment by hand, whoever's job it is
   const std::string shm = unique_shm_name();
   DaemonDriver driver(two_jobs_config(shm));
   // Root (or the daemon's user) can map the shared segment; it still cannot be job 7 there.
-  EXPECT_EQ(hand_attach(shm, 7), "own_segment");
-  EXPECT_EQ(hand_attach(shm::job_segment_name(shm, 7), 8), "own_segment");
-  EXPECT_EQ(hand_attach(shm::job_segment_name(shm, 8), 1), "own_segment");
-  EXPECT_EQ(hand_attach(shm::job_segment_name(shm, 7), 7), "accepted");
-  EXPECT_EQ(hand_attach(shm, 1), "accepted") << "a job without a segment of its own shares the daemon's";
+  EXPECT_EQ(hand_attach(shm::Segment::open(shm), 7), "own_segment");
+  EXPECT_EQ(hand_attach(job_segment(shm, 7), 8), "own_segment");
+  EXPECT_EQ(hand_attach(job_segment(shm, 8), 1), "own_segment");
+  EXPECT_EQ(hand_attach(job_segment(shm, 7), 7), "accepted");
+  EXPECT_EQ(hand_attach(shm::Segment::open(shm), 1), "accepted") << "a job without a segment of its own shares the daemon's";
   EXPECT_EQ(driver.stats().rejected, 3U);
 }
 
-TEST(JobSegments, AnAppMapsOnlyASegmentItsOwnUserOrRootMade) {
+TEST(JobSegments, AnAppTakesASegmentOrADoorOnlyOfItsOwnUsersOrRootsMaking) {
   REQUIRE_ROOT();
-  // A name squatted in /dev/shm (anyone can create one) by another user, where job 5's
-  // segment would be: the app must not take its queues, or that user could answer its requests.
+  // Anyone can create a name in /dev/shm and bind an abstract socket. A segment or a door held
+  // by another user, where gradlaned's would be, must not be taken: that user could answer the
+  // app's requests with forged grants.
   const std::string shm = unique_shm_name();
-  const std::string squatted = shm::job_segment_name(shm, 5);
-  UniqueFd fd(::shm_open(squatted.c_str(), O_RDWR | O_CREAT | O_EXCL, 0666));
+  UniqueFd fd(::shm_open(shm.c_str(), O_RDWR | O_CREAT | O_EXCL, 0666));
   ASSERT_TRUE(fd) << std::strerror(errno);
   ASSERT_EQ(::fchown(fd.get(), kJob8User, kJob8User), 0);
   ASSERT_EQ(::fchmod(fd.get(), 0666), 0);
   ASSERT_EQ(::ftruncate(fd.get(), static_cast<off_t>(shm::segment_bytes(8))), 0);
-  EXPECT_EQ(as_user(shm, kStranger, 5, "attach"), kUntrusted);
-  ::shm_unlink(squatted.c_str());
+  EXPECT_EQ(as_user(shm, kStranger, 5, "attach"), kUntrusted) << "took a squatted shared segment";
+  ::shm_unlink(shm.c_str());
+
+  const std::string door_shm = unique_shm_name();
+  Child squatter("app-as-user", {"--shm=" + door_shm, "--uid=" + std::to_string(kJob8User), "--job=5",
+                                 "--try=squat-door"});
+  ASSERT_TRUE(squatter.ready(10s));
+  EXPECT_EQ(as_user(door_shm, kStranger, 5, "attach"), kUntrusted) << "asked a squatted door";
+  // And gradlaned does not start behind it, saying why.
+  try {
+    DaemonConfig config = two_jobs_config(door_shm);
+    Daemon daemon(config, std::make_unique<sched::PassThroughPolicy>());
+    ADD_FAILURE() << "gradlaned started with its door held by another process";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is taken"), std::string::npos) << e.what();
+  }
 }
 
 TEST(JobSegments, ABadJobUserIsRefusedNamingIt) {
   DaemonConfig twice = test_config(unique_shm_name());
-  twice.job_segments = {{.job = 7, .uid = 1, .gid = 1}, {.job = 7, .uid = 2, .gid = 2}};
+  twice.job_segments = {{.job = 7, .uid = 1}, {.job = 7, .uid = 2}};
   try {
     twice.validate();
     ADD_FAILURE() << "job 7 given two users was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("job 7 twice"), std::string::npos) << e.what();
-  }
-  if (::geteuid() == 0) return;  // root may give a segment to anyone
-  DaemonConfig other = test_config(unique_shm_name());
-  other.job_segments = {{.job = 7, .uid = ::geteuid() + 1, .gid = ::getegid()}};
-  try {
-    Daemon daemon(other, std::make_unique<sched::PassThroughPolicy>());
-    ADD_FAILURE() << "a non-root daemon gave a segment to another user";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("needs gradlaned to run as root"), std::string::npos) << e.what();
   }
 }
 

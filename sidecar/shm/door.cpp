@@ -1,0 +1,126 @@
+#include "sidecar/shm/door.hpp"
+
+#include <fmt/format.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+
+#include "common/syscall_error.hpp"
+#include "gradlane/error.hpp"
+
+namespace gradlane::sidecar::shm {
+namespace {
+
+constexpr char kDoorPrefix[] = "gradlane-door";
+
+}  // namespace
+
+void bound_every_call(int socket, std::chrono::milliseconds timeout) {
+  const auto ms = std::max<std::int64_t>(timeout.count(), 1);
+  const timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
+  if (::setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
+      ::setsockopt(socket, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0) {
+    detail::throw_call_failed(Errc::system, "setsockopt(gradlaned door, SO_RCVTIMEO/SO_SNDTIMEO)", errno);
+  }
+}
+
+DoorAddress door_address(const std::string& shm_name) {
+  DoorAddress a;
+  a.address.sun_family = AF_UNIX;
+  // Abstract: sun_path[0] is NUL and the name is the bytes after it, not NUL-terminated.
+  const std::string name = std::string(kDoorPrefix) + shm_name;
+  if (1 + name.size() > sizeof a.address.sun_path) {
+    throw Error(Errc::invalid_argument,
+                fmt::format("shared-memory name {} is too long for gradlaned's door to job segments (at most {} "
+                            "characters with --job-user): choose a shorter --shm-name",
+                            shm_name, sizeof a.address.sun_path - 1 - (sizeof kDoorPrefix - 1)));
+  }
+  name.copy(a.address.sun_path + 1, name.size());
+  a.length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  return a;
+}
+
+std::optional<std::uint32_t> peer_uid(int socket) {
+  ucred cred{};
+  socklen_t length = sizeof cred;
+  if (::getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0 || length != sizeof cred) return std::nullopt;
+  return static_cast<std::uint32_t>(cred.uid);
+}
+
+DoorAnswer ask_door(const std::string& shm_name, std::uint32_t job, std::chrono::milliseconds timeout) {
+  const DoorAddress door = door_address(shm_name);
+  UniqueFd socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!socket) detail::throw_call_failed(Errc::system, "socket(AF_UNIX) for gradlaned's door", errno);
+  bound_every_call(socket.get(), timeout);
+  if (::connect(socket.get(), reinterpret_cast<const sockaddr*>(&door.address), door.length) != 0) {
+    if (errno == ECONNREFUSED || errno == ENOENT) return {};  // no door: no daemon with job segments
+    detail::throw_call_failed(Errc::sidecar_unavailable, "connect(gradlaned's door for " + shm_name + ")", errno);
+  }
+  // Anyone may bind an abstract name: only root's door, or our own user's, hands out a segment
+  // we would trust with our requests.
+  const auto holder = peer_uid(socket.get());
+  if (!holder || (*holder != 0 && *holder != ::geteuid())) {
+    throw Error(Errc::sidecar_unavailable,
+                fmt::format("the door to {}'s job segments is held by uid {}, neither this process's (uid {}) nor "
+                            "root's: not a gradlaned this app can trust (another user's, or a squatter); pick the "
+                            "segment gradlaned serves (GRADLANE_SIDECAR_SHM)",
+                            shm_name, holder ? std::to_string(*holder) : "?", ::geteuid()));
+  }
+  const DoorRequest request{kDoorMagic, job};
+  if (::send(socket.get(), &request, sizeof request, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof request)) {
+    detail::throw_call_failed(Errc::sidecar_unavailable, "asking gradlaned's door for job " + std::to_string(job), errno);
+  }
+
+  DoorReply reply;
+  iovec data{&reply, sizeof reply};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr message{};
+  message.msg_iov = &data;
+  message.msg_iovlen = 1;
+  message.msg_control = control;
+  message.msg_controllen = sizeof control;
+  const ssize_t got = ::recvmsg(socket.get(), &message, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+  if (got < 0) {
+    detail::throw_call_failed(Errc::sidecar_unavailable,
+                              fmt::format("waiting {} ms for gradlaned's door to answer", timeout.count()), errno);
+  }
+  DoorAnswer answer;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&message); c != nullptr; c = CMSG_NXTHDR(&message, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int))) {
+      int fd = -1;
+      std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+      answer.segment = UniqueFd(fd);  // owned from here, whatever the reply says
+    }
+  }
+  if (got != static_cast<ssize_t>(sizeof reply) || reply.magic != kDoorMagic || (message.msg_flags & MSG_CTRUNC)) {
+    throw Error(Errc::protocol, fmt::format("gradlaned's door for {} answered {} bytes that are not a door reply",
+                                            shm_name, got));
+  }
+  answer.job_uid = reply.job_uid;
+  switch (reply.status) {
+    case DoorStatus::granted:
+      if (!answer.segment) {
+        throw Error(Errc::protocol, "gradlaned's door granted job " + std::to_string(job) + "'s segment but sent none");
+      }
+      answer.kind = DoorAnswer::Kind::granted;
+      return answer;
+    case DoorStatus::no_own_segment:
+      answer.kind = DoorAnswer::Kind::no_own_segment;
+      break;
+    case DoorStatus::not_your_job:
+      answer.kind = DoorAnswer::Kind::not_your_job;
+      break;
+    default:
+      throw Error(Errc::protocol, fmt::format("gradlaned's door answered status {}",
+                                              static_cast<std::uint32_t>(reply.status)));
+  }
+  answer.segment.reset();
+  return answer;
+}
+
+}  // namespace gradlane::sidecar::shm
