@@ -47,8 +47,9 @@ std::string address_text(const sockaddr* addr);
 
 class ConnectionState {
  public:
-  // Members in construction order; destruction runs bottom-up: QP+id, then CQ, then the
-  // registered rings, then the channel, then our reference on the device.
+  // Members in construction order; destruction runs bottom-up: QP+id, then CQ, then its
+  // completion channel, then the registered rings, then the rdma_cm channel, then our
+  // reference on the device.
   Device device;
   TransportOptions options;
   // A completion queue shared with other connections (Listener::use_completion_queue,

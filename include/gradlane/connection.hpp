@@ -148,10 +148,12 @@ class Connection {
   // without polling: after one CompletionQueue::poll(), a server visits only these.
   bool has_pending_input() const;
   // Sleeps until something may have arrived for this connection (a completion, so a message
-  // or a doorbell, or an rdma_cm event such as a disconnect), or `timeout` passed: false then.
-  // Take what came with try_receive() / try_doorbell(). For a loop that waits on one
-  // connection without spinning: it sleeps on the connection's completion channel. A
-  // connection on a shared CompletionQueue naps 1 ms at most instead (wait on the queue).
+  // or a doorbell, or an rdma_cm event such as a disconnect), or at most `timeout`; false when
+  // nothing came. It may return early with nothing (a signal; every 60 ms while a leaving peer's
+  // last completions are awaited): loop on your own deadline. Take what came with
+  // try_receive() / try_doorbell(). For a loop that waits on one connection without spinning:
+  // it sleeps on the connection's completion channel. A connection on a shared CompletionQueue
+  // naps 1 ms at most instead (wait on the queue).
   bool wait_for_activity(Millis timeout);
   // Waits until operation `op` (and, RC being ordered, everything posted before it) completed.
   // `op` must have been posted signalled, or be followed by a signalled operation.

@@ -96,9 +96,9 @@ std::string attach_refusal_hint(Reason reason, const shm::Header& h, const Attac
                          "the endpoints given to it with --endpoint)",
                          o.endpoint, h.daemon_pid);
     case Reason::own_segment:
-      return fmt::format(" (job {} has a segment of its own, {}, given to its user with gradlaned --job-user: "
-                         "its apps attach there, as that user)",
-                         o.job, shm::job_segment_name(o.shm_name, o.job));
+      return fmt::format(" (job {} has a segment of its own, given to its user with gradlaned --job-user: its apps "
+                         "attach there, as that user, getting it from the daemon's door)",
+                         o.job);
     default:
       return "";
   }
@@ -109,7 +109,7 @@ std::string attach_refusal_hint(Reason reason, const shm::Header& h, const Attac
 std::optional<shm::Segment> trusted(std::optional<shm::Segment> segment) {
   if (!segment) return segment;
   const auto owner = segment->owner_uid();
-  if (!owner || (*owner != 0 && *owner != ::geteuid())) {
+  if (!owner || !shm::trusted_maker(*owner)) {
     throw Error(Errc::sidecar_unavailable,
                 fmt::format("{} belongs to uid {}, neither this process's (uid {}) nor root's: gradlaned did not "
                             "make it for this app (another user's daemon, or a name squatted in /dev/shm); "
@@ -119,14 +119,19 @@ std::optional<shm::Segment> trusted(std::optional<shm::Segment> segment) {
   return segment;
 }
 
-// How long the door may take to answer: it answers at once, from a thread of its own.
-constexpr std::chrono::milliseconds kDoorAnswerWithin{2000};
+// How long one knock at the door may take: it answers from a thread of its own, without
+// waiting for other knocks; the attach loop knocks again until its deadline.
+constexpr std::chrono::milliseconds kDoorAnswerWithin{1000};
 
 // The segment this app attaches through: its job's own if gradlaned has one for it (--job-user:
-// from the daemon's door), else the shared one. nullopt: neither exists (yet).
-std::optional<shm::Segment> open_segment(const AttachOptions& o) {
+// from the daemon's door), else the shared one. nullopt, saying why in `problem`: neither
+// exists (yet), or the door did not answer this time.
+std::optional<shm::Segment> open_segment(const AttachOptions& o, std::string& problem) {
   shm::DoorAnswer door = shm::ask_door(o.shm_name, o.job, kDoorAnswerWithin);
   switch (door.kind) {
+    case shm::DoorAnswer::Kind::no_answer:
+      problem = fmt::format("gradlaned's door for job {}'s segment: {}", o.job, door.problem);
+      return std::nullopt;
     case shm::DoorAnswer::Kind::granted:
       return shm::Segment::adopt(std::move(door.segment), shm::job_segment_name(o.shm_name, o.job));
     case shm::DoorAnswer::Kind::not_your_job:
@@ -140,6 +145,7 @@ std::optional<shm::Segment> open_segment(const AttachOptions& o) {
     case shm::DoorAnswer::Kind::no_own_segment:
       break;
   }
+  problem = fmt::format("there is no shared-memory segment {}", o.shm_name);
   return trusted(shm::Segment::open(o.shm_name));
 }
 
@@ -224,7 +230,7 @@ void connect(Client::State& state) {
   auto pause = std::chrono::milliseconds(1);
   for (;;) {
     // Throws what retrying cannot fix: another user's segment, another user's job.
-    std::optional<shm::Segment> segment = open_segment(o);
+    std::optional<shm::Segment> segment = open_segment(o, problem);
     if (segment) {
       if (auto why = unusable(*segment)) {
         problem = std::move(*why);
@@ -235,8 +241,6 @@ void connect(Client::State& state) {
         problem = fmt::format("gradlaned (pid {}) did not answer the attach",
                               shm::header_at(segment->base())->daemon_pid);
       }
-    } else {
-      problem = fmt::format("there is no shared-memory segment {}", o.shm_name);
     }
     if (Clock::now() >= deadline) {
       throw Error(Errc::sidecar_unavailable,

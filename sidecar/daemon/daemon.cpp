@@ -1,5 +1,7 @@
 #include "sidecar/daemon/daemon.hpp"
 
+#include <fmt/format.h>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -63,32 +65,49 @@ Daemon::Daemon(DaemonConfig config, std::unique_ptr<sched::Policy> policy)
     : config_((config.validate(), std::move(config))), policy_(require(std::move(policy))) {
   const sched::Instant now = clock_now();
   const std::uint64_t generation = random_generation();  // one for all: a reattach tells a new daemon
+  const auto own_uid = static_cast<std::uint32_t>(::geteuid());
+  for (const auto& j : config_.job_segments) {
+    // An app trusts a door of root's or its own user's making only (shm/door.hpp).
+    if (own_uid != 0 && j.uid != own_uid) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("--job-user {}:{} needs gradlaned to run as root (it runs as uid {}): job {}'s apps "
+                              "take a segment only from a daemon of root or of their own user",
+                              j.job, j.uid, own_uid, j.job));
+    }
+  }
   // served_[0] is the shared segment, served_[1 + k] job_segments[k]'s: a sealed memfd each,
-  // handed out by the door (shm/door.hpp), which opens before the shared segment is published:
-  // an app that finds the shared segment running and no door may conclude its job has none
-  // (Reason::own_segment would correct it anyway).
+  // handed out by the door (shm/door.hpp). The shared segment's name is taken first (a second
+  // gradlaned on it stops there, before opening a door) and published last: an app that finds
+  // it running and no door may conclude its job has none (Reason::own_segment would correct it).
   const std::size_t bytes = shm::segment_bytes(config_.max_apps);
+  // Before create() replaces a dead daemon's segment: its servers that outlived it. The
+  // segment is the one gradlaned made for our user, or it is ignored.
+  hold_survivors(surviving_servers(config_.shm_name, own_uid), 0);
+  shm::Segment shared = shm::Segment::create(config_.shm_name, bytes);
   std::vector<Served> jobs;
   std::map<std::uint32_t, JobDoor::Job> door_jobs;
   for (const auto& j : config_.job_segments) {
-    jobs.push_back(publish(shm::Segment::create_sealed(shm::job_segment_name(config_.shm_name, j.job), bytes), j.job,
-                           generation, now));
+    const std::string label = shm::job_segment_name(config_.shm_name, j.job);
+    // Before its successor exists: the servers that outlived a dead daemon's segment of the job.
+    hold_survivors(surviving_servers_in_job_segment(label, own_uid), static_cast<std::uint32_t>(1 + jobs.size()));
+    jobs.push_back(publish(shm::Segment::create_sealed(label, bytes), j.job, generation, now));
     door_jobs[j.job] = JobDoor::Job{j.uid, jobs.back().segment.reopen()};
   }
   if (!door_jobs.empty()) door_.emplace(config_.shm_name, std::move(door_jobs));
-  // Before create() replaces a dead daemon's segment: its servers that outlived it. The
-  // segment is the one gradlaned made for our user, or it is ignored.
-  for (const Survivor& survivor : surviving_servers(config_.shm_name, static_cast<std::uint32_t>(::geteuid()))) {
-    policy_->hold_receiver(sched::EndpointId{survivor.endpoint});
-    held_[survivor.endpoint] = Held{survivor, 0};
-  }
-  served_.push_back(publish(shm::Segment::create(config_.shm_name, bytes), std::nullopt, generation, now));
+  served_.push_back(publish(std::move(shared), std::nullopt, generation, now));
   for (Served& j : jobs) served_.push_back(std::move(j));
   apps_.resize(std::size_t{config_.max_apps} * served_.size());
   next_heartbeat_ = now + config_.heartbeat_every;
   next_sweep_ = now + config_.liveness_every;
   outcomes_.reserve(256);
   routes_.reserve(1024);
+}
+
+void Daemon::hold_survivors(const std::vector<Survivor>& survivors, std::uint32_t served) {
+  for (const Survivor& survivor : survivors) {
+    policy_->hold_receiver(sched::EndpointId{survivor.endpoint});
+    held_[survivor.endpoint] = Held{survivor, served};
+  }
 }
 
 Daemon::Served Daemon::publish(shm::Segment segment, std::optional<std::uint32_t> job, std::uint64_t generation,
@@ -126,7 +145,8 @@ Daemon::~Daemon() {
     s.grant_bell.fetch_add(1, std::memory_order_release);
     shm::futex_wake(s.grant_bell);
   }
-  // The segments' destructors then unlink the names: the next daemon creates new segments.
+  // The segments' destructors then unlink the shared name and close the jobs' memfds: the next
+  // daemon creates new segments.
 }
 
 sched::Instant Daemon::clock_now() noexcept {

@@ -139,6 +139,9 @@ class Daemon {
     std::optional<std::uint32_t> job;
     std::uint32_t seen_attach_epoch = 0;
   };
+  // Holds the receivers of servers that outlived a dead daemon (survivors.hpp) until each takes
+  // its sequence over through served_[served].
+  void hold_survivors(const std::vector<Survivor>& survivors, std::uint32_t served);
   // Lays the header and the app slots out in a new segment and marks it running.
   Served publish(shm::Segment segment, std::optional<std::uint32_t> job, std::uint64_t generation,
                  sched::Instant now);

@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -17,8 +18,13 @@
 namespace gradlane::sidecar {
 namespace {
 
-// A knock that sends nothing holds the door at most this long.
+// How long a knock may take to say which job it wants: a request is 8 bytes, sent at once.
 constexpr std::chrono::milliseconds kKnockLimit{1000};
+// Knocks waiting for their request at most; the oldest is dropped for a new one beyond.
+constexpr std::size_t kMaxKnocks = 256;
+// After accept4 failed for want of descriptors or memory, before trying again (poll would
+// report the queued connection again at once: a busy loop).
+constexpr std::chrono::milliseconds kAcceptBackOff{50};
 
 void send_reply(int socket, const shm::DoorReply& reply, int fd) {
   iovec data{const_cast<shm::DoorReply*>(&reply), sizeof reply};
@@ -35,14 +41,16 @@ void send_reply(int socket, const shm::DoorReply& reply, int fd) {
     c->cmsg_len = CMSG_LEN(sizeof(int));
     std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
   }
-  (void)::sendmsg(socket, &message, MSG_NOSIGNAL);  // an app that left meanwhile: nothing to do
+  // Non-blocking: a reply of 12 bytes fits any socket buffer; an app that left gets nothing.
+  (void)::sendmsg(socket, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 }  // namespace
 
 JobDoor::JobDoor(const std::string& shm_name, std::map<std::uint32_t, Job> jobs) : jobs_(std::move(jobs)) {
   const shm::DoorAddress door = shm::door_address(shm_name);
-  listener_ = UniqueFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  // Non-blocking: take_knocks() accepts until none is left.
+  listener_ = UniqueFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!listener_) detail::throw_call_failed(Errc::system, "socket(AF_UNIX) for the door to job segments", errno);
   if (::bind(listener_.get(), reinterpret_cast<const sockaddr*>(&door.address), door.length) != 0) {
     const int err = errno;
@@ -73,30 +81,64 @@ JobDoor::~JobDoor() {
 
 void JobDoor::serve() {
   for (;;) {
-    pollfd fds[2] = {{listener_.get(), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
+    // Knocks past their deadline go; then one poll over the listener, the stop event and
+    // every knock still waiting for its request.
+    const auto now = std::chrono::steady_clock::now();
+    std::erase_if(knocks_, [&](const Knock& k) { return k.deadline <= now; });
+    std::vector<pollfd> fds{{listener_.get(), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
+    int timeout_ms = -1;
+    for (const Knock& k : knocks_) {
+      fds.push_back({k.socket.get(), POLLIN, 0});
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(k.deadline - now).count();
+      timeout_ms = timeout_ms < 0 ? static_cast<int>(left) : std::min(timeout_ms, static_cast<int>(left));
+    }
+    if (::poll(fds.data(), fds.size(), timeout_ms) < 0) {
       if (errno == EINTR) continue;
       std::fprintf(stderr, "gradlaned: the door to job segments stops: poll: %s\n", std::strerror(errno));
       return;
     }
     if (fds[1].revents != 0) return;
-    if ((fds[0].revents & POLLIN) == 0) continue;
-    UniqueFd knock(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (!knock) continue;  // the knocker left already, or out of descriptors for now
-    try {
-      answer(knock.get());
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "gradlaned: door to job segments: %s\n", e.what());
+    // Knocks whose request came (or that hung up) are answered and closed; the others wait on.
+    std::vector<Knock> waiting;
+    for (std::size_t i = 0; i < knocks_.size(); ++i) {
+      if (fds[2 + i].revents == 0) {
+        waiting.push_back(std::move(knocks_[i]));
+        continue;
+      }
+      try {
+        answer(knocks_[i].socket.get());
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "gradlaned: door to job segments: %s\n", e.what());
+      }
     }
+    knocks_ = std::move(waiting);
+    if (fds[0].revents & POLLIN) take_knocks();
+  }
+}
+
+void JobDoor::take_knocks() {
+  for (;;) {
+    UniqueFd knock(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (!knock) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        std::fprintf(stderr, "gradlaned: door to job segments: accept: %s; trying again in %lld ms\n",
+                     std::strerror(errno), static_cast<long long>(kAcceptBackOff.count()));
+        std::this_thread::sleep_for(kAcceptBackOff);
+      }
+      return;  // EAGAIN: none left; or the knocker left already
+    }
+    // Anyone may knock, and is told whose job it is: a knock that says nothing goes at its
+    // deadline, and a flood of them evicts the oldest (whose app knocks again).
+    if (knocks_.size() >= kMaxKnocks) knocks_.erase(knocks_.begin());
+    knocks_.push_back({std::move(knock), std::chrono::steady_clock::now() + kKnockLimit});
   }
 }
 
 void JobDoor::answer(int socket) {
-  shm::bound_every_call(socket, kKnockLimit);
   shm::DoorRequest request;
-  if (::recv(socket, &request, sizeof request, MSG_WAITALL) != static_cast<ssize_t>(sizeof request) ||
+  if (::recv(socket, &request, sizeof request, MSG_DONTWAIT) != static_cast<ssize_t>(sizeof request) ||
       request.magic != shm::kDoorMagic) {
-    return;  // not an app of ours: it gets nothing, not even an answer
+    return;  // not an app of ours (or it hung up): it gets nothing, not even an answer
   }
   const auto asker = shm::peer_uid(socket);
   if (!asker) return;
@@ -108,7 +150,6 @@ void JobDoor::answer(int socket) {
   } else if (*asker != job->second.uid && *asker != 0) {
     reply.status = shm::DoorStatus::not_your_job;
     reply.job_uid = job->second.uid;
-    refused_.fetch_add(1, std::memory_order_relaxed);
     send_reply(socket, reply, -1);
   } else {
     reply.status = shm::DoorStatus::granted;
@@ -116,7 +157,6 @@ void JobDoor::answer(int socket) {
     const UniqueFd segment = shm::reopen(job->second.segment.get());  // an open file description of its own
     send_reply(socket, reply, segment.get());
   }
-  answered_.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace gradlane::sidecar

@@ -4,11 +4,12 @@
 // (the jobs, their users, a descriptor of each segment), never the daemon's loop state.
 #pragma once
 
-#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/unique_fd.hpp"
 #include "sidecar/shm/segment.hpp"
@@ -29,20 +30,22 @@ class JobDoor {
   JobDoor(const JobDoor&) = delete;
   JobDoor& operator=(const JobDoor&) = delete;
 
-  // Knocks answered so far, and those refused for another user's job (for tests and stats).
-  std::uint64_t answered() const noexcept { return answered_.load(std::memory_order_relaxed); }
-  std::uint64_t refused() const noexcept { return refused_.load(std::memory_order_relaxed); }
-
  private:
+  // A knock whose request has not come yet: it is dropped at its deadline, and no knock waits
+  // for another (a silent knocker cannot hold the door).
+  struct Knock {
+    UniqueFd socket;
+    std::chrono::steady_clock::time_point deadline;
+  };
   void serve();
+  void take_knocks();
   void answer(int socket);
 
   std::map<std::uint32_t, Job> jobs_;
   UniqueFd listener_;
   UniqueFd stop_;  // an eventfd: written once by the destructor
-  std::atomic<std::uint64_t> answered_{0};
-  std::atomic<std::uint64_t> refused_{0};
-  std::thread thread_;  // last: starts once everything above is in place
+  std::vector<Knock> knocks_;  // the thread's alone
+  std::thread thread_;         // last: starts once everything above is in place
 };
 
 }  // namespace gradlane::sidecar

@@ -150,11 +150,11 @@ std::unique_ptr<gradlane::sched::Policy> make_policy(const std::string& name, gr
   return fabric.make_policy(config);
 }
 
-// ", and job 7's own (uid 1001), ..." for the serving line.
+// ", job 7's own for uid 1001, ..." for the serving line (its apps get it from the door).
 std::string job_segments_said(const DaemonConfig& config) {
   std::string said;
   for (const auto& j : config.job_segments) {
-    said += fmt::format(", {} (job {}, uid {})", gradlane::sidecar::shm::job_segment_name(config.shm_name, j.job), j.job, j.uid);
+    said += fmt::format(", job {}'s own for uid {}", j.job, j.uid);
   }
   return said;
 }

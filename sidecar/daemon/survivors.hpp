@@ -33,4 +33,11 @@ struct Survivor {
 // must not make a daemon hold an endpoint). Never throws: a segment it cannot read holds nothing.
 std::vector<Survivor> surviving_servers(const std::string& name, std::uint32_t owner_uid);
 
+// The same for a job's own segment (--job-user): a sealed memfd labelled `label` with no name
+// to open, kept alive by the apps that still map it. Found through /proc/<pid>/fd of those apps
+// (a root daemon may open them; another finds only its own user's); it counts only if its file
+// belongs to `owner_uid` (the daemon's user, who made it: a memfd an app made under the same
+// label is ignored) and is sealed against resizing.
+std::vector<Survivor> surviving_servers_in_job_segment(const std::string& label, std::uint32_t owner_uid);
+
 }  // namespace gradlane::sidecar

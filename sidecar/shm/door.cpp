@@ -52,19 +52,41 @@ std::optional<std::uint32_t> peer_uid(int socket) {
   return static_cast<std::uint32_t>(cred.uid);
 }
 
+bool trusted_maker(std::uint32_t uid) { return uid == 0 || uid == ::geteuid(); }
+
+namespace {
+
+DoorAnswer no_answer(std::string problem) {
+  DoorAnswer answer;
+  answer.kind = DoorAnswer::Kind::no_answer;
+  answer.problem = std::move(problem);
+  return answer;
+}
+
+// Errors a later knock may not meet: a signal, a door busy or restarting.
+bool transient(int err) { return err == EINTR || err == EAGAIN || err == ECONNRESET || err == EPIPE; }
+
+}  // namespace
+
 DoorAnswer ask_door(const std::string& shm_name, std::uint32_t job, std::chrono::milliseconds timeout) {
-  const DoorAddress door = door_address(shm_name);
+  DoorAddress door;
+  try {
+    door = door_address(shm_name);
+  } catch (const Error&) {
+    return {};  // a name too long for a door: gradlaned refuses --job-user with it, so no door
+  }
   UniqueFd socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!socket) detail::throw_call_failed(Errc::system, "socket(AF_UNIX) for gradlaned's door", errno);
   bound_every_call(socket.get(), timeout);
   if (::connect(socket.get(), reinterpret_cast<const sockaddr*>(&door.address), door.length) != 0) {
     if (errno == ECONNREFUSED || errno == ENOENT) return {};  // no door: no daemon with job segments
+    if (transient(errno)) return no_answer(fmt::format("its door is busy ({})", std::strerror(errno)));
     detail::throw_call_failed(Errc::sidecar_unavailable, "connect(gradlaned's door for " + shm_name + ")", errno);
   }
   // Anyone may bind an abstract name: only root's door, or our own user's, hands out a segment
   // we would trust with our requests.
   const auto holder = peer_uid(socket.get());
-  if (!holder || (*holder != 0 && *holder != ::geteuid())) {
+  if (!holder || !trusted_maker(*holder)) {
     throw Error(Errc::sidecar_unavailable,
                 fmt::format("the door to {}'s job segments is held by uid {}, neither this process's (uid {}) nor "
                             "root's: not a gradlaned this app can trust (another user's, or a squatter); pick the "
@@ -73,6 +95,7 @@ DoorAnswer ask_door(const std::string& shm_name, std::uint32_t job, std::chrono:
   }
   const DoorRequest request{kDoorMagic, job};
   if (::send(socket.get(), &request, sizeof request, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof request)) {
+    if (transient(errno)) return no_answer(fmt::format("its door did not take the request ({})", std::strerror(errno)));
     detail::throw_call_failed(Errc::sidecar_unavailable, "asking gradlaned's door for job " + std::to_string(job), errno);
   }
 
@@ -85,18 +108,25 @@ DoorAnswer ask_door(const std::string& shm_name, std::uint32_t job, std::chrono:
   message.msg_control = control;
   message.msg_controllen = sizeof control;
   const ssize_t got = ::recvmsg(socket.get(), &message, MSG_CMSG_CLOEXEC | MSG_WAITALL);
-  if (got < 0) {
-    detail::throw_call_failed(Errc::sidecar_unavailable,
-                              fmt::format("waiting {} ms for gradlaned's door to answer", timeout.count()), errno);
-  }
   DoorAnswer answer;
+  // Every descriptor that came is owned (and closed) here, whatever the reply says.
   for (cmsghdr* c = CMSG_FIRSTHDR(&message); c != nullptr; c = CMSG_NXTHDR(&message, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int))) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (std::size_t i = 0; i < count; ++i) {
       int fd = -1;
-      std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
-      answer.segment = UniqueFd(fd);  // owned from here, whatever the reply says
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+      UniqueFd owned(fd);
+      if (!answer.segment) answer.segment = std::move(owned);
     }
   }
+  if (got < 0) {
+    if (transient(errno)) {
+      return no_answer(fmt::format("its door did not answer within {} ms ({})", timeout.count(), std::strerror(errno)));
+    }
+    detail::throw_call_failed(Errc::sidecar_unavailable, "reading the answer of gradlaned's door", errno);
+  }
+  if (got == 0) return no_answer("its door closed without an answer (a gradlaned stopping?)");
   if (got != static_cast<ssize_t>(sizeof reply) || reply.magic != kDoorMagic || (message.msg_flags & MSG_CTRUNC)) {
     throw Error(Errc::protocol, fmt::format("gradlaned's door for {} answered {} bytes that are not a door reply",
                                             shm_name, got));

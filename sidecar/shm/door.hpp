@@ -58,18 +58,26 @@ struct DoorReply {
   std::uint32_t job_uid = 0;
 };
 
+// Whether this process may trust what a process of `uid` made or serves (a segment, a door):
+// root's, or its own user's.
+bool trusted_maker(std::uint32_t uid);
+
 // App side: what the door said.
 struct DoorAnswer {
-  enum class Kind { no_door, no_own_segment, not_your_job, granted };
+  // no_door: nothing listens there (no daemon, or one without job segments, or a name too
+  // long for a door); no_answer: the door did not answer this time (interrupted, reset, full,
+  // slow; `problem` says which): ask again.
+  enum class Kind { no_door, no_answer, no_own_segment, not_your_job, granted };
   Kind kind = Kind::no_door;
   std::uint32_t job_uid = 0;  // not_your_job: the job's user
   UniqueFd segment;           // granted: the job's segment
+  std::string problem;        // no_answer: why
 };
 
 // Asks the door of the daemon serving `shm_name` for job `job`'s segment; every step is bounded
-// by `timeout`. no_door: nothing listens there (no daemon, or one without job segments).
-// Throws Error(sidecar_unavailable) when the door is held by a process of neither root nor this
-// user (a squatter: it could hand out a forged segment), Error(protocol) on a malformed answer.
+// by `timeout`. Throws Error(sidecar_unavailable) when the door is held by a process of neither
+// root nor this user (a squatter: it could hand out a forged segment), Error(protocol) on an
+// answer that is not a door's.
 DoorAnswer ask_door(const std::string& shm_name, std::uint32_t job, std::chrono::milliseconds timeout);
 
 }  // namespace gradlane::sidecar::shm

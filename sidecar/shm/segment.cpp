@@ -151,16 +151,19 @@ Segment Segment::adopt(UniqueFd fd, const std::string& label) {
   return Segment(label, std::move(fd), base, bytes, false);
 }
 
+std::optional<Segment> Segment::open_sealed(const std::string& path, const std::string& label) {
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+  if (!fd) detail::throw_call_failed(Errc::system, "opening " + path, errno);
+  const int seals = ::fcntl(fd.get(), F_GET_SEALS);
+  if (seals < 0 || (seals & kResizeSeals) != kResizeSeals) return std::nullopt;
+  return adopt(std::move(fd), label);
+}
+
 UniqueFd reopen(int fd) {
   const std::string path = "/proc/self/fd/" + std::to_string(fd);
   UniqueFd again(::open(path.c_str(), O_RDWR | O_CLOEXEC));
   if (!again) detail::throw_call_failed(Errc::system, "reopening shared memory " + path, errno);
   return again;
-}
-
-bool Segment::sealed() const noexcept {
-  const int seals = ::fcntl(fd_.get(), F_GET_SEALS);
-  return seals >= 0 && (seals & kResizeSeals) == kResizeSeals;
 }
 
 Segment::Segment(std::string name, UniqueFd fd, void* base, std::size_t bytes, bool owns_name) noexcept

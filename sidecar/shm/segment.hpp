@@ -21,8 +21,9 @@ namespace gradlane::sidecar::shm {
 // Error(invalid_argument) naming `what` (e.g. "--shm-name") otherwise.
 void check_shm_name(const std::string& name, const char* what);
 
-// The name of job `job`'s own segment next to the shared one `shared` ("/gradlane-0" ->
-// "/gradlane-0.job7"); gradlaned creates it for a job given with --job-user.
+// The label of job `job`'s own segment next to the shared one `shared` ("/gradlane-0" ->
+// "/gradlane-0.job7"): a memfd's name (in /proc/<pid>/fd and messages), not a /dev/shm name;
+// gradlaned creates it for a job given with --job-user.
 std::string job_segment_name(const std::string& shared, std::uint32_t job);
 
 // A new descriptor, with an open file description of its own, of the file open as `fd`
@@ -48,10 +49,12 @@ class Segment {
   // Application side: maps the segment the door handed over. Throws Error(protocol) if it is
   // not sealed against resizing (not a segment gradlaned made).
   static Segment adopt(UniqueFd fd, const std::string& label);
+  // Daemon side, looking for a dead daemon's job segment: opens `path` (/proc/<pid>/fd/<n>)
+  // and maps it if it is sealed against resizing; nullopt if it is not. Throws if it cannot be
+  // opened or mapped.
+  static std::optional<Segment> open_sealed(const std::string& path, const std::string& label);
   // Daemon side: a descriptor of this segment to hand out (reopen(int)).
   UniqueFd reopen() const { return shm::reopen(fd_.get()); }
-  // Whether the segment is sealed against shrinking and growing (create_sealed).
-  bool sealed() const noexcept;
 
   Segment(Segment&& other) noexcept;
   Segment& operator=(Segment&& other) noexcept;

@@ -2,8 +2,12 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
 #include <thread>
 
 #include "harness.hpp"
@@ -184,16 +188,25 @@ TEST(SidecarRestart, AServerAppDoesNotReattachToANewDaemon) {
 // alive in its dead predecessor's segment, holds the receiver until then: a grant from 1 would
 // put a write into a slot that may hold an update not yet applied. Without the survivor (a
 // fresh daemon), the same takeover of an own endpoint is refused.
-TEST(SidecarRestart, ANewDaemonHoldsASurvivingServersSequenceUntilTheServerTakesItOver) {
+// A server of `job` outlives its daemon; the new daemon must hold its sequence until that very
+// server takes it over. Job 1 shares the daemon's segment; `job_user` gives the job a segment of
+// its own (a sealed memfd with no name: the new daemon finds it through the apps' /proc/*/fd).
+void a_new_daemon_holds_a_surviving_servers_sequence(std::uint32_t job, std::optional<std::uint32_t> job_user) {
   constexpr std::uint32_t kSlots = 4;
   const std::string name = unique_shm_name();
-  auto first = std::make_unique<Child>("daemon", std::vector<std::string>{"--shm=" + name, "--policy=scheduler"});
+  std::vector<std::string> daemon_args{"--shm=" + name, "--policy=scheduler"};
+  DaemonConfig config = test_config(name);
+  if (job_user) {
+    daemon_args.push_back("--job-user=" + std::to_string(job) + ":" + std::to_string(*job_user));
+    config.job_segments = {{.job = job, .uid = *job_user}};
+  }
+  auto first = std::make_unique<Child>("daemon", daemon_args);
   ASSERT_TRUE(first->ready(5s));
-  AttachOptions as_server = test_attach(name);
+  AttachOptions as_server = test_attach(name, job);
   as_server.endpoint = 9;
   as_server.slots = kSlots;
   auto server = std::make_unique<Client>(Client::attach(as_server));
-  Client worker = Client::attach(test_attach(name));
+  Client worker = Client::attach(test_attach(name, job));
   // The worker asks for sequences first..last one at a time: each is granted, in order.
   const auto granted_in_order = [&](std::uint64_t first_seq, std::uint64_t last_seq) {
     for (std::uint64_t seq = first_seq; seq <= last_seq; ++seq) {
@@ -210,7 +223,7 @@ TEST(SidecarRestart, ANewDaemonHoldsASurvivingServersSequenceUntilTheServerTakes
 
   sched::SchedulerConfig sc;
   sc.replica_bound = std::nullopt;
-  DaemonDriver second(test_config(name), std::make_unique<sched::SchedulerPolicy>(sc));
+  DaemonDriver second(config, std::make_unique<sched::SchedulerPolicy>(sc));
   // The worker's next request lands in the dead daemon's queue (answered sidecar_restarted on
   // the reattach); the one after reaches the new daemon: held, so no answer.
   const std::uint64_t lost = worker.request(small_update());
@@ -228,7 +241,7 @@ TEST(SidecarRestart, ANewDaemonHoldsASurvivingServersSequenceUntilTheServerTakes
   {
     // Another process may not take the held sequence over: only the server that outlived the
     // dead daemon (same pid and start time, job and segment) may.
-    Child stranger("app-takes-over", {"--shm=" + name});
+    Child stranger("app-takes-over", {"--shm=" + name, "--job=" + std::to_string(job)});
     const int status = stranger.wait_exit(10s);
     EXPECT_TRUE(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 21)
         << "another process took over the held endpoint (status " << status << ")";
@@ -260,13 +273,24 @@ TEST(SidecarRestart, ANewDaemonHoldsASurvivingServersSequenceUntilTheServerTakes
   // A daemon that found no surviving server refuses the same takeover of an own endpoint.
   server.reset();
   second.stop();
-  DaemonDriver fresh(test_config(name), std::make_unique<sched::SchedulerPolicy>(sc));
+  DaemonDriver fresh(config, std::make_unique<sched::SchedulerPolicy>(sc));
   try {
     Client::attach(as_server);
     ADD_FAILURE() << "a fresh daemon let an app take over endpoint 9's sequence";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("bad_takeover"), std::string::npos) << e.what();
   }
+}
+
+TEST(SidecarRestart, ANewDaemonHoldsASurvivingServersSequenceUntilTheServerTakesItOver) {
+  a_new_daemon_holds_a_surviving_servers_sequence(1, std::nullopt);
+}
+
+TEST(SidecarRestart, ANewDaemonHoldsTheSequenceOfAServerOnAJobsOwnSegmentToo) {
+  // Root attaches as the job (the door lets root have any job's segment); the job's user is
+  // only the segment's nominal owner here.
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root: the door gives job 7's segment to its user or root; CI runs as root";
+  a_new_daemon_holds_a_surviving_servers_sequence(7, 61007);
 }
 
 }  // namespace

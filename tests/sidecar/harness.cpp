@@ -234,9 +234,10 @@ int run_child(int argc, char** argv) {
       return 0;
     }
     if (role == "app-takes-over") {
-      // Attach as the server of endpoint 9 (4 slots) taking its sequence over at version 6:
-      // 0 if accepted, 21 if refused with bad_takeover.
-      AttachOptions o = test_attach(shm, 1);
+      // Attach as the server of endpoint 9 (4 slots) of job --job (1 if not given) taking its
+      // sequence over at version 6: 0 if accepted, 21 if refused with bad_takeover.
+      const std::string job = arg(argc, argv, "--job");
+      AttachOptions o = test_attach(shm, job.empty() ? 1 : static_cast<std::uint32_t>(std::stoul(job)));
       o.endpoint = 9;
       o.slots = 4;
       o.take_over_at = 6;
@@ -255,7 +256,7 @@ int run_child(int argc, char** argv) {
       //              user's making, not trusted: 23
       //   knock      ask gradlaned's door for the job's segment: 0 granted, 22 refused
       //   resize     as knock, then try to shrink and to grow the segment it was given: 0 if
-      //              both are refused with EPERM (sealed), 24 if either is not
+      //              both are refused with EPERM and the seals are sealed too, 24 otherwise
       //   squat-door bind the door's address and hold it until killed (ready once bound)
       const auto uid = static_cast<uid_t>(std::stoul(arg(argc, argv, "--uid")));
       const auto job = static_cast<std::uint32_t>(std::stoul(arg(argc, argv, "--job")));
@@ -294,7 +295,9 @@ int run_child(int argc, char** argv) {
         if (::fstat(answer.segment.get(), &st) != 0) return 6;
         const bool shrink_refused = ::ftruncate(answer.segment.get(), 0) != 0 && errno == EPERM;
         const bool grow_refused = ::ftruncate(answer.segment.get(), st.st_size * 2) != 0 && errno == EPERM;
-        return shrink_refused && grow_refused ? 0 : 24;
+        const int seals = ::fcntl(answer.segment.get(), F_GET_SEALS);
+        const bool sealed_for_good = seals >= 0 && (seals & F_SEAL_SEAL) != 0;  // no seal lifted or added
+        return shrink_refused && grow_refused && sealed_for_good ? 0 : 24;
       }
       return 2;
     }
@@ -302,6 +305,12 @@ int run_child(int argc, char** argv) {
       // A whole gradlaned in a process of its own, so a test can SIGKILL it.
       ShutdownSignals signals;
       DaemonConfig config = test_config(shm);
+      // --job-user=JOB:UID: that job gets a segment of its own.
+      if (const std::string job_user = arg(argc, argv, "--job-user"); !job_user.empty()) {
+        const auto colon = job_user.find(':');
+        config.job_segments.push_back({static_cast<std::uint32_t>(std::stoul(job_user.substr(0, colon))),
+                                       static_cast<std::uint32_t>(std::stoul(job_user.substr(colon + 1)))});
+      }
       std::unique_ptr<sched::Policy> policy = std::make_unique<sched::PassThroughPolicy>();
       if (arg(argc, argv, "--policy") == "scheduler") {
         sched::SchedulerConfig sc;

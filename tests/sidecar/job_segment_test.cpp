@@ -8,6 +8,7 @@
 // as root and start each app as a child that drops to a job's uid.
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "common/unique_fd.hpp"
 #include "harness.hpp"
@@ -100,6 +102,25 @@ TEST(JobSegments, AJobsOwnUserCannotResizeItsSegmentUnderTheDaemon) {
   EXPECT_EQ(as_user(shm, kJob7User, 7, "attach"), kAttachedAndGranted);
   EXPECT_EQ(as_user(shm, kJob8User, 8, "attach"), kAttachedAndGranted);
   EXPECT_EQ(driver.stats().attached, 2U);
+}
+
+TEST(JobSegments, KnocksThatSayNothingDoNotHoldTheDoor) {
+  REQUIRE_ROOT();
+  // Anyone may connect to the door. Eight connections that never send a request must not keep
+  // job 7's app (2 s to attach) from its segment: the door waits for no knock.
+  const std::string shm = unique_shm_name();
+  DaemonDriver driver(two_jobs_config(shm));
+  const shm::DoorAddress door = shm::door_address(shm);
+  std::vector<UniqueFd> silent;
+  for (int i = 0; i < 8; ++i) {
+    UniqueFd knock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    ASSERT_TRUE(knock);
+    ASSERT_EQ(::connect(knock.get(), reinterpret_cast<const sockaddr*>(&door.address), door.length), 0)
+        << std::strerror(errno);
+    silent.push_back(std::move(knock));
+  }
+  EXPECT_EQ(as_user(shm, kJob7User, 7, "attach"), kAttachedAndGranted);
+  EXPECT_EQ(as_user(shm, kJob8User, 8, "attach"), kAttachedAndGranted);
 }
 
 TEST(JobSegments, AnAppOnAJobsSegmentWakesASleepingDaemon) {
@@ -220,6 +241,17 @@ TEST(JobSegments, ABadJobUserIsRefusedNamingIt) {
     ADD_FAILURE() << "job 7 given two users was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("job 7 twice"), std::string::npos) << e.what();
+  }
+  if (::geteuid() == 0) return;  // root may serve any user's job
+  // Apps take a segment only from a door of root's or their own user's: a daemon of another
+  // user would serve a job none of whose apps could attach.
+  DaemonConfig other = test_config(unique_shm_name());
+  other.job_segments = {{.job = 7, .uid = ::geteuid() + 1}};
+  try {
+    Daemon daemon(other, std::make_unique<sched::PassThroughPolicy>());
+    ADD_FAILURE() << "a non-root daemon took another user's job";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs gradlaned to run as root"), std::string::npos) << e.what();
   }
 }
 

@@ -495,9 +495,11 @@ struct Worker::State {
       // past the spin it sleeps until the connection has something (32 workers napping 1 ms
       // took the cores their server needed: perf/results/sidecar-load.md).
       if (waited >= detail::kSpinFor) {
+        // At least 1 ms: while a probe is still outstanding, last_probe stands still and the
+        // time to the next one is past (a wait of 0 would spin).
         const auto until_probe = last_probe + std::chrono::seconds(1) - last_empty;
-        target.wait_for_activity(
-            std::chrono::ceil<Millis>(std::min<Clock::duration>(options.timeout - waited, until_probe)));
+        const auto sleep = std::chrono::ceil<Millis>(std::min<Clock::duration>(options.timeout - waited, until_probe));
+        target.wait_for_activity(std::max(sleep, Millis(1)));
       }
     }
   }
