@@ -22,7 +22,7 @@ BUILD=build
 if [[ $# -gt 0 && $1 != *=* ]]; then BUILD=$1; shift; fi
 BUILD=$(cd "$BUILD" && pwd)
 SEED=1 WORKERS=3 STEPS=150 OUT=$ROOT/perf/results/train-faults
-FAULTS="kill:server kill:server@gradlane kill:replica kill:worker1 restart:worker1 stop:worker2 link:2 netem:0 kill:aggregator stop:aggregator kill:gradlaned-a restart:gradlaned-a kill:gradlaned-b restart:gradlaned-b replace:server replace:server@gradlane restart:aggregator restart:aggregator@gradlane"
+FAULTS="kill:server kill:server@gradlane kill:replica kill:worker1 restart:worker1 stop:worker2 link:2 link:0 netem:0 kill:aggregator stop:aggregator kill:gradlaned-a restart:gradlaned-a kill:gradlaned-b restart:gradlaned-b replace:server replace:server@gradlane restart:aggregator restart:aggregator@gradlane"
 for setting in "$@"; do
   case $setting in
     SEED=*|FAULTS=*|WORKERS=*|STEPS=*|OUT=*) declare "$setting" ;;

@@ -28,6 +28,9 @@ import sys
 
 CLEAR_S = 5.0
 STEPPED_DOWN = 5  # gradlane_train server: stepped down, the replica carries the job on
+# gradlane_train server: cut off (lost its replica and every worker, none finished): the
+# replica may carry the job on; the server's versions past its replica_acked are not the job's.
+CUT_OFF = 6
 
 
 def read_csv(path):
@@ -113,9 +116,11 @@ def check(run):
     # Exit 5: the server stepped down (a worker reached the replica while it lived) and handed
     # the job to the replica: one final model, the replica's.
     stepped_down = exits.get('server', (None, None))[0] == STEPPED_DOWN
+    cut_off = exits.get('server', (None, None))[0] == CUT_OFF
     survivor = 'server' if server_ended or not promoted else 'replica'
-    if stepped_down and not promoted:
-        problems.append('the server stepped down but the replica was not promoted: nobody carried the job on')
+    if (stepped_down or cut_off) and not promoted:
+        problems.append(f"the server {'stepped down' if stepped_down else 'was cut off'} but the replica was not "
+                        "promoted: nobody carried the job on")
     row['promoted'] = promoted
     # A server that ended while workers still pushed to its promoted replica: two final models
     # (seen when a link's loss made the server drop workers that then failed over).
@@ -132,6 +137,10 @@ def check(run):
         if name == 'server' and stepped_down:
             outcomes.append(f"server stepped down at v{(read_json(os.path.join(run, 'server.stats.json')) or {}).get('version')}"
                             f" (a worker failed over), the replica carried on")
+            continue
+        if name == 'server' and cut_off:
+            outcomes.append(f"server cut off at v{server_final.get('version')} (lost its replica and every worker), "
+                            f"the replica carried on")
             continue
         if name == killed:
             status = exits.get(name, (None, None))[0]
@@ -274,9 +283,17 @@ def check(run):
     row['lost'] = lost
     row['lost_details'] = details
 
-    # Server == replica at equal versions.
+    # Server == replica at equal versions. A server cut off from its replica and every worker
+    # may have applied, within its replication window, versions the replica never confirmed (and
+    # skipped as holes when promoted): a dead branch, never acknowledged to anyone (the lost
+    # check above covers that). Those are reported, not failed; everything confirmed must match.
     sv, rv = versions(os.path.join(run, 'server.versions.csv')), versions(os.path.join(run, 'replica.versions.csv'))
     common = sorted(set(sv) & set(rv) - {0})
+    unconfirmed = []
+    if cut_off:
+        confirmed = int(server_final.get('replica_acked', 0))
+        unconfirmed = [v for v in common if v > confirmed and sv[v] != rv[v]]
+        common = [v for v in common if v <= confirmed]
     differ = [v for v in common if sv[v] != rv[v]]
     if not common:
         row['equal'] = 'NO COMMON VERSION'
@@ -286,6 +303,9 @@ def check(run):
         problems.append('server and replica diverged')
     else:
         row['equal'] = f'yes ({len(common)} versions, up to v{common[-1]})'
+    if unconfirmed:
+        row['equal'] += (f'; the cut-off server\'s {len(unconfirmed)} version(s) past v{server_final.get("replica_acked")}, '
+                         f'never confirmed by the replica, differ (first v{unconfirmed[0]})')
     if kind == 'replace':
         # A new replica (replica2) joined the promoted one: it must have been adopted and be
         # equal to it at every version both saw after the join.

@@ -200,6 +200,13 @@ int run_server(const Config& c) {
               static_cast<unsigned long long>(shard.stats().applied),
               static_cast<unsigned long long>(shard.stats().skipped),
               static_cast<unsigned long long>(shard.stats().peers_lost));
+  if (is_server && shard.cut_off()) {
+    std::fprintf(stderr, "%s: cut off at version %llu: lost the replica and every worker, none of which said it "
+                 "finished; the replica (promoted) may carry the job on; versions past %llu, which it never "
+                 "confirmed, are not the job's\n", name.c_str(), static_cast<unsigned long long>(shard.version()),
+                 static_cast<unsigned long long>(shard.stats().replica_acked));
+    return 6;
+  }
   if (shard.stats().stepped_down) {
     std::fprintf(stderr, "%s: stepped down at version %llu: a worker failed over to the replica, which carries the "
                  "job on; this model is not the job's final one\n", name.c_str(),

@@ -145,6 +145,29 @@ class TrainFaultsCheck(unittest.TestCase):
         self.assertTrue(any(p.startswith('split') for p in row['problems']), row['problems'])
 
 
+    def test_a_cut_off_server_is_compared_only_where_its_replica_confirmed(self):
+        # The server lost its replica and every worker (exit 6) at v4; the replica had confirmed
+        # v3 and skipped v4 as a hole when promoted. v4 differs: reported, not failed. A
+        # difference at a confirmed version still fails.
+        exits = {'server': (6, 104.0), 'replica': (0, 110.0), 'worker1': (0, 109.0), 'worker2': (0, 109.0)}
+        sv = {0: 'a', 1: 'b', 2: 'c', 3: 'd', 4: 'x'}
+        rv = {0: 'a', 1: 'b', 2: 'c', 3: 'd', 4: 'y', 5: 'z'}
+        run = make_run(kind='netem', target='0', exits=exits, promoted=int(60e9), server_versions=sv, replica_versions=rv)
+        write(run, 'server.stats.json', json.dumps({'version': 4, 'replica_acked': 3}))
+        write(run, 'replica.stats.json', json.dumps({'promoted_at_ns': int(60e9), 'version': 9}))
+        row = train_faults.check(run)
+        self.assertTrue(row['survived'], row)
+        self.assertIn('server cut off at v4', row['outcome'])
+        self.assertIn('never confirmed by the replica, differ (first v4)', row['equal'])
+        write(run, 'server.stats.json', json.dumps({'version': 4, 'replica_acked': 4}))
+        row = train_faults.check(run)
+        self.assertFalse(row['survived'], row)
+        self.assertIn('server and replica diverged', row['problems'])
+        # Without a promoted replica, a cut-off server handed the job to nobody.
+        run = make_run(kind='netem', target='0', exits=exits, server_versions=sv, replica_versions=sv)
+        write(run, 'server.stats.json', json.dumps({'version': 4, 'replica_acked': 3}))
+        self.assertFalse(train_faults.check(run)['survived'])
+
     def test_a_server_that_stepped_down_for_its_promoted_replica_is_one_final_model(self):
         # The same run, but the server exited 5: it stepped down when a worker reached the
         # replica, and handed the job on.

@@ -502,6 +502,7 @@ void ShardServer::connect_replica(const std::string& address, std::uint16_t port
   conn.advertise(kSlotRegionId, s.slots.region().descriptor());
   conn.send(encode(Hello{PeerKind::primary, 0}));
   s.replica.emplace(std::move(conn));
+  s.had_replica = true;
 }
 
 std::size_t ShardServer::progress() {
@@ -571,6 +572,18 @@ bool ShardServer::finished() const {
     return live_workers() == 0 && s.waiting.empty() && s.granted.empty() && s.order.pending() == 0;
   }
   return (!s.primary || !s.peers[*s.primary].alive) && s.decisions.empty() && !s.order.next();
+}
+
+bool ShardServer::cut_off() const {
+  const State& s = *state_;
+  if (s.role != Role::server || !s.had_replica || s.replica) return false;
+  bool any_worker = false;
+  for (const Peer& peer : s.peers) {
+    if (peer.kind != PeerKind::worker) continue;
+    if (peer.alive || peer.said_bye) return false;
+    any_worker = true;
+  }
+  return any_worker;
 }
 
 std::uint64_t ShardServer::version() const { return state_->writer.model_version(); }

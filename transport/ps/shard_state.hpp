@@ -99,6 +99,7 @@ struct ShardServer::State {
 
   // ---- server ----
   std::optional<Connection> replica;
+  bool had_replica = false;  // a replica was connected at some point (cut_off())
   // A replica that joined running: the model copy it reads, kept until its first ack; where it
   // listens, told to every worker (they connect to it, mirror there, fail over to it).
   std::optional<ModelSnapshot> snapshot;
