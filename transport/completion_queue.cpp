@@ -47,10 +47,14 @@ CompChannelPtr make_completion_channel(const Device& device) {
   return channel;
 }
 
-bool take_cq_event(ibv_comp_channel& channel) {
+void take_cq_event(ibv_comp_channel& channel, ibv_cq* cq, unsigned& unacked) {
+  constexpr unsigned kEventsPerAck = 64;
   ibv_cq* event_cq = nullptr;
   void* context = nullptr;
-  return ibv_get_cq_event(&channel, &event_cq, &context) == 0;
+  if (ibv_get_cq_event(&channel, &event_cq, &context) == 0 && ++unacked >= kEventsPerAck) {
+    ibv_ack_cq_events(cq, unacked);
+    unacked = 0;
+  }
 }
 
 SharedCq::SharedCq(const Device& dev, std::uint32_t entries, std::uint32_t shared_receives, std::size_t slot_bytes)
@@ -187,10 +191,7 @@ bool SharedCq::wait(std::chrono::milliseconds timeout) {
     if (grace_running) check_events();
     return grace_running;  // something changed: a connection may have failed
   }
-  if ((fds[0].revents & POLLIN) && take_cq_event(*channel) && ++unacked_events_ >= kCqEventsPerAck) {
-    ibv_ack_cq_events(cq.get(), unacked_events_);
-    unacked_events_ = 0;
-  }
+  if (fds[0].revents & POLLIN) take_cq_event(*channel, cq.get(), unacked_events_);
   for (std::size_t i = 1; i < fds.size(); ++i) {
     if (fds[i].revents != 0) {
       check_events();

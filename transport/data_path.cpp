@@ -237,10 +237,7 @@ bool ConnectionState::block(std::chrono::milliseconds timeout) {
   const int rc = ::poll(fds, 2, static_cast<int>(ms));
   if (rc < 0 && errno != EINTR) throw fail(Error(Errc::system, call_failed("poll(completion channel)", errno)));
   if (rc <= 0) return false;
-  if ((fds[0].revents & POLLIN) && take_cq_event(*completion_channel) && ++unacked_cq_events >= kCqEventsPerAck) {
-    ibv_ack_cq_events(cq.get(), unacked_cq_events);
-    unacked_cq_events = 0;
-  }
+  if (fds[0].revents & POLLIN) take_cq_event(*completion_channel, cq.get(), unacked_cq_events);
   if (fds[1].revents != 0) handle_cm_events();
   return true;
 }

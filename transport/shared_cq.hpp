@@ -31,11 +31,10 @@ using SrqPtr = std::unique_ptr<ibv_srq, DestroySrq>;
 
 // A completion channel whose fd is non-blocking: a wait on it is a bounded poll().
 CompChannelPtr make_completion_channel(const Device& device);
-// Takes the event a completion channel reported (the CQ must be acknowledged for it later);
-// false when there was none.
-bool take_cq_event(ibv_comp_channel& channel);
-// Channel events acknowledged in batches (each ack takes a lock in libibverbs).
-inline constexpr unsigned kCqEventsPerAck = 64;
+// Takes the event `channel` reported for `cq`, if any, and acknowledges `cq`'s events in
+// batches (each ack takes a lock in libibverbs): `unacked` counts those taken and not yet
+// acknowledged, all of which must be before the CQ is destroyed.
+void take_cq_event(ibv_comp_channel& channel, ibv_cq* cq, unsigned& unacked);
 
 class SharedCq {
  public:

@@ -13,12 +13,16 @@ namespace gradlane::sidecar {
 
 namespace {
 
-// The live server apps in a dead daemon's segment (its lock free, `owner_uid`'s, of this layout).
+// Whether `segment` is one a dead daemon of `owner_uid` left: no daemon holds its lock, and it
+// belongs to that user (anyone can make a segment under the same name or label).
+bool left_by_dead_daemon(const shm::Segment& segment, std::uint32_t owner_uid) {
+  return !segment.locked_by_daemon() && segment.owner_uid() == owner_uid;
+}
+
+// The live server apps in a dead daemon's segment (left_by_dead_daemon, of this layout).
 std::vector<Survivor> servers_in(const shm::Segment& segment, std::uint32_t owner_uid) {
   std::vector<Survivor> found;
-  if (segment.locked_by_daemon() || segment.bytes() < shm::header_bytes() || segment.owner_uid() != owner_uid) {
-    return found;
-  }
+  if (!left_by_dead_daemon(segment, owner_uid) || segment.bytes() < shm::header_bytes()) return found;
   const shm::Header& h = *shm::header_at(segment.base());
   // Only a segment of this layout, whole: anything else is not read (and will be replaced).
   if (h.magic.load(std::memory_order_acquire) != shm::kMagic || h.layout_version != shm::kLayoutVersion ||
@@ -64,7 +68,7 @@ std::vector<Survivor> surviving_servers_in_job_segment(const std::string& label,
       try {
         const std::optional<shm::Segment> segment = shm::Segment::open_sealed(fd.path().string(), label);
         // A memfd an app made under the same label is not ours: look on for the daemon's.
-        if (!segment || segment->owner_uid() != owner_uid || segment->locked_by_daemon()) continue;
+        if (!segment || !left_by_dead_daemon(*segment, owner_uid)) continue;
         // Every app of the job maps the same one: the first copy found tells it all.
         return servers_in(*segment, owner_uid);
       } catch (const std::exception&) {

@@ -18,8 +18,7 @@ namespace {
 
 constexpr char kDoorPrefix[] = "gradlane-door";
 
-}  // namespace
-
+// Bounds every send and receive on `socket` by `timeout` (SO_SNDTIMEO / SO_RCVTIMEO).
 void bound_every_call(int socket, std::chrono::milliseconds timeout) {
   const auto ms = std::max<std::int64_t>(timeout.count(), 1);
   const timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
@@ -28,6 +27,8 @@ void bound_every_call(int socket, std::chrono::milliseconds timeout) {
     detail::throw_call_failed(Errc::system, "setsockopt(gradlaned door, SO_RCVTIMEO/SO_SNDTIMEO)", errno);
   }
 }
+
+}  // namespace
 
 DoorAddress door_address(const std::string& shm_name) {
   DoorAddress a;

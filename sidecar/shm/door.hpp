@@ -30,9 +30,6 @@ struct DoorAddress {
 };
 DoorAddress door_address(const std::string& shm_name);
 
-// Bounds every send and receive on `socket` by `timeout` (SO_SNDTIMEO / SO_RCVTIMEO).
-void bound_every_call(int socket, std::chrono::milliseconds timeout);
-
 // The uid of the process at the other end of Unix socket `socket` (SO_PEERCRED), as the kernel
 // recorded it at connect() / listen(); nullopt if it cannot be read.
 std::optional<std::uint32_t> peer_uid(int socket);

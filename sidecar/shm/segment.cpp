@@ -121,6 +121,11 @@ std::optional<Segment> Segment::open(const std::string& name) {
 
 namespace {
 constexpr int kResizeSeals = F_SEAL_SHRINK | F_SEAL_GROW;
+// Whether the file open as `fd` is sealed against shrinking and growing.
+bool resize_sealed(int fd) {
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  return seals >= 0 && (seals & kResizeSeals) == kResizeSeals;
+}
 }  // namespace
 
 Segment Segment::create_sealed(const std::string& label, std::size_t bytes) {
@@ -139,8 +144,7 @@ Segment Segment::create_sealed(const std::string& label, std::size_t bytes) {
 }
 
 Segment Segment::adopt(UniqueFd fd, const std::string& label) {
-  const int seals = ::fcntl(fd.get(), F_GET_SEALS);
-  if (seals < 0 || (seals & kResizeSeals) != kResizeSeals) {
+  if (!resize_sealed(fd.get())) {
     throw Error(Errc::protocol, "the segment handed over as " + label +
                                     " is not sealed against resizing: not one gradlaned made");
   }
@@ -154,8 +158,7 @@ Segment Segment::adopt(UniqueFd fd, const std::string& label) {
 std::optional<Segment> Segment::open_sealed(const std::string& path, const std::string& label) {
   UniqueFd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
   if (!fd) detail::throw_call_failed(Errc::system, "opening " + path, errno);
-  const int seals = ::fcntl(fd.get(), F_GET_SEALS);
-  if (seals < 0 || (seals & kResizeSeals) != kResizeSeals) return std::nullopt;
+  if (!resize_sealed(fd.get())) return std::nullopt;
   return adopt(std::move(fd), label);
 }
 

@@ -43,7 +43,7 @@ constexpr std::uint32_t kJob7User = 61007, kJob8User = 61008, kStranger = 61009;
 
 // The exit codes of the app-as-user child (harness.cpp).
 constexpr int kAttachedAndGranted = 0, kMayNotMap = 20, kOwnSegment = 21, kKnockRefused = 22, kUntrusted = 23,
-              kResizeRefused = 0, kResized = 24;
+              kResizeRefused = 0;
 
 int as_user(const std::string& shm, std::uint32_t uid, std::uint32_t job, const std::string& what) {
   Child child("app-as-user", {"--shm=" + shm, "--uid=" + std::to_string(uid), "--job=" + std::to_string(job),
