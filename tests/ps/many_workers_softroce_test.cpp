@@ -10,17 +10,23 @@
 //   - the server's model is the reference (the initial shard with the applied gradients, in
 //     the server's order, through the same kernel), and the replica's is bitwise the same.
 // Printed, not asserted: the process's peak RSS (VmHWM: server, replica and all 32 workers
-// together), and the server's updates/s with 32 workers against a 1-worker run of as many updates.
+// together); the server's updates/s with 32 workers against a 1-worker run of as many updates,
+// the same while every worker pushes, and the slowest worker's against its share; where the CPU
+// went per update (the machine's, and each role's threads').
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <ctime>
+#include <numeric>
 #include <fstream>
 #include <map>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -36,7 +42,9 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr std::uint32_t kWorkers = 32;
-constexpr std::uint64_t kPushes = 12;    // per worker
+// Per worker: enough that the span where all 32 push outweighs their staggered starts and closes
+// (a close costs ~4 ms of CPU under TCG; with 12 pushes each those ramps were most of the run).
+constexpr std::uint64_t kPushes = 48;
 constexpr std::size_t kFloats = 1024;    // 4 KiB updates: the connections are the load, not the bytes
 constexpr std::uint16_t kServerPort = 7820;  // the replica listens on the next port
 
@@ -54,6 +62,29 @@ std::string peak_rss() {
   return "?";
 }
 
+// CPU spent in the run: the whole machine's (the VM's, from /proc/stat: rxe's softirq work is
+// there and in no thread of ours) and each role's threads' own (CLOCK_THREAD_CPUTIME_ID).
+struct MachineCpu {
+  double user = 0, system = 0, softirq = 0, idle = 0;  // seconds, all CPUs
+  static MachineCpu now() {
+    std::ifstream in("/proc/stat");
+    std::string cpu;
+    double v[8] = {};
+    in >> cpu >> v[0] >> v[1] >> v[2] >> v[3] >> v[4] >> v[5] >> v[6] >> v[7];
+    const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+    return {(v[0] + v[1]) / tick, (v[2] + v[5]) / tick, v[6] / tick, (v[3] + v[4] + v[7]) / tick};
+  }
+  MachineCpu operator-(const MachineCpu& o) const {
+    return {user - o.user, system - o.system, softirq - o.softirq, idle - o.idle};
+  }
+};
+
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
 struct Acked {
   std::uint32_t worker = 0;
   std::uint64_t step = 0;
@@ -64,6 +95,8 @@ struct ShardResult {
   std::vector<float> model;
   ps::ServerStats stats;
   double seconds = 0;  // from every worker connected to the last update decided
+  double cpu_seconds = 0;  // this thread's, over the same span
+  MachineCpu machine;      // the machine's, over the same span (the server's only)
   std::string failure;
 };
 
@@ -72,7 +105,43 @@ struct LoadRun {
   ShardResult server, replica;
   std::vector<std::map<std::uint64_t, Acked>> acked;  // per worker: sequence -> push
   std::vector<std::string> worker_failures;
+  std::vector<double> worker_cpu_seconds;  // each worker's thread, from its first push to its last
+  std::vector<double> worker_teardown_cpu_seconds;  // each worker's thread, closing its worker
+  // Per worker: when its first push began, then when each push returned.
+  std::vector<std::vector<std::chrono::steady_clock::time_point>> push_times;
   double rate() const { return static_cast<double>(server.history.size()) / std::max(server.seconds, 1e-9); }
+  // Pushes returned per second while every worker was pushing: from the last worker's first
+  // push to the first worker's last return. Workers connect one after another and close one
+  // after another (a close costs ~4 ms of CPU under TCG), so the server's whole span holds a
+  // ramp at each end that one worker does not have.
+  double rate_while_all_push() const {
+    auto from = std::chrono::steady_clock::time_point::min();
+    auto to = std::chrono::steady_clock::time_point::max();
+    for (const auto& times : push_times) {
+      if (times.size() < 2) return 0;
+      from = std::max(from, times.front());
+      to = std::min(to, times.back());
+    }
+    if (to <= from) return 0;
+    std::size_t returned = 0;
+    for (const auto& times : push_times) {
+      returned += static_cast<std::size_t>(std::count_if(times.begin() + 1, times.end(), [&](auto t) { return t > from && t <= to; }));
+    }
+    return static_cast<double>(returned) / std::chrono::duration<double>(to - from).count();
+  }
+  // The slowest worker's pushes per second, over its own first push to its last return.
+  double slowest_worker_rate() const {
+    double slowest = 0;
+    bool first = true;
+    for (const auto& times : push_times) {
+      if (times.size() < 2) return 0;
+      const double rate = static_cast<double>(times.size() - 1) /
+                          std::max(std::chrono::duration<double>(times.back() - times.front()).count(), 1e-9);
+      slowest = first ? rate : std::min(slowest, rate);
+      first = false;
+    }
+    return slowest;
+  }
 };
 
 LoadRun run_load(const std::vector<Host>& hosts, std::uint32_t workers, std::uint64_t pushes, std::uint16_t port,
@@ -99,8 +168,12 @@ LoadRun run_load(const std::vector<Host>& hosts, std::uint32_t workers, std::uin
       if (role == ps::Role::server) server.connect_replica(hosts[1].address, replica_port, 120s);
       server.accept_peers(workers, 120s);
       const auto start = std::chrono::steady_clock::now();
+      const double cpu_start = thread_cpu_seconds();
+      const MachineCpu machine_start = MachineCpu::now();
       if (!server.run_until(total, 300s)) out.failure = "timed out at version " + std::to_string(server.version());
       out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      out.cpu_seconds = thread_cpu_seconds() - cpu_start;
+      out.machine = MachineCpu::now() - machine_start;
       out.history = server.history();
       out.model.assign(server.model().begin(), server.model().end());
       out.stats = server.stats();
@@ -116,6 +189,9 @@ LoadRun run_load(const std::vector<Host>& hosts, std::uint32_t workers, std::uin
   LoadRun run;
   run.acked.resize(workers);
   run.worker_failures.resize(workers);
+  run.worker_cpu_seconds.resize(workers);
+  run.worker_teardown_cpu_seconds.resize(workers);
+  run.push_times.resize(workers);
   {
     std::jthread replica_thread(serve, ps::Role::replica, hosts[1], std::ref(run.replica));
     std::jthread server_thread(serve, ps::Role::server, hosts[0], std::ref(run.server));
@@ -131,13 +207,22 @@ LoadRun run_load(const std::vector<Host>& hosts, std::uint32_t workers, std::uin
           o.replica = ps::Endpoint{hosts[1].address, replica_port};
           o.floats = kFloats;
           o.timeout = 120s;
-          ps::Worker worker(device, o);
-          for (std::uint64_t step = 0; step < pushes; ++step) {
-            const std::span<float> g = worker.gradient();
-            for (std::size_t j = 0; j < g.size(); ++j) g[j] = examples::gradient_value(id, step, j, false);
-            const ps::PushResult r = worker.push(/*computed_on=*/0, step);
-            if (!r.lost && !r.dropped) run.acked[w][r.sequence] = Acked{id, step};
+          double cpu_end = 0;
+          {
+            ps::Worker worker(device, o);
+            const double cpu_start = thread_cpu_seconds();
+            run.push_times[w].push_back(std::chrono::steady_clock::now());
+            for (std::uint64_t step = 0; step < pushes; ++step) {
+              const std::span<float> g = worker.gradient();
+              for (std::size_t j = 0; j < g.size(); ++j) g[j] = examples::gradient_value(id, step, j, false);
+              const ps::PushResult r = worker.push(/*computed_on=*/0, step);
+              if (!r.lost && !r.dropped) run.acked[w][r.sequence] = Acked{id, step};
+              run.push_times[w].push_back(std::chrono::steady_clock::now());
+            }
+            cpu_end = thread_cpu_seconds();
+            run.worker_cpu_seconds[w] = cpu_end - cpu_start;
           }
+          run.worker_teardown_cpu_seconds[w] = thread_cpu_seconds() - cpu_end;
         } catch (const std::exception& e) {
           run.worker_failures[w] = e.what();
         }
@@ -196,6 +281,24 @@ void check(const LoadRun& run, std::uint32_t workers, std::uint64_t pushes) {
   EXPECT_NE(server.model[0], examples::initial_value(0));
 }
 
+// Where the CPU went, per update decided: the machine's busy time by kind, and each role's
+// threads. A run whose machine was busy all along is bound by CPU per update, not by waiting.
+void print_cpu(const char* name, const LoadRun& run) {
+  const double updates = static_cast<double>(std::max<std::size_t>(run.server.history.size(), 1));
+  const MachineCpu& m = run.server.machine;
+  const double busy = m.user + m.system + m.softirq;
+  const double workers = std::accumulate(run.worker_cpu_seconds.begin(), run.worker_cpu_seconds.end(), 0.0);
+  std::printf("%s: %.2f s, machine busy %.2f of %.2f CPU-s (user %.2f, system %.2f, softirq %.2f); "
+              "CPU µs per update: machine %.0f (user %.0f, system %.0f, softirq %.0f), server thread %.0f, "
+              "replica thread %.0f, workers %.0f\n",
+              name, run.server.seconds, busy, busy + m.idle, m.user, m.system, m.softirq, busy / updates * 1e6,
+              m.user / updates * 1e6, m.system / updates * 1e6, m.softirq / updates * 1e6,
+              run.server.cpu_seconds / updates * 1e6, run.replica.cpu_seconds / updates * 1e6,
+              workers / updates * 1e6);
+  const double teardown = std::accumulate(run.worker_teardown_cpu_seconds.begin(), run.worker_teardown_cpu_seconds.end(), 0.0);
+  std::printf("%s: closing a worker takes %.0f µs of its thread's CPU\n", name, teardown / run.worker_teardown_cpu_seconds.size() * 1e6);
+}
+
 TEST(ManyWorkers, ServerWith32WorkerConnectionsAppliesEveryAcknowledgedPushOnce) {
   const auto hosts = hosts_from_env();
   ASSERT_GE(hosts.size(), 3u) << "needs ci/softroce.sh --hosts 3";
@@ -205,9 +308,16 @@ TEST(ManyWorkers, ServerWith32WorkerConnectionsAppliesEveryAcknowledgedPushOnce)
   check(one, 1, kWorkers * kPushes);
   const LoadRun many = run_load(hosts, kWorkers, kPushes, kServerPort);
   check(many, kWorkers, kPushes);
+  print_cpu("1 worker", one);
+  print_cpu("32 workers", many);
   std::printf("peak RSS of this process (server, replica, %u workers): %s\n", kWorkers, peak_rss().c_str());
   std::printf("server: 1 worker %.1f updates/s, %u workers %.1f updates/s: %.2f of the 1-worker rate\n", one.rate(),
               kWorkers, many.rate(), many.rate() / one.rate());
+  std::printf("while every worker pushes: 1 worker %.1f pushes/s, %u workers %.1f pushes/s: %.2f of the 1-worker rate\n",
+              one.rate_while_all_push(), kWorkers, many.rate_while_all_push(),
+              many.rate_while_all_push() / one.rate_while_all_push());
+  std::printf("slowest of %u workers %.1f pushes/s: %.2f of its share (1 worker's rate / %u)\n", kWorkers,
+              many.slowest_worker_rate(), many.slowest_worker_rate() * kWorkers / one.slowest_worker_rate(), kWorkers);
   RecordProperty("updates_per_s_1_worker", std::to_string(one.rate()));
   RecordProperty("updates_per_s_32_workers", std::to_string(many.rate()));
 }
