@@ -63,6 +63,9 @@ struct AttachOptions {
   // could land in a slot still holding an update not yet applied. 0: no such limit. An app
   // with slots never reattaches: its sequence died with its daemon, and a new one would hand
   // it out again from 1; it gets Error(sidecar_unavailable) instead.
+  // An app that declares slots (or takes over) is its receiver's server app: the only one that
+  // reports applied() and is told cancels. While it is attached, an app of another job that
+  // does the same for that endpoint is refused (Reason::receiver_of_another_job).
   std::uint32_t slots = 0;
 
   // Defaults with the GRADLANE_SIDECAR_* overrides applied; throws Error(invalid_argument)
@@ -142,6 +145,10 @@ enum class Reason : std::uint8_t {
   // The job has a segment of its own (gradlaned --job-user) and this attach came through
   // another one: the shared segment, or another job's.
   own_segment = 45,
+  // An app of another job is attached as this endpoint's server (it declared its slots or took
+  // the sequence over): one receiver's sequence serves one job. Apps of any job may still
+  // attach from that endpoint to send.
+  receiver_of_another_job = 46,
 };
 std::string_view reason_name(Reason reason) noexcept;
 std::string_view kind_name(GrantKind kind) noexcept;

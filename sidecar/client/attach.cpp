@@ -99,6 +99,11 @@ std::string attach_refusal_hint(Reason reason, const shm::Header& h, const Attac
       return fmt::format(" (job {} has a segment of its own, given to its user with gradlaned --job-user: its apps "
                          "attach there, as that user, getting it from the daemon's door)",
                          o.job);
+    case Reason::receiver_of_another_job:
+      return fmt::format(" (endpoint {}'s server is an app of another job, attached to gradlaned (pid {}) with "
+                         "AttachOptions::slots or take_over_at: a receiver's sequence serves one job; give this "
+                         "job's server an endpoint of its own)",
+                         o.endpoint, h.daemon_pid);
     default:
       return "";
   }

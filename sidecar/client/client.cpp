@@ -399,6 +399,7 @@ std::string_view reason_name(Reason reason) noexcept {
     case Reason::unknown_endpoint: return "unknown_endpoint";
     case Reason::bad_takeover: return "bad_takeover";
     case Reason::own_segment: return "own_segment";
+    case Reason::receiver_of_another_job: return "receiver_of_another_job";
   }
   return "unknown";
 }

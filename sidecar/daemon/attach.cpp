@@ -99,6 +99,13 @@ void Daemon::accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now)
   }
   const std::uint64_t take_over = s.take_over;  // read once each: the app could change them
   const std::uint32_t endpoint = s.endpoint;
+  const std::uint32_t slots = s.slots;
+  const bool as_server = take_over != 0 || slots != 0;  // it speaks for its receiver's sequence
+  if (const auto held = receiver_servers_.find(endpoint);
+      as_server && held != receiver_servers_.end() && held->second.job != job) {
+    reject(slot, claim, Reason::receiver_of_another_job);  // before it narrows that job's window
+    return;
+  }
   if (take_over != 0) {
     // A promoted replica: its receiver's sequence is ours from now on, if we stand by for it.
     // Or the very server that outlived the daemon before us (same process, job and segment),
@@ -121,7 +128,7 @@ void Daemon::accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now)
     return;
   }
   // A server's slots bound how far its sequence may run ahead of what it applied.
-  if (const std::uint32_t slots = s.slots; slots != 0) policy_->limit_window(sched::EndpointId{endpoint}, slots);
+  if (slots != 0) policy_->limit_window(sched::EndpointId{endpoint}, slots);
   AppSession app;
   app.slot = slot;
   app.pid = static_cast<std::uint32_t>(pid);
@@ -138,6 +145,9 @@ void Daemon::accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now)
   }
   apps_[slot].emplace(std::move(app));
   active_.push_back(slot);
+  // The latest of its job to attach as the server speaks for it (a server restarted in place
+  // may attach before its dead predecessor is swept).
+  if (as_server) receiver_servers_[endpoint] = ReceiverServer{job, slot};
   ++stats_.attached;
   shm::ring_bell(s.app_sleeping, s.grant_bell);  // the app sleeps until it sees `active`
 }
@@ -174,6 +184,12 @@ void Daemon::release_detached(std::uint32_t slot, sched::Instant now) {
 bool Daemon::serves(std::uint32_t endpoint) const {
   return config_.endpoints.empty() ||
          std::find(config_.endpoints.begin(), config_.endpoints.end(), endpoint) != config_.endpoints.end();
+}
+
+AppSession* Daemon::receiver_server(std::uint32_t endpoint, std::uint32_t job) {
+  const auto server = receiver_servers_.find(endpoint);
+  if (server == receiver_servers_.end() || server->second.job != job) return nullptr;
+  return &*apps_[server->second.slot];
 }
 
 bool Daemon::has_own_segment(std::uint32_t job) const {
@@ -220,6 +236,10 @@ void Daemon::forget(AppSession& app, sched::Instant now) {
     ++inputs_;
   }
   const std::uint32_t slot = app.slot;
+  if (const auto server = receiver_servers_.find(app.limits.endpoint);
+      server != receiver_servers_.end() && server->second.slot == slot) {
+    receiver_servers_.erase(server);
+  }
   active_.erase(std::find(active_.begin(), active_.end(), slot));
   apps_[slot].reset();  // `app` dangles from here on
 }

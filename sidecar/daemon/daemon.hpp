@@ -161,6 +161,15 @@ class Daemon {
     std::uint32_t served = 0;  // the segment it was found in (index into served_)
   };
   std::map<std::uint32_t, Held> held_;
+  // Receivers whose server app is attached here, by endpoint: the app that declared its slots
+  // or took the sequence over. Only that app reports what its receiver applied and gets its
+  // cancels; while it is attached, no app of another job attaches as that receiver's server.
+  struct ReceiverServer {
+    std::uint32_t job = 0;
+    std::uint32_t slot = 0;  // the app's slot index
+  };
+  std::map<std::uint32_t, ReceiverServer> receiver_servers_;
+  AppSession* receiver_server(std::uint32_t endpoint, std::uint32_t job);
   std::vector<std::optional<AppSession>> apps_;  // by slot index
   std::vector<std::uint32_t> active_;            // slots with a session, in attach order
   std::unordered_map<sched::RequestId, Route> routes_;  // policy request id -> the app owed

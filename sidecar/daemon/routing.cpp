@@ -155,6 +155,12 @@ void Daemon::applied(AppSession& app, const shm::AppEntry& entry) {
     return;
   }
   const auto& a = entry.body.applied;
+  // Only the receiver's server app: another app of the endpoint (a worker on the server's
+  // host, of this job or another) would otherwise free slots that still hold updates.
+  if (receiver_server(a.receiver, app.limits.job) != &app) {
+    answer_error(app, entry, Reason::bad_receiver);
+    return;
+  }
   // An ack beyond what was granted is the app's mistake: refused, nothing changes.
   if (!policy_->replica_ack(sched::EndpointId{a.receiver}, a.through)) {
     answer_error(app, entry, Reason::bad_value);
@@ -256,15 +262,13 @@ void Daemon::route(const sched::Outcome& outcome, sched::Instant now) {
             if (owed->settled()) settle(*app, app_request);
           },
           [&](const sched::Cancel& c) {
-            // To the app that serves the receiver: it skips the sequence instead of waiting.
-            for (const std::uint32_t slot : active_) {
-              AppSession& app = *apps_[slot];
-              if (app.limits.job == sched::to_int(c.job) && app.limits.endpoint == sched::to_int(c.receiver)) {
-                answer(app, grant_entry(shm::GrantKind::cancel, 0, sched::to_int(c.receiver), c.seq, sched::Slot{}, 0,
-                                        0, 0, 1));
-                ++stats_.cancelled;
-                return;
-              }
+            // To the receiver's server app: it skips the sequence instead of waiting. (Not to
+            // any app of the job on that endpoint: a worker beside the server took it once.)
+            if (AppSession* server = receiver_server(sched::to_int(c.receiver), sched::to_int(c.job))) {
+              answer(*server, grant_entry(shm::GrantKind::cancel, 0, sched::to_int(c.receiver), c.seq, sched::Slot{}, 0,
+                                          0, 0, 1));
+              ++stats_.cancelled;
+              return;
             }
             ++stats_.unrouted;  // no server app here: nobody waits for that sequence
           },

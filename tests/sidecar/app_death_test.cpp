@@ -80,28 +80,29 @@ TEST(SidecarAppDeath, GrantedButUncompletedTransfersAreFailedBack) {
 }
 
 TEST(SidecarAppDeath, TheServerAppIsToldToSkipTheDeadSendersSequence) {
-  // The server of receiver 9 is an app attached as endpoint 9. A worker dies between its grant
-  // and its write: the server must hear "cancel seq 1" rather than wait for it.
+  // The server of receiver 9 is an app attached as endpoint 9 with its slots. A worker dies
+  // between its grant and its write: the server must hear "cancel seq 1" rather than wait for
+  // it. Not a worker of the job attached from the same NIC before it: the cancel used to go to
+  // the first app of the job on that endpoint.
   const std::string name = unique_shm_name();
   sched::SchedulerConfig sc;
   sc.replica_bound = std::nullopt;
   DaemonDriver driver(test_config(name), std::make_unique<sched::SchedulerPolicy>(sc));
-  AttachOptions as_server = test_attach(name, 1);
-  as_server.endpoint = 9;
+  AttachOptions beside = test_attach(name, 1);
+  beside.endpoint = 9;
+  Client neighbour = Client::attach(beside);
+  AttachOptions as_server = beside;
+  as_server.slots = 8;  // receiver 9's server: cancels go to it
   Client server = Client::attach(as_server);
 
   Child child("app-granted", {"--shm=" + name});
   ASSERT_TRUE(child.ready(5s)) << "the child was not granted its transfer";
-  child.kill_now();
-  {
-    auto hold = driver.hold();
-    driver.step_far_ahead();  // reclaims the dead app: its transfer fails back
-    driver.step();            // the next schedule() emits the Cancel
-  }
+  kill_granted_sender(driver, child);
   const Grant cancel = server.wait(2s);
   EXPECT_EQ(cancel.kind, GrantKind::cancel);
   EXPECT_EQ(cancel.sequence, 1U);
   EXPECT_EQ(cancel.target, 9U);
+  EXPECT_FALSE(neighbour.poll().has_value()) << "the worker beside the server was told the cancel";
   EXPECT_EQ(driver.stats().cancelled, 1U);
 }
 
@@ -117,6 +118,7 @@ class ReplicaWindow : public ::testing::Test {
   static AttachOptions as_server(const std::string& name) {
     AttachOptions o = test_attach(name, 1);
     o.endpoint = 9;
+    o.slots = 8;  // its receiver's server: only it reports what was applied
     return o;
   }
   void SetUp() override {

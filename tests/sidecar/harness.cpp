@@ -16,6 +16,8 @@
 #include <stdexcept>
 #include <string_view>
 
+#include <fmt/format.h>
+
 #include "sidecar/daemon/signals.hpp"
 #include "sidecar/shm/door.hpp"
 #include "sidecar/shm/segment.hpp"
@@ -51,6 +53,26 @@ AttachOptions test_attach(const std::string& shm_name, std::uint32_t job) {
 Update small_update(std::uint32_t tensor) {
   return Update{.tensor = tensor, .receiver = 9, .bytes = 4096, .region_offset = 0, .computed_on = 0,
                 .gradient_norm = 1.0F, .priority = 0};
+}
+
+std::vector<std::uint64_t> take_and_complete(Client& app, std::size_t count) {
+  std::vector<std::uint64_t> sequences;
+  for (std::size_t i = 0; i < count; ++i) {
+    const Grant g = app.wait(std::chrono::seconds(2));
+    if (g.kind != GrantKind::go) {
+      throw std::runtime_error(fmt::format("expected a go, got {} ({})", kind_name(g.kind), reason_name(g.reason)));
+    }
+    sequences.push_back(g.sequence);
+    app.complete(g.request, g.part_index, std::chrono::microseconds(10));
+  }
+  return sequences;
+}
+
+void kill_granted_sender(DaemonDriver& driver, Child& sender) {
+  sender.kill_now();
+  auto hold = driver.hold();
+  driver.step_far_ahead();  // reclaims the dead app: its transfer fails back
+  driver.step();            // the next schedule() emits the Cancel
 }
 
 DaemonDriver::DaemonDriver(DaemonConfig config, std::unique_ptr<sched::Policy> policy)

@@ -24,6 +24,14 @@ std::string unique_shm_name();
 DaemonConfig test_config(const std::string& shm_name);
 AttachOptions test_attach(const std::string& shm_name, std::uint32_t job = 1);
 Update small_update(std::uint32_t tensor = 1);
+class DaemonDriver;
+class Child;
+// Waits for `count` grants to `app`, each a go, completes each at once, and returns their
+// sequences; throws (naming what came instead) for anything but a go.
+std::vector<std::uint64_t> take_and_complete(Client& app, std::size_t count);
+// Kills `sender` (an "app-granted" child holding a granted transfer) and steps the daemon until
+// it has reclaimed the dead app and scheduled again: the sequence's Cancel is emitted.
+void kill_granted_sender(DaemonDriver& driver, Child& sender);
 
 // A Daemon whose step() runs on a background thread. hold() stops the thread between steps
 // and lets the test call step() itself (deterministic interleavings); release by destroying it.

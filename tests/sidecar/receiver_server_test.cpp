@@ -1,0 +1,106 @@
+// A receiver's server app: the app that declares its slots (or takes its sequence over) speaks
+// for the receiver (its cancels: SidecarAppDeath.TheServerAppIsToldToSkipTheDeadSendersSequence). Apps of any job may attach from the same endpoint to send (jobs share a
+// host's NIC), but only the server app reports what was applied and is told cancels, and no
+// app of another job attaches as that receiver's server while it is there.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "harness.hpp"
+
+namespace gradlane::sidecar::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr std::uint32_t kReceiver = 9;  // small_update()'s receiver
+
+AttachOptions on_receiver(const std::string& name, std::uint32_t job, std::uint32_t slots) {
+  AttachOptions o = test_attach(name, job);
+  o.endpoint = kReceiver;
+  o.slots = slots;
+  return o;
+}
+
+// The refusal an attach ends with, or "attached".
+std::string attach_outcome(const AttachOptions& o) {
+  try {
+    Client client = Client::attach(o);
+    return "attached";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+sched::SchedulerConfig no_replica() {
+  sched::SchedulerConfig sc;
+  sc.replica_bound = std::nullopt;
+  return sc;
+}
+
+TEST(ReceiverServer, AnotherJobCanNeitherBecomeItsServerNorFreeItsSlotsNorNarrowItsWindow) {
+  const std::string name = unique_shm_name();
+  DaemonConfig config = test_config(name);
+  config.standby_endpoints = {kReceiver};  // so a takeover is refused for the job, not the standby
+  DaemonDriver driver(config, std::make_unique<sched::SchedulerPolicy>(no_replica()));
+  Client server = Client::attach(on_receiver(name, 1, 2));
+
+  // Job 2 as receiver 9's server: with slots (it would narrow job 1's window to 1), and taking
+  // the sequence over.
+  const std::string refusal = attach_outcome(on_receiver(name, 2, 1));
+  EXPECT_NE(refusal.find("receiver_of_another_job"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("endpoint 9's server is an app of another job"), std::string::npos) << refusal;
+  AttachOptions takeover = on_receiver(name, 2, 4);
+  takeover.take_over_at = 100;
+  EXPECT_NE(attach_outcome(takeover).find("receiver_of_another_job"), std::string::npos);
+
+  // Sending from the server's NIC is fine for any job; reporting its progress is not, neither
+  // for another job's app nor for a worker of the server's own job beside it.
+  Client stranger = Client::attach(on_receiver(name, 2, 0));
+  Client neighbour = Client::attach(on_receiver(name, 1, 0));
+  Client worker = Client::attach(test_attach(name, 1));
+  for (int i = 0; i < 4; ++i) worker.request(small_update());
+  // The window is still the server's 2 slots, not the stranger's 1.
+  EXPECT_EQ(take_and_complete(worker, 2), (std::vector<std::uint64_t>{1, 2}));
+  for (Client* rogue : {&stranger, &neighbour}) {
+    rogue->applied(2);
+    const Grant refused = rogue->wait(2s);
+    EXPECT_EQ(refused.kind, GrantKind::error);
+    EXPECT_EQ(refused.reason, Reason::bad_receiver);
+  }
+  EXPECT_THROW(worker.wait(300ms), Error) << "an app other than the server freed its slots";
+  EXPECT_EQ(driver.stats().acknowledged, 0U);
+
+  server.applied(2);
+  EXPECT_EQ(take_and_complete(worker, 2), (std::vector<std::uint64_t>{3, 4}));
+  EXPECT_EQ(driver.stats().acknowledged, 1U);
+
+  // Once the server has left, the receiver is free: another job may serve it.
+  server.detach();
+  EXPECT_EQ(attach_outcome(on_receiver(name, 2, 2)), "attached");
+}
+
+TEST(ReceiverServer, AServerOfTheSameJobTakesTheReceiverOverFromItsPredecessor) {
+  // A server restarted in place may attach before its dead predecessor is swept: the newest
+  // speaks for the receiver, and the predecessor no longer does.
+  const std::string name = unique_shm_name();
+  DaemonDriver driver(test_config(name), std::make_unique<sched::SchedulerPolicy>(no_replica()));
+  Client old_server = Client::attach(on_receiver(name, 1, 2));
+  Client new_server = Client::attach(on_receiver(name, 1, 2));
+  Client worker = Client::attach(test_attach(name, 1));
+  for (int i = 0; i < 3; ++i) worker.request(small_update());
+  take_and_complete(worker, 2);
+  old_server.applied(2);
+  EXPECT_EQ(old_server.wait(2s).reason, Reason::bad_receiver);
+  new_server.applied(2);
+  EXPECT_EQ(worker.wait(2s).sequence, 3U);
+  old_server.detach();  // leaving does not take the receiver from its successor
+  new_server.applied(3);
+  EXPECT_THROW(new_server.wait(300ms), Error) << "the successor's ack was refused";
+  EXPECT_EQ(driver.stats().acknowledged, 2U);
+}
+
+}  // namespace
+}  // namespace gradlane::sidecar::test
