@@ -82,6 +82,9 @@ enum class DropReason : std::uint8_t {
   // a sidecar elsewhere now schedules) before this part was decided. Not stale: ask again, the
   // request reaches the new owner.
   receiver_moved,
+  // Not the scheduler's: the receiver's sidecar refused the request, its server being an app
+  // of another job (Scheduler::serve_job). Not stale; asking again gets the same answer.
+  receiver_of_another_job,
 };
 
 // Do not send this part; tell the application. For staleness_bound it should pull a fresh

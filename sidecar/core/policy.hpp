@@ -51,6 +51,9 @@ class Policy {
   // `receiver`'s server outlived the sidecar that handed out its sequence: grant it nothing
   // until the server attaches taking the sequence over (take_over). Ignored as limit_window.
   virtual void hold_receiver(sched::EndpointId /*receiver*/) {}
+  // `receiver`'s server is an app of `job` (nullopt: it left): requests of other jobs for it
+  // are refused (Scheduler::serve_job). Ignored as limit_window.
+  virtual void serve_job(sched::EndpointId /*receiver*/, std::optional<sched::JobId> /*job*/) {}
 };
 
 // Production: the scheduling core (sidecar/core/scheduler.hpp).
@@ -81,6 +84,9 @@ class SchedulerPolicy final : public Policy {
     scheduler_.limit_window(receiver, slots);
   }
   void hold_receiver(sched::EndpointId receiver) override { scheduler_.hold_receiver(receiver); }
+  void serve_job(sched::EndpointId receiver, std::optional<sched::JobId> job) override {
+    scheduler_.serve_job(receiver, job);
+  }
 
   sched::Scheduler& scheduler() noexcept { return scheduler_; }
 

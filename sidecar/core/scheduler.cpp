@@ -89,6 +89,8 @@ void Scheduler::hold_receiver(EndpointId receiver) {
   sync_receiver(i);
 }
 
+void Scheduler::serve_job(EndpointId receiver, std::optional<JobId> job) { endpoints_[endpoint(receiver)].serves = job; }
+
 bool Scheduler::open_receiver(EndpointId receiver, Version current) {
   EndpointState& r = endpoints_[endpoint(receiver)];
   if (r.sequenced || !r.reservations.empty()) return false;
@@ -179,6 +181,9 @@ SubmitStatus Scheduler::submit(const Request& request, Instant now) {
   if (requests_.contains(request.id)) return SubmitStatus::duplicate_id;
   const Index sender = endpoint(request.sender);
   const Index receiver = endpoint(request.receiver);
+  if (endpoints_[receiver].serves && *endpoints_[receiver].serves != request.job) {
+    return SubmitStatus::receiver_of_another_job;
+  }
   if (request.computed_on > endpoints_[receiver].window.granted()) {
     return SubmitStatus::version_from_future;
   }

@@ -100,6 +100,7 @@ enum class SubmitStatus : std::uint8_t {
   sender_is_receiver,    // a NIC cannot be both ends of a transfer
   duplicate_id,          // a request with this id is still pending
   version_from_future,   // computed_on is ahead of the server (re-pull: the server restarted?)
+  receiver_of_another_job,  // the receiver's server serves another job (serve_job)
   // The two below are a Policy's, never the Scheduler's (it serves every receiver it is asked
   // about). A sidecar with peers knows which sidecar owns each receiver's sequence:
   receiver_unreachable,  // its owner is a peer whose link failed: scheduling it here too would
@@ -171,6 +172,11 @@ class Scheduler {
   // slot, sequence % slots, that may hold an update not yet applied) before the server says
   // from where on (it attaches taking its own sequence over). Requests for it wait.
   void hold_receiver(EndpointId receiver);
+  // The receiver's server is an app of `job`: requests of other jobs for it are refused
+  // (receiver_of_another_job). Each sequence number it hands out is a slot its server waits
+  // for, so a request of a job that cannot write there leaves a hole. nullopt: any job again
+  // (its server left). Requests already queued are not touched.
+  void serve_job(EndpointId receiver, std::optional<JobId> job);
   // `endpoint` may aggregate updates of `job` (it registered aggregation regions).
   void add_aggregator(JobId job, EndpointId endpoint);
   void remove_aggregator(JobId job, EndpointId endpoint);
@@ -225,6 +231,7 @@ class Scheduler {
     bool sequenced = false;           // a sequence number was granted here
     std::optional<std::uint64_t> slot_limit;  // as a server: its slots (limit_window)
     bool held = false;                // hold_receiver() until open_receiver()
+    std::optional<JobId> serves;      // as a server: the only job it takes requests of (serve_job)
     // As an aggregator: when the forwards of the aggregates planned here are predicted to be
     // done. They are not on the egress book until granted, but they will use this egress.
     Instant forwards_done{};

@@ -147,7 +147,10 @@ void Daemon::accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now)
   active_.push_back(slot);
   // The latest of its job to attach as the server speaks for it (a server restarted in place
   // may attach before its dead predecessor is swept).
-  if (as_server) receiver_servers_[endpoint] = ReceiverServer{job, slot};
+  if (as_server) {
+    receiver_servers_[endpoint] = ReceiverServer{job, slot};
+    policy_->serve_job(sched::EndpointId{endpoint}, sched::JobId{job});
+  }
   ++stats_.attached;
   shm::ring_bell(s.app_sleeping, s.grant_bell);  // the app sleeps until it sees `active`
 }
@@ -239,6 +242,7 @@ void Daemon::forget(AppSession& app, sched::Instant now) {
   if (const auto server = receiver_servers_.find(app.limits.endpoint);
       server != receiver_servers_.end() && server->second.slot == slot) {
     receiver_servers_.erase(server);
+    policy_->serve_job(sched::EndpointId{app.limits.endpoint}, std::nullopt);
   }
   active_.erase(std::find(active_.begin(), active_.end(), slot));
   apps_[slot].reset();  // `app` dangles from here on

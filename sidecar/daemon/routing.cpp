@@ -33,6 +33,8 @@ Reason reason_for(sched::SubmitStatus status) {
       return Reason::receiver_unreachable;
     case sched::SubmitStatus::unknown_receiver:
       return Reason::unknown_receiver;
+    case sched::SubmitStatus::receiver_of_another_job:
+      return Reason::receiver_of_another_job;
     case sched::SubmitStatus::accepted:
       break;
   }
@@ -47,6 +49,8 @@ Reason reason_for(sched::DropReason reason) {
       return Reason::peer_lost;
     case sched::DropReason::receiver_moved:
       return Reason::receiver_moved;
+    case sched::DropReason::receiver_of_another_job:
+      return Reason::receiver_of_another_job;
   }
   return Reason::none;
 }

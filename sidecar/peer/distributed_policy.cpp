@@ -19,6 +19,26 @@ constexpr sched::Nanos kPeerPollInterval{100'000};
 // With every peer lost there are no messages to answer, only links coming back to take.
 constexpr sched::Nanos kLostPeersPollInterval{5'000'000};
 
+// A drop's reason on the wire and back. A staleness drop is the default on both sides.
+DropCause drop_cause(sched::DropReason reason) {
+  switch (reason) {
+    case sched::DropReason::receiver_moved: return DropCause::receiver_moved;
+    case sched::DropReason::receiver_of_another_job: return DropCause::receiver_of_another_job;
+    case sched::DropReason::staleness_bound:
+    case sched::DropReason::peer_lost: break;
+  }
+  return DropCause::stale;
+}
+
+sched::DropReason drop_reason(DropCause cause) {
+  switch (cause) {
+    case DropCause::receiver_moved: return sched::DropReason::receiver_moved;
+    case DropCause::receiver_of_another_job: return sched::DropReason::receiver_of_another_job;
+    case DropCause::stale: break;
+  }
+  return sched::DropReason::staleness_bound;
+}
+
 SlotAnswer drop_answer(std::uint64_t request, std::uint32_t part, std::uint32_t part_count, std::uint64_t offset,
                        std::uint64_t length, std::uint64_t delay, DropCause cause = DropCause::stale) {
   SlotAnswer a;
@@ -173,9 +193,12 @@ void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched
                                    m.job_remaining,              m.direct_only};
             const auto status = scheduler_.submit(request, now);
             if (status != sched::SubmitStatus::accepted) {
-              // The only refusal a well-formed request can meet here: a version from the
-              // future. The sender's application hears a drop.
-              send(peer, drop_answer(m.request, 0, 1, 0, m.bytes, 0));
+              // The refusals a well-formed request can meet here: a version from the future,
+              // or a receiver whose server serves another job. The sender's app hears a drop.
+              send(peer, drop_answer(m.request, 0, 1, 0, m.bytes, 0,
+                                     status == sched::SubmitStatus::receiver_of_another_job
+                                         ? DropCause::receiver_of_another_job
+                                         : DropCause::stale));
               ++stats_.answers_sent;
               return;
             }
@@ -267,8 +290,7 @@ void DistributedPolicy::on_answer(PeerIndex peer, const SlotAnswer& m, sched::In
       break;
     case AnswerKind::drop:
       out.push_back(sched::Drop{r.id, m.part, m.part_count, m.offset, m.length, r.job, r.sender, r.receiver,
-                                m.drop_cause == DropCause::receiver_moved ? sched::DropReason::receiver_moved
-                                                                          : sched::DropReason::staleness_bound,
+                                drop_reason(m.drop_cause),
                                 m.delay});
       break;
     case AnswerKind::aggregate:
@@ -313,8 +335,7 @@ void DistributedPolicy::answer_remote(const sched::Outcome& outcome, sched::Inst
           [&](const sched::Drop& d) {
             const RemoteRequest rr = remote(d.request);
             send(rr.peer, drop_answer(rr.their_id, d.part, d.part_count, d.offset, d.length, d.delay,
-                                      d.reason == sched::DropReason::receiver_moved ? DropCause::receiver_moved
-                                                                                     : DropCause::stale));
+                                      drop_cause(d.reason)));
             if (d.part + 1 == d.part_count) remote_requests_.erase(static_cast<std::uint64_t>(d.request));
           },
           [&](const sched::Cancel&) {},  // always local (see schedule())

@@ -101,6 +101,9 @@ class DistributedPolicy final : public sched::Policy {
     scheduler_.limit_window(receiver, slots);
   }
   void hold_receiver(sched::EndpointId receiver) override { scheduler_.hold_receiver(receiver); }
+  void serve_job(sched::EndpointId receiver, std::optional<sched::JobId> job) override {
+    scheduler_.serve_job(receiver, job);
+  }
 
   const DistributedStats& stats() const noexcept { return stats_; }
   sched::Scheduler& scheduler() noexcept { return scheduler_; }

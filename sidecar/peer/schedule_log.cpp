@@ -21,6 +21,8 @@ std::string_view drop_reason(sched::DropReason reason) {
       return "peer_lost";
     case sched::DropReason::receiver_moved:
       return "receiver_moved";
+    case sched::DropReason::receiver_of_another_job:
+      return "receiver_of_another_job";
   }
   return "unknown";
 }

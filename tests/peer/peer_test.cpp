@@ -292,6 +292,32 @@ TEST_F(SlotAgreement, ATakeoverMovesTheReceiversSequenceAndTheOldOwnerDropsWhatW
   EXPECT_EQ(a.scheduler().stats().requests, 3u) << "A scheduled nothing for receiver 0 after the takeover";
 }
 
+TEST_F(SlotAgreement, AReceiverWhoseServerServesAnotherJobDropsARemoteRequestSayingSo) {
+  // Receiver 0's server (at A) is an app of job 1. A request of job 2 forwarded from B is
+  // refused at A and comes back to B's app as a drop naming the cause; job 1's still goes.
+  a.serve_job(sched::EndpointId{0}, sched::JobId{1});
+  sched::Request other_job = request(1, 1, 1000);
+  other_job.job = sched::JobId{2};
+  ASSERT_EQ(b.submit(other_job, now), sched::SubmitStatus::accepted);  // B cannot know: it forwards
+  ASSERT_EQ(b.submit(request(2, 2, 1000), now), sched::SubmitStatus::accepted);
+  exchange();
+  std::size_t drops = 0, grants = 0;
+  for (const auto& o : b_out) {
+    if (const auto* d = std::get_if<sched::Drop>(&o)) {
+      EXPECT_EQ(d->request, sched::RequestId{1});
+      EXPECT_EQ(d->reason, sched::DropReason::receiver_of_another_job);
+      ++drops;
+    } else if (const auto* g = std::get_if<sched::Grant>(&o)) {
+      EXPECT_EQ(g->request, sched::RequestId{2});
+      EXPECT_EQ(g->seq, 1u) << "the refused request took no sequence number";
+      ++grants;
+    }
+  }
+  EXPECT_EQ(drops, 1u);
+  EXPECT_EQ(grants, 1u);
+  EXPECT_EQ(a.scheduler().stats().requests, 1u);
+}
+
 TEST(SlotAgreementRejoin, ARestartedPeerSidecarComesBackOnANewLinkWithItsEndpoints) {
   // Host B's sidecar dies (its link breaks) and starts again: it connects anew, A introduces
   // itself on the new link, B's Hello gives it back endpoint 1, and B's requests are scheduled
@@ -563,6 +589,8 @@ TEST(PeerMessages, RoundTrip) {
   moved.kind = AnswerKind::drop;
   moved.drop_cause = DropCause::receiver_moved;
   EXPECT_EQ(std::get<SlotAnswer>(decode(encode(moved))).drop_cause, DropCause::receiver_moved);
+  moved.drop_cause = DropCause::receiver_of_another_job;
+  EXPECT_EQ(std::get<SlotAnswer>(decode(encode(moved))).drop_cause, DropCause::receiver_of_another_job);
   const auto takeover = std::get<Takeover>(decode(encode(Takeover{7, 1234})));
   EXPECT_EQ(takeover.endpoint, 7u);
   EXPECT_EQ(takeover.version, 1234u);
@@ -613,6 +641,10 @@ TEST(PeerMessages, MalformedInputIsAProtocolErrorNamingTheProblem) {
   cause_on_go.transfer = 1;
   cause_on_go.drop_cause = DropCause::receiver_moved;
   expect_bad(encode(cause_on_go), "not a drop");
+  SlotAnswer unknown_cause;
+  unknown_cause.kind = AnswerKind::drop;
+  unknown_cause.drop_cause = static_cast<DropCause>(3);
+  expect_bad(encode(unknown_cause), "unknown drop cause 3");
   auto unknown_type = encode(TransferDone{1, 2, false});
   unknown_type[6] = std::byte{99};
   expect_bad(unknown_type, "unknown message type 99");

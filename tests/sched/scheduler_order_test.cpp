@@ -190,6 +190,21 @@ TEST(SchedulerOrder, RejectsMalformedRequestsWithAReason) {
   EXPECT_EQ(s.stats().requests, 1u);
 }
 
+TEST(SchedulerOrder, AReceiverWhoseServerServesAJobTakesRequestsOfThatJobOnly) {
+  // Each sequence number is a slot the server waits for: a request of a job that cannot write
+  // there would leave a hole. Refused while the server is there, taken again once it left.
+  Scheduler s(config_10g());
+  s.serve_job(EndpointId{kServer}, JobId{1});
+  Request other_job = request(1, 1, kServer, kMB);
+  other_job.job = JobId{2};
+  EXPECT_EQ(s.submit(other_job, at_us(0)), SubmitStatus::receiver_of_another_job);
+  EXPECT_EQ(s.submit(request(2, 1, kServer, kMB), at_us(0)), SubmitStatus::accepted);
+  EXPECT_EQ(s.submit(request(3, 2, 101, kMB), at_us(0)), SubmitStatus::accepted) << "another receiver is free";
+  EXPECT_EQ(s.stats().requests, 2u);
+  s.serve_job(EndpointId{kServer}, std::nullopt);
+  EXPECT_EQ(s.submit(other_job, at_us(0)), SubmitStatus::accepted);
+}
+
 TEST(SchedulerConfigTest, InvalidConfigurationsAreRejectedWithTheFieldName) {
   SchedulerConfig c;
   EXPECT_FALSE(c.validate().has_value());

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.hpp"
@@ -80,6 +82,30 @@ TEST(ReceiverServer, AnotherJobCanNeitherBecomeItsServerNorFreeItsSlotsNorNarrow
   // Once the server has left, the receiver is free: another job may serve it.
   server.detach();
   EXPECT_EQ(attach_outcome(on_receiver(name, 2, 2)), "attached");
+}
+
+TEST(ReceiverServer, AnotherJobsRequestForItIsRefusedAndTakesNoSequenceNumber) {
+  // Each sequence number is a slot the server waits for; job 2 cannot write there (no QP without
+  // job 1's key), so its grant would be a hole. Refused while job 1's server is attached.
+  const std::string name = unique_shm_name();
+  DaemonDriver driver(test_config(name), std::make_unique<sched::SchedulerPolicy>(no_replica()));
+  auto server = std::make_optional(Client::attach(on_receiver(name, 1, 8)));
+  Client stranger = Client::attach(test_attach(name, 2));
+  Client worker = Client::attach(test_attach(name, 1));
+  stranger.request(small_update());
+  const Grant refused = stranger.wait(2s);
+  EXPECT_EQ(refused.kind, GrantKind::error);
+  EXPECT_EQ(refused.reason, Reason::receiver_of_another_job);
+  worker.request(small_update());
+  EXPECT_EQ(take_and_complete(worker, 1), (std::vector<std::uint64_t>{1})) << "job 2's request took a sequence";
+  server.reset();  // detaches: receiver 9 serves any job again, once the daemon has seen it
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (driver.attached_apps() > 2) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the daemon never saw the server detach";
+    std::this_thread::sleep_for(1ms);
+  }
+  stranger.request(small_update());
+  EXPECT_EQ(take_and_complete(stranger, 1), (std::vector<std::uint64_t>{2}));
 }
 
 TEST(ReceiverServer, AServerOfTheSameJobTakesTheReceiverOverFromItsPredecessor) {

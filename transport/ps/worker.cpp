@@ -559,6 +559,12 @@ struct Worker::State {
   }
 
   PushResult take_sidecar_answer(const sidecar::Grant& g) {
+    if (g.reason == sidecar::Reason::receiver_of_another_job) {  // a drop from a peer, an error here
+      throw Error(Errc::invalid_argument,
+                  fmt::format("the sidecar refused the push: endpoint {}'s server is an app of another job than this "
+                              "worker's ({}): check the worker's server endpoint and job",
+                              options.server_endpoint, options.sidecar ? options.sidecar->job : 0));
+    }
     switch (g.kind) {
       case sidecar::GrantKind::go:
       case sidecar::GrantKind::redirect:
