@@ -434,10 +434,11 @@ struct AggregatorOptions {
   // here. A member that has not come by hole_timeout after its aggregate's slot is left out;
   // an aggregate none of whose members came is completed as failed (the server skips it).
   std::optional<sidecar::AttachOptions> sidecar;
-  // Sidecar mode: the workers that may push through it over its life (0: as many as
-  // accept_workers() takes). Each connection gets its own partition of the ring, 4 more are
-  // spare; a restarted aggregator (accept_workers(0)) needs it to have room for its workers
-  // coming back.
+  // Sidecar mode: the workers that may push through it at once (0: as many as accept_workers()
+  // takes). Each connection gets its own partition of the ring, 4 more are spare; a worker's
+  // partition comes back once it is gone and the members it wrote were forwarded, so workers
+  // may come back any number of times. A restarted aggregator (accept_workers(0)) needs it to
+  // have room for its workers coming back.
   std::uint32_t workers = 0;
 };
 

@@ -14,6 +14,7 @@
 //     never acknowledged, and every acknowledged push is applied.
 #include <sys/wait.h>
 
+#include <atomic>
 #include <csignal>
 
 #include <cstdio>
@@ -25,16 +26,21 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include "gradlane/gradlane.hpp"
 
 #include "../common/external_process.hpp"
 #include "../common/hosts.hpp"
 #include "examples/ps_synthetic.hpp"
 #include "ps_run.hpp"
 #include "transport/ps/kernels.hpp"
+#include "transport/ps/messages.hpp"
+#include "transport/ps/regions.hpp"
 
 namespace gradlane::testing {
 namespace {
@@ -405,6 +411,97 @@ TEST_F(AggregatedRun, ARestartedAggregatorIsFoundAgainByItsWorkersAndSumsTheirUp
   }
   EXPECT_EQ(delivered_after, second["summed"].get<std::uint64_t>());
   EXPECT_GT(delivered_after, kWorkers * 5u) << "the workers pushed little through the restarted aggregator";
+}
+
+// A sidecar-mode aggregator for one worker has 1 + 4 spare partitions of its member ring. One
+// worker connects, says hello and goes, 9 times (as after restarts): each connection must be
+// given a partition of its own, which needs the partitions of the connections gone to come back
+// (before, the sixth connection was refused: "more than 5 connections to accept").
+TEST(SidecarAggregator, AWorkerThatComesBackAgainAndAgainGetsAPartitionEachTime) {
+  const auto hosts = hosts_from_env();
+  ASSERT_GE(hosts.size(), 3u) << "needs ci/softroce.sh --hosts 3";
+  constexpr std::size_t kFloats = 1024;
+  constexpr std::uint16_t kServerPort = 7860, kAggregatorPort = 7861;
+  constexpr int kComebacks = 9;
+  const std::string out = fresh_test_dir(), shm = "/gradlane-test-partitions";
+  ExternalProcess daemon({GRADLANE_GRADLANED, "--foreground", "--shm-name", shm}, out + "/gradlaned");
+  ASSERT_TRUE(wait_for_text(out + "/gradlaned.err", "gradlaned: serving", 120s));
+
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> joined{0}, gone{0};
+  std::string server_failure, aggregator_failure;
+  std::jthread server_thread([&] {
+    try {
+      Device device = Device::open({.name = hosts[0].device});
+      ps::ShardOptions shard;
+      shard.floats = kFloats;
+      shard.slots = 8;
+      ps::ShardServer server(device, ps::Role::server, kServerPort, shard, std::vector<float>(kFloats, 0.0F));
+      server.accept_peers(1, 60s);  // the aggregator's forward
+      while (!stop.load()) {
+        if (server.progress() == 0) server.wait_for_input(5ms);
+      }
+    } catch (const std::exception& e) {
+      server_failure = e.what();
+    }
+  });
+  std::jthread aggregator_thread([&] {
+    try {
+      Device device = Device::open({.name = hosts[2].device});
+      ps::AggregatorOptions o;
+      o.id = 100;
+      o.server = {hosts[0].address, kServerPort};
+      o.floats = kFloats;
+      o.workers = 1;
+      sidecar::AttachOptions attach;
+      attach.shm_name = shm;
+      attach.job = 1;
+      attach.endpoint = 2;
+      o.sidecar = attach;
+      ps::Aggregator aggregator(device, kAggregatorPort, o);
+      aggregator.accept_workers(1, 60s);
+      joined = 1;
+      while (!stop.load()) {
+        if (aggregator.progress() == 0) std::this_thread::sleep_for(100us);
+        joined = 1 + aggregator.stats().peers_joined;
+        gone = aggregator.stats().peers_lost + aggregator.stats().peers_left;
+      }
+    } catch (const std::exception& e) {
+      aggregator_failure = e.what();
+      stop = true;
+    }
+  });
+
+  // A failed assertion returns from here: the threads must stop before they are joined.
+  struct StopOnExit {
+    std::atomic<bool>& stop;
+    ~StopOnExit() { stop = true; }
+  } stop_on_exit{stop};
+  Device device = Device::open({.name = hosts[1].device});
+  const auto wait_until = [&](const std::atomic<std::uint64_t>& counter, std::uint64_t value) {
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (counter.load() < value && !stop.load() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(1ms);
+    }
+    return counter.load() >= value;
+  };
+  std::set<std::uint64_t> partitions;
+  for (int i = 0; i < kComebacks; ++i) {
+    SCOPED_TRACE("connection " + std::to_string(i + 1));
+    Connection c = ps::connect_with_retry(device, hosts[2].address, kAggregatorPort, TransportOptions{}, 30s);
+    const RegionDescriptor mine = c.wait_region(ps::kSlotRegionId, 30s);
+    partitions.insert(mine.addr);
+    c.send(ps::encode(ps::Hello{ps::PeerKind::worker, 1}));
+    ASSERT_TRUE(wait_until(joined, static_cast<std::uint64_t>(i + 1))) << "not admitted; " << aggregator_failure;
+    c.close();
+    ASSERT_TRUE(wait_until(gone, static_cast<std::uint64_t>(i + 1))) << "its leaving not seen; " << aggregator_failure;
+  }
+  stop = true;
+  aggregator_thread.join();
+  server_thread.join();
+  EXPECT_EQ(aggregator_failure, "");
+  EXPECT_EQ(server_failure, "");
+  EXPECT_LE(partitions.size(), 5u) << "more partitions than the ring has";
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -32,6 +33,19 @@ inline std::vector<float> read_model(const std::string& path, std::size_t floats
     throw std::runtime_error(path + ": not a model of " + std::to_string(floats) + " floats");
   }
   return model;
+}
+
+// True once `path` (a process's captured stderr) holds a line containing `text`, within `limit`.
+inline bool wait_for_text(const std::string& path, const std::string& text, std::chrono::seconds limit) {
+  const auto give_up = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < give_up) {
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      if (line.find(text) != std::string::npos) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
 }
 
 // $GRADLANE_OUT_DIR/<current test's name>, emptied: a rerun into the same directory starts clean.

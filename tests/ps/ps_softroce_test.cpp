@@ -37,19 +37,6 @@ namespace {
 using namespace std::chrono_literals;
 using nlohmann::json;
 
-// True once `path` (a process's captured stderr) holds a line containing `text`, within `limit`.
-bool wait_for_text(const std::string& path, const std::string& text, std::chrono::seconds limit) {
-  const auto give_up = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < give_up) {
-    std::ifstream in(path);
-    for (std::string line; std::getline(in, line);) {
-      if (line.find(text) != std::string::npos) return true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
-}
-
 struct RunSpec {
   std::size_t floats = 4096;
   std::uint64_t updates = 30;  // per worker

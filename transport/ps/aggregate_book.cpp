@@ -35,6 +35,12 @@ Arrival AggregateBook::arrived(std::uint32_t peer, std::uint32_t worker, std::ui
   return result;
 }
 
+bool AggregateBook::holds_any(std::uint32_t peer) const {
+  if (peer >= peers_) return false;
+  const auto first = held_.begin() + std::ptrdiff_t{peer} * slots_;
+  return std::any_of(first, first + slots_, [](const auto& held) { return held.has_value(); });
+}
+
 bool AggregateBook::granted(std::uint64_t id, std::uint64_t sequence, std::uint32_t members,
                             std::chrono::nanoseconds slot_start, Instant give_up) {
   const auto imm = static_cast<std::uint32_t>(id);

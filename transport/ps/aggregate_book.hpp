@@ -71,6 +71,8 @@ class AggregateBook {
   // slots freed. Returns how many were struck.
   std::size_t expire_ungranted(Instant now, std::chrono::nanoseconds max_wait);
 
+  // Whether any of peer `peer`'s member slots is held by an aggregate not yet taken.
+  bool holds_any(std::uint32_t peer) const;
   bool empty() const noexcept { return pending_.empty(); }
   std::size_t pending() const noexcept { return pending_.size(); }
   std::uint32_t slots_per_peer() const noexcept { return slots_; }

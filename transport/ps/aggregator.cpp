@@ -264,7 +264,7 @@ std::size_t Aggregator::State::admit_joiners() {
     }
     MemberPeer peer{std::move(j.conn), j.hello.worker, true, {}};
     // Sidecar mode: the partition its connection was advertised (see accept_sidecar_workers).
-    peer.partition = first_late_partition + static_cast<std::uint32_t>(j.accepted);
+    if (partitions) peer.partition = partitions->partition_of(first_late_advertised + j.accepted);
     peers.push_back(std::move(peer));
     ++stats.peers_joined;
     std::fprintf(stderr, "gradlane ps aggregator: worker %u joined\n", j.hello.worker);

@@ -20,8 +20,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Connections beyond the expected workers that may be accepted and dropped before their hello
-// (half-open retries, join.hpp); each takes a partition of the ring.
+// Connections beyond the expected workers that may hold a partition of the ring at once: a
+// connection dropped before its hello (half-open retries, join.hpp) keeps its partition, and a
+// worker back after a restart takes one before its old one is given back (reclaim_partitions).
 constexpr std::uint32_t kSparePartitions = 4;
 
 // Members whose aggregate was never granted (its grant went elsewhere or the sidecar was lost)
@@ -32,38 +33,43 @@ constexpr std::chrono::seconds kUngrantedLimit{30};
 
 void Aggregator::State::accept_sidecar_workers(std::size_t workers, Millis timeout) {
   if (book) throw Error(Errc::invalid_argument, "ps::Aggregator: in sidecar mode, accept_workers() once");
-  const auto partitions =
-      static_cast<std::uint32_t>(std::max<std::size_t>(workers, options.workers)) + kSparePartitions;
-  ring.emplace(device, options.floats, partitions * slot_count);
-  book.emplace(partitions, slot_count);
-  // Each connection gets its own partition of the ring: slot_count member slots, in the order
-  // connections are accepted — at the start, and later (a worker back at a restarted
-  // aggregator) from the poll loop, which is why the lambda holds the state, not this frame.
+  const auto count = static_cast<std::uint32_t>(std::max<std::size_t>(workers, options.workers)) + kSparePartitions;
+  ring.emplace(device, options.floats, count * slot_count);
+  book.emplace(count, slot_count);
+  // Each connection gets its own partition of the ring: slot_count member slots, as it is
+  // advertised to — at the start, and later (a worker back at a restarted aggregator, or after
+  // its own restart) from the poll loop, which is why the lambda holds the pool, not this frame.
   const RegionDescriptor whole = ring->region().descriptor();
   const std::uint64_t partition_bytes = std::uint64_t{slot_count} * ring->slot_bytes();
-  const auto next = std::make_shared<std::uint32_t>(0);  // the next connection's partition
-  const auto advertise = [next, whole, partition_bytes, partitions](Connection& conn) {
-    const std::uint32_t index = (*next)++;
-    if (index >= partitions) {
+  partitions = std::make_shared<PartitionPool>(count);
+  const auto advertise = [pool = partitions, whole, partition_bytes, count](Connection& conn) {
+    const auto index = pool->take();
+    if (!index) {
       throw Error(Errc::resource_exhausted,
-                  fmt::format("more than {} connections to accept (AggregatorOptions::workers + {} spare)", partitions,
-                              kSparePartitions));
+                  fmt::format("all {} partitions of the member ring are held (AggregatorOptions::workers + {} spare): "
+                              "a worker's comes back once it is gone and its members were forwarded",
+                              count, kSparePartitions));
     }
     RegionDescriptor mine = whole;
-    mine.addr += index * partition_bytes;
+    mine.addr += *index * partition_bytes;
     mine.length = partition_bytes;
-    conn.advertise(kSlotRegionId, mine);
+    try {
+      conn.advertise(kSlotRegionId, mine);
+    } catch (const Error&) {
+      pool->give_back(*index);  // it never learned where its partition is
+      throw;
+    }
   };
   for (Joined& j : accept_hellos(listener, workers, advertise, timeout, "aggregator")) {
     if (j.hello.kind != PeerKind::worker) {
       throw Error(Errc::protocol, fmt::format("{}: only workers join an aggregator", j.conn.describe()));
     }
     MemberPeer peer{std::move(j.conn), j.hello.worker, true, {}};
-    peer.partition = static_cast<std::uint32_t>(j.accepted);
+    peer.partition = partitions->partition_of(j.accepted);
     peers.push_back(std::move(peer));
   }
-  // Connections advertised to and dropped before their hello keep their partition unused.
-  first_late_partition = *next;
+  // Connections advertised to and dropped before their hello keep their partition.
+  first_late_advertised = partitions->advertised();
   late.emplace(listener, advertise, options.transport.connect_timeout, "aggregator");
 }
 
@@ -175,12 +181,26 @@ std::size_t Aggregator::State::forward_due() {
   return work;
 }
 
+std::size_t Aggregator::State::reclaim_partitions() {
+  std::size_t work = 0;
+  for (MemberPeer& peer : peers) {
+    // Its connection is closed (lose()): nothing more lands in the partition. What landed is
+    // summed or given up with its aggregate, which frees the slots.
+    if (peer.alive || peer.partition_back || book->holds_any(peer.partition)) continue;
+    partitions->give_back(peer.partition);
+    peer.partition_back = true;
+    ++work;
+  }
+  return work;
+}
+
 std::size_t Aggregator::State::progress_sidecar() {
   if (!book) throw Error(Errc::invalid_argument, "ps::Aggregator: accept_workers() first");
   std::size_t work = admit_joiners();
   work += take_doorbells();
   work += take_grants();
   work += forward_due();
+  work += reclaim_partitions();
   return work;
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "transport/ps/member_group.hpp"
 #include "transport/ps/messages.hpp"
 #include "transport/ps/outstanding_grants.hpp"
+#include "transport/ps/partition_pool.hpp"
 #include "transport/ps/regions.hpp"
 
 namespace gradlane::ps {
@@ -28,6 +30,7 @@ struct MemberPeer {
   bool alive = true;
   OutstandingGrants outstanding;  // direct mode
   std::uint32_t partition = 0;    // sidecar mode: its member slots' partition of the ring
+  bool partition_back = false;    // sidecar mode: gone, and its partition given back to the pool
   bool said_bye = false;          // the worker said it finished: its disconnect is a leave
 };
 
@@ -51,8 +54,10 @@ struct Aggregator::State {
   Worker forward;  // to the server and the replica; its gradient() is where a group is summed
   std::vector<MemberPeer> peers;
   std::optional<LateJoins> late;  // after accept_workers
-  // Sidecar mode: the partition the first late joiner takes (each takes the next one).
-  std::uint32_t first_late_partition = 0;
+  // Sidecar mode: the ring's partitions (shared with the advertising callback LateJoins keeps),
+  // and the number of the first late joiner's advertisement (Joined::accepted counts from it).
+  std::shared_ptr<PartitionPool> partitions;
+  std::size_t first_late_advertised = 0;
   std::uint32_t rounds = 0;       // progress() calls: late joins are looked at every 64
   std::deque<Waiting> waiting;
   std::uint64_t next_grant = 1;
@@ -66,6 +71,8 @@ struct Aggregator::State {
 
   bool sidecar_mode() const { return options.sidecar.has_value(); }
   void lose(MemberPeer& peer, const Error& why);
+  // Sidecar mode: partitions of workers gone whose member slots are all free, back to the pool.
+  std::size_t reclaim_partitions();
   // Tells a member's worker what became of it (`member`: its member sequence or aggregate id),
   // once its forward completed: until then its push is not acknowledged (ps.hpp).
   void tell_forwarded(MemberPeer& peer, std::uint64_t member, const PushResult& pushed);
