@@ -224,6 +224,9 @@ void peer_seeds(const fs::path& dir) {
   peer::SlotAnswer moved = drop;
   moved.drop_cause = peer::DropCause::receiver_moved;
   write(dir, "slot-answer-drop-moved", peer::encode(moved));
+  peer::SlotAnswer other_job = drop;
+  other_job.drop_cause = peer::DropCause::receiver_of_another_job;
+  write(dir, "slot-answer-drop-another-job", peer::encode(other_job));
   write(dir, "takeover", peer::encode(peer::Takeover{.endpoint = 2, .version = 62}));
   peer::SlotAnswer cause_on_go = answer;
   cause_on_go.drop_cause = peer::DropCause::receiver_moved;

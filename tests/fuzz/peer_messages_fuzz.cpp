@@ -40,8 +40,9 @@ void check_bounds(const peer::Message& message) {
                    require(m.start_in_ns >= 0 && m.length_ns >= 0, "slot answer with a negative slot time");
                    require(m.kind == peer::AnswerKind::drop || m.transfer != 0, "slot answer without a transfer id");
                    require(m.members.size() <= 65536, "aggregate with too many members");
-                   require(m.drop_cause == peer::DropCause::stale ||
-                               (m.drop_cause == peer::DropCause::receiver_moved && m.kind == peer::AnswerKind::drop),
+                   const bool known_cause = m.drop_cause == peer::DropCause::receiver_moved ||
+                                            m.drop_cause == peer::DropCause::receiver_of_another_job;
+                   require(m.drop_cause == peer::DropCause::stale || (known_cause && m.kind == peer::AnswerKind::drop),
                            "a drop cause that is unknown or on an answer that is not a drop");
                  },
                  [](const peer::Takeover&) {},  // any endpoint and version are well-formed
