@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -47,23 +48,12 @@ void send_reply(int socket, const shm::DoorReply& reply, int fd) {
 
 }  // namespace
 
-JobDoor::JobDoor(const std::string& shm_name, std::map<std::uint32_t, Job> jobs) : jobs_(std::move(jobs)) {
-  const shm::DoorAddress door = shm::door_address(shm_name);
+JobDoor::JobDoor(const std::string& shm_name, std::map<std::uint32_t, Job> jobs)
+    : jobs_(std::move(jobs)), door_(shm::door_address(shm_name)) {
   // Non-blocking: take_knocks() accepts until none is left.
   listener_ = UniqueFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!listener_) detail::throw_call_failed(Errc::system, "socket(AF_UNIX) for the door to job segments", errno);
-  if (::bind(listener_.get(), reinterpret_cast<const sockaddr*>(&door.address), door.length) != 0) {
-    const int err = errno;
-    if (err == EADDRINUSE) {
-      throw Error(Errc::invalid_argument,
-                  fmt::format("the door to {}'s job segments (abstract socket @gradlane-door{}) is taken: another "
-                              "gradlaned serves {}, or some process holds that address; stop it, or start this one "
-                              "with a different --shm-name",
-                              shm_name, shm_name, shm_name),
-                  err);
-    }
-    detail::throw_call_failed(Errc::system, "bind(the door to " + shm_name + "'s job segments)", err);
-  }
+  take_path(shm_name);
   if (::listen(listener_.get(), 64) != 0) detail::throw_call_failed(Errc::system, "listen(door)", errno);
   stop_ = UniqueFd(::eventfd(0, EFD_CLOEXEC));
   if (!stop_) detail::throw_call_failed(Errc::system, "eventfd(door)", errno);
@@ -77,6 +67,50 @@ JobDoor::~JobDoor() {
     std::terminate();  // joining would hang; a daemon going down anyway
   }
   thread_.join();
+  // Our socket file, unless someone replaced it meanwhile (then it is theirs to remove).
+  struct stat st {};
+  if (::lstat(door_.path(), &st) == 0 && st.st_ino == inode_ && st.st_dev == device_) ::unlink(door_.path());
+}
+
+void JobDoor::take_path(const std::string& shm_name) {
+  const auto taken = [&](const char* by) {
+    return Error(Errc::invalid_argument,
+                 fmt::format("the door to {}'s job segments ({}) is taken {}: stop it, or start this gradlaned "
+                             "with a different --shm-name",
+                             shm_name, door_.path(), by));
+  };
+  const auto* address = reinterpret_cast<const sockaddr*>(&door_.address);
+  for (int attempt = 0;; ++attempt) {
+    if (::bind(listener_.get(), address, door_.length) == 0) break;
+    if (errno != EADDRINUSE || attempt == 1) {
+      detail::throw_call_failed(Errc::system, fmt::format("bind({}, the door to {}'s job segments)", door_.path(),
+                                                          shm_name), errno);
+    }
+    // Something is there. A door that answers is another gradlaned's (or a squatter's), and a
+    // file that is not a socket, or another user's, is not ours to remove; a socket of ours
+    // nobody answers on was left by a gradlaned that died.
+    struct stat st {};
+    if (::lstat(door_.path(), &st) != 0) continue;  // gone meanwhile
+    if (!S_ISSOCK(st.st_mode)) throw taken("by a file that is not a socket");
+    UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (probe && ::connect(probe.get(), address, door_.length) == 0) {
+      throw taken("by a running process: another gradlaned serves that name, or some process holds its door");
+    }
+    if (st.st_uid != ::geteuid() && ::geteuid() != 0) throw taken(fmt::format("by uid {}'s socket", st.st_uid).c_str());
+    if (::unlink(door_.path()) != 0 && errno != ENOENT) {
+      detail::throw_call_failed(Errc::system, fmt::format("unlink({}, a door left by a gradlaned that died)",
+                                                          door_.path()), errno);
+    }
+  }
+  // Any user may knock (the door asks the kernel who it is); remember which file is ours.
+  struct stat st {};
+  if (::chmod(door_.path(), 0666) != 0 || ::lstat(door_.path(), &st) != 0) {
+    const int err = errno;
+    ::unlink(door_.path());
+    detail::throw_call_failed(Errc::system, fmt::format("chmod({}, 0666)", door_.path()), err);
+  }
+  inode_ = st.st_ino;
+  device_ = st.st_dev;
 }
 
 void JobDoor::serve() {

@@ -11,7 +11,10 @@
 #include <thread>
 #include <vector>
 
+#include <sys/types.h>
+
 #include "common/unique_fd.hpp"
+#include "sidecar/shm/door.hpp"
 #include "sidecar/shm/segment.hpp"
 
 namespace gradlane::sidecar {
@@ -22,9 +25,10 @@ class JobDoor {
     std::uint32_t uid = 0;
     UniqueFd segment;  // the door's own descriptor of the job's segment (Segment::reopen())
   };
-  // Binds the door of the daemon serving `shm_name` and starts answering. Throws
-  // Error(invalid_argument) when the address is taken (another gradlaned serves that name, or a
-  // squatter holds it: say so, since apps would refuse a squatter's door anyway).
+  // Binds the door of the daemon serving `shm_name` (removing a socket of this user's that a
+  // dead gradlaned left) and starts answering. Throws Error(invalid_argument) when the path is
+  // taken (another gradlaned serves that name, or a squatter holds it: say so, since apps would
+  // refuse a squatter's door anyway). The destructor removes the socket file.
   JobDoor(const std::string& shm_name, std::map<std::uint32_t, Job> jobs);
   ~JobDoor();  // stops the thread: no knock is answered afterwards
   JobDoor(const JobDoor&) = delete;
@@ -37,11 +41,15 @@ class JobDoor {
     UniqueFd socket;
     std::chrono::steady_clock::time_point deadline;
   };
+  void take_path(const std::string& shm_name);
   void serve();
   void take_knocks();
   void answer(int socket);
 
   std::map<std::uint32_t, Job> jobs_;
+  shm::DoorAddress door_;
+  ino_t inode_ = 0;  // our socket file, removed by the destructor if it is still there
+  dev_t device_ = 0;
   UniqueFd listener_;
   UniqueFd stop_;  // an eventfd: written once by the destructor
   std::vector<Knock> knocks_;  // the thread's alone

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -16,7 +17,7 @@
 namespace gradlane::sidecar::shm {
 namespace {
 
-constexpr char kDoorPrefix[] = "gradlane-door";
+constexpr char kDoorPrefix[] = "/dev/shm/gradlane-door.";
 
 // Bounds every send and receive on `socket` by `timeout` (SO_SNDTIMEO / SO_RCVTIMEO).
 void bound_every_call(int socket, std::chrono::milliseconds timeout) {
@@ -33,16 +34,17 @@ void bound_every_call(int socket, std::chrono::milliseconds timeout) {
 DoorAddress door_address(const std::string& shm_name) {
   DoorAddress a;
   a.address.sun_family = AF_UNIX;
-  // Abstract: sun_path[0] is NUL and the name is the bytes after it, not NUL-terminated.
-  const std::string name = std::string(kDoorPrefix) + shm_name;
-  if (1 + name.size() > sizeof a.address.sun_path) {
+  // A POSIX shm name is "/name" with no other slash: the door is a file beside the segment.
+  const std::string bare = shm_name.starts_with('/') ? shm_name.substr(1) : shm_name;
+  const std::string path = std::string(kDoorPrefix) + bare;
+  if (path.size() + 1 > sizeof a.address.sun_path) {
     throw Error(Errc::invalid_argument,
                 fmt::format("shared-memory name {} is too long for gradlaned's door to job segments (at most {} "
                             "characters with --job-user): choose a shorter --shm-name",
-                            shm_name, sizeof a.address.sun_path - 1 - (sizeof kDoorPrefix - 1)));
+                            shm_name, sizeof a.address.sun_path - sizeof kDoorPrefix));
   }
-  name.copy(a.address.sun_path + 1, name.size());
-  a.length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  path.copy(a.address.sun_path, path.size());
+  a.length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size() + 1);
   return a;
 }
 
@@ -79,21 +81,32 @@ DoorAnswer ask_door(const std::string& shm_name, std::uint32_t job, std::chrono:
   UniqueFd socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!socket) detail::throw_call_failed(Errc::system, "socket(AF_UNIX) for gradlaned's door", errno);
   bound_every_call(socket.get(), timeout);
+  // Anyone may create a socket at that path first: only root's door, or our own user's, hands
+  // out a segment we would trust with our requests.
+  const auto untrusted = [&](std::optional<std::uint32_t> holder) {
+    return Error(Errc::sidecar_unavailable,
+                 fmt::format("the door to {}'s job segments ({}) is held by uid {}, neither this process's (uid {}) "
+                             "nor root's: not a gradlaned this app can trust (another user's, or a squatter); pick "
+                             "the segment gradlaned serves (GRADLANE_SIDECAR_SHM)",
+                             shm_name, door.path(), holder ? std::to_string(*holder) : "?", ::geteuid()));
+  };
   if (::connect(socket.get(), reinterpret_cast<const sockaddr*>(&door.address), door.length) != 0) {
     if (errno == ECONNREFUSED || errno == ENOENT) return {};  // no door: no daemon with job segments
     if (transient(errno)) return no_answer(fmt::format("its door is busy ({})", std::strerror(errno)));
+    if (errno == EACCES) {  // gradlaned's door is open to every user (0666): this one is not
+      struct stat st {};
+      if (::lstat(door.path(), &st) != 0 || !trusted_maker(st.st_uid)) {
+        throw untrusted(::lstat(door.path(), &st) == 0 ? std::optional<std::uint32_t>(st.st_uid) : std::nullopt);
+      }
+      throw Error(Errc::sidecar_unavailable,
+                  fmt::format("the door to {}'s job segments ({}, uid {}, mode {:o}) does not let this user knock: "
+                              "gradlaned's is mode 666; is it a gradlaned of another release?",
+                              shm_name, door.path(), st.st_uid, st.st_mode & 07777));
+    }
     detail::throw_call_failed(Errc::sidecar_unavailable, "connect(gradlaned's door for " + shm_name + ")", errno);
   }
-  // Anyone may bind an abstract name: only root's door, or our own user's, hands out a segment
-  // we would trust with our requests.
   const auto holder = peer_uid(socket.get());
-  if (!holder || !trusted_maker(*holder)) {
-    throw Error(Errc::sidecar_unavailable,
-                fmt::format("the door to {}'s job segments is held by uid {}, neither this process's (uid {}) nor "
-                            "root's: not a gradlaned this app can trust (another user's, or a squatter); pick the "
-                            "segment gradlaned serves (GRADLANE_SIDECAR_SHM)",
-                            shm_name, holder ? std::to_string(*holder) : "?", ::geteuid()));
-  }
+  if (!holder || !trusted_maker(*holder)) throw untrusted(holder);
   const DoorRequest request{kDoorMagic, job};
   if (::send(socket.get(), &request, sizeof request, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof request)) {
     if (transient(errno)) return no_answer(fmt::format("its door did not take the request ({})", std::strerror(errno)));

@@ -4,10 +4,13 @@
 //   - no name, so nobody can squat it or open it by guessing;
 //   - F_SEAL_SHRINK | F_SEAL_GROW, so no process holding it can ftruncate it under the daemon,
 //     whose next access past the new end would die of SIGBUS and take every job's sidecar along.
-// An app gets the segment through this door, a Unix socket in the abstract namespace that asks
-// the kernel who is knocking (SO_PEERCRED): the job's user, or root, gets a descriptor of the
+// An app gets the segment through this door, a Unix socket at a path in /dev/shm that asks the
+// kernel who is knocking (SO_PEERCRED): the job's user, or root, gets a descriptor of the
 // segment (SCM_RIGHTS); anyone else gets told whose job it is. The app checks the door the same
-// way, since anyone may bind an abstract name: it takes a segment only from root or itself.
+// way, since anyone may create a socket there first: it takes a segment only from root or
+// itself. A path, not an abstract name: abstract names belong to a network namespace, and an
+// app in a container that shares the host's /dev/shm (its IPC) but not its network would find
+// no door.
 #pragma once
 
 #include <sys/socket.h>
@@ -22,11 +25,13 @@
 
 namespace gradlane::sidecar::shm {
 
-// The abstract address of the door of the daemon serving `shm_name`: "\0gradlane-door" +
-// shm_name. Throws Error(invalid_argument) when the name does not fit a socket address.
+// The address of the door of the daemon serving `shm_name` ("/name"): the socket
+// "/dev/shm/gradlane-door.name", beside the shared segment. Throws Error(invalid_argument)
+// when the name does not fit a socket address.
 struct DoorAddress {
   sockaddr_un address{};
   socklen_t length = 0;
+  const char* path() const { return address.sun_path; }
 };
 DoorAddress door_address(const std::string& shm_name);
 

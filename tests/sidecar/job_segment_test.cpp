@@ -45,9 +45,10 @@ constexpr std::uint32_t kJob7User = 61007, kJob8User = 61008, kStranger = 61009;
 constexpr int kAttachedAndGranted = 0, kMayNotMap = 20, kOwnSegment = 21, kKnockRefused = 22, kUntrusted = 23,
               kResizeRefused = 0;
 
-int as_user(const std::string& shm, std::uint32_t uid, std::uint32_t job, const std::string& what) {
+int as_user(const std::string& shm, std::uint32_t uid, std::uint32_t job, const std::string& what,
+            bool own_network = false) {
   Child child("app-as-user", {"--shm=" + shm, "--uid=" + std::to_string(uid), "--job=" + std::to_string(job),
-                              "--try=" + what});
+                              "--try=" + what, std::string("--netns=") + (own_network ? "1" : "0")});
   const int status = child.wait_exit(10s);  // a wait status (or -1: still running)
   return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
@@ -121,6 +122,38 @@ TEST(JobSegments, KnocksThatSayNothingDoNotHoldTheDoor) {
   }
   EXPECT_EQ(as_user(shm, kJob7User, 7, "attach"), kAttachedAndGranted);
   EXPECT_EQ(as_user(shm, kJob8User, 8, "attach"), kAttachedAndGranted);
+}
+
+TEST(JobSegments, AnAppInANetworkNamespaceOfItsOwnStillFindsTheDoor) {
+  REQUIRE_ROOT();
+  // An app in a container that shares the host's /dev/shm but not its network: the door is a
+  // socket file beside the segment, so it is found there. (An abstract socket, as the door was,
+  // belongs to a network namespace: the app found none, fell back to the shared segment and was
+  // refused own_segment.)
+  const std::string shm = unique_shm_name();
+  DaemonDriver driver(two_jobs_config(shm));
+  EXPECT_EQ(as_user(shm, kJob7User, 7, "attach", /*own_network=*/true), kAttachedAndGranted);
+  EXPECT_EQ(as_user(shm, kJob8User, 7, "knock", /*own_network=*/true), kKnockRefused) << "another job's user";
+}
+
+TEST(JobSegments, AGradlanedThatDiedLeavesADoorTheNextOneTakes) {
+  REQUIRE_ROOT();
+  // SIGKILLed, a daemon leaves its socket file behind; the next one on that name removes it (a
+  // socket of its user's nobody answers on) instead of refusing to start. One that stops
+  // cleanly removes it itself.
+  const std::string shm = unique_shm_name();
+  const shm::DoorAddress door = shm::door_address(shm);
+  {
+    UniqueFd left(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    ASSERT_TRUE(left);
+    ASSERT_EQ(::bind(left.get(), reinterpret_cast<const sockaddr*>(&door.address), door.length), 0) << std::strerror(errno);
+  }  // closed: the file stays, nobody listens
+  ASSERT_EQ(::access(door.path(), F_OK), 0);
+  {
+    DaemonDriver driver(two_jobs_config(shm));
+    EXPECT_EQ(as_user(shm, kJob7User, 7, "attach"), kAttachedAndGranted);
+  }
+  EXPECT_NE(::access(door.path(), F_OK), 0) << "a daemon that stopped left its door behind";
 }
 
 TEST(JobSegments, AnAppOnAJobsSegmentWakesASleepingDaemon) {
@@ -231,6 +264,7 @@ TEST(JobSegments, AnAppTakesASegmentOrADoorOnlyOfItsOwnUsersOrRootsMaking) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("is taken"), std::string::npos) << e.what();
   }
+  ::unlink(shm::door_address(door_shm).path());  // the squatter's socket file
 }
 
 TEST(JobSegments, ABadJobUserIsRefusedNamingIt) {
