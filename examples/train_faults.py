@@ -28,7 +28,7 @@ import sys
 
 CLEAR_S = 5.0
 STEPPED_DOWN = 5  # gradlane_train server: stepped down, the replica carries the job on
-# gradlane_train server: cut off (lost its replica and every worker, none finished): the
+# gradlane_train server: cut off (lost every worker, none finished, having a replica): the
 # replica may carry the job on; the server's versions past its replica_acked are not the job's.
 CUT_OFF = 6
 
@@ -139,7 +139,7 @@ def check(run):
                             f" (a worker failed over), the replica carried on")
             continue
         if name == 'server' and cut_off:
-            outcomes.append(f"server cut off at v{server_final.get('version')} (lost its replica and every worker), "
+            outcomes.append(f"server cut off at v{server_final.get('version')} (lost every worker), "
                             f"the replica carried on")
             continue
         if name == killed:

@@ -201,9 +201,9 @@ int run_server(const Config& c) {
               static_cast<unsigned long long>(shard.stats().skipped),
               static_cast<unsigned long long>(shard.stats().peers_lost));
   if (is_server && shard.cut_off()) {
-    std::fprintf(stderr, "%s: cut off at version %llu: lost the replica and every worker, none of which said it "
-                 "finished; the replica (promoted) may carry the job on; versions past %llu, which it never "
-                 "confirmed, are not the job's\n", name.c_str(), static_cast<unsigned long long>(shard.version()),
+    std::fprintf(stderr, "%s: cut off at version %llu: lost every worker, none of which said it finished; the "
+                 "replica (promoted) may carry the job on; versions past %llu, which it never confirmed, are not "
+                 "the job's\n", name.c_str(), static_cast<unsigned long long>(shard.version()),
                  static_cast<unsigned long long>(shard.stats().replica_acked));
     return 6;
   }

@@ -248,10 +248,11 @@ class ShardServer {
   // Nothing more can arrive: a server has no live worker and every granted sequence is
   // decided; a replica has lost its primary and applied every decision it was sent.
   bool finished() const;
-  // Server: it lost its replica and every worker, none of which said it finished — what a
-  // partition around this server's host looks like from inside. The workers may carry the job
-  // on at the promoted replica: this model's versions past stats().replica_acked were never
-  // confirmed there, and are not the job's.
+  // Server with a replica: it lost every worker, none of which said it finished — what a
+  // partition around this server's host looks like from inside, whether or not it has noticed
+  // the replica's link go too (an idle replica connection fails only when next used). The
+  // workers may carry the job on at the promoted replica: this model's versions past
+  // stats().replica_acked were never confirmed there, and are not the job's.
   bool cut_off() const;
 
   std::uint64_t version() const;  // the shard's model version: sequences decided (applied or skipped)

@@ -1,0 +1,108 @@
+// ShardServer::cut_off() over rxe: a server with a replica that loses every worker, none of
+// which said it finished, is cut off — even while its idle replica connection still looks alive
+// (found by the fault run link:0, seed 2: the server exited as finished while the replica,
+// promoted, went on: two final models). A worker that says Bye first is a finished job.
+#include <atomic>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gradlane/gradlane.hpp"
+
+#include "../common/hosts.hpp"
+#include "transport/ps/messages.hpp"
+#include "transport/ps/regions.hpp"
+
+namespace gradlane::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Ending {
+  bool finished = false;
+  bool cut_off = false;
+  bool had_replica = false;  // the replica still connected when it finished
+  std::string failure;
+};
+
+// A server on host 0 with its replica on host 1; one hand-driven worker from host 2 says hello,
+// then leaves (after a Bye, or without one). What the server says once it has finished.
+Ending server_after_its_worker_leaves(const std::vector<Host>& hosts, std::uint16_t port, bool says_bye) {
+  constexpr std::size_t kFloats = 256;
+  const std::uint16_t replica_port = port + 1;
+  ps::ShardOptions shard;
+  shard.floats = kFloats;
+  shard.slots = 8;
+  std::atomic<bool> server_done{false};
+  Ending ending;
+  std::string replica_failure;
+  std::jthread replica_thread([&] {
+    try {
+      Device device = Device::open({.name = hosts[1].device});
+      ps::ShardServer replica(device, ps::Role::replica, replica_port, shard, std::vector<float>(kFloats, 0.0F));
+      replica.accept_peers(0, 60s);  // just the server
+      while (!server_done.load()) {
+        if (replica.progress() == 0) replica.wait_for_input(5ms);
+      }
+    } catch (const std::exception& e) {
+      replica_failure = e.what();
+    }
+  });
+  std::jthread server_thread([&] {
+    try {
+      Device device = Device::open({.name = hosts[0].device});
+      ps::ShardServer server(device, ps::Role::server, port, shard, std::vector<float>(kFloats, 0.0F));
+      server.connect_replica(hosts[1].address, replica_port, 60s);
+      server.accept_peers(1, 60s);
+      const auto give_up = std::chrono::steady_clock::now() + 60s;
+      while (!server.finished() && std::chrono::steady_clock::now() < give_up) {
+        if (server.progress() == 0) server.wait_for_input(5ms);
+      }
+      ending.finished = server.finished();
+      ending.cut_off = server.cut_off();
+      ending.had_replica = server.stats().peers_lost == 1;  // the worker only: the replica still counted alive
+    } catch (const std::exception& e) {
+      ending.failure = e.what();
+    }
+    server_done = true;
+  });
+  try {
+    Device device = Device::open({.name = hosts[2].device});
+    Connection worker = ps::connect_with_retry(device, hosts[0].address, port, TransportOptions{}, 60s);
+    (void)worker.wait_region(ps::kSlotRegionId, 60s);
+    worker.send(ps::encode(ps::Hello{ps::PeerKind::worker, 1}));
+    if (says_bye) {
+      worker.send(ps::encode(ps::Bye{1}));
+      worker.flush(5s);
+    }
+    worker.close();
+  } catch (const std::exception& e) {
+    ending.failure = std::string("worker: ") + e.what();
+  }
+  server_thread.join();
+  replica_thread.join();
+  if (ending.failure.empty() && !replica_failure.empty()) ending.failure = "replica: " + replica_failure;
+  return ending;
+}
+
+TEST(ShardServerCutOff, EveryWorkerGoneWithoutByeIsACutOffThoughTheIdleReplicaLooksAlive) {
+  const auto hosts = hosts_from_env();
+  ASSERT_GE(hosts.size(), 3u) << "needs ci/softroce.sh --hosts 3";
+  const Ending lost = server_after_its_worker_leaves(hosts, 7870, /*says_bye=*/false);
+  ASSERT_EQ(lost.failure, "");
+  EXPECT_TRUE(lost.finished);
+  EXPECT_TRUE(lost.had_replica) << "the replica's loss was seen: this test no longer shows the idle-replica case";
+  EXPECT_TRUE(lost.cut_off) << "a server whose every worker vanished took itself for finished";
+
+  const Ending left = server_after_its_worker_leaves(hosts, 7872, /*says_bye=*/true);
+  ASSERT_EQ(left.failure, "");
+  EXPECT_TRUE(left.finished);
+  EXPECT_FALSE(left.cut_off) << "a worker that said it finished is not a partition";
+}
+
+}  // namespace
+}  // namespace gradlane::testing
