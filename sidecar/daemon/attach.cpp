@@ -101,8 +101,8 @@ void Daemon::accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now)
   const std::uint32_t endpoint = s.endpoint;
   const std::uint32_t slots = s.slots;
   const bool as_server = take_over != 0 || slots != 0;  // it speaks for its receiver's sequence
-  if (const auto held = receiver_servers_.find(endpoint);
-      as_server && held != receiver_servers_.end() && held->second.job != job) {
+  if (const auto server = receiver_servers_.find(endpoint);
+      as_server && server != receiver_servers_.end() && server->second.job != job) {
     reject(slot, claim, Reason::receiver_of_another_job);  // before it narrows that job's window
     return;
   }

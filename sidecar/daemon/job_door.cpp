@@ -87,8 +87,8 @@ void JobDoor::take_path(const std::string& shm_name) {
                                                           shm_name), errno);
     }
     // Something is there. A door that answers is another gradlaned's (or a squatter's), and a
-    // file that is not a socket, or another user's, is not ours to remove; a socket of ours
-    // nobody answers on was left by a gradlaned that died.
+    // file that is not a socket, or (unless we are root) another user's, is not ours to
+    // remove; a socket nobody answers on was left by a gradlaned that died.
     struct stat st {};
     if (::lstat(door_.path(), &st) != 0) continue;  // gone meanwhile
     if (!S_ISSOCK(st.st_mode)) throw taken("by a file that is not a socket");

@@ -95,9 +95,8 @@ DoorAnswer ask_door(const std::string& shm_name, std::uint32_t job, std::chrono:
     if (transient(errno)) return no_answer(fmt::format("its door is busy ({})", std::strerror(errno)));
     if (errno == EACCES) {  // gradlaned's door is open to every user (0666): this one is not
       struct stat st {};
-      if (::lstat(door.path(), &st) != 0 || !trusted_maker(st.st_uid)) {
-        throw untrusted(::lstat(door.path(), &st) == 0 ? std::optional<std::uint32_t>(st.st_uid) : std::nullopt);
-      }
+      const bool known = ::lstat(door.path(), &st) == 0;
+      if (!known || !trusted_maker(st.st_uid)) throw untrusted(known ? std::optional<std::uint32_t>(st.st_uid) : std::nullopt);
       throw Error(Errc::sidecar_unavailable,
                   fmt::format("the door to {}'s job segments ({}, uid {}, mode {:o}) does not let this user knock: "
                               "gradlaned's is mode 666; is it a gradlaned of another release?",

@@ -25,7 +25,7 @@ using namespace std::chrono_literals;
 struct Ending {
   bool finished = false;
   bool cut_off = false;
-  bool had_replica = false;  // the replica still connected when it finished
+  bool replica_connected = false;  // the replica still connected when it finished
   std::string failure;
 };
 
@@ -64,7 +64,7 @@ Ending server_after_its_worker_leaves(const std::vector<Host>& hosts, std::uint1
       }
       ending.finished = server.finished();
       ending.cut_off = server.cut_off();
-      ending.had_replica = server.stats().peers_lost == 1;  // the worker only: the replica still counted alive
+      ending.replica_connected = server.stats().peers_lost == 1;  // the worker only: the replica still counted alive
     } catch (const std::exception& e) {
       ending.failure = e.what();
     }
@@ -95,7 +95,7 @@ TEST(ShardServerCutOff, EveryWorkerGoneWithoutByeIsACutOffThoughTheIdleReplicaLo
   const Ending lost = server_after_its_worker_leaves(hosts, 7870, /*says_bye=*/false);
   ASSERT_EQ(lost.failure, "");
   EXPECT_TRUE(lost.finished);
-  EXPECT_TRUE(lost.had_replica) << "the replica's loss was seen: this test no longer shows the idle-replica case";
+  EXPECT_TRUE(lost.replica_connected) << "the replica's loss was seen: this test no longer shows the idle-replica case";
   EXPECT_TRUE(lost.cut_off) << "a server whose every worker vanished took itself for finished";
 
   const Ending left = server_after_its_worker_leaves(hosts, 7872, /*says_bye=*/true);

@@ -20,6 +20,7 @@
 #include <ctime>
 #include <numeric>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -131,16 +132,13 @@ struct LoadRun {
   }
   // The slowest worker's pushes per second, over its own first push to its last return.
   double slowest_worker_rate() const {
-    double slowest = 0;
-    bool first = true;
+    double slowest = std::numeric_limits<double>::infinity();
     for (const auto& times : push_times) {
       if (times.size() < 2) return 0;
-      const double rate = static_cast<double>(times.size() - 1) /
-                          std::max(std::chrono::duration<double>(times.back() - times.front()).count(), 1e-9);
-      slowest = first ? rate : std::min(slowest, rate);
-      first = false;
+      slowest = std::min(slowest, static_cast<double>(times.size() - 1) /
+                                      std::max(std::chrono::duration<double>(times.back() - times.front()).count(), 1e-9));
     }
-    return slowest;
+    return push_times.empty() ? 0 : slowest;
   }
 };
 
