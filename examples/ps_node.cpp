@@ -184,7 +184,8 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
       << ",\"joins_refused\":" << st.joins_refused << ",\"promoted_at_ns\":" << st.promoted_at_ns
       << ",\"lost_in_failover\":" << st.lost_in_failover << ",\"mirrors_fetched\":" << st.mirrors_fetched
       << ",\"replicas_joined\":" << st.replicas_joined << ",\"joined_at\":" << st.joined_at
-      << ",\"sidecars_resumed\":" << st.sidecars_resumed
+      << ",\"sidecars_resumed\":" << st.sidecars_resumed << ",\"claimed\":" << st.claimed
+      << ",\"refused_claims\":" << st.refused_claims << ",\"refused_cancels\":" << st.refused_cancels
       << ",\"stepped_down\":" << (st.stepped_down ? "true" : "false") << "}\n";
   std::printf("%s: version %llu, applied %llu, skipped %llu, refused doorbells %llu, peers lost %llu, left %llu, "
               "replica acked %llu, updates read from the server %llu\n",

@@ -128,16 +128,22 @@ struct ShardOptions {
   // that do not mirror (WorkerOptions::mirror = false) every update leaves the worker once, and
   // the replica's copy crosses the server's egress, not the worker's link again.
   bool read_updates_from_server = false;
-  // Server in direct mode: a worker may write only the slot it was granted, and only until its
-  // doorbell comes or the grant is skipped. Each slot is a region of its own that no key opens;
-  // a grant carries the key of a type-2 memory window bound on that worker's connection over
-  // that slot, invalidated once the doorbell arrives or the hole is skipped. The NIC refuses a
+  // Server: a worker may write only the slot it was granted, and only until its doorbell
+  // comes or the grant is skipped. Each slot is a region of its own that no key opens; the
+  // granted worker gets the key of a type-2 memory window bound on its connection over that
+  // slot, invalidated once the doorbell arrives or the hole is skipped. The NIC refuses a
   // write with the ring's key, to another slot, from another connection, or late — and the
   // writer's connection fails (IBV_WC_REM_ACCESS_ERR); the server goes on without it. Costs two
   // work requests per update on the server's send queue. Needs a device with type-2 windows
-  // (Error(unsupported) otherwise). Not in sidecar mode (the sidecar grants there: Error
-  // (invalid_argument)); the replica's ring stays open to the workers' mirrors, and so is a
-  // promoted replica's: replica_reads keeps workers off the replica altogether.
+  // (Error(unsupported) otherwise).
+  // Direct mode: the key comes in the grant. Sidecar mode: the server gives its gradlaned a
+  // random grant key (sidecar::AttachOptions::grant_key); every grant of its sequence carries
+  // that key's token (sidecar::Grant::token), which the worker (or an aggregator's forward)
+  // shows the server in a Claim before writing — one more round trip per push — and only a
+  // claim with the right token opens the slot, once, and only a doorbell from the claiming
+  // connection counts. A wrong token costs the claimant its connection.
+  // Not enforced: the replica's ring stays open to the workers' mirrors, and so is a promoted
+  // replica's: replica_reads keeps workers off the replica altogether.
   bool grant_windows = false;
   // run_until() sleeps on the shared completion queue while nothing arrives (20 ms at a time,
   // so the timers above still run) instead of spinning a core. Costs a wake-up (an interrupt
@@ -158,6 +164,10 @@ struct ServerStats {
   std::uint64_t skipped = 0;          // holes skipped in order
   std::uint64_t refused_doorbells = 0;  // doorbells for a sequence not granted to that peer, or done
   std::uint64_t refused_cancels = 0;  // sidecar cancels for a sequence already here or done
+  std::uint64_t claimed = 0;          // sidecar mode, grant windows: slots opened to the worker
+                                      // that showed its grant's token
+  std::uint64_t refused_claims = 0;   // sidecar mode, grant windows: claims with a token that is
+                                      // not the grant's, or of a sequence not open to writing
   std::uint64_t peers_lost = 0;       // connections that failed with work outstanding, or sent
                                       // a malformed message
   std::uint64_t peers_left = 0;       // workers that disconnected with nothing outstanding
@@ -403,7 +413,9 @@ class Worker {
   // sidecar's grant), mirrored to the replica; a server failure fails over (lost = true). Not
   // written (lost = true) if the server has decided that sequence already: it skipped it, its
   // hole_timeout having passed while the aggregator waited for members or was stalled.
-  PushResult write_as(std::uint64_t sequence);
+  // `token`: the aggregate grant's (sidecar::Grant::token), claimed at a server with grant
+  // windows before the write; 0: none.
+  PushResult write_as(std::uint64_t sequence, std::uint64_t token = 0);
   // The aggregator's forward in direct mode: tells the server where the aggregator listens, so
   // workers that lost it (it was restarted) come back to it.
   void announce_aggregator(const std::string& address, std::uint16_t port);

@@ -22,6 +22,7 @@
 // at a time (one Client per thread that talks to the sidecar is fine; each takes an app slot).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -35,6 +36,23 @@ namespace gradlane::sidecar {
 
 // GRADLANE_SIDECAR_SHM if set, else "/gradlane-<uid>" (one daemon per host and user).
 std::string default_shm_name();
+
+// ---- grant tokens: a worker writes only the slot it was granted ----
+// Whoever holds a region's rkey can write anywhere in it, and in sidecar mode the server does
+// not know to whom a sequence was granted. A server app that gives gradlaned a secret key
+// (AttachOptions::grant_key) has every go and aggregate grant of its receiver stamped with
+// grant_token(key, sequence) (Grant::token): by its own gradlaned for apps of its host, and
+// through the peer protocol for apps elsewhere. The grantee shows the token to the server
+// before writing; the server, which holds the key, binds a memory window over that one slot
+// for the connection that showed it (ps::ShardOptions::grant_windows does all of this). Only
+// the grantee's and the owner's sidecars learn a sequence's token; one sequence's token says
+// nothing about another's (SipHash-2-4, a keyed pseudo-random function, via libsodium).
+using GrantKey = std::array<std::uint8_t, 16>;
+// 16 bytes from the kernel's random source. Throws Error(resource_exhausted) if libsodium
+// cannot be initialised.
+GrantKey random_grant_key();
+// The token of `sequence` under `key`: never 0 (0 means "no token").
+std::uint64_t grant_token(const GrantKey& key, std::uint64_t sequence) noexcept;
 
 struct AttachOptions {
   // Segment name (a POSIX shm name: "/name"). GRADLANE_SIDECAR_SHM overrides the default.
@@ -67,6 +85,10 @@ struct AttachOptions {
   // reports applied() and is told cancels. While it is attached, an app of another job that
   // does the same for that endpoint is refused (Reason::receiver_of_another_job).
   std::uint32_t slots = 0;
+  // A server app (slots or take_over_at set) that binds a window per grant: gradlaned stamps
+  // its receiver's grants with tokens of this key (grant_token). Refused (Error
+  // invalid_argument) on an app that is not a server app.
+  std::optional<GrantKey> grant_key;
 
   // Defaults with the GRADLANE_SIDECAR_* overrides applied; throws Error(invalid_argument)
   // naming the variable for a malformed value.
@@ -169,6 +191,9 @@ struct Grant {
   std::uint64_t part_bytes = 0;
   std::uint32_t part_index = 0;
   std::uint32_t part_count = 1;   // aggregate: number of members summed
+  // go/aggregate to a server that gave gradlaned a grant key: grant_token(key, sequence), to
+  // show the server before writing (it then opens that slot to this connection). 0: none.
+  std::uint64_t token = 0;
 };
 
 class Client {

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <thread>
@@ -181,6 +182,8 @@ Claimed claim_slot(Client::State& state, shm::Segment& segment, Clock::time_poin
   slot.region_bytes = o.region_bytes;
   slot.take_over = o.take_over_at ? *o.take_over_at + 1 : 0;
   slot.slots = o.slots;
+  const GrantKey key = o.grant_key.value_or(GrantKey{});
+  std::copy(key.begin(), key.end(), slot.grant_key);
   std::uint64_t word = shm::claim_word(SlotState::claiming, pid);
   if (!slot.claim.compare_exchange_strong(word, shm::claim_word(SlotState::attaching, pid),
                                           std::memory_order_acq_rel)) {

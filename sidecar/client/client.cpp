@@ -128,6 +128,7 @@ Grant to_grant(const shm::GrantEntry& e) {
   g.part_bytes = e.part_bytes;
   g.part_index = e.part_index;
   g.part_count = e.part_count;
+  g.token = e.token;
   return g;
 }
 
@@ -203,6 +204,11 @@ Client Client::attach(AttachOptions options) {
   }
   if (options.attach_timeout <= std::chrono::milliseconds::zero()) {
     throw Error(Errc::invalid_argument, "AttachOptions::attach_timeout must be positive");
+  }
+  if (options.grant_key && options.slots == 0 && !options.take_over_at) {
+    throw Error(Errc::invalid_argument,
+                "AttachOptions::grant_key is for a server app (one that sets slots or take_over_at): only the "
+                "receiver's server checks the tokens of its grants");
   }
   auto state = std::make_unique<State>();
   state->options = std::move(options);

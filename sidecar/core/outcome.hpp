@@ -31,6 +31,9 @@ struct Grant {
   Slot slot{};                 // on the sender's egress and the receiver's ingress
   Seq seq = 0;                 // the server applies it as update `seq`: version seq-1 -> seq
   std::uint64_t delay = 0;     // its delay at apply (staleness.hpp); always <= tau
+  // Not the core's: the grant token of `seq` from the receiver's owner (a peer's answer); the
+  // core leaves it 0 and the routing layers stamp their own receivers' (types.hpp GrantKey).
+  std::uint64_t token = 0;
 };
 
 // Send this part to `aggregator` (at slot.start) instead; it will be summed with the other
@@ -70,6 +73,7 @@ struct AggregateGrant {
   // The largest member delay at apply, counting only the own parts sequenced before the group
   // formed (an upper bound: a member's later parts may have been applied since); <= tau.
   std::uint64_t delay = 0;
+  std::uint64_t token = 0;  // as Grant::token
 };
 
 enum class DropReason : std::uint8_t {

@@ -52,8 +52,11 @@ class Policy {
   // until the server attaches taking the sequence over (take_over). Ignored as limit_window.
   virtual void hold_receiver(sched::EndpointId /*receiver*/) {}
   // `receiver`'s server is an app of `job` (nullopt: it left): requests of other jobs for it
-  // are refused (Scheduler::serve_job). Ignored as limit_window.
-  virtual void serve_job(sched::EndpointId /*receiver*/, std::optional<sched::JobId> /*job*/) {}
+  // are refused (Scheduler::serve_job). Ignored as limit_window. `key`: the server's grant
+  // key, for a policy that answers peers itself to stamp their grants with (DistributedPolicy);
+  // grants to this host's apps are stamped by the daemon.
+  virtual void serve_job(sched::EndpointId /*receiver*/, std::optional<sched::JobId> /*job*/,
+                         std::optional<sched::GrantKey> /*key*/ = std::nullopt) {}
 };
 
 // Production: the scheduling core (sidecar/core/scheduler.hpp).
@@ -84,8 +87,9 @@ class SchedulerPolicy final : public Policy {
     scheduler_.limit_window(receiver, slots);
   }
   void hold_receiver(sched::EndpointId receiver) override { scheduler_.hold_receiver(receiver); }
-  void serve_job(sched::EndpointId receiver, std::optional<sched::JobId> job) override {
-    scheduler_.serve_job(receiver, job);
+  void serve_job(sched::EndpointId receiver, std::optional<sched::JobId> job,
+                 std::optional<sched::GrantKey> /*key*/ = std::nullopt) override {
+    scheduler_.serve_job(receiver, job);  // no peers: every grant goes to this host's apps
   }
 
   sched::Scheduler& scheduler() noexcept { return scheduler_; }

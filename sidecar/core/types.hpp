@@ -8,6 +8,7 @@
 // job or tensor id is expected; `to_int()` gives the number back for logs and wire formats.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <type_traits>
@@ -34,6 +35,9 @@ using Bytes = std::uint64_t;
 using Version = std::uint64_t;
 // Sequence number of an applied update at one server; version after applying seq s is s.
 using Seq = std::uint64_t;
+// A receiver's grant key (gradlane::sidecar::GrantKey), opaque to the core: the layers that
+// route grants stamp them with tokens of it (Grant::token).
+using GrantKey = std::array<std::uint8_t, 16>;
 
 enum class RequestId : std::uint64_t {};
 enum class JobId : std::uint32_t {};       // a training job = a tenant of the sidecar

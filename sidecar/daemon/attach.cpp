@@ -101,6 +101,13 @@ void Daemon::accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now)
   const std::uint32_t endpoint = s.endpoint;
   const std::uint32_t slots = s.slots;
   const bool as_server = take_over != 0 || slots != 0;  // it speaks for its receiver's sequence
+  sched::GrantKey key{};
+  std::copy(std::begin(s.grant_key), std::end(s.grant_key), key.begin());
+  const bool keyed = key != sched::GrantKey{};
+  if (keyed && !as_server) {  // only a server checks tokens (the client refuses this itself)
+    reject(slot, claim, Reason::bad_attach);
+    return;
+  }
   if (const auto server = receiver_servers_.find(endpoint);
       as_server && server != receiver_servers_.end() && server->second.job != job) {
     reject(slot, claim, Reason::receiver_of_another_job);  // before it narrows that job's window
@@ -148,8 +155,9 @@ void Daemon::accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now)
   // The latest of its job to attach as the server speaks for it (a server restarted in place
   // may attach before its dead predecessor is swept).
   if (as_server) {
-    receiver_servers_[endpoint] = ReceiverServer{job, slot};
-    policy_->serve_job(sched::EndpointId{endpoint}, sched::JobId{job});
+    const auto grant_key = keyed ? std::optional(key) : std::nullopt;
+    receiver_servers_[endpoint] = ReceiverServer{job, slot, grant_key};
+    policy_->serve_job(sched::EndpointId{endpoint}, sched::JobId{job}, grant_key);
   }
   ++stats_.attached;
   shm::ring_bell(s.app_sleeping, s.grant_bell);  // the app sleeps until it sees `active`

@@ -167,9 +167,13 @@ class Daemon {
   struct ReceiverServer {
     std::uint32_t job = 0;
     std::uint32_t slot = 0;  // the app's slot index
+    std::optional<sched::GrantKey> key;  // AttachOptions::grant_key: its grants carry tokens
   };
   std::map<std::uint32_t, ReceiverServer> receiver_servers_;
   AppSession* receiver_server(std::uint32_t endpoint, std::uint32_t job);
+  // The token of a grant of `seq` at `receiver`: stamped here if its server app gave this
+  // daemon a key, else the one a peer's answer carried (0: none).
+  std::uint64_t grant_token(std::uint32_t receiver, std::uint64_t seq, std::uint64_t carried) const;
   std::vector<std::optional<AppSession>> apps_;  // by slot index
   std::vector<std::uint32_t> active_;            // slots with a session, in attach order
   std::unordered_map<sched::RequestId, Route> routes_;  // policy request id -> the app owed

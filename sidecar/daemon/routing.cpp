@@ -13,6 +13,7 @@
 #include <variant>
 
 #include "common/overloaded.hpp"
+#include "gradlane/sidecar.hpp"
 #include "sidecar/daemon/daemon.hpp"
 #include "sidecar/shm/futex.hpp"
 
@@ -69,7 +70,9 @@ shm::GrantEntry grant_entry(shm::GrantKind kind, std::uint64_t request, std::uin
                          .part_offset = offset,
                          .part_bytes = length,
                          .part_index = part,
-                         .part_count = part_count};
+                         .part_count = part_count,
+                         .token = 0,
+                         .reserved = {}};
 }
 
 sched::Nanos wire_time(std::uint64_t ns) {
@@ -237,20 +240,24 @@ void Daemon::route(const sched::Outcome& outcome, sched::Instant now) {
   };
   // A Grant (to the server, tagged with its sequence) or a Redirect (to an aggregator, tagged
   // with the aggregate) goes to the app that asked, which then owes a completion for it.
-  const auto move_part = [&](shm::GrantKind kind, const sched::PartMove& m) {
+  const auto move_part = [&](shm::GrantKind kind, const sched::PartMove& m, std::uint64_t token) {
     const auto [app, owed, app_request] = owner(m.request);
     if (app == nullptr) return orphan(m.transfer);
     owed->part_count = m.part_count;
     ++owed->decided;
     owed->granted.add(m.part, m.transfer);
-    answer(*app, grant_entry(kind, app_request, sched::to_int(m.destination), m.tag, m.slot, m.offset, m.length,
-                             m.part, m.part_count));
+    shm::GrantEntry e = grant_entry(kind, app_request, sched::to_int(m.destination), m.tag, m.slot, m.offset, m.length,
+                                    m.part, m.part_count);
+    e.token = token;
+    answer(*app, e);
   };
 
   std::visit(
       detail::Overloaded{
-          [&](const sched::Grant& g) { move_part(shm::GrantKind::go, sched::part_move(g)); },
-          [&](const sched::Redirect& r) { move_part(shm::GrantKind::redirect, sched::part_move(r)); },
+          [&](const sched::Grant& g) {
+            move_part(shm::GrantKind::go, sched::part_move(g), grant_token(sched::to_int(g.receiver), g.seq, g.token));
+          },
+          [&](const sched::Redirect& r) { move_part(shm::GrantKind::redirect, sched::part_move(r), 0); },
           [&](const sched::Drop& d) {
             const auto [app, owed, app_request] = owner(d.request);
             if (app == nullptr) {
@@ -284,9 +291,11 @@ void Daemon::route(const sched::Outcome& outcome, sched::Instant now) {
               AppSession& app = *apps_[slot];
               if (app.limits.job == sched::to_int(a.job) && app.limits.endpoint == sched::to_int(a.aggregator)) {
                 app.aggregates.emplace(sched::to_int(a.aggregate), a.transfer);
-                answer(app, grant_entry(shm::GrantKind::aggregate, sched::to_int(a.aggregate),
-                                        sched::to_int(a.receiver), a.seq, a.slot, a.offset, a.length, 0,
-                                        static_cast<std::uint32_t>(a.members.size())));
+                shm::GrantEntry e = grant_entry(shm::GrantKind::aggregate, sched::to_int(a.aggregate),
+                                                sched::to_int(a.receiver), a.seq, a.slot, a.offset, a.length, 0,
+                                                static_cast<std::uint32_t>(a.members.size()));
+                e.token = grant_token(sched::to_int(a.receiver), a.seq, a.token);
+                answer(app, e);
                 return;
               }
             }
@@ -295,6 +304,12 @@ void Daemon::route(const sched::Outcome& outcome, sched::Instant now) {
           },
       },
       outcome);
+}
+
+std::uint64_t Daemon::grant_token(std::uint32_t receiver, std::uint64_t seq, std::uint64_t carried) const {
+  const auto server = receiver_servers_.find(receiver);
+  if (server == receiver_servers_.end() || !server->second.key) return carried;
+  return sidecar::grant_token(*server->second.key, seq);
 }
 
 void Daemon::answer(AppSession& app, const shm::GrantEntry& grant) {

@@ -5,6 +5,7 @@
 #include <variant>
 
 #include "common/overloaded.hpp"
+#include "gradlane/sidecar.hpp"
 
 namespace gradlane::peer {
 namespace {
@@ -269,6 +270,7 @@ void DistributedPolicy::on_answer(PeerIndex peer, const SlotAnswer& m, sched::In
     a.slot = book_egress(a.aggregator, slot);
     a.seq = m.seq;
     a.delay = m.delay;
+    a.token = m.token;
     out.push_back(std::move(a));
     return;
   }
@@ -281,7 +283,7 @@ void DistributedPolicy::on_answer(PeerIndex peer, const SlotAnswer& m, sched::In
   switch (m.kind) {
     case AnswerKind::go:
       out.push_back(sched::Grant{proxy(), r.id, m.part, m.part_count, m.offset, m.length, r.job, r.tensor, r.sender,
-                                 r.receiver, book_egress(r.sender, slot), m.seq, m.delay});
+                                 r.receiver, book_egress(r.sender, slot), m.seq, m.delay, m.token});
       break;
     case AnswerKind::redirect:
       out.push_back(sched::Redirect{proxy(), r.id, m.part, m.part_count, m.offset, m.length, r.job, r.tensor, r.sender,
@@ -308,6 +310,11 @@ void DistributedPolicy::on_answer(PeerIndex peer, const SlotAnswer& m, sched::In
   if (++f.answered >= f.parts) forwarded_.erase(it);
 }
 
+std::uint64_t DistributedPolicy::token_for(sched::EndpointId receiver, sched::Seq seq) const {
+  const auto key = grant_keys_.find(sched::to_int(receiver));
+  return key == grant_keys_.end() ? 0 : sidecar::grant_token(key->second, seq);
+}
+
 void DistributedPolicy::answer_remote(const sched::Outcome& outcome, sched::Instant now) {
   const auto relative = [&](const sched::Slot& s) {
     return std::pair<std::int64_t, std::int64_t>{std::max<std::int64_t>(0, (s.start - now).count()), s.length().count()};
@@ -320,9 +327,10 @@ void DistributedPolicy::answer_remote(const sched::Outcome& outcome, sched::Inst
     const auto [start_in, length] = relative(m.slot);
     const auto transfer = static_cast<std::uint64_t>(m.transfer);
     granted_to_peer_[transfer] = rr.peer;
+    const std::uint64_t token = kind == AnswerKind::go ? token_for(m.destination, m.tag) : 0;
     if (!send(rr.peer, SlotAnswer{kind, rr.their_id, transfer, m.part, m.part_count, m.offset, m.length, m.tag,
                                   m.delay, start_in, length, sched::to_int(m.destination), sched::to_int(m.sender),
-                                  {}, DropCause::stale})) {
+                                  {}, DropCause::stale, token})) {
       granted_to_peer_.erase(transfer);
       finish(m.transfer, now, sched::Nanos{0}, sched::TransferResult::failed);
     }
@@ -344,7 +352,7 @@ void DistributedPolicy::answer_remote(const sched::Outcome& outcome, sched::Inst
             const auto [start_in, length] = relative(a.slot);
             SlotAnswer m{AnswerKind::aggregate, static_cast<std::uint64_t>(a.aggregate), static_cast<std::uint64_t>(a.transfer),
                          0, 1, a.offset, a.length, a.seq, a.delay, start_in, length, sched::to_int(a.receiver),
-                         sched::to_int(a.aggregator), {}, DropCause::stale};
+                         sched::to_int(a.aggregator), {}, DropCause::stale, token_for(a.receiver, a.seq)};
             for (const auto& member : a.members) m.members.push_back(static_cast<std::uint64_t>(member.request));
             if (peer && send(*peer, m)) {
               granted_to_peer_[static_cast<std::uint64_t>(a.transfer)] = *peer;

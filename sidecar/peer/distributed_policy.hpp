@@ -101,8 +101,15 @@ class DistributedPolicy final : public sched::Policy {
     scheduler_.limit_window(receiver, slots);
   }
   void hold_receiver(sched::EndpointId receiver) override { scheduler_.hold_receiver(receiver); }
-  void serve_job(sched::EndpointId receiver, std::optional<sched::JobId> job) override {
+  // With the server's grant key, the grants answered to peers for the receiver carry tokens.
+  void serve_job(sched::EndpointId receiver, std::optional<sched::JobId> job,
+                 std::optional<sched::GrantKey> key = std::nullopt) override {
     scheduler_.serve_job(receiver, job);
+    if (key) {
+      grant_keys_[sched::to_int(receiver)] = *key;
+    } else {
+      grant_keys_.erase(sched::to_int(receiver));
+    }
   }
 
   const DistributedStats& stats() const noexcept { return stats_; }
@@ -156,6 +163,8 @@ class DistributedPolicy final : public sched::Policy {
   std::unordered_map<std::uint64_t, PeerIndex> granted_to_peer_;      // our TransferId -> peer
   std::unordered_map<std::uint64_t, ProxyTransfer> proxies_;          // proxy TransferId -> peer's
   std::map<std::uint32_t, sched::SlotBook> egress_;                   // our NICs' egress
+  std::map<std::uint32_t, sched::GrantKey> grant_keys_;               // local receiver -> its server's key
+  std::uint64_t token_for(sched::EndpointId receiver, sched::Seq seq) const;
   std::vector<sched::Outcome> decided_;  // reused buffer
   std::vector<sched::Outcome> moved_;    // close_receiver()'s drops, routed by the next schedule()
   std::uint64_t next_proxy_ = 1;

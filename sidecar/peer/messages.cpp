@@ -93,7 +93,7 @@ std::vector<std::byte> encode(const Message& message) {
           w.put(static_cast<std::uint8_t>(m.drop_cause));
           w.put(m.request), w.put(m.transfer), w.put(m.part), w.put(m.part_count), w.put(m.offset);
           w.put(m.length), w.put(m.seq), w.put(m.delay), w.put(m.start_in_ns), w.put(m.length_ns);
-          w.put(m.target), w.put(m.sender);
+          w.put(m.target), w.put(m.sender), w.put(m.token);
           w.put(static_cast<std::uint32_t>(m.members.size()));
           for (auto id : m.members) w.put(id);
         } else if constexpr (std::is_same_v<M, Takeover>) {
@@ -168,6 +168,7 @@ Message decode(std::span<const std::byte> bytes) {
       m.length_ns = r.get<std::int64_t>("length_ns");
       m.target = r.get<std::uint32_t>("target");
       m.sender = r.get<std::uint32_t>("sender");
+      m.token = r.get<std::uint64_t>("token");
       const auto members = r.get<std::uint32_t>("member count");
       if (members > kMaxMembers) bad(fmt::format("aggregate of {} members", members));
       for (std::uint32_t i = 0; i < members; ++i) m.members.push_back(r.get<std::uint64_t>("member"));
@@ -176,6 +177,9 @@ Message decode(std::span<const std::byte> bytes) {
       if (m.length > kMaxBytes || m.offset > kMaxBytes) bad("slot answer with an absurd offset or length");
       if (m.start_in_ns < 0 || m.length_ns < 0) bad("slot answer with a negative slot time");
       if (m.kind != AnswerKind::drop && m.transfer == 0) bad("slot answer without a transfer id");
+      if (m.token != 0 && m.kind != AnswerKind::go && m.kind != AnswerKind::aggregate) {
+        bad("a grant token on an answer that grants no sequence");
+      }
       return m;
     }
     case Type::transfer_done: {

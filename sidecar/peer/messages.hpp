@@ -26,8 +26,9 @@
 namespace gradlane::peer {
 
 inline constexpr std::uint32_t kMagic = 0x50534c47;  // "GLSP"
-// 2: Takeover, SlotAnswer::drop_cause; 3: SlotRequest::job_remaining; 4: SlotRequest::direct_only
-inline constexpr std::uint16_t kVersion = 4;
+// 2: Takeover, SlotAnswer::drop_cause; 3: SlotRequest::job_remaining; 4: SlotRequest::direct_only;
+// 5: SlotAnswer::token
+inline constexpr std::uint16_t kVersion = 5;
 
 // First message on a link: which scheduler endpoints (NICs) the sending sidecar hosts.
 struct Hello {
@@ -69,6 +70,9 @@ struct SlotAnswer {
   std::uint32_t sender = 0;    // the endpoint that sends (aggregate: the aggregator)
   std::vector<std::uint64_t> members;  // aggregate: member request ids (sender-side ids)
   DropCause drop_cause = DropCause::stale;  // drop only; stale otherwise
+  // go/aggregate: the grant token of `seq` (gradlane/sidecar.hpp), when the receiver's server
+  // gave its sidecar a key; the grantee shows it to the server. 0: none.
+  std::uint64_t token = 0;
 };
 
 struct TransferDone {

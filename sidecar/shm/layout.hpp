@@ -37,13 +37,14 @@
 namespace gradlane::sidecar::shm {
 
 inline constexpr std::uint64_t kMagic = 0x31'64'65'6e'61'6c'64'67;  // "gdlaned1", little-endian
-inline constexpr std::uint32_t kLayoutVersion = 4;  // 2: AppSlot::take_over; 3: Submit::job_remaining, AppSlot::slots;
-                                                    // 4: AppEntry::flags kSubmitDirectOnly
+inline constexpr std::uint32_t kLayoutVersion = 5;  // 2: AppSlot::take_over; 3: Submit::job_remaining, AppSlot::slots;
+                                                    // 4: AppEntry::flags kSubmitDirectOnly;
+                                                    // 5: AppSlot::grant_key, GrantEntry::token (128 bytes)
 inline constexpr std::uint16_t kEntryFormat = 1;
-// 256 entries of 64 bytes per direction: 16 KiB per ring, 33 KiB per application. Deep
-// enough that an app can submit a whole model's tensors (a few hundred) without waiting.
+// 256 entries per direction (64-byte requests, 128-byte grants): 48 KiB per application.
+// Deep enough that an app can submit a whole model's tensors (a few hundred) without waiting.
 inline constexpr std::uint32_t kRingCapacity = 256;
-inline constexpr std::uint32_t kMaxApps = 1024;  // bounds the segment at ~34 MiB
+inline constexpr std::uint32_t kMaxApps = 1024;  // bounds the segment at ~50 MiB
 
 // ---- entries ----
 
@@ -96,7 +97,8 @@ struct AppEntry {
 
 enum class GrantKind : std::uint8_t { go = 1, drop = 2, redirect = 3, aggregate = 4, error = 5, cancel = 6 };
 
-// Sidecar -> app. 64 bytes. Field meaning per kind is documented on gradlane::sidecar::Grant.
+// Sidecar -> app. 128 bytes (two lines: the token did not fit one). Field meaning per kind is
+// documented on gradlane::sidecar::Grant.
 struct GrantEntry {
   std::uint16_t format;
   GrantKind kind;
@@ -110,10 +112,14 @@ struct GrantEntry {
   std::uint64_t part_bytes;
   std::uint32_t part_index;
   std::uint32_t part_count;     // aggregate: number of members
+  // go/aggregate to a receiver whose server app gave a grant key: grant_token(key, sequence),
+  // the grantee's proof to the server (sidecar.hpp). 0: none.
+  std::uint64_t token;
+  std::uint64_t reserved[7];    // 0
 };
 
 static_assert(sizeof(AppEntry) == 64 && std::is_trivially_copyable_v<AppEntry>);
-static_assert(sizeof(GrantEntry) == 64 && std::is_trivially_copyable_v<GrantEntry>);
+static_assert(sizeof(GrantEntry) == 128 && std::is_trivially_copyable_v<GrantEntry>);
 
 // ---- header ----
 
@@ -180,6 +186,10 @@ struct AppSlot {
   // 0: a plain attach. Else 1 + the version at which a promoted replica takes over `endpoint`'s
   // sequence (AttachOptions::take_over_at): the daemon hands it out from version + 1 on.
   std::uint64_t take_over;
+  // A server app: AttachOptions::grant_key (all zero: none). The daemon stamps its receiver's
+  // grants with tokens of this key. Readable by the apps of this segment: the key keeps a
+  // worker on another host to its own slots, not a process that can read the server's memory.
+  std::uint8_t grant_key[16];
   // Line 1: the app's wake-up, written by the daemon only while the app sleeps.
   alignas(kCacheLine) std::atomic<std::uint32_t> grant_bell;
   std::atomic<std::uint32_t> app_sleeping;

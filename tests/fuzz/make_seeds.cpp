@@ -218,6 +218,12 @@ void peer_seeds(const fs::path& dir) {
   write(dir, "hello", peer::encode(peer::Hello{{1, 2}}));
   write(dir, "slot-request", peer::encode(request));
   write(dir, "slot-answer-go", peer::encode(answer));
+  peer::SlotAnswer stamped = answer;
+  stamped.token = 0x5eed'70c3'0000'0001ULL;
+  write(dir, "slot-answer-go-token", peer::encode(stamped));
+  peer::SlotAnswer token_on_drop = drop;
+  token_on_drop.token = 7;
+  write(dir, "bad-token-on-drop", peer::encode(token_on_drop));
   write(dir, "slot-answer-aggregate", peer::encode(aggregate));
   write(dir, "slot-answer-drop", peer::encode(drop));
   write(dir, "transfer-done", peer::encode(peer::TransferDone{.transfer = 11, .measured_ns = 1800, .failed = false}));
@@ -316,6 +322,7 @@ void ps_seeds(const fs::path& dir) {
     put_message(s, ps::ListeningAt{.kind = ps::PeerKind::replica, .address = "198.18.0.10", .port = 7803});
     put_message(s, ps::ListeningAt{.kind = ps::PeerKind::aggregator, .address = "fe80::1", .port = 7802});
     put_message(s, ps::Mirroring{.worker = 2, .from = 60});
+    put_message(s, ps::Claim{.sequence = 2, .token = 0x93f5f5799a932462ULL});
     s.put(doorbell).put(std::uint32_t{1});
     s.put(doorbell).put(std::uint32_t{2});
     s.put(cancel).put(std::int16_t{2});  // sequence 3

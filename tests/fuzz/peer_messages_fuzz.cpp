@@ -44,6 +44,8 @@ void check_bounds(const peer::Message& message) {
                                             m.drop_cause == peer::DropCause::receiver_of_another_job;
                    require(m.drop_cause == peer::DropCause::stale || (known_cause && m.kind == peer::AnswerKind::drop),
                            "a drop cause that is unknown or on an answer that is not a drop");
+                   require(m.token == 0 || m.kind == peer::AnswerKind::go || m.kind == peer::AnswerKind::aggregate,
+                           "a grant token on an answer that grants no sequence");
                  },
                  [](const peer::Takeover&) {},  // any endpoint and version are well-formed
                  [](const peer::TransferDone& m) { require(m.measured_ns >= 0, "transfer done with a negative time"); },

@@ -15,7 +15,8 @@
 //
 // What must hold (a violation aborts, so libFuzzer keeps the input):
 //   - decode() returns or throws gradlane::Error(protocol); a message that decodes re-encodes to
-//     exactly its bytes, and a worker's hello names a worker id other than 0;
+//     exactly its bytes, a worker's hello names a worker id other than 0, and a claim names a
+//     sequence and a token (neither 0);
 //   - widen() returns the sequence apply_order.hpp specifies (computed here in 128 bits);
 //   - ApplyOrder matches a model of its documented contract: every admission and refusal
 //     reason, the step it offers, and its counters; done() refuses a step it did not offer.
@@ -61,6 +62,9 @@ void received_message(std::span<const std::byte> bytes) {
   }
   if (const auto* mirroring = std::get_if<ps::Mirroring>(&*message)) {
     require(mirroring->worker != 0 && mirroring->from != 0, "mirroring from worker 0 or sequence 0");
+  }
+  if (const auto* claim = std::get_if<ps::Claim>(&*message)) {
+    require(claim->sequence != 0 && claim->token != 0, "a claim of sequence 0 or with token 0");
   }
   const auto again = ps::encode(*message);
   require(again.size() == bytes.size() && std::equal(again.begin(), again.end(), bytes.begin()),

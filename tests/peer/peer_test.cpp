@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "gradlane/sidecar.hpp"
 #include "sidecar/peer/distributed_policy.hpp"
 #include "sidecar/peer/messages.hpp"
 #include "sidecar/peer/schedule_log.hpp"
@@ -318,6 +319,32 @@ TEST_F(SlotAgreement, AReceiverWhoseServerServesAnotherJobDropsARemoteRequestSay
   EXPECT_EQ(a.scheduler().stats().requests, 1u);
 }
 
+TEST_F(SlotAgreement, AKeyedReceiversGrantsReachTheRemoteSenderWithTheirTokens) {
+  // Receiver 0's server (at A) gave A its grant key: A's answers to B carry each sequence's
+  // token, and B's grant outcomes (what B's daemon writes into its app's grant) carry it on.
+  // Without a key they carry none.
+  const sidecar::GrantKey key = sidecar::random_grant_key();
+  a.serve_job(sched::EndpointId{0}, sched::JobId{1}, key);
+  ASSERT_EQ(b.submit(request(1, 1, 1000), now), sched::SubmitStatus::accepted);
+  ASSERT_EQ(b.submit(request(2, 2, 1000), now), sched::SubmitStatus::accepted);
+  exchange();
+  std::size_t grants = 0;
+  for (const auto& o : b_out) {
+    if (const auto* g = std::get_if<sched::Grant>(&o)) {
+      EXPECT_EQ(g->token, sidecar::grant_token(key, g->seq)) << "sequence " << g->seq;
+      ++grants;
+    }
+  }
+  EXPECT_EQ(grants, 2u);
+  a.serve_job(sched::EndpointId{0}, sched::JobId{1}, std::nullopt);  // its server left, or came back without one
+  b_out.clear();
+  ASSERT_EQ(b.submit(request(3, 3, 1000), now), sched::SubmitStatus::accepted);
+  exchange();
+  ASSERT_EQ(b_out.size(), 1u);
+  ASSERT_TRUE(std::holds_alternative<sched::Grant>(b_out[0]));
+  EXPECT_EQ(std::get<sched::Grant>(b_out[0]).token, 0u);
+}
+
 TEST(SlotAgreementRejoin, ARestartedPeerSidecarComesBackOnANewLinkWithItsEndpoints) {
   // Host B's sidecar dies (its link breaks) and starts again: it connects anew, A introduces
   // itself on the new link, B's Hello gives it back endpoint 1, and B's requests are scheduled
@@ -591,6 +618,9 @@ TEST(PeerMessages, RoundTrip) {
   EXPECT_EQ(std::get<SlotAnswer>(decode(encode(moved))).drop_cause, DropCause::receiver_moved);
   moved.drop_cause = DropCause::receiver_of_another_job;
   EXPECT_EQ(std::get<SlotAnswer>(decode(encode(moved))).drop_cause, DropCause::receiver_of_another_job);
+  SlotAnswer stamped = m;
+  stamped.token = 0x0123'4567'89ab'cdefULL;
+  EXPECT_EQ(std::get<SlotAnswer>(decode(encode(stamped))).token, stamped.token);
   const auto takeover = std::get<Takeover>(decode(encode(Takeover{7, 1234})));
   EXPECT_EQ(takeover.endpoint, 7u);
   EXPECT_EQ(takeover.version, 1234u);
@@ -616,6 +646,10 @@ TEST(PeerMessages, MalformedInputIsAProtocolErrorNamingTheProblem) {
       EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
     }
   };
+  SlotAnswer token_on_drop;
+  token_on_drop.kind = AnswerKind::drop;
+  token_on_drop.token = 7;
+  expect_bad(encode(token_on_drop), "a grant token on an answer that grants no sequence");
   const auto good = encode(SlotRequest{1, 2, 3, 4, 5, 6, 7, 0.5, 8, 9});
   expect_bad({good.begin(), good.begin() + 10}, "truncated");
   auto wrong_magic = good;

@@ -56,6 +56,25 @@ TEST(ApplyOrder, OutOfOrderArrivalsWaitForTheGapThenApplyInOrder) {
   expect_progress(order, 4, 3, 0);
 }
 
+TEST(ApplyOrder, WouldAdmitAnswersAsArrivedWouldAndChangesNothing) {
+  // A server opens a slot to a claimant only while an arrival would be admitted.
+  ApplyOrder order(4);
+  ASSERT_EQ(order.arrived(2, 2), Admit::accepted);
+  ASSERT_EQ(order.cancelled(3), Admit::accepted);
+  EXPECT_EQ(order.would_admit(1, 1), Admit::accepted);
+  EXPECT_EQ(order.would_admit(2, 2), Admit::duplicate);
+  EXPECT_EQ(order.would_admit(3, 3), Admit::already_cancelled);
+  EXPECT_EQ(order.would_admit(4, 2), Admit::slot_busy);  // slot 2 holds sequence 2
+  EXPECT_EQ(order.would_admit(5, 1), Admit::beyond_window);
+  EXPECT_EQ(order.would_admit(1, 4), Admit::slot_out_of_range);
+  EXPECT_EQ(order.refused_total(), 0u) << "a question is not a refusal";
+  EXPECT_EQ(order.pending(), 2u);
+  ASSERT_EQ(order.arrived(1, 1), Admit::accepted);
+  EXPECT_EQ(drain(order), (std::vector<Step>{{1, Kind::apply, 1}, {2, Kind::apply, 2}, {3, Kind::skip, 0}}));
+  EXPECT_EQ(order.would_admit(1, 1), Admit::already_done);
+  EXPECT_EQ(order.would_admit(4, 2), Admit::accepted) << "slot 2 is free once sequence 2 is applied";
+}
+
 TEST(ApplyOrder, NextIsAPeekUntilDone) {
   ApplyOrder order(2);
   ASSERT_EQ(order.arrived(1, 1), Admit::accepted);

@@ -67,6 +67,7 @@ struct RunSpec {
   // there and goes on.
   std::chrono::milliseconds restart_sidecar_a_after{0};
   std::string momentum;  // server and replicas: SGD with this momentum (empty: plain SGD)
+  bool grant_windows = false;  // the server binds a window per grant (sidecar mode: per claim)
 };
 
 // Runs replica, server and four workers (1, 2 on host 2; 3, 4 on host 1) to the end.
@@ -118,6 +119,7 @@ class ShardRun : public ::testing::Test {
     if (spec.sidecar) replica_args.insert(replica_args.end(), {std::string("sidecar=") + kShmB, "endpoint=0"});
     ExternalProcess replica(args(replica_args), out_ + "/replica");
     std::vector<std::string> server_args = {"role=server", "device=" + hosts[0].device, "port=7800", replica_at};
+    if (spec.grant_windows) server_args.push_back("grant_windows=1");
     if (spec.sidecar) server_args.insert(server_args.end(), {std::string("sidecar=") + kShmA, "endpoint=0"});
     if (spec.server_dies_at != 0) server_args.push_back("die_at=" + std::to_string(spec.server_dies_at));
     std::vector<std::string> server_command = args(server_args);
@@ -513,6 +515,29 @@ TEST_F(ShardRun, WithSidecarsTheReceiversSidecarOwnsTheSequence) {
   // The server that finished said so: its replica did not take the end of the job for a crash
   // (in sidecar mode that would move the sequence to gradlaned B, which stands by for it).
   EXPECT_EQ(read_lines(out_ + "/replica.stats.json").at(0)["promoted_at_ns"].get<std::int64_t>(), 0);
+  EXPECT_TRUE(bitwise_equal(server_model_, replica_model_)) << "server and replica diverged";
+  EXPECT_TRUE(bitwise_equal(server_model_, reference())) << "the server's model is not the granted order applied";
+}
+
+TEST_F(ShardRun, WithSidecarsAndGrantWindowsEveryPushClaimsItsSlotAndTheModelIsTheGrantedOrder) {
+  // The server gives gradlaned A a grant key; every grant of its sequence carries a token —
+  // stamped by A for workers 1 and 2 (host 2, A's own apps) and sent over the peer link to B
+  // for workers 3 and 4 (host 1). Each push claims its slot with it before writing: a worker
+  // without the right token could not write at all (the ring's key opens it for reading only).
+  RunSpec spec;
+  spec.sidecar = true;
+  spec.grant_windows = true;
+  run(spec);
+  const std::uint64_t total = kWorkers * spec_.updates;
+  ASSERT_EQ(history_.size(), total);
+  for (std::size_t i = 0; i < history_.size(); ++i) {
+    EXPECT_EQ(history_[i]["seq"].get<std::uint64_t>(), i + 1);
+    EXPECT_FALSE(history_[i]["skipped"].get<bool>());
+  }
+  const json stats = read_lines(out_ + "/server.stats.json").at(0);
+  EXPECT_EQ(stats["claimed"].get<std::uint64_t>(), total) << "a push that did not claim its slot";
+  EXPECT_EQ(stats["refused_claims"].get<std::uint64_t>(), 0u);
+  EXPECT_EQ(stats["refused_doorbells"].get<std::uint64_t>(), 0u);
   EXPECT_TRUE(bitwise_equal(server_model_, replica_model_)) << "server and replica diverged";
   EXPECT_TRUE(bitwise_equal(server_model_, reference())) << "the server's model is not the granted order applied";
 }
@@ -996,6 +1021,115 @@ TEST_F(RogueWorkers, WithGrantWindowsAWorkerWritesOnlyItsGrantedSlotWhileItsGran
   EXPECT_EQ(stats["applied"].get<std::uint64_t>(), 1u);
   EXPECT_GE(stats["skipped"].get<std::uint64_t>(), 1u) << "the late worker's grant";
   expect_moved_by_one_update(out, "a refused write changed the model");
+}
+
+TEST_F(RogueWorkers, WithSidecarGrantWindowsOnlyTheGranteeOpensItsSlotAndOnlyOnce) {
+  // Sidecar mode: the server does not grant, gradlaned does, so the server cannot know whom a
+  // sequence went to — only that the one who shows the grant's token is its grantee. The
+  // victim (worker 1) is granted sequence 1 and writes it. Rogues of the same job (they hold
+  // the job key, so they have connections): one claims it with a forged token, one with the
+  // victim's own token replayed after the victim claimed it, one writes with the ring's key,
+  // one with the key of its own claimed grant (sequence 2), one rings the victim's doorbell.
+  // Each is refused — the claims by the server, the writes by the NIC — and the model moves
+  // by exactly the victim's update.
+  const auto hosts = hosts_from_env();
+  ASSERT_GE(hosts.size(), 3u);
+  const std::string out = fresh_out("rogue-sidecar-windows"), shm = "/gradlane-test-rogue-windows";
+  ExternalProcess daemon({GRADLANE_GRADLANED, "--foreground", "--shm-name", shm}, out + "/gradlaned");
+  ASSERT_TRUE(wait_for_text(out + "/gradlaned.err", "gradlaned: serving", 120s));
+  ExternalProcess server({GRADLANE_PS_NODE, "role=server", "device=" + hosts[0].device, "port=7812",
+                          "floats=" + std::to_string(kFloats), "slots=8", "workers=6", "updates=1", "out=" + out,
+                          "sidecar=" + shm, "endpoint=0", "grant_windows=1", "hole_timeout_ms=60000"},
+                         out + "/server");
+  Device device = Device::open({.name = hosts[2].device});
+  auto join = [&](std::uint32_t id) { return RogueWorkers::join(device, hosts[0].address, 7812, id); };
+  auto [victim, slots] = join(1);
+  auto [forger, ring1] = join(2);
+  auto [replayer, ring2] = join(3);
+  auto [ring_key_rogue, ring3] = join(4);
+  auto [other_grant_rogue, ring4] = join(5);
+  auto [bell_rogue, ring5] = join(6);
+  (void)ring1, (void)ring2, (void)ring3, (void)ring4, (void)ring5;
+
+  // Grants from the server's gradlaned, as the job's apps on host 2 (endpoint 2) get them.
+  sidecar::AttachOptions attach;
+  attach.shm_name = shm;
+  attach.job = 1;
+  attach.endpoint = 2;
+  attach.region_bytes = kBytes;
+  sidecar::Client apps = sidecar::Client::attach(attach);
+  auto grant = [&] {
+    apps.request({.tensor = 1, .receiver = 0, .bytes = kBytes});
+    const sidecar::Grant g = apps.wait(30s);
+    EXPECT_EQ(g.kind, sidecar::GrantKind::go) << sidecar::reason_name(g.reason);
+    EXPECT_NE(g.token, 0u) << "a grant of a server with grant windows carries a token";
+    return g;
+  };
+  auto claim = [](Connection& c, std::uint64_t sequence, std::uint64_t token) {
+    c.send(ps::encode(ps::Claim{sequence, token}));
+    const ps::Message answer = ps::decode(c.receive(30s));
+    EXPECT_TRUE(std::holds_alternative<ps::Grant>(answer));
+    return std::get<ps::Grant>(answer);
+  };
+  // Whether the server dropped `c` (its answer to a refused claim): the next receive fails.
+  auto dropped = [](Connection& c) {
+    try {
+      (void)c.receive(10s);
+      return false;
+    } catch (const Error& e) {
+      std::printf("  [dropped] %s\n", e.what());
+      return true;
+    }
+  };
+
+  const Payloads payloads(device);
+  const MemoryRegion &junk_mr = payloads.junk_mr, &gradient_mr = payloads.gradient_mr;
+
+  const sidecar::Grant mine = grant();
+  ASSERT_EQ(mine.sequence, 1u);
+  forger.send(ps::encode(ps::Claim{mine.sequence, mine.token ^ 1}));
+  EXPECT_TRUE(dropped(forger)) << "a claim with a forged token";
+  const ps::Grant window = claim(victim, mine.sequence, mine.token);
+  ASSERT_EQ(window.sequence, mine.sequence);
+  ASSERT_NE(window.window_rkey, 0u);
+  EXPECT_NE(window.window_rkey, slots.rkey);
+  replayer.send(ps::encode(ps::Claim{mine.sequence, mine.token}));
+  EXPECT_TRUE(dropped(replayer)) << "a second claim of a claimed sequence, with its right token";
+  const RegionDescriptor my_slot{slots.addr + (mine.sequence % 8) * kBytes, kBytes, window.window_rkey};
+  EXPECT_EQ(refusal_of(victim, victim.write(gradient_mr, 0, my_slot, 0, kBytes, Signal::always)), "landed");
+
+  EXPECT_EQ(refusal_of(ring_key_rogue, ring_key_rogue.write(junk_mr, 0, slots, (mine.sequence % 8) * kBytes, kBytes,
+                                                            Signal::always)),
+            "remote_access");
+  const sidecar::Grant theirs = grant();
+  ASSERT_EQ(theirs.sequence, 2u);
+  EXPECT_NE(theirs.token, mine.token);
+  const ps::Grant their_window = claim(other_grant_rogue, theirs.sequence, theirs.token);
+  ASSERT_NE(their_window.window_rkey, 0u);
+  EXPECT_EQ(refusal_of(other_grant_rogue, other_grant_rogue.write(junk_mr, 0, {my_slot.addr, kBytes,
+                                                                               their_window.window_rkey},
+                                                                  0, kBytes, Signal::always)),
+            "remote_access");
+  // A doorbell alone needs no key (a zero-length write): the server refuses it from anyone but
+  // the claimant, and the victim's own doorbell still counts afterwards.
+  bell_rogue.wait(bell_rogue.write_with_imm(junk_mr, 0, slots, 0, 0, static_cast<std::uint32_t>(mine.sequence)), 30s);
+  std::this_thread::sleep_for(300ms);
+  victim.wait(victim.write_with_imm(gradient_mr, 0, my_slot, 0, 0, static_cast<std::uint32_t>(mine.sequence)), 30s);
+  std::this_thread::sleep_for(300ms);  // the server takes the doorbell and closes the window
+  EXPECT_EQ(refusal_of(victim, victim.write(junk_mr, 0, my_slot, 0, kBytes, Signal::always)), "remote_access")
+      << "the key of a claim whose update arrived must be dead";
+  apps.complete(mine.request, mine.part_index, 1us);
+  apps.complete(theirs.request, theirs.part_index, 0us, /*failed=*/true);
+
+  for (Connection* c : {&victim, &forger, &replayer, &ring_key_rogue, &other_grant_rogue, &bell_rogue}) {
+    Connection leave = std::move(*c);
+  }
+  const json stats = finished_stats(server, out);
+  EXPECT_EQ(stats["applied"].get<std::uint64_t>(), 1u);
+  EXPECT_EQ(stats["claimed"].get<std::uint64_t>(), 2u) << "the victim's and the other grant's";
+  EXPECT_EQ(stats["refused_claims"].get<std::uint64_t>(), 2u) << "the forged one and the replayed one";
+  EXPECT_EQ(stats["refused_doorbells"].get<std::uint64_t>(), 1u) << "the rogue's doorbell";
+  expect_moved_by_one_update(out, "a refused write or doorbell changed the model");
 }
 
 }  // namespace

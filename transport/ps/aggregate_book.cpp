@@ -42,13 +42,13 @@ bool AggregateBook::holds_any(std::uint32_t peer) const {
 }
 
 bool AggregateBook::granted(std::uint64_t id, std::uint64_t sequence, std::uint32_t members,
-                            std::chrono::nanoseconds slot_start, Instant give_up) {
+                            std::chrono::nanoseconds slot_start, Instant give_up, std::uint64_t token) {
   const auto imm = static_cast<std::uint32_t>(id);
   auto [it, inserted] = pending_.try_emplace(imm);
   Pending& p = it->second;
   if (p.grant) return false;
   if (inserted) p.first_seen = give_up;
-  p.grant = DueAggregate{id, sequence, members, slot_start, std::move(p.early)};
+  p.grant = DueAggregate{id, sequence, members, slot_start, std::move(p.early), token};
   p.early.clear();
   p.order = grants_++;
   p.give_up = give_up;

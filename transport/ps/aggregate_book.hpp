@@ -42,6 +42,7 @@ struct DueAggregate {
   std::uint32_t expected = 0;             // members the sidecar redirected
   std::chrono::nanoseconds slot_start{0};  // the forward's slot (steady clock)
   std::vector<BookedMember> members;      // those that came, in sum order (worker, peer)
+  std::uint64_t token = 0;                // the grant's token for the server (sidecar::Grant::token)
 };
 
 enum class Arrival : std::uint8_t {
@@ -63,7 +64,7 @@ class AggregateBook {
   // or at `give_up` with those that came. False (nothing changes) for a second grant of the
   // same id while the first is pending.
   bool granted(std::uint64_t id, std::uint64_t sequence, std::uint32_t members, std::chrono::nanoseconds slot_start,
-               Instant give_up);
+               Instant give_up, std::uint64_t token = 0);
   // The granted aggregates due at `now` (complete, or past their give-up time), in grant order;
   // removed from the book with their slots freed.
   std::vector<DueAggregate> take_due(Instant now);

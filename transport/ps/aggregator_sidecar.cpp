@@ -115,7 +115,7 @@ std::size_t Aggregator::State::take_grants() {
     if (g->kind == sidecar::GrantKind::aggregate) {
       // Members not here by hole_timeout after the slot (or after now, if later) are left out.
       const auto from = std::max(Clock::now(), Clock::time_point(g->slot_start));
-      if (!book->granted(g->request, g->sequence, g->part_count, g->slot_start, from + options.hole_timeout)) {
+      if (!book->granted(g->request, g->sequence, g->part_count, g->slot_start, from + options.hole_timeout, g->token)) {
         std::fprintf(stderr, "gradlane ps aggregator: a second grant for aggregate %llu ignored\n",
                      static_cast<unsigned long long>(g->request));
       }
@@ -143,7 +143,7 @@ void Aggregator::State::forward_aggregate(const DueAggregate& due) {
   sum_in_order(forward.gradient(), parts);
   const std::uint64_t forward_copied = forward.bytes_copied();
   wait_for_slot(due.slot_start);
-  const PushResult pushed = forward.write_as(due.sequence);
+  const PushResult pushed = forward.write_as(due.sequence, due.token);
   sidecar->complete_aggregate(due.aggregate, pushed.wire_time, /*failed=*/pushed.lost);
   stats.bytes_copied += forward.bytes_copied() - forward_copied + (came == 1 ? ring->slot_bytes() : 0);
   AggregatedUpdate update;

@@ -40,14 +40,19 @@ Admit ApplyOrder::refuse(Admit reason) {
   return reason;
 }
 
+Admit ApplyOrder::would_admit(std::uint64_t sequence, std::uint32_t slot) const noexcept {
+  if (const Admit window = check_window(sequence); window != Admit::accepted) return window;
+  const Entry& e = entry(sequence);
+  if (e.state == Entry::State::arrived) return Admit::duplicate;
+  if (e.state == Entry::State::cancelled) return Admit::already_cancelled;
+  if (slot >= slot_count_) return Admit::slot_out_of_range;
+  if (slot_holder_[slot] != kFree) return Admit::slot_busy;
+  return Admit::accepted;
+}
+
 Admit ApplyOrder::arrived(std::uint64_t sequence, std::uint32_t slot) {
-  if (const Admit window = check_window(sequence); window != Admit::accepted) return refuse(window);
-  Entry& e = entry(sequence);
-  if (e.state == Entry::State::arrived) return refuse(Admit::duplicate);
-  if (e.state == Entry::State::cancelled) return refuse(Admit::already_cancelled);
-  if (slot >= slot_count_) return refuse(Admit::slot_out_of_range);
-  if (slot_holder_[slot] != kFree) return refuse(Admit::slot_busy);
-  e = Entry{Entry::State::arrived, slot};
+  if (const Admit admit = would_admit(sequence, slot); admit != Admit::accepted) return refuse(admit);
+  entry(sequence) = Entry{Entry::State::arrived, slot};
   slot_holder_[slot] = sequence;
   ++pending_;
   return Admit::accepted;

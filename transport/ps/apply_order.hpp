@@ -60,6 +60,9 @@ class ApplyOrder {
 
   // A doorbell said the update for `sequence` is in `slot`.
   Admit arrived(std::uint64_t sequence, std::uint32_t slot);
+  // What arrived(sequence, slot) would answer now; changes and counts nothing. A server opens
+  // a slot to a writer only while this is accepted (grant windows in sidecar mode).
+  Admit would_admit(std::uint64_t sequence, std::uint32_t slot) const noexcept;
   // The sidecar says `sequence` was granted but will never be written.
   Admit cancelled(std::uint64_t sequence);
 

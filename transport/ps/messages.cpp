@@ -12,10 +12,11 @@ namespace {
 
 // Wire: byte 0 = kind (the variant index + 1), then the fields, little-endian, packed.
 enum class Kind : std::uint8_t {
-  hello = 1, request, grant, decided, ack, bye, failed_over, forwarded, adopted, listening_at, mirroring
+  hello = 1, request, grant, decided, ack, bye, failed_over, forwarded, adopted, listening_at, mirroring, claim
 };
 constexpr std::size_t kSize[] = {0,          1 + 1 + 4, 1 + 4 + 8 + 8, 1 + 8 + 8 + 4, 1 + 8 + 4 + 8, 1 + 8, 1 + 4,
-                                 1 + 4,      1 + 8 + 8 + 1, 1 + 8, 1 + 1 + ListeningAt::kAddressBytes + 2, 1 + 4 + 8};
+                                 1 + 4,      1 + 8 + 8 + 1, 1 + 8, 1 + 1 + ListeningAt::kAddressBytes + 2, 1 + 4 + 8,
+                                 1 + 8 + 8};
 
 class Writer {
  public:
@@ -94,6 +95,7 @@ std::vector<std::byte> encode(const Message& message) {
             return Writer(Kind::listening_at).put(m.kind).put_text(m.address, ListeningAt::kAddressBytes).put(m.port).done();
           },
           [](const Mirroring& m) { return Writer(Kind::mirroring).put(m.worker).put(m.from).done(); },
+          [](const Claim& m) { return Writer(Kind::claim).put(m.sequence).put(m.token).done(); },
       },
       message);
 }
@@ -101,7 +103,7 @@ std::vector<std::byte> encode(const Message& message) {
 Message decode(std::span<const std::byte> bytes) {
   if (bytes.empty()) throw Error(Errc::protocol, "empty parameter-server message");
   const auto kind = std::to_integer<std::uint8_t>(bytes[0]);
-  if (kind < 1 || kind > static_cast<std::uint8_t>(Kind::mirroring)) {
+  if (kind < 1 || kind > static_cast<std::uint8_t>(Kind::claim)) {
     throw Error(Errc::protocol, fmt::format("unknown parameter-server message kind {}", kind));
   }
   if (bytes.size() != kSize[kind]) {
@@ -184,6 +186,13 @@ Message decode(std::span<const std::byte> bytes) {
       m.worker = in.get<std::uint32_t>();
       m.from = in.get<std::uint64_t>();
       if (m.worker == 0 || m.from == 0) throw Error(Errc::protocol, "mirroring from worker 0 or sequence 0");
+      return m;
+    }
+    case Kind::claim: {
+      Claim m;
+      m.sequence = in.get<std::uint64_t>();
+      m.token = in.get<std::uint64_t>();
+      if (m.sequence == 0 || m.token == 0) throw Error(Errc::protocol, "a claim of sequence 0 or with token 0");
       return m;
     }
   }

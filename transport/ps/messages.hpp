@@ -28,6 +28,10 @@
 //   Forwarded aggregator → worker  what became of a member the aggregator took: summed into
 //                             the update the server applies as `sequence` (delivered), or its
 //                             forward was lost; the member's push is acknowledged only now
+//   Claim     worker → server (sidecar mode, grant windows): the token its sidecar stamped on
+//                             its grant of `sequence`; the server answers with a Grant whose
+//                             window opens that slot to this connection (window 0: the
+//                             sequence is decided already, nothing to write)
 //
 // decode() checks the size and the kind and throws Error(protocol) naming what is wrong; a
 // peer's malformed message costs that peer its connection, never the process.
@@ -95,7 +99,13 @@ struct Forwarded {
   bool delivered = false;
 };
 
-using Message = std::variant<Hello, Request, Grant, Decided, Ack, Bye, FailedOver, Forwarded, Adopted, ListeningAt, Mirroring>;
+struct Claim {
+  std::uint64_t sequence = 0;
+  std::uint64_t token = 0;  // sidecar::grant_token(the server's key, sequence)
+};
+
+using Message = std::variant<Hello, Request, Grant, Decided, Ack, Bye, FailedOver, Forwarded, Adopted, ListeningAt, Mirroring,
+                             Claim>;
 
 std::vector<std::byte> encode(const Message& message);
 Message decode(std::span<const std::byte> bytes);

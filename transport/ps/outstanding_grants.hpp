@@ -21,6 +21,8 @@ class OutstandingGrants {
   void add(std::uint64_t sequence, Clock::time_point granted_at) { granted_[sequence] = granted_at; }
   // The worker's doorbell for `sequence`: true the first time, if it was granted to this worker.
   bool ring(std::uint64_t sequence) { return granted_.erase(sequence) != 0; }
+  // `sequence` is no longer this worker's to write (cancelled or skipped elsewhere).
+  void forget(std::uint64_t sequence) { granted_.erase(sequence); }
   // Removes and returns, in order, the sequences granted `hole_timeout` or longer before `now`.
   std::vector<std::uint64_t> expire(Clock::time_point now, Clock::duration hole_timeout) {
     std::vector<std::uint64_t> holes;

@@ -50,7 +50,7 @@ void ShardServer::State::tell_primary_failed_over(Peer& worker) {
 std::size_t ShardServer::State::skip_old_owners_sequences() {
   std::size_t skipped = 0;
   for (std::uint64_t s = order.next_sequence(); s < skip_below && s < order.next_sequence() + options.slots; ++s) {
-    if (order.cancelled(s) == Admit::accepted) ++skipped;
+    if (cancel(s) == Admit::accepted) ++skipped;
   }
   return skipped;
 }

@@ -77,8 +77,9 @@ void ShardServer::State::lose(Peer& peer, const Error& why) {
                peer.kind == PeerKind::worker ? "worker" : "primary", peer.worker,
                peer.kind == PeerKind::worker ? lost_note(owes) : "", why.what());
   if (peer.kind == PeerKind::primary && role == Role::replica) promote();
-  // Its granted sequences will never be written: holes, skipped in order.
-  for (const std::uint64_t sequence : peer.outstanding.take_all()) order.cancelled(sequence);
+  // Its granted (or, in sidecar mode, claimed) sequences will never be written: holes, skipped
+  // in order.
+  for (const std::uint64_t sequence : peer.outstanding.take_all()) cancel(sequence);
 }
 
 std::size_t ShardServer::State::take_from(std::size_t index) {
@@ -107,6 +108,8 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
                                                 mirroring->worker, peer.worker));
       }
       mirrors_from[peer.worker] = mirroring->from;
+    } else if (const auto* claim = std::get_if<Claim>(&message); claim && peer.kind == PeerKind::worker && sidecar) {
+      answer_claim(index, *claim);
     } else if (const auto* at = std::get_if<ListeningAt>(&message);
                at && at->kind == PeerKind::aggregator && peer.kind == PeerKind::worker) {
       // An aggregator (a worker here) says where it listens: its workers that lost it come
@@ -145,9 +148,13 @@ std::size_t ShardServer::State::take_doorbells(Peer& peer) {
       continue;
     }
     if (sidecar) {
-      // The sidecar granted it; we cannot tell to whom, only that it is in the window, once.
-      // Below skip_below it was granted by the old owner before we took over: refused.
-      if (sequence >= skip_below && order.arrived(sequence, static_cast<std::uint32_t>(sequence % options.slots)) == Admit::accepted) {
+      // The sidecar granted it. Without grant windows we cannot tell to whom, only that it is
+      // in the window, once; with them, only the connection that claimed it may ring. Below
+      // skip_below it was granted by the old owner before we took over: refused.
+      const bool claimant = !grant_key || peer.outstanding.ring(sequence);
+      if (claimant && grant_key) close_claim(sequence);  // the update is here: the slot closes
+      if (claimant && sequence >= skip_below &&
+          order.arrived(sequence, static_cast<std::uint32_t>(sequence % options.slots)) == Admit::accepted) {
         rung_by[sequence] = peer.worker;
       } else {
         ++stats.refused_doorbells;
@@ -295,12 +302,65 @@ void ShardServer::State::close_window(Peer& peer, std::uint64_t sequence) {
   peer.spare_windows.push_back(std::move(window));
 }
 
+// Sidecar mode, grant windows: a worker shows the token its sidecar stamped on its grant of
+// `claim.sequence`. The right token opens that slot to the worker's connection alone (a window
+// bound on its QP, the key sent after the bind on the same QP), once. A wrong token is a rogue's
+// guess or a forgery: the connection goes. A sequence decided already (cancelled, skipped as a
+// stuck head or as the old owner's) gets window 0: nothing to write, the push is lost.
+void ShardServer::State::answer_claim(std::size_t index, const Claim& claim) {
+  Peer& peer = peers[index];
+  if (claim.sequence < skip_below) {  // the old owner's grant, claimed after we took over: refused
+    peer.conn.send(encode(Grant{claim.sequence, 0, 0}));
+    return;
+  }
+  if (!grant_key) {
+    throw Error(Errc::protocol, fmt::format("worker {} claimed sequence {}, but this server binds no grant windows "
+                                            "(its grants carry no tokens)", peer.worker, claim.sequence));
+  }
+  if (sidecar::grant_token(*grant_key, claim.sequence) != claim.token) {
+    ++stats.refused_claims;
+    throw Error(Errc::protocol, fmt::format("worker {} claimed sequence {} with a token that is not the one its grant "
+                                            "carried: a forged claim, or a grant of another server",
+                                            peer.worker, claim.sequence));
+  }
+  const Admit admit = order.would_admit(claim.sequence, static_cast<std::uint32_t>(claim.sequence % options.slots));
+  if (claim.sequence < skip_below || admit == Admit::already_done || admit == Admit::already_cancelled) {
+    peer.conn.send(encode(Grant{claim.sequence, 0, 0}));
+    return;
+  }
+  if (admit != Admit::accepted || claimed.contains(claim.sequence)) {
+    ++stats.refused_claims;
+    throw Error(Errc::protocol, fmt::format("worker {} claimed sequence {}, which is not open to writing ({})",
+                                            peer.worker, claim.sequence,
+                                            admit == Admit::accepted ? "claimed already" : admit_name(admit)));
+  }
+  const std::uint32_t window_rkey = open_window(peer, claim.sequence);
+  peer.conn.send(encode(Grant{claim.sequence, 0, window_rkey}));
+  peer.outstanding.add(claim.sequence, Clock::now());
+  claimed[claim.sequence] = index;
+  ++stats.claimed;
+}
+
+void ShardServer::State::close_claim(std::uint64_t sequence) {
+  const auto it = claimed.find(sequence);
+  if (it == claimed.end()) return;
+  Peer& claimant = peers[it->second];
+  claimed.erase(it);
+  claimant.outstanding.forget(sequence);
+  close_window(claimant, sequence);  // a late write is refused by the NIC, not landed in a reused slot
+}
+
+Admit ShardServer::State::cancel(std::uint64_t sequence) {
+  close_claim(sequence);
+  return order.cancelled(sequence);
+}
+
 std::size_t ShardServer::State::take_sidecar() {
   std::size_t work = 0;
   while (auto g = sidecar->poll()) {
     ++work;
     if (g->kind == sidecar::GrantKind::cancel) {
-      if (order.cancelled(g->sequence) != Admit::accepted) ++stats.refused_cancels;
+      if (cancel(g->sequence) != Admit::accepted) ++stats.refused_cancels;
     } else {
       std::fprintf(stderr, "gradlane ps server: the sidecar answered: %s (%s)\n",
                    std::string(sidecar::kind_name(g->kind)).c_str(), std::string(sidecar::reason_name(g->reason)).c_str());
@@ -322,7 +382,7 @@ std::size_t ShardServer::State::skip_stuck_head() {
   if (now - *gap_since < options.hole_timeout) return 0;
   std::fprintf(stderr, "gradlane ps server: sequence %llu did not arrive in %lld ms while later ones did: skipped\n",
                static_cast<unsigned long long>(order.next_sequence()), static_cast<long long>(options.hole_timeout.count()));
-  order.cancelled(order.next_sequence());
+  cancel(order.next_sequence());
   gap_since.reset();
   return 1;
 }
@@ -457,6 +517,11 @@ ShardServer::ShardServer(const Device& device, Role role, std::uint16_t port, co
     sidecar::AttachOptions attach = *options.sidecar;
     attach.region_bytes = state_->slots.slot_bytes() * options.slots;
     attach.slots = options.slots;  // grants never run past our slots (AttachOptions::slots)
+    if (options.grant_windows) {
+      // Kept in the options too: a takeover after our gradlaned restarted attaches with it again.
+      state_->grant_key = sidecar::random_grant_key();
+      state_->options.sidecar->grant_key = attach.grant_key = state_->grant_key;
+    }
     state_->sidecar.emplace(sidecar::Client::attach(attach));
   }
   if (options.momentum > 0.0F) state_->velocity.assign(options.floats, 0.0F);

@@ -68,11 +68,6 @@ struct ShardServer::State {
     // once instead of once per connection, and an idle server can sleep on it (wait()).
     listener.use_completion_queue(cq);
     if (o.grant_windows && r == Role::server) {
-      if (o.sidecar) {
-        throw Error(Errc::invalid_argument,
-                    "grant_windows needs direct mode: with a sidecar, the sidecar grants and the server cannot bind "
-                    "a window for a worker it does not know");
-      }
       if (!dev.info().memory_windows) {
         throw Error(Errc::unsupported, fmt::format("grant_windows: {} has no type-2 memory windows; without them any "
                                                    "worker may write any slot of the ring",
@@ -118,6 +113,10 @@ struct ShardServer::State {
   std::optional<shard::Clock::time_point> gap_since;       // head missing while later updates wait
   // Promoted in sidecar mode: sequences below this were the old owner's to grant (skipped).
   std::uint64_t skip_below = 0;
+  // Grant windows in sidecar mode: the key our gradlaned stamps our grants' tokens with, and
+  // each claimed sequence's claimant (index in peers) until its doorbell, cancel or skip.
+  std::optional<sidecar::GrantKey> grant_key;
+  std::map<std::uint64_t, std::size_t> claimed;
   // Direct mode: this server owns the sequence.
   std::deque<shard::Waiting> waiting;
   std::uint64_t next_grant = 1;
@@ -142,6 +141,9 @@ struct ShardServer::State {
   void tell_primary_failed_over(shard::Peer& worker);
   std::uint32_t open_window(shard::Peer& peer, std::uint64_t sequence);
   void close_window(shard::Peer& peer, std::uint64_t sequence);
+  void answer_claim(std::size_t index, const Claim& claim);
+  void close_claim(std::uint64_t sequence);  // its window and its claimant's outstanding entry
+  Admit cancel(std::uint64_t sequence);      // order.cancelled, closing its claim
   std::size_t take_doorbells(shard::Peer& peer);
   void promote();
   std::size_t take_input();

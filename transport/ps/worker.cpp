@@ -449,13 +449,19 @@ struct Worker::State {
       lost.lost = true;
       return lost;
     }
-    wait_for_slot(g.slot_start);
     PushResult result;
     try {
+      // A server with grant windows: its token goes out now, so the claim's round trip runs
+      // while we wait for the slot.
+      const bool claims = !redirect && g.token != 0;
+      if (claims) server.send(encode(Claim{g.sequence, g.token}));
+      wait_for_slot(g.slot_start);
       // A member's slot at the aggregator is its aggregate id modulo the worker's slots there;
       // the doorbell carries the id's low 32 bits, the same modulo there.
       const auto id32 = static_cast<std::uint32_t>(g.sequence);
-      result = redirect ? write_member(id32 % (aggregator_slots.length / bytes), id32) : write(g.sequence);
+      result = redirect ? write_member(id32 % (aggregator_slots.length / bytes), id32)
+               : claims ? write_claimed(g.sequence)
+                        : write(g.sequence);
     } catch (const Error&) {
       sidecar->complete(g.request, g.part_index, std::chrono::nanoseconds{0}, /*failed=*/true);
       throw;
@@ -466,6 +472,31 @@ struct Worker::State {
     }
     sidecar->complete(g.request, g.part_index, result.wire_time);
     return result;
+  }
+
+  // Sidecar mode, a server with grant windows: the claim of `sequence` went out; its answer is
+  // the key of a window over that one slot on our connection, then we write. Window 0: the
+  // server decided that sequence already (skipped it: our grant came too late), so the push is
+  // lost, not written.
+  PushResult write_claimed(std::uint64_t sequence) {
+    for (;;) {
+      const Message answer = receive_noting_arrival(server).first;
+      if (const auto* at = std::get_if<ListeningAt>(&answer)) {
+        take_listening_at(*at);
+        continue;
+      }
+      const auto* window = std::get_if<Grant>(&answer);
+      if (window == nullptr || window->sequence != sequence) {
+        throw Error(Errc::protocol, fmt::format("{}: expected the window of claimed sequence {}, got message kind {}",
+                                                server.describe(), sequence, answer.index() + 1));
+      }
+      if (window->window_rkey != 0) return write(sequence, window->window_rkey);
+      std::fprintf(stderr, "gradlane ps worker %u: the server had decided sequence %llu before our claim: not written, "
+                   "reported lost\n", options.id, static_cast<unsigned long long>(sequence));
+      PushResult lost;
+      lost.lost = true;
+      return lost;
+    }
   }
 
   // Direct mode: the next message on `target`, and when its receive queue was last seen empty
@@ -765,10 +796,14 @@ std::uint64_t Worker::server_version() {
   }
 }
 
-PushResult Worker::write_as(std::uint64_t sequence) {
+PushResult Worker::write_as(std::uint64_t sequence, std::uint64_t token) {
   State& s = *state_;
   try {
     s.sidecar_forward = true;
+    if (token != 0) {  // the claim's answer says whether the server decided it already
+      s.server.send(encode(Claim{sequence, token}));
+      return s.write_claimed(sequence);
+    }
     if (s.server_decided(sequence)) {
       std::fprintf(stderr, "gradlane ps worker %u: the server skipped sequence %llu before it was written: not "
                    "written, reported lost\n", s.options.id, static_cast<unsigned long long>(sequence));
