@@ -56,6 +56,10 @@ struct Options {
   int idle_nap_us = 1000;
   bool replica_reads = false;  // worker: no mirror; replica: reads each update from the server
   bool grant_windows = false;  // server: a memory window per grant over its slot (ShardOptions)
+  // Sidecar mode: the host's gradlaned (this shm name) grants, job 1; `endpoint` is this app's
+  // NIC and `server_endpoint` the server's (worker).
+  std::string sidecar;
+  std::uint32_t endpoint = 0, server_endpoint = 0;
   std::string out_json;
 };
 
@@ -110,6 +114,10 @@ std::variant<Options, int> parse(int argc, char** argv) {
                "(give it to both)");
   app.add_flag("--grant_windows", o.grant_windows,
                "server: each grant binds a memory window over its slot alone (ShardOptions::grant_windows)");
+  app.add_option("--sidecar", o.sidecar,
+                 "sidecar mode: the gradlaned serving this shared-memory name grants every update (job 1)");
+  app.add_option("--endpoint", o.endpoint, "sidecar mode: this app's endpoint id (the server's: its receiver id)");
+  app.add_option("--server_endpoint", o.server_endpoint, "sidecar mode, worker: the server's endpoint id");
   app.add_option("--out_json", o.out_json, "also write the results as JSON to this file");
   try {
     app.parse(argc, argv);
@@ -126,6 +134,14 @@ std::variant<Options, int> parse(int argc, char** argv) {
     return 1;
   }
   return o;
+}
+
+gradlane::sidecar::AttachOptions sidecar_attach(const Options& o) {
+  auto attach = gradlane::sidecar::AttachOptions::from_env();
+  attach.shm_name = o.sidecar;
+  attach.job = 1;
+  attach.endpoint = o.endpoint;
+  return attach;
 }
 
 gradlane::Device open_device(const Options& o) {
@@ -183,6 +199,7 @@ int run_shard(const Options& o) {
   shard_options.transport = gradlane::TransportOptions::from_env();
   shard_options.read_updates_from_server = o.replica_reads;
   shard_options.grant_windows = o.grant_windows && o.role == "server";
+  if (!o.sidecar.empty() && role == ps::Role::server) shard_options.sidecar = sidecar_attach(o);
   const std::vector<float> initial(shard_options.floats, 0.0F);
   ps::ShardServer shard(device, role, o.port, shard_options, initial);
   std::cout << " " << o.role << " listening on port " << shard.port() << ", expecting " << o.workers
@@ -211,7 +228,8 @@ int run_shard(const Options& o) {
       nap = std::min(std::chrono::microseconds(20), max_nap);
       const auto now = Clock::now();
       last_work = now;
-      if (!first_grant && st.granted > 0) first_grant = now;
+      // Sidecar mode: the sidecar grants; the first claim (grant windows) or apply stands in.
+      if (!first_grant && (st.granted > 0 || st.claimed > 0 || st.applied > 0)) first_grant = now;
       if (st.applied != seen_applied) {
         if (!first_apply) first_apply = now;
         apply_us.push_back(std::chrono::duration<double, std::micro>(now - before).count() /
@@ -254,9 +272,9 @@ int run_shard(const Options& o) {
                "t_apply avg/med/max[usec]\n"
             << fmt::format(" {:<10} {:<11} {:<11} {:<14.2f} {:<20.2f} {:<10.3f} {:.1f} {:.1f} {:.1f}\n", o.bytes,
                            applied, st.skipped, rate, mbps, seconds, apply.avg, apply.median, apply.max)
-            << fmt::format(" granted {}, refused doorbells {}, peers lost {}, left {}, replica acked {}, mirrors "
-                           "fetched {}\n",
-                           st.granted, st.refused_doorbells, st.peers_lost, st.peers_left, st.replica_acked,
+            << fmt::format(" granted {}, claimed {}, refused doorbells {}, peers lost {}, left {}, replica acked {}, "
+                           "mirrors fetched {}\n",
+                           st.granted, st.claimed, st.refused_doorbells, st.peers_lost, st.peers_left, st.replica_acked,
                            st.mirrors_fetched)
             << std::string(79, '-') << '\n'
             << std::flush;
@@ -296,6 +314,10 @@ int run_worker(const Options& o) {
   worker_options.floats = o.bytes / sizeof(float);
   worker_options.timeout = std::chrono::duration_cast<gradlane::Millis>(std::chrono::seconds(o.timeout_s));
   worker_options.transport = gradlane::TransportOptions::from_env();
+  if (!o.sidecar.empty()) {
+    worker_options.sidecar = sidecar_attach(o);
+    worker_options.server_endpoint = o.server_endpoint;
+  }
   ps::Worker worker(device, worker_options);  // connects (retrying while the server starts)
   std::ranges::fill(worker.gradient(), 1.0e-3F);
 

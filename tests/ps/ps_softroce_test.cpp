@@ -1095,8 +1095,13 @@ TEST_F(RogueWorkers, WithSidecarGrantWindowsOnlyTheGranteeOpensItsSlotAndOnlyOnc
   EXPECT_NE(window.window_rkey, slots.rkey);
   replayer.send(ps::encode(ps::Claim{mine.sequence, mine.token}));
   EXPECT_TRUE(dropped(replayer)) << "a second claim of a claimed sequence, with its right token";
+  // A doorbell alone needs no key (a zero-length write): before the victim wrote, it would have
+  // the server apply an empty slot. Refused from anyone but the claimant.
+  bell_rogue.wait(bell_rogue.write_with_imm(junk_mr, 0, slots, 0, 0, static_cast<std::uint32_t>(mine.sequence)), 30s);
+  std::this_thread::sleep_for(300ms);
   const RegionDescriptor my_slot{slots.addr + (mine.sequence % 8) * kBytes, kBytes, window.window_rkey};
-  EXPECT_EQ(refusal_of(victim, victim.write(gradient_mr, 0, my_slot, 0, kBytes, Signal::always)), "landed");
+  EXPECT_EQ(refusal_of(victim, victim.write(gradient_mr, 0, my_slot, 0, kBytes, Signal::always)), "landed")
+      << "the rogue's doorbell closed the victim's slot";
 
   EXPECT_EQ(refusal_of(ring_key_rogue, ring_key_rogue.write(junk_mr, 0, slots, (mine.sequence % 8) * kBytes, kBytes,
                                                             Signal::always)),
@@ -1110,10 +1115,6 @@ TEST_F(RogueWorkers, WithSidecarGrantWindowsOnlyTheGranteeOpensItsSlotAndOnlyOnc
                                                                                their_window.window_rkey},
                                                                   0, kBytes, Signal::always)),
             "remote_access");
-  // A doorbell alone needs no key (a zero-length write): the server refuses it from anyone but
-  // the claimant, and the victim's own doorbell still counts afterwards.
-  bell_rogue.wait(bell_rogue.write_with_imm(junk_mr, 0, slots, 0, 0, static_cast<std::uint32_t>(mine.sequence)), 30s);
-  std::this_thread::sleep_for(300ms);
   victim.wait(victim.write_with_imm(gradient_mr, 0, my_slot, 0, 0, static_cast<std::uint32_t>(mine.sequence)), 30s);
   std::this_thread::sleep_for(300ms);  // the server takes the doorbell and closes the window
   EXPECT_EQ(refusal_of(victim, victim.write(junk_mr, 0, my_slot, 0, kBytes, Signal::always)), "remote_access")
