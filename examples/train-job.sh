@@ -19,7 +19,9 @@
 #   --relay-slower-than, 2: a straggler's update goes through the aggregator; 0: never), TARGET
 #   (0.75), SCHEDULE=1 prints gradlaned's
 #   schedule, REPLICA=0 runs without a replica, REPLICA_READS=1 has the replica READ each update
-#   from the server's slot instead of every worker mirroring it, STRAGGLER=1 puts the last worker alone on host 3
+#   from the server's slot instead of every worker mirroring it, GRANT_WINDOWS=1 has the server
+#   open each slot only to its grantee (a memory window per grant; gradlane mode: claimed with
+#   the grant's token), STRAGGLER=1 puts the last worker alone on host 3
 #   (which train.sh shapes), SERVER_RATE (the server's ingress as train.sh shaped it, e.g. 4mbit:
 #   gradlaned is told it, as it would be told a NIC's line rate; the straggler is learned).
 #   Results: $GRADLANE_OUT_DIR/train-$MODE.
@@ -31,7 +33,7 @@ BUILD=${1:?usage: train-demo.sh BUILD_DIR [NAME=VALUE ...]}
 shift
 for setting in "$@"; do
   case $setting in
-    MODE=*|MODEL=*|WORKERS=*|STEPS=*|LR=*|BATCH=*|SEED=*|TAU=*|TARGET=*|SCHEDULE=*|REPLICA=*|SLOTS=*|STRAGGLER=*|GROUP=*|REPLICA_READS=*|AGGREGATE=*|EAGER=*|RELAY=*|SERVER_RATE=*|FAULT=*) export "$setting" ;;
+    MODE=*|MODEL=*|WORKERS=*|STEPS=*|LR=*|BATCH=*|SEED=*|TAU=*|TARGET=*|SCHEDULE=*|REPLICA=*|SLOTS=*|STRAGGLER=*|GROUP=*|REPLICA_READS=*|GRANT_WINDOWS=*|AGGREGATE=*|EAGER=*|RELAY=*|SERVER_RATE=*|FAULT=*) export "$setting" ;;
     *) echo "train-demo.sh: unknown setting '$setting' (see the comment at the top)" >&2; exit 2 ;;
   esac
 done
@@ -124,7 +126,9 @@ if [ "$REPLICA" = 1 ]; then
   role replica "$TRAIN" replica $COMMON --device "$DEV1" --port 7801 $REPLICA_PEERS $(sidecar 1 0)
   R=$!
 fi
-role server "$TRAIN" server $COMMON --device "$DEV0" --port 7800 $REPLICA_AT $SERVER_PEERS $(sidecar 0 0)
+SERVER_WINDOWS=""
+[ "${GRANT_WINDOWS:-0}" = 1 ] && SERVER_WINDOWS="--grant-windows"
+role server "$TRAIN" server $COMMON --device "$DEV0" --port 7800 $REPLICA_AT $SERVER_PEERS $SERVER_WINDOWS $(sidecar 0 0)
 S=$!
 [ -n "${FAULT:-}" ] || { tail -n +1 -F "$OUT/server.log" 2>/dev/null & TAIL=$!; }  # the progress lines, as before
 i=1

@@ -90,12 +90,9 @@ std::optional<PeerIndex> DistributedPolicy::owner_of(sched::EndpointId endpoint)
 }
 
 sched::SubmitStatus DistributedPolicy::submit(const sched::Request& request, sched::Instant now) {
-  if (is_local(request.receiver)) return scheduler_.submit(request, now);
+  if (schedules_here(request.receiver)) return scheduler_.submit(request, now);
   const auto owner = endpoint_owner_.find(sched::to_int(request.receiver));
-  if (owner == endpoint_owner_.end()) {
-    // Nobody announced it. Without endpoints of our own we are the only scheduler there is.
-    return local_.empty() ? scheduler_.submit(request, now) : sched::SubmitStatus::unknown_receiver;
-  }
+  if (owner == endpoint_owner_.end()) return sched::SubmitStatus::unknown_receiver;  // nobody announced it
   // Its owner's sequence stays its owner's, even while we cannot reach it (see the header).
   if (lost_.contains(owner->second)) return sched::SubmitStatus::receiver_unreachable;
   const PeerIndex peer = owner->second;

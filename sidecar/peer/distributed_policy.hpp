@@ -88,7 +88,7 @@ class DistributedPolicy final : public sched::Policy {
                 sched::TransferResult result) override;
   // Only for a receiver on this host: its sidecar owns the sequence.
   bool replica_ack(sched::EndpointId receiver, sched::Seq seq) override {
-    return is_local(receiver) && scheduler_.replica_ack(receiver, seq);
+    return schedules_here(receiver) && scheduler_.replica_ack(receiver, seq);
   }
   std::optional<sched::Instant> next_wakeup() const override;
   // Failover: the replica of `receiver` on this host was promoted at `version`. This sidecar
@@ -144,6 +144,14 @@ class DistributedPolicy final : public sched::Policy {
   bool send(PeerIndex peer, const Message& message);
   std::optional<PeerIndex> owner_of(sched::EndpointId endpoint) const;
   bool is_local(sched::EndpointId endpoint) const { return local_.contains(sched::to_int(endpoint)); }
+  // Whether this sidecar hands `endpoint`'s sequence out: one of its own endpoints, or — a
+  // sidecar without endpoints of its own being the only scheduler there is — one that no peer
+  // announced. Requests and a server's acks go by the same rule (an ack refused where the
+  // request was taken stalled a sidecar-mode server after `slots` grants: found by
+  // compare-push against a gradlaned started without --endpoint).
+  bool schedules_here(sched::EndpointId endpoint) const {
+    return is_local(endpoint) || (local_.empty() && !endpoint_owner_.contains(sched::to_int(endpoint)));
+  }
   sched::Slot book_egress(sched::EndpointId sender, sched::Slot slot);
   void note(const std::string& line) const {
     if (log_) log_(line);

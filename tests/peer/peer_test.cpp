@@ -345,6 +345,24 @@ TEST_F(SlotAgreement, AKeyedReceiversGrantsReachTheRemoteSenderWithTheirTokens) 
   EXPECT_EQ(std::get<sched::Grant>(b_out[0]).token, 0u);
 }
 
+TEST(SlotAgreementAlone, ASidecarWithoutEndpointsTakesTheAcksOfTheReceiversItSchedules) {
+  // gradlaned without --endpoint schedules every receiver; its server's applied() reports must
+  // count there too, or the server's window (its slots) never opens past the first `slots`.
+  HubTransport none;
+  DistributedPolicy alone{config(), {}, none};
+  alone.limit_window(sched::EndpointId{0}, 2);
+  const Instant now{Nanos{1'000'000}};
+  std::vector<sched::Outcome> out;
+  for (std::uint64_t id = 1; id <= 3; ++id) ASSERT_EQ(alone.submit(request(id, 1, 1000), now), sched::SubmitStatus::accepted);
+  alone.schedule(now, out);
+  EXPECT_EQ(out.size(), 2u) << "two slots: two grants";
+  EXPECT_TRUE(alone.replica_ack(sched::EndpointId{0}, 1)) << "the server's ack of sequence 1";
+  EXPECT_FALSE(alone.replica_ack(sched::EndpointId{0}, 9)) << "an ack beyond what was granted";
+  out.clear();
+  alone.schedule(now, out);
+  EXPECT_EQ(out.size(), 1u) << "the ack opened the window to the third";
+}
+
 TEST(SlotAgreementRejoin, ARestartedPeerSidecarComesBackOnANewLinkWithItsEndpoints) {
   // Host B's sidecar dies (its link breaks) and starts again: it connects anew, A introduces
   // itself on the new link, B's Hello gives it back endpoint 1, and B's requests are scheduled
