@@ -6,7 +6,7 @@
 # (examples/train_faults.py): finished or a clear error within 5 s, nothing hung, server and
 # replica bitwise equal at equal versions, no acknowledged update lost.
 #   bash examples/train-faults.sh [BUILD_DIR] [SEED=1] [FAULTS="kill:server kill:replica ..."]
-#        [WORKERS=3] [STEPS=150] [OUT=perf/results/train-faults]
+#        [WORKERS=3] [STEPS=150] [OUT=perf/results/train-faults] [GRANT_WINDOWS=1]
 # Faults (KIND:TARGET): kill:ROLE, stop:ROLE (SIGSTOP 6 s, SIGCONT), restart:workerI (SIGKILL,
 # started again 1 s later from its next step: it must rejoin), link:HOST (down 4 s, up),
 # netem:HOST (loss 10% delay 20ms, 5 s); ROLE = server | replica | workerI | aggregator;
@@ -21,12 +21,12 @@ ROOT=$(dirname "$HERE")
 BUILD=build
 if [[ $# -gt 0 && $1 != *=* ]]; then BUILD=$1; shift; fi
 BUILD=$(cd "$BUILD" && pwd)
-SEED=1 WORKERS=3 STEPS=150 OUT=$ROOT/perf/results/train-faults
+SEED=1 WORKERS=3 STEPS=150 OUT=$ROOT/perf/results/train-faults GRANT_WINDOWS=0
 FAULTS="kill:server kill:server@gradlane kill:replica kill:worker1 restart:worker1 stop:worker2 link:2 link:0 netem:0 kill:aggregator stop:aggregator kill:gradlaned-a restart:gradlaned-a kill:gradlaned-b restart:gradlaned-b replace:server replace:server@gradlane restart:aggregator restart:aggregator@gradlane"
 for setting in "$@"; do
   case $setting in
-    SEED=*|FAULTS=*|WORKERS=*|STEPS=*|OUT=*) declare "$setting" ;;
-    *) echo "train-faults.sh: settings are SEED, FAULTS, WORKERS, STEPS, OUT; got '$setting'" >&2; exit 2 ;;
+    SEED=*|FAULTS=*|WORKERS=*|STEPS=*|OUT=*|GRANT_WINDOWS=*) declare "$setting" ;;
+    *) echo "train-faults.sh: settings are SEED, FAULTS, WORKERS, STEPS, OUT, GRANT_WINDOWS; got '$setting'" >&2; exit 2 ;;
   esac
 done
 [[ -x $BUILD/examples/gradlane_train ]] || { echo "train-faults.sh: build $BUILD/examples/gradlane_train first" >&2; exit 2; }
@@ -51,7 +51,7 @@ for spec in $FAULTS; do
   rc=0
   SOFTROCE_OUT=$work SOFTROCE_TIMEOUT=${SOFTROCE_TIMEOUT:-600} nice -n 15 bash "$ROOT/ci/softroce.sh" --hosts 3 -- \
     sh "$HERE/train-job.sh" "$BUILD" MODE=$mode WORKERS="$WORKERS" STEPS="$steps" SEED="$SEED" \
-    FAULT="$fault:$delay_ms" > "$work/job.out" 2>&1 || rc=$?
+    GRANT_WINDOWS="$GRANT_WINDOWS" FAULT="$fault:$delay_ms" > "$work/job.out" 2>&1 || rc=$?
   run=$work/train-$mode
   dest=$OUT/runs/$name
   rm -rf "$dest"; mkdir -p "$dest"

@@ -51,12 +51,6 @@ AttachOptions server_of_receiver(const std::string& name, std::optional<GrantKey
   return o;
 }
 
-sched::SchedulerConfig no_replica() {
-  sched::SchedulerConfig sc;
-  sc.replica_bound = std::nullopt;
-  return sc;
-}
-
 TEST(GrantToken, TheDaemonStampsAKeyedReceiversGrantsWithTheirSequencesTokens) {
   const std::string name = unique_shm_name();
   DaemonDriver driver(test_config(name), std::make_unique<sched::SchedulerPolicy>(no_replica()));

@@ -56,6 +56,12 @@ Update small_update(std::uint32_t tensor) {
                 .gradient_norm = 1.0F, .priority = 0};
 }
 
+sched::SchedulerConfig no_replica() {
+  sched::SchedulerConfig sc;
+  sc.replica_bound = std::nullopt;
+  return sc;
+}
+
 std::vector<std::uint64_t> take_and_complete(Client& app, std::size_t count) {
   std::vector<std::uint64_t> sequences;
   for (std::size_t i = 0; i < count; ++i) {

@@ -24,6 +24,8 @@ std::string unique_shm_name();
 DaemonConfig test_config(const std::string& shm_name);
 AttachOptions test_attach(const std::string& shm_name, std::uint32_t job = 1);
 Update small_update(std::uint32_t tensor = 1);
+// The scheduler's defaults without a replica window (a server app's slots alone bound it).
+sched::SchedulerConfig no_replica();
 class DaemonDriver;
 class Child;
 // Waits for `count` grants to `app`, each a go, completes each at once, and returns their

@@ -36,12 +36,6 @@ std::string attach_outcome(const AttachOptions& o) {
   }
 }
 
-sched::SchedulerConfig no_replica() {
-  sched::SchedulerConfig sc;
-  sc.replica_bound = std::nullopt;
-  return sc;
-}
-
 TEST(ReceiverServer, AnotherJobCanNeitherBecomeItsServerNorFreeItsSlotsNorNarrowItsWindow) {
   const std::string name = unique_shm_name();
   DaemonConfig config = test_config(name);
