@@ -43,7 +43,8 @@ void write_stats(const Config& c, const ps::ShardServer& shard, const std::strin
       << ",\"peers_lost\":" << st.peers_lost << ",\"peers_joined\":" << st.peers_joined << ",\"replica_acked\":" << st.replica_acked
       << ",\"promoted_at_ns\":" << st.promoted_at_ns << ",\"lost_in_failover\":" << st.lost_in_failover
       << ",\"replicas_joined\":" << st.replicas_joined << ",\"joined_at\":" << st.joined_at
-      << ",\"sidecars_resumed\":" << st.sidecars_resumed
+      << ",\"sidecars_resumed\":" << st.sidecars_resumed << ",\"claimed\":" << st.claimed
+      << ",\"refused_claims\":" << st.refused_claims
       << ",\"start_unix\":" << std::fixed << start_unix << std::defaultfloat << ",\"seconds\":" << seconds << ",\"error\":\"" << quoted << "\"}\n";
   // What was applied, in order: the delay of each update is (updates applied before it) −
   // (the version it was computed on).
