@@ -16,7 +16,7 @@
 //           server at ADDR (ShardServer::join_server), e.g. a promoted replica; writes NAME.*
 //   replica_reads=1 (replica and workers): workers do not mirror; the replica reads each update
 //           from the server's slot
-//   grant_windows=1 (server): ShardOptions::grant_windows, a worker may write only its granted slot
+//   grant_windows=1 (server and replica): ShardOptions::grant_windows, a worker may write only its granted slot
 //   momentum=M (server, replica): SGD with momentum M (ShardOptions::momentum); a joining replica gets the velocity
 //   ps_node role=aggregator device=rxe2 port=7802 id=9 server=ADDR:7800 replica=ADDR:7801
 //           floats=4096 group=4 workers=4 out=DIR [slots=8] [linger_ms=500] [hole_timeout_ms=3000]
@@ -106,7 +106,8 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
   options.learning_rate = gradlane::examples::kLearningRate;
   options.hole_timeout = std::chrono::milliseconds(a.number("hole_timeout_ms", 3000));
   options.read_updates_from_server = a.number("replica_reads", 0) != 0;  // replica_reads=1: workers do not mirror
-  options.grant_windows = a.number("grant_windows", 0) != 0;  // server: a window per grant over its slot
+  // Server and replica alike: a window per grant over its slot (the replica's: per mirror claim).
+  options.grant_windows = a.number("grant_windows", 0) != 0;
   // momentum=M (server and replica alike): SGD with momentum, ShardOptions::momentum.
   if (a.values.contains("momentum")) options.momentum = std::stof(a.text("momentum"));
   options.transport = gradlane::TransportOptions::from_env();  // GRADLANE_ACK_TIMEOUT, _RETRY_COUNT, ...

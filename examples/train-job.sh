@@ -122,13 +122,13 @@ if [ "$AGGREGATE" = 1 ]; then  # workers mirror their direct grants; the aggrega
            $(sidecar 2 4)
   G=$!
 fi
+WINDOWS=""
+[ "${GRANT_WINDOWS:-0}" = 1 ] && WINDOWS="--grant-windows"  # server and replica alike
 if [ "$REPLICA" = 1 ]; then
-  role replica "$TRAIN" replica $COMMON --device "$DEV1" --port 7801 $REPLICA_PEERS $(sidecar 1 0)
+  role replica "$TRAIN" replica $COMMON --device "$DEV1" --port 7801 $REPLICA_PEERS $WINDOWS $(sidecar 1 0)
   R=$!
 fi
-SERVER_WINDOWS=""
-[ "${GRANT_WINDOWS:-0}" = 1 ] && SERVER_WINDOWS="--grant-windows"
-role server "$TRAIN" server $COMMON --device "$DEV0" --port 7800 $REPLICA_AT $SERVER_PEERS $SERVER_WINDOWS $(sidecar 0 0)
+role server "$TRAIN" server $COMMON --device "$DEV0" --port 7800 $REPLICA_AT $SERVER_PEERS $WINDOWS $(sidecar 0 0)
 S=$!
 [ -n "${FAULT:-}" ] || { tail -n +1 -F "$OUT/server.log" 2>/dev/null & TAIL=$!; }  # the progress lines, as before
 i=1

@@ -35,7 +35,7 @@ struct Config {
   std::string join;                 // replica: ADDR:PORT of a running server to join as its new
                                     // replica (ShardServer::join_server; "" = accept a primary)
   std::string name;                 // server, replica: the prefix of its files ("" = the role)
-  bool grant_windows = false;       // server: ps::ShardOptions::grant_windows
+  bool grant_windows = false;       // server, replica: ps::ShardOptions::grant_windows
   bool replica_reads = false;       // workers do not mirror; the replica READs each update from
                                     // the server's slot (give it to the replica and the workers)
   std::uint32_t workers = 2;        // the job's workers

@@ -67,12 +67,10 @@ int main(int argc, char** argv) {
     sub->add_option("--device", c.device, "RDMA device")->required();
     sub->add_option("--port", c.port, "listen port");
     sub->add_option("--peers", c.peers, "connections to accept (default: --workers; aggregate mode: the aggregators)");
-    if (std::string(role) == "server") {
-      sub->add_option("--replica", c.replica, "ADDR:PORT of the replica");
-      sub->add_flag("--grant-windows", c.grant_windows,
-                    "open each update slot only to the worker granted it (a memory window per grant; gradlane "
-                    "mode: the worker claims it with its grant's token)");
-    }
+    if (std::string(role) == "server") sub->add_option("--replica", c.replica, "ADDR:PORT of the replica");
+    sub->add_flag("--grant-windows", c.grant_windows,
+                  "open each update slot only to the worker granted it (a memory window per grant, claimed with the "
+                  "grant's token where the server did not bind it itself); server and replica alike");
     if (std::string(role) == "replica") {
       sub->add_option("--join", c.join,
                       "ADDR:PORT of a running server (e.g. a promoted replica) to join as its new replica");

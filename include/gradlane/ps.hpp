@@ -142,8 +142,11 @@ struct ShardOptions {
   // shows the server in a Claim before writing — one more round trip per push — and only a
   // claim with the right token opens the slot, once, and only a doorbell from the claiming
   // connection counts. A wrong token costs the claimant its connection.
-  // Not enforced: the replica's ring stays open to the workers' mirrors, and so is a promoted
-  // replica's: replica_reads keeps workers off the replica altogether.
+  // Replica (set it on both): its ring is opened by no key either. The server tells it its key
+  // on connect; a worker claims its mirror's slot with its grant's token (in direct mode the
+  // grant carries one) — one more round trip per mirrored push — and only that worker's mirror
+  // and doorbell count there. Promoted, the replica grants with windows too. A replica with
+  // windows whose server has none cannot be mirrored to (it says so on its stderr).
   bool grant_windows = false;
   // run_until() sleeps on the shared completion queue while nothing arrives (20 ms at a time,
   // so the timers above still run) instead of spinning a core. Costs a wake-up (an interrupt

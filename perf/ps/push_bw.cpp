@@ -198,7 +198,7 @@ int run_shard(const Options& o) {
   shard_options.slots = o.slots;
   shard_options.transport = gradlane::TransportOptions::from_env();
   shard_options.read_updates_from_server = o.replica_reads;
-  shard_options.grant_windows = o.grant_windows && o.role == "server";
+  shard_options.grant_windows = o.grant_windows;  // the replica's too: mirrors claim their slots
   if (!o.sidecar.empty() && role == ps::Role::server) shard_options.sidecar = sidecar_attach(o);
   const std::vector<float> initial(shard_options.floats, 0.0F);
   ps::ShardServer shard(device, role, o.port, shard_options, initial);

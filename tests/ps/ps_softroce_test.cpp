@@ -117,6 +117,7 @@ class ShardRun : public ::testing::Test {
     if (spec.promoted_dies_at != 0) replica_args.push_back("die_at=" + std::to_string(spec.promoted_dies_at));
     // Promoted, it takes the server's sequence over at its own host's sidecar (--standby 0).
     if (spec.sidecar) replica_args.insert(replica_args.end(), {std::string("sidecar=") + kShmB, "endpoint=0"});
+    if (spec.grant_windows) replica_args.push_back("grant_windows=1");
     ExternalProcess replica(args(replica_args), out_ + "/replica");
     std::vector<std::string> server_args = {"role=server", "device=" + hosts[0].device, "port=7800", replica_at};
     if (spec.grant_windows) server_args.push_back("grant_windows=1");
@@ -534,10 +535,29 @@ TEST_F(ShardRun, WithSidecarsAndGrantWindowsEveryPushClaimsItsSlotAndTheModelIsT
     EXPECT_EQ(history_[i]["seq"].get<std::uint64_t>(), i + 1);
     EXPECT_FALSE(history_[i]["skipped"].get<bool>());
   }
-  const json stats = read_lines(out_ + "/server.stats.json").at(0);
-  EXPECT_EQ(stats["claimed"].get<std::uint64_t>(), total) << "a push that did not claim its slot";
-  EXPECT_EQ(stats["refused_claims"].get<std::uint64_t>(), 0u);
-  EXPECT_EQ(stats["refused_doorbells"].get<std::uint64_t>(), 0u);
+  for (const char* role : {"server", "replica"}) {
+    const json stats = read_lines(out_ + "/" + role + ".stats.json").at(0);
+    EXPECT_EQ(stats["claimed"].get<std::uint64_t>(), total) << role << ": a push or mirror that did not claim its slot";
+    EXPECT_EQ(stats["refused_claims"].get<std::uint64_t>(), 0u) << role;
+    EXPECT_EQ(stats["refused_doorbells"].get<std::uint64_t>(), 0u) << role;
+  }
+  EXPECT_TRUE(bitwise_equal(server_model_, replica_model_)) << "server and replica diverged";
+  EXPECT_TRUE(bitwise_equal(server_model_, reference())) << "the server's model is not the granted order applied";
+}
+
+TEST_F(ShardRun, WithGrantWindowsEveryMirrorClaimsItsSlotAtTheReplica) {
+  // Direct mode: the server binds each grant's window itself and hands the worker its token,
+  // which the worker claims its mirror's slot at the replica with (the replica learned the
+  // server's key on connect). A worker that did not claim could not mirror at all.
+  RunSpec spec;
+  spec.grant_windows = true;
+  run(spec);
+  const std::uint64_t total = kWorkers * spec_.updates;
+  ASSERT_EQ(history_.size(), total);
+  const json replica = read_lines(out_ + "/replica.stats.json").at(0);
+  EXPECT_EQ(replica["claimed"].get<std::uint64_t>(), total) << "a mirror that did not claim its slot";
+  EXPECT_EQ(replica["refused_claims"].get<std::uint64_t>(), 0u);
+  EXPECT_EQ(replica["mirrors_fetched"].get<std::uint64_t>(), 0u) << "every mirror landed";
   EXPECT_TRUE(bitwise_equal(server_model_, replica_model_)) << "server and replica diverged";
   EXPECT_TRUE(bitwise_equal(server_model_, reference())) << "the server's model is not the granted order applied";
 }
@@ -1131,6 +1151,102 @@ TEST_F(RogueWorkers, WithSidecarGrantWindowsOnlyTheGranteeOpensItsSlotAndOnlyOnc
   EXPECT_EQ(stats["refused_claims"].get<std::uint64_t>(), 2u) << "the forged one and the replayed one";
   EXPECT_EQ(stats["refused_doorbells"].get<std::uint64_t>(), 1u) << "the rogue's doorbell";
   expect_moved_by_one_update(out, "a refused write or doorbell changed the model");
+}
+
+TEST_F(RogueWorkers, WithGrantWindowsAReplicasMirrorSlotOpensOnlyToItsClaimant) {
+  // The replica's ring, written by the workers' mirrors, is opened by no key either: a worker
+  // claims its mirror's slot with the token its server's grant carried (the replica learned
+  // the server's key on connect). The victim (worker 1) is granted sequence 1; before it
+  // mirrors, a rogue rings the replica's doorbell for it and writes the slot with the ring's
+  // key, and another claims it with a forged token. Each is refused; the victim's mirror and
+  // update land, its key at the replica dies with its doorbell, and the replica ends bitwise
+  // equal to the server, moved by exactly the victim's update.
+  const auto hosts = hosts_from_env();
+  ASSERT_GE(hosts.size(), 3u);
+  const std::string out = fresh_out("rogue-replica-windows");
+  const std::vector<std::string> shard = {"floats=" + std::to_string(kFloats), "slots=8", "workers=3", "updates=1",
+                                          "out=" + out, "grant_windows=1"};
+  auto node = [&](std::vector<std::string> head) {
+    head.insert(head.begin(), GRADLANE_PS_NODE);
+    head.insert(head.end(), shard.begin(), shard.end());
+    return head;
+  };
+  ExternalProcess replica(node({"role=replica", "device=" + hosts[1].device, "port=7815"}), out + "/replica");
+  ExternalProcess server(node({"role=server", "device=" + hosts[0].device, "port=7814",
+                               "replica=" + hosts[1].address + ":7815"}),
+                         out + "/server");
+  Device device = Device::open({.name = hosts[2].device});
+  auto at_server = [&](std::uint32_t id) { return RogueWorkers::join(device, hosts[0].address, 7814, id); };
+  auto at_replica = [&](std::uint32_t id) { return RogueWorkers::join(device, hosts[1].address, 7815, id); };
+  auto [victim, slots] = at_server(1);
+  auto [victim_mirror, mirror_ring] = at_replica(1);
+  auto [rogue, ring1] = at_server(2);
+  auto [rogue_mirror, ring2] = at_replica(2);
+  auto [forger, ring3] = at_server(3);
+  auto [forger_mirror, ring4] = at_replica(3);
+  (void)ring1, (void)ring2, (void)ring3, (void)ring4;
+
+  const Payloads payloads(device);
+  const MemoryRegion &junk_mr = payloads.junk_mr, &gradient_mr = payloads.gradient_mr;
+
+  victim.send(ps::encode(ps::Request{1, 0, 0}));
+  const ps::Message answer = ps::decode(victim.receive(30s));
+  ASSERT_TRUE(std::holds_alternative<ps::Grant>(answer));
+  const ps::Grant mine = std::get<ps::Grant>(answer);
+  ASSERT_EQ(mine.sequence, 1u);
+  ASSERT_NE(mine.window_rkey, 0u);
+  ASSERT_NE(mine.token, 0u) << "a windowed server's grant carries the token for the replica";
+  const auto imm = static_cast<std::uint32_t>(mine.sequence);
+  const std::uint64_t offset = (mine.sequence % 8) * kBytes;
+
+  // Before the victim mirrors: a doorbell alone, a write with the ring's key, a forged claim.
+  rogue_mirror.wait(rogue_mirror.write_with_imm(junk_mr, 0, mirror_ring, 0, 0, imm), 30s);
+  EXPECT_EQ(refusal_of(rogue_mirror, rogue_mirror.write(junk_mr, 0, mirror_ring, offset, kBytes, Signal::always)),
+            "remote_access");
+  forger_mirror.send(ps::encode(ps::Claim{mine.sequence, mine.token ^ 1}));
+  try {
+    (void)forger_mirror.receive(10s);
+    ADD_FAILURE() << "the replica answered a claim with a forged token";
+  } catch (const Error& e) {
+    std::printf("  [dropped] %s\n", e.what());
+  }
+  std::this_thread::sleep_for(300ms);
+
+  // The victim claims its mirror's slot, mirrors, rings; then writes the server's slot.
+  victim_mirror.send(ps::encode(ps::Claim{mine.sequence, mine.token}));
+  const ps::Message opened = ps::decode(victim_mirror.receive(30s));
+  ASSERT_TRUE(std::holds_alternative<ps::Grant>(opened));
+  const std::uint32_t mirror_key = std::get<ps::Grant>(opened).window_rkey;
+  ASSERT_NE(mirror_key, 0u);
+  EXPECT_NE(mirror_key, mirror_ring.rkey);
+  const RegionDescriptor my_mirror{mirror_ring.addr + offset, kBytes, mirror_key};
+  victim_mirror.wait(victim_mirror.write_and_ring(gradient_mr, 0, my_mirror, 0, kBytes, imm), 30s);
+  victim.wait(victim.write_and_ring(gradient_mr, 0, {slots.addr + offset, kBytes, mine.window_rkey}, 0, kBytes, imm), 30s);
+  std::this_thread::sleep_for(300ms);  // the replica takes the doorbell and closes the window
+  EXPECT_EQ(refusal_of(victim_mirror, victim_mirror.write(junk_mr, 0, my_mirror, 0, kBytes, Signal::always)),
+            "remote_access")
+      << "the key of a mirror claim whose mirror arrived must be dead";
+  victim.send(ps::encode(ps::Bye{1}));
+  victim.flush(30s);
+
+  for (Connection* c : {&victim, &victim_mirror, &rogue, &rogue_mirror, &forger, &forger_mirror}) {
+    Connection leave = std::move(*c);
+  }
+  const json stats = finished_stats(server, out);
+  EXPECT_EQ(stats["applied"].get<std::uint64_t>(), 1u);
+  const auto replica_status = replica.wait_exit(60s);
+  ASSERT_TRUE(replica_status.has_value()) << "the replica did not finish";
+  std::ifstream replica_file(out + "/replica.stats.json");
+  const json replica_stats = json::parse(replica_file);
+  EXPECT_EQ(replica_stats["applied"].get<std::uint64_t>(), 1u);
+  EXPECT_EQ(replica_stats["claimed"].get<std::uint64_t>(), 1u) << "the victim's";
+  EXPECT_EQ(replica_stats["refused_claims"].get<std::uint64_t>(), 1u) << "the forged one";
+  EXPECT_EQ(replica_stats["refused_doorbells"].get<std::uint64_t>(), 1u) << "the rogue's doorbell";
+  EXPECT_EQ(replica_stats["mirrors_fetched"].get<std::uint64_t>(), 0u) << "the victim's mirror was the one applied";
+  expect_moved_by_one_update(out, "a refused write or doorbell changed the server's model");
+  const auto server_model = read_model(out + "/server.model", kFloats), replica_model = read_model(out + "/replica.model", kFloats);
+  EXPECT_EQ(std::memcmp(server_model.data(), replica_model.data(), kBytes), 0)
+      << "a refused write or doorbell changed the replica's model";
 }
 
 }  // namespace

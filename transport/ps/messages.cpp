@@ -12,11 +12,12 @@ namespace {
 
 // Wire: byte 0 = kind (the variant index + 1), then the fields, little-endian, packed.
 enum class Kind : std::uint8_t {
-  hello = 1, request, grant, decided, ack, bye, failed_over, forwarded, adopted, listening_at, mirroring, claim
+  hello = 1, request, grant, decided, ack, bye, failed_over, forwarded, adopted, listening_at, mirroring, claim,
+  replica_key
 };
-constexpr std::size_t kSize[] = {0,          1 + 1 + 4, 1 + 4 + 8 + 8, 1 + 8 + 8 + 4, 1 + 8 + 4 + 8, 1 + 8, 1 + 4,
+constexpr std::size_t kSize[] = {0,          1 + 1 + 4, 1 + 4 + 8 + 8, 1 + 8 + 8 + 4 + 8, 1 + 8 + 4 + 8, 1 + 8, 1 + 4,
                                  1 + 4,      1 + 8 + 8 + 1, 1 + 8, 1 + 1 + ListeningAt::kAddressBytes + 2, 1 + 4 + 8,
-                                 1 + 8 + 8};
+                                 1 + 8 + 8,  1 + 16};
 
 class Writer {
  public:
@@ -82,7 +83,9 @@ std::vector<std::byte> encode(const Message& message) {
       detail::Overloaded{
           [](const Hello& m) { return Writer(Kind::hello).put(m.kind).put(m.worker).done(); },
           [](const Request& m) { return Writer(Kind::request).put(m.worker).put(m.tag).put(m.computed_on).done(); },
-          [](const Grant& m) { return Writer(Kind::grant).put(m.sequence).put(m.tag).put(m.window_rkey).done(); },
+          [](const Grant& m) {
+            return Writer(Kind::grant).put(m.sequence).put(m.tag).put(m.window_rkey).put(m.token).done();
+          },
           [](const Decided& m) { return Writer(Kind::decided).put(m.sequence).put(m.worker).put(m.tag).done(); },
           [](const Ack& m) { return Writer(Kind::ack).put(m.through).done(); },
           [](const Bye& m) { return Writer(Kind::bye).put(m.worker).done(); },
@@ -96,6 +99,11 @@ std::vector<std::byte> encode(const Message& message) {
           },
           [](const Mirroring& m) { return Writer(Kind::mirroring).put(m.worker).put(m.from).done(); },
           [](const Claim& m) { return Writer(Kind::claim).put(m.sequence).put(m.token).done(); },
+          [](const ReplicaKey& m) {
+            Writer w(Kind::replica_key);
+            for (const std::uint8_t b : m.key) w.put(b);
+            return w.done();
+          },
       },
       message);
 }
@@ -103,7 +111,7 @@ std::vector<std::byte> encode(const Message& message) {
 Message decode(std::span<const std::byte> bytes) {
   if (bytes.empty()) throw Error(Errc::protocol, "empty parameter-server message");
   const auto kind = std::to_integer<std::uint8_t>(bytes[0]);
-  if (kind < 1 || kind > static_cast<std::uint8_t>(Kind::claim)) {
+  if (kind < 1 || kind > static_cast<std::uint8_t>(Kind::replica_key)) {
     throw Error(Errc::protocol, fmt::format("unknown parameter-server message kind {}", kind));
   }
   if (bytes.size() != kSize[kind]) {
@@ -135,6 +143,7 @@ Message decode(std::span<const std::byte> bytes) {
       m.sequence = in.get<std::uint64_t>();
       m.tag = in.get<std::uint64_t>();
       m.window_rkey = in.get<std::uint32_t>();
+      m.token = in.get<std::uint64_t>();
       return m;
     }
     case Kind::decided: {
@@ -193,6 +202,11 @@ Message decode(std::span<const std::byte> bytes) {
       m.sequence = in.get<std::uint64_t>();
       m.token = in.get<std::uint64_t>();
       if (m.sequence == 0 || m.token == 0) throw Error(Errc::protocol, "a claim of sequence 0 or with token 0");
+      return m;
+    }
+    case Kind::replica_key: {
+      ReplicaKey m;
+      for (auto& b : m.key) b = in.get<std::uint8_t>();
       return m;
     }
   }

@@ -32,11 +32,14 @@
 //                             its grant of `sequence`; the server answers with a Grant whose
 //                             window opens that slot to this connection (window 0: the
 //                             sequence is decided already, nothing to write)
+//             worker → replica (grant windows, either mode): the same for the mirror's slot
+//   ReplicaKey server → replica  the key of the grant tokens (grant windows), or none
 //
 // decode() checks the size and the kind and throws Error(protocol) naming what is wrong; a
 // peer's malformed message costs that peer its connection, never the process.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -64,7 +67,12 @@ struct Grant {
   std::uint64_t tag = 0;
   // ShardOptions::grant_windows: the rkey of a memory window bound on this connection over the
   // granted slot alone (write there, at the slot's address). 0: write through the ring's key.
+  // The answer to a Claim: the window (at a server), or at a replica the window or its ring's
+  // key (a replica without windows); 0 there: the sequence is decided already, write nothing.
   std::uint32_t window_rkey = 0;
+  // Direct mode with grant windows: the grant's token (sidecar::grant_token of the server's
+  // key), which the worker claims its slot at the replica with. 0: none.
+  std::uint64_t token = 0;
 };
 struct Decided {
   std::uint64_t sequence = 0;
@@ -103,9 +111,15 @@ struct Claim {
   std::uint64_t sequence = 0;
   std::uint64_t token = 0;  // sidecar::grant_token(the server's key, sequence)
 };
+// Server → its replica, after its hello (and to a replica that joined, after Adopted): the key
+// its grants' tokens are made with (all zero: it binds no grant windows), so the replica can
+// check the claims of workers mirroring to it — and, promoted, go on granting with it.
+struct ReplicaKey {
+  std::array<std::uint8_t, 16> key{};
+};
 
 using Message = std::variant<Hello, Request, Grant, Decided, Ack, Bye, FailedOver, Forwarded, Adopted, ListeningAt, Mirroring,
-                             Claim>;
+                             Claim, ReplicaKey>;
 
 std::vector<std::byte> encode(const Message& message);
 Message decode(std::span<const std::byte> bytes);

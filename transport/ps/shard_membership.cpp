@@ -111,6 +111,7 @@ void ShardServer::State::adopt_replica(Connection&& conn) {
   snapshot.emplace(device, shard.floats(), velocity);  // with momentum, its velocity too
   conn.advertise(kSnapshotRegionId, snapshot->region().descriptor());
   conn.send(encode(Adopted{version}));
+  conn.send(encode(replica_key()));
   replica.emplace(std::move(conn));
   had_replica = true;  // cut_off(): losing every worker is a partition again
   stats.replica_acked = version;

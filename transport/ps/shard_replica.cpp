@@ -102,6 +102,7 @@ void ShardServer::State::take_over_at_sidecar() {
   attach.region_bytes = slots.slot_bytes() * options.slots;
   attach.take_over_at = skip_below - 1;
   attach.slots = options.slots;  // grants never run past our slots (AttachOptions::slots)
+  attach.grant_key = windowed() ? grant_key : std::nullopt;  // a promoted replica: its server's key
   sidecar.emplace(sidecar::Client::attach(attach));
   reported = 0;
   // Tags in sidecar mode count each worker's arrivals: go on from the history and from what
@@ -139,6 +140,8 @@ void ShardServer::State::promote() {
   // doorbells of other workers may still wait, reaped or not (a worker acknowledged a push
   // whose mirror's doorbell was still in our queue, and it was skipped: kill:server@gradlane).
   take_every_doorbell_here();
+  // Mirror claims are over: as the server we grant anew (and in sidecar mode claim anew).
+  while (!claimed.empty()) close_claim(claimed.begin()->first);
   for (std::uint64_t head = order.next_sequence(); decisions.contains(head); ++head) {
     const bool apply = decisions.at(head).worker != 0;
     if (apply && arrived.contains(head)) {

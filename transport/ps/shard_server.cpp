@@ -78,8 +78,14 @@ void ShardServer::State::lose(Peer& peer, const Error& why) {
                peer.kind == PeerKind::worker ? lost_note(owes) : "", why.what());
   if (peer.kind == PeerKind::primary && role == Role::replica) promote();
   // Its granted (or, in sidecar mode, claimed) sequences will never be written: holes, skipped
-  // in order.
-  for (const std::uint64_t sequence : peer.outstanding.take_all()) cancel(sequence);
+  // in order. At a replica they are mirror claims: the server decides those, we follow.
+  for (const std::uint64_t sequence : peer.outstanding.take_all()) {
+    if (role == Role::replica) {
+      close_claim(sequence);
+    } else {
+      cancel(sequence);
+    }
+  }
 }
 
 std::size_t ShardServer::State::take_from(std::size_t index) {
@@ -108,8 +114,19 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
                                                 mirroring->worker, peer.worker));
       }
       mirrors_from[peer.worker] = mirroring->from;
-    } else if (const auto* claim = std::get_if<Claim>(&message); claim && peer.kind == PeerKind::worker && sidecar) {
-      answer_claim(index, *claim);
+    } else if (const auto* claim = std::get_if<Claim>(&message); claim && peer.kind == PeerKind::worker) {
+      if (role == Role::replica) {
+        answer_mirror_claim(index, *claim);
+      } else if (sidecar) {
+        answer_claim(index, *claim);
+      } else {
+        // Direct mode: a mirror's claim that reached us promoted (its worker claimed before the
+        // old server died). Nothing to write: its push is lost, and the worker asks us again.
+        peer.conn.send(encode(Grant{claim->sequence, 0, 0}));
+      }
+    } else if (const auto* key = std::get_if<ReplicaKey>(&message);
+               key && role == Role::replica && peer.kind == PeerKind::primary) {
+      take_replica_key(*key);
     } else if (const auto* at = std::get_if<ListeningAt>(&message);
                at && at->kind == PeerKind::aggregator && peer.kind == PeerKind::worker) {
       // An aggregator (a worker here) says where it listens: its workers that lost it come
@@ -139,8 +156,11 @@ std::size_t ShardServer::State::take_doorbells(Peer& peer) {
     ++work;
     const std::uint64_t sequence = ApplyOrder::widen(bell->imm, order.next_sequence());
     if (role == Role::replica) {
-      // The mirror: held until the server says what it did with this sequence.
-      if (sequence >= order.next_sequence() && sequence < order.next_sequence() + options.slots) {
+      // The mirror: held until the server says what it did with this sequence. With windows,
+      // only from the worker that claimed its slot here.
+      const bool claimant = !windowed() || peer.outstanding.ring(sequence);
+      if (claimant && windowed()) close_claim(sequence);
+      if (claimant && sequence >= order.next_sequence() && sequence < order.next_sequence() + options.slots) {
         arrived[sequence] = peer.worker;
       } else {
         ++stats.refused_doorbells;
@@ -151,8 +171,8 @@ std::size_t ShardServer::State::take_doorbells(Peer& peer) {
       // The sidecar granted it. Without grant windows we cannot tell to whom, only that it is
       // in the window, once; with them, only the connection that claimed it may ring. Below
       // skip_below it was granted by the old owner before we took over: refused.
-      const bool claimant = !grant_key || peer.outstanding.ring(sequence);
-      if (claimant && grant_key) close_claim(sequence);  // the update is here: the slot closes
+      const bool claimant = !windowed() || peer.outstanding.ring(sequence);
+      if (claimant && windowed()) close_claim(sequence);  // the update is here: the slot closes
       if (claimant && sequence >= skip_below &&
           order.arrived(sequence, static_cast<std::uint32_t>(sequence % options.slots)) == Admit::accepted) {
         rung_by[sequence] = peer.worker;
@@ -231,7 +251,9 @@ std::size_t ShardServer::State::grant() {
     if (!peer.alive) continue;
     try {
       const std::uint32_t window_rkey = options.grant_windows ? open_window(peer, sequence) : 0;
-      peer.conn.send(encode(Grant{sequence, w.request.tag, window_rkey}));  // after the bind on the same QP
+      // The token: the worker claims its mirror's slot at the replica with it.
+      const std::uint64_t token = grant_key ? sidecar::grant_token(*grant_key, sequence) : 0;
+      peer.conn.send(encode(Grant{sequence, w.request.tag, window_rkey, token}));  // after the bind on the same QP
     } catch (const Error& e) {
       lose(peer, e);
       continue;
@@ -339,6 +361,64 @@ void ShardServer::State::answer_claim(std::size_t index, const Claim& claim) {
   peer.outstanding.add(claim.sequence, Clock::now());
   claimed[claim.sequence] = index;
   ++stats.claimed;
+}
+
+// Replica: a worker about to mirror `claim.sequence` here shows its grant's token. With grant
+// windows the right token opens that slot to the worker's connection, once, as a server's
+// claim does (answer_claim); a sequence decided already gets window 0. Without windows the
+// answer is the ring's own key: there is nothing to keep anyone out of.
+void ShardServer::State::answer_mirror_claim(std::size_t index, const Claim& claim) {
+  Peer& peer = peers[index];
+  if (!options.grant_windows) {
+    peer.conn.send(encode(Grant{claim.sequence, 0, slots.region().descriptor().rkey}));
+    return;
+  }
+  if (!grant_key) {
+    throw Error(Errc::protocol, fmt::format("worker {} claimed mirror slot {}, but our server gave us no grant key: "
+                                            "run server and replica both with grant_windows, or neither",
+                                            peer.worker, claim.sequence));
+  }
+  if (sidecar::grant_token(*grant_key, claim.sequence) != claim.token) {
+    ++stats.refused_claims;
+    throw Error(Errc::protocol, fmt::format("worker {} claimed mirror slot {} with a token that is not the one its "
+                                            "grant carried: a forged claim", peer.worker, claim.sequence));
+  }
+  const std::uint64_t next = order.next_sequence();
+  if (claim.sequence < next) {
+    peer.conn.send(encode(Grant{claim.sequence, 0, 0}));
+    return;
+  }
+  if (claim.sequence - next >= options.slots || claimed.contains(claim.sequence) || arrived.contains(claim.sequence)) {
+    ++stats.refused_claims;
+    throw Error(Errc::protocol, fmt::format("worker {} claimed mirror slot {}, which is not open to writing ({})",
+                                            peer.worker, claim.sequence,
+                                            claim.sequence - next >= options.slots ? "beyond the window"
+                                                                                   : "claimed or written already"));
+  }
+  const std::uint32_t window_rkey = open_window(peer, claim.sequence);
+  peer.conn.send(encode(Grant{claim.sequence, 0, window_rkey}));
+  peer.outstanding.add(claim.sequence, Clock::now());
+  claimed[claim.sequence] = index;
+  ++stats.claimed;
+}
+
+ReplicaKey ShardServer::State::replica_key() const {
+  return ReplicaKey{grant_key.value_or(sidecar::GrantKey{})};
+}
+
+// Replica: our server's key (all zero: it binds no windows). A ring of ours that no key opens
+// needs it, or no worker could mirror here.
+void ShardServer::State::take_replica_key(const ReplicaKey& key) {
+  if (key.key == sidecar::GrantKey{}) {
+    grant_key.reset();
+    if (options.grant_windows) {
+      std::fprintf(stderr, "gradlane ps replica: our server binds no grant windows, but our ring is windowed "
+                   "(grant_windows): its workers cannot mirror here. Run server and replica both with grant_windows, "
+                   "or neither\n");
+    }
+    return;
+  }
+  grant_key = key.key;
 }
 
 void ShardServer::State::close_claim(std::uint64_t sequence) {
@@ -468,6 +548,7 @@ std::size_t ShardServer::State::apply() {
       apply_update(step->slot);
     }
     (void)order.done(*step);
+    close_claim(step->sequence);  // a replica's mirror claim whose mirror never came (read from the server)
     AppliedUpdate record{step->sequence, 0, 0, 0, skip};
     if (const auto decided = fed.extract(step->sequence); !decided.empty()) {  // as the server decided it
       if (!skip) {
@@ -512,16 +593,14 @@ ShardServer::ShardServer(const Device& device, Role role, std::uint16_t port, co
                                                     initial.size(), options.floats));
   }
   state_ = std::make_unique<State>(device, role, port, options);
+  // Grant windows: a server's key for its grants' tokens (a replica learns its server's).
+  if (options.grant_windows && role == Role::server) state_->grant_key = sidecar::random_grant_key();
   std::copy(initial.begin(), initial.end(), state_->shard.floats().begin());
   if (options.sidecar && role == Role::server) {  // a replica attaches when promoted
     sidecar::AttachOptions attach = *options.sidecar;
     attach.region_bytes = state_->slots.slot_bytes() * options.slots;
     attach.slots = options.slots;  // grants never run past our slots (AttachOptions::slots)
-    if (options.grant_windows) {
-      // Kept in the options too: a takeover after our gradlaned restarted attaches with it again.
-      state_->grant_key = sidecar::random_grant_key();
-      state_->options.sidecar->grant_key = attach.grant_key = state_->grant_key;
-    }
+    attach.grant_key = state_->grant_key;  // its grants carry our tokens (grant windows)
     state_->sidecar.emplace(sidecar::Client::attach(attach));
   }
   if (options.momentum > 0.0F) state_->velocity.assign(options.floats, 0.0F);
@@ -566,6 +645,7 @@ void ShardServer::connect_replica(const std::string& address, std::uint16_t port
   Connection conn = connect_with_retry(s.device, address, port, s.options.transport, timeout, s.cq);
   conn.advertise(kSlotRegionId, s.slots.region().descriptor());
   conn.send(encode(Hello{PeerKind::primary, 0}));
+  conn.send(encode(s.replica_key()));
   s.replica.emplace(std::move(conn));
   s.had_replica = true;
 }

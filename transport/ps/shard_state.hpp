@@ -59,7 +59,9 @@ struct ShardServer::State {
         options(o),
         device(dev),
         shard(dev, o.floats),
-        slots(dev, o.floats, o.slots, o.grant_windows && r == Role::server),
+        // Grant windows, in either role: a promoted replica grants with them, and a replica's
+        // mirror slots open only to the worker that claims them.
+        slots(dev, o.floats, o.slots, o.grant_windows),
         writer(shard.header()),
         order(o.slots, 1),
         cq(dev, 1024, o.shared_receives, o.transport.max_message_bytes),
@@ -67,7 +69,7 @@ struct ShardServer::State {
     // One completion queue for every connection (workers, primary, replica): a round polls it
     // once instead of once per connection, and an idle server can sleep on it (wait()).
     listener.use_completion_queue(cq);
-    if (o.grant_windows && r == Role::server) {
+    if (o.grant_windows) {
       if (!dev.info().memory_windows) {
         throw Error(Errc::unsupported, fmt::format("grant_windows: {} has no type-2 memory windows; without them any "
                                                    "worker may write any slot of the ring",
@@ -113,10 +115,13 @@ struct ShardServer::State {
   std::optional<shard::Clock::time_point> gap_since;       // head missing while later updates wait
   // Promoted in sidecar mode: sequences below this were the old owner's to grant (skipped).
   std::uint64_t skip_below = 0;
-  // Grant windows in sidecar mode: the key our gradlaned stamps our grants' tokens with, and
-  // each claimed sequence's claimant (index in peers) until its doorbell, cancel or skip.
+  // Grant windows: the key of our grants' tokens — drawn by a server (in sidecar mode its
+  // gradlaned stamps them), told to a replica by its server (ReplicaKey) — and each claimed
+  // sequence's claimant (index in peers) until its doorbell, cancel, skip or apply.
   std::optional<sidecar::GrantKey> grant_key;
   std::map<std::uint64_t, std::size_t> claimed;
+  // Slots open only to claimants: our ring is windowed and we know the key to check claims.
+  bool windowed() const noexcept { return options.grant_windows && grant_key.has_value(); }
   // Direct mode: this server owns the sequence.
   std::deque<shard::Waiting> waiting;
   std::uint64_t next_grant = 1;
@@ -142,6 +147,9 @@ struct ShardServer::State {
   std::uint32_t open_window(shard::Peer& peer, std::uint64_t sequence);
   void close_window(shard::Peer& peer, std::uint64_t sequence);
   void answer_claim(std::size_t index, const Claim& claim);
+  void answer_mirror_claim(std::size_t index, const Claim& claim);  // replica
+  void take_replica_key(const ReplicaKey& key);                      // replica
+  ReplicaKey replica_key() const;                                    // server: what to tell it
   void close_claim(std::uint64_t sequence);  // its window and its claimant's outstanding entry
   Admit cancel(std::uint64_t sequence);      // order.cancelled, closing its claim
   std::size_t take_doorbells(shard::Peer& peer);

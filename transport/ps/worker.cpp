@@ -327,10 +327,22 @@ struct Worker::State {
     return true;
   }
 
+  // Whether this push mirrors to a replica.
+  bool mirroring() const { return replica && options.mirror; }
+  // Grant windows: shows the grant's token to the replica as well, ahead of the mirror (its
+  // answer is taken in write()). True if it was sent.
+  bool claim_mirror(std::uint64_t sequence, std::uint64_t token) {
+    if (token == 0 || !mirroring()) return false;
+    replica->send(encode(Claim{sequence, token}));
+    return true;
+  }
+
   // Writes the gradient into the slot of `sequence` at the replica, then at the server; in
   // direct mode with an aggregator, into the aggregator's member slot instead. A nonzero
-  // `window_rkey` (the server's grant windows) opens that slot alone at the server.
-  PushResult write(std::uint64_t sequence, std::uint32_t window_rkey = 0) {
+  // `window_rkey` (the server's grant windows) opens that slot alone at the server;
+  // `mirror_claimed`: the replica was sent a claim for its slot (claim_mirror), whose answer
+  // opens it.
+  PushResult write(std::uint64_t sequence, std::uint32_t window_rkey = 0, bool mirror_claimed = false) {
     if (aggregator && !sidecar) {  // a member slot of the aggregator's ring
       PushResult member = write_member(sequence % (aggregator_slots.length / bytes), static_cast<std::uint32_t>(sequence));
       member.sequence = sequence;  // the aggregator's member sequence
@@ -339,19 +351,24 @@ struct Worker::State {
     }
     const auto imm = static_cast<std::uint32_t>(sequence);  // low 32 bits: ApplyOrder::widen
     const auto start = Clock::now();
+    const bool mirrors = mirroring();
+    const std::uint64_t offset = (sequence % slots) * bytes;
+    RegionDescriptor mirror_slot{replica_slots.addr + offset, bytes, replica_slots.rkey};
+    if (mirrors && mirror_claimed) {  // the replica's answer: a window over its slot for us
+      mirror_slot.rkey = await_window(*replica, sequence);
+      if (mirror_slot.rkey == 0) return decided_before_claim(sequence, "replica");
+    }
     // A payload of at most max_inline bytes is posted inline: the provider copies it into the
     // work request (connection.hpp). Counted per copy written: 1 + mirror.
-    const bool mirroring = replica && options.mirror;
-    if (bytes <= options.transport.max_inline) bytes_copied += bytes * (mirroring ? 2 : 1);
-    const std::uint64_t offset = (sequence % slots) * bytes;
+    if (bytes <= options.transport.max_inline) bytes_copied += bytes * (mirrors ? 2 : 1);
     // The mirror first: if this worker dies between the two, the server never sees the update
     // and skips it, and so does the replica (it applies only what the server decided).
     std::optional<OpId> mirrored;
-    if (mirroring && announce_mirroring) {  // a joined replica: ahead of the first mirror, on the same QP
+    if (mirrors && announce_mirroring) {  // a joined replica: ahead of the first mirror, on the same QP
       replica->send(encode(Mirroring{options.id, sequence}));
       announce_mirroring = false;
     }
-    if (mirroring) mirrored = replica->write_and_ring(gradient_region, 0, replica_slots, offset, bytes, imm);
+    if (mirrors) mirrored = replica->write_and_ring(gradient_region, 0, mirror_slot, 0, bytes, imm);
     // Sidecar mode: the replica's refusal floor too, behind the mirror. A server SIGKILLed a
     // moment ago still has its writes acknowledged by the kernel, while the replica, promoted
     // meanwhile, refuses the mirror (below the floor it took over at): that push is applied
@@ -451,16 +468,17 @@ struct Worker::State {
     }
     PushResult result;
     try {
-      // A server with grant windows: its token goes out now, so the claim's round trip runs
-      // while we wait for the slot.
+      // A server with grant windows: its token goes out now (to the replica too), so the
+      // claims' round trips run while we wait for the slot.
       const bool claims = !redirect && g.token != 0;
       if (claims) server.send(encode(Claim{g.sequence, g.token}));
+      const bool mirror_claimed = claims && claim_mirror(g.sequence, g.token);
       wait_for_slot(g.slot_start);
       // A member's slot at the aggregator is its aggregate id modulo the worker's slots there;
       // the doorbell carries the id's low 32 bits, the same modulo there.
       const auto id32 = static_cast<std::uint32_t>(g.sequence);
       result = redirect ? write_member(id32 % (aggregator_slots.length / bytes), id32)
-               : claims ? write_claimed(g.sequence)
+               : claims ? write_claimed(g.sequence, mirror_claimed)
                         : write(g.sequence);
     } catch (const Error&) {
       sidecar->complete(g.request, g.part_index, std::chrono::nanoseconds{0}, /*failed=*/true);
@@ -474,29 +492,41 @@ struct Worker::State {
     return result;
   }
 
-  // Sidecar mode, a server with grant windows: the claim of `sequence` went out; its answer is
-  // the key of a window over that one slot on our connection, then we write. Window 0: the
-  // server decided that sequence already (skipped it: our grant came too late), so the push is
-  // lost, not written.
-  PushResult write_claimed(std::uint64_t sequence) {
+  // Sidecar mode, a server with grant windows: the claim of `sequence` went out (and, if
+  // `mirror_claimed`, the replica's); the server's answer is the key of a window over that one
+  // slot on our connection, then we write. Window 0: the server decided that sequence already
+  // (skipped it: our grant came too late), so the push is lost, not written.
+  PushResult write_claimed(std::uint64_t sequence, bool mirror_claimed) {
+    const std::uint32_t window_rkey = await_window(server, sequence);
+    if (window_rkey != 0) return write(sequence, window_rkey, mirror_claimed);
+    if (mirror_claimed) (void)await_window(*replica, sequence);  // not left for the next push to read
+    return decided_before_claim(sequence, "server");
+  }
+
+  // The answer to a claim of `sequence` on `conn` (a server's or a replica's): the key that
+  // opens its slot to us, or 0 when it decided that sequence already.
+  std::uint32_t await_window(Connection& conn, std::uint64_t sequence) {
     for (;;) {
-      const Message answer = receive_noting_arrival(server).first;
-      if (const auto* at = std::get_if<ListeningAt>(&answer)) {
+      const Message answer = receive_noting_arrival(conn).first;
+      if (const auto* at = std::get_if<ListeningAt>(&answer); at != nullptr && &conn == &server) {
         take_listening_at(*at);
         continue;
       }
       const auto* window = std::get_if<Grant>(&answer);
       if (window == nullptr || window->sequence != sequence) {
         throw Error(Errc::protocol, fmt::format("{}: expected the window of claimed sequence {}, got message kind {}",
-                                                server.describe(), sequence, answer.index() + 1));
+                                                conn.describe(), sequence, answer.index() + 1));
       }
-      if (window->window_rkey != 0) return write(sequence, window->window_rkey);
-      std::fprintf(stderr, "gradlane ps worker %u: the server had decided sequence %llu before our claim: not written, "
-                   "reported lost\n", options.id, static_cast<unsigned long long>(sequence));
-      PushResult lost;
-      lost.lost = true;
-      return lost;
+      return window->window_rkey;
     }
+  }
+
+  PushResult decided_before_claim(std::uint64_t sequence, const char* where) const {
+    std::fprintf(stderr, "gradlane ps worker %u: the %s had decided sequence %llu before our claim: not written, "
+                 "reported lost\n", options.id, where, static_cast<unsigned long long>(sequence));
+    PushResult lost;
+    lost.lost = true;
+    return lost;
   }
 
   // Direct mode: the next message on `target`, and when its receive queue was last seen empty
@@ -554,7 +584,8 @@ struct Worker::State {
       }
       // Not written, an expired grant is a hole the server skips after its hole_timeout.
       if (!too_late(arrived_after, expired)) {
-        PushResult result = write(grant->sequence, grant->window_rkey);
+        const bool mirror_claimed = claim_mirror(grant->sequence, grant->token);
+        PushResult result = write(grant->sequence, grant->window_rkey, mirror_claimed);
         result.expired_grants = expired;
         return result;
       }
@@ -802,7 +833,8 @@ PushResult Worker::write_as(std::uint64_t sequence, std::uint64_t token) {
     s.sidecar_forward = true;
     if (token != 0) {  // the claim's answer says whether the server decided it already
       s.server.send(encode(Claim{sequence, token}));
-      return s.write_claimed(sequence);
+      const bool mirror_claimed = s.claim_mirror(sequence, token);
+      return s.write_claimed(sequence, mirror_claimed);
     }
     if (s.server_decided(sequence)) {
       std::fprintf(stderr, "gradlane ps worker %u: the server skipped sequence %llu before it was written: not "
