@@ -19,9 +19,10 @@
 #   --relay-slower-than, 2: a straggler's update goes through the aggregator; 0: never), TARGET
 #   (0.75), SCHEDULE=1 prints gradlaned's
 #   schedule, REPLICA=0 runs without a replica, REPLICA_READS=1 has the replica READ each update
-#   from the server's slot instead of every worker mirroring it, GRANT_WINDOWS=1 has the server
-#   open each slot only to its grantee (a memory window per grant; gradlane mode: claimed with
-#   the grant's token), STRAGGLER=1 puts the last worker alone on host 3
+#   from the server's slot instead of every worker mirroring it, GRANT_WINDOWS=1 has server and
+#   replica open each slot only to its grantee (a memory window per grant, claimed with the
+#   grant's token where the server did not bind it) and the aggregator each worker's partition
+#   only to that worker, STRAGGLER=1 puts the last worker alone on host 3
 #   (which train.sh shapes), SERVER_RATE (the server's ingress as train.sh shaped it, e.g. 4mbit:
 #   gradlaned is told it, as it would be told a NIC's line rate; the straggler is learned).
 #   Results: $GRADLANE_OUT_DIR/train-$MODE.
@@ -54,6 +55,8 @@ D="$BUILD/sidecar/daemon/gradlaned"
 rm -rf "$OUT"; mkdir -p "$OUT"
 COMMON="--mode $MODE --model $MODEL --workers $WORKERS --lr $LR --seed $SEED --slots $SLOTS --out $OUT"
 [ "${REPLICA_READS:-0}" = 1 ] && COMMON="$COMMON --replica-reads"
+WINDOWS=""
+[ "${GRANT_WINDOWS:-0}" = 1 ] && WINDOWS="--grant-windows"  # server, replica and (gradlane mode) aggregator
 REPLICA_AT=""; [ "$REPLICA" = 1 ] && REPLICA_AT="--replica $ADDR1:7801"
 
 echo "== $MODE$([ "$STRAGGLER" = 1 ] && echo " (worker $WORKERS a straggler on host 3)"): $WORKERS workers x $STEPS steps, $MODEL, batch $BATCH, lr $LR$([ "$MODE" = gradlane ] && echo ", tau $TAU")$([ "$AGGREGATE" = 1 ] && echo ", aggregator on host 2")$([ "$MODE" = aggregate ] && echo ", groups of $GROUP on host 2")$([ "$REPLICA" = 1 ] && echo ", replica on host 1")"
@@ -119,11 +122,9 @@ if [ "$AGGREGATE" = 1 ]; then  # workers mirror their direct grants; the aggrega
   SERVER_PEERS="--peers $((WORKERS + 1))"; REPLICA_PEERS="--peers $((WORKERS + 1))"
   WORKER_TO="--aggregator $ADDR2:7802 --aggregator-endpoint 4"
   role aggregator "$TRAIN" aggregator $COMMON --device "$DEV2" --port 7802 --id $((WORKERS + 1)) --server "$ADDR0:7800" $REPLICA_AT \
-           $(sidecar 2 4)
+           $WINDOWS $(sidecar 2 4)
   G=$!
 fi
-WINDOWS=""
-[ "${GRANT_WINDOWS:-0}" = 1 ] && WINDOWS="--grant-windows"  # server and replica alike
 if [ "$REPLICA" = 1 ]; then
   role replica "$TRAIN" replica $COMMON --device "$DEV1" --port 7801 $REPLICA_PEERS $WINDOWS $(sidecar 1 0)
   R=$!

@@ -81,6 +81,7 @@ int run_aggregator(const Config& c) {
     options.slots = 16;
     // Its ring has a partition per worker: a restarted one (--rejoin) takes none at its start.
     options.workers = c.peers != 0 ? c.peers : c.workers;
+    options.grant_windows = c.grant_windows;  // each worker writes its own partition only
   }
   options.timeout = 120s;
   Device device = Device::open({.name = c.device});

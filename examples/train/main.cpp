@@ -112,6 +112,9 @@ int main(int argc, char** argv) {
   aggregator->add_option("--replica", c.replica, "ADDR:PORT of the replica (the aggregate is mirrored there)");
   aggregator->add_option("--group", c.group, "gradients summed into one update")->check(CLI::Range(1U, 1024U));
   aggregator->add_option("--peers", c.peers, "workers that push to it (default: --workers)");
+  aggregator->add_flag("--grant-windows", c.grant_windows,
+                       "gradlane mode: each worker may write only its own partition of the member ring (a memory "
+                       "window per connection)");
   aggregator->add_flag("--rejoin", c.rejoin,
                        "a restarted aggregator: wait for no worker at the start; the ones that lost it come back "
                        "(direct aggregate mode)");

@@ -456,6 +456,14 @@ struct AggregatorOptions {
   // may come back any number of times. A restarted aggregator (accept_workers(0)) needs it to
   // have room for its workers coming back.
   std::uint32_t workers = 0;
+  // Sidecar mode: each worker may write only its own partition. Every partition is a region of
+  // its own that no key opens; a worker is given, when it connects, the key of a type-2 memory
+  // window bound on its connection over its partition alone. The NIC refuses a write to another
+  // worker's member slots (or from another connection), and the writer's connection fails. No
+  // cost per push: the window is bound once per connection. Needs type-2 windows
+  // (Error(unsupported)); not in direct mode, where members share the ring's slots by sequence
+  // (Error(invalid_argument)).
+  bool grant_windows = false;
 };
 
 struct AggregateMember {

@@ -504,5 +504,106 @@ TEST(SidecarAggregator, AWorkerThatComesBackAgainAndAgainGetsAPartitionEachTime)
   EXPECT_LE(partitions.size(), 5u) << "more partitions than the ring has";
 }
 
+TEST(SidecarAggregator, WithGrantWindowsAWorkerWritesOnlyItsOwnPartition) {
+  // Each worker's partition of the member ring is a region of its own that no key opens; a
+  // worker is handed, with its partition, the key of a window bound on its connection over it
+  // alone. Its own members land; a write into the other worker's partition — with its own key,
+  // the only one it has — is refused by the NIC.
+  const auto hosts = hosts_from_env();
+  ASSERT_GE(hosts.size(), 3u) << "needs ci/softroce.sh --hosts 3";
+  constexpr std::size_t kFloats = 1024, kBytes = kFloats * sizeof(float);
+  constexpr std::uint16_t kServerPort = 7862, kAggregatorPort = 7863;
+  const std::string out = fresh_test_dir(), shm = "/gradlane-test-partition-windows";
+  ExternalProcess daemon({GRADLANE_GRADLANED, "--foreground", "--shm-name", shm}, out + "/gradlaned");
+  ASSERT_TRUE(wait_for_text(out + "/gradlaned.err", "gradlaned: serving", 120s));
+
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> joined{0};
+  std::string server_failure, aggregator_failure;
+  std::jthread server_thread([&] {
+    try {
+      Device device = Device::open({.name = hosts[0].device});
+      ps::ShardOptions shard;
+      shard.floats = kFloats;
+      shard.slots = 8;
+      ps::ShardServer server(device, ps::Role::server, kServerPort, shard, std::vector<float>(kFloats, 0.0F));
+      server.accept_peers(1, 60s);  // the aggregator's forward
+      while (!stop.load()) {
+        if (server.progress() == 0) server.wait_for_input(5ms);
+      }
+    } catch (const std::exception& e) {
+      server_failure = e.what();
+    }
+  });
+  std::jthread aggregator_thread([&] {
+    try {
+      Device device = Device::open({.name = hosts[2].device});
+      ps::AggregatorOptions o;
+      o.id = 100;
+      o.server = {hosts[0].address, kServerPort};
+      o.floats = kFloats;
+      o.workers = 2;
+      o.grant_windows = true;
+      sidecar::AttachOptions attach;
+      attach.shm_name = shm;
+      attach.job = 1;
+      attach.endpoint = 2;
+      o.sidecar = attach;
+      ps::Aggregator aggregator(device, kAggregatorPort, o);
+      aggregator.accept_workers(2, 60s);
+      joined = 2;
+      while (!stop.load()) {
+        if (aggregator.progress() == 0) std::this_thread::sleep_for(100us);
+      }
+    } catch (const std::exception& e) {
+      aggregator_failure = e.what();
+      stop = true;
+    }
+  });
+  struct StopOnExit {
+    std::atomic<bool>& stop;
+    ~StopOnExit() { stop = true; }
+  } stop_on_exit{stop};
+
+  Device device = Device::open({.name = hosts[1].device});
+  auto join = [&](std::uint32_t id) {
+    Connection c = ps::connect_with_retry(device, hosts[2].address, kAggregatorPort, TransportOptions{}, 30s);
+    const RegionDescriptor mine = c.wait_region(ps::kSlotRegionId, 30s);
+    c.send(ps::encode(ps::Hello{ps::PeerKind::worker, id}));
+    return std::pair{std::move(c), mine};
+  };
+  auto [a, a_partition] = join(1);
+  auto [b, b_partition] = join(2);
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (joined.load() < 2 && !stop.load() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(joined.load(), 2u) << aggregator_failure;
+  EXPECT_NE(a_partition.addr, b_partition.addr);
+  EXPECT_NE(a_partition.rkey, b_partition.rkey) << "each partition comes with its own window's key";
+
+  Buffer payload = Buffer::allocate(kBytes);
+  const MemoryRegion payload_mr = MemoryRegion::register_buffer(device, payload, Access::local);
+  const auto outcome = [](Connection& c, OpId op) -> std::string {
+    try {
+      c.wait(op, 30s);
+      return "landed";
+    } catch (const Error& e) {
+      std::printf("  [refused] %s\n", e.what());
+      return std::string(errc_name(e.code()));
+    }
+  };
+  EXPECT_EQ(outcome(a, a.write(payload_mr, 0, a_partition, 0, kBytes, Signal::always)), "landed");
+  EXPECT_EQ(outcome(b, b.write(payload_mr, 0, {a_partition.addr, kBytes, b_partition.rkey}, 0, kBytes, Signal::always)),
+            "remote_access")
+      << "a worker wrote another's partition";
+  EXPECT_EQ(outcome(a, a.write(payload_mr, 0, {b_partition.addr, kBytes, a_partition.rkey}, 0, kBytes, Signal::always)),
+            "remote_access")
+      << "a worker wrote another's partition";
+  stop = true;
+  aggregator_thread.join();
+  server_thread.join();
+  EXPECT_EQ(aggregator_failure, "");
+  EXPECT_EQ(server_failure, "");
+}
+
 }  // namespace
 }  // namespace gradlane::testing

@@ -562,6 +562,21 @@ TEST_F(ShardRun, WithGrantWindowsEveryMirrorClaimsItsSlotAtTheReplica) {
   EXPECT_TRUE(bitwise_equal(server_model_, reference())) << "the server's model is not the granted order applied";
 }
 
+TEST_F(ShardRun, WithGrantWindowsAReplicaThatReadsFromTheServersSlotsStaysBitwiseEqual) {
+  // A windowed ring is opened by no key for writing, but the replica READs into its own slots
+  // (here every update, from the server's slot; elsewhere a mirror that never came): its ring
+  // must be a READ destination (found by replace:server with grant windows: the new replica's
+  // first READ failed).
+  RunSpec spec;
+  spec.grant_windows = true;
+  spec.replica_reads = true;
+  run(spec);
+  const std::uint64_t total = kWorkers * spec_.updates;
+  ASSERT_EQ(history_.size(), total);
+  EXPECT_EQ(read_lines(out_ + "/replica.stats.json").at(0)["mirrors_fetched"].get<std::uint64_t>(), total);
+  EXPECT_TRUE(bitwise_equal(server_model_, replica_model_)) << "server and replica diverged";
+}
+
 TEST_F(ShardRun, WithSidecarsADeadWorkersGrantedSequenceIsCancelledBySidecar) {
   // Worker 1 (sidecar A, the receiver's own) and worker 4 (sidecar B, through the peer
   // protocol) each ask for a slot and die. Their sidecars reclaim them; the receiver's sidecar

@@ -295,6 +295,16 @@ Aggregator::Aggregator(const Device& device, std::uint16_t port, const Aggregato
                                                     "give slots >= group (or 0 for 2 × group)",
                                                     options.slots, options.group));
   }
+  if (options.grant_windows && !options.sidecar) {
+    throw Error(Errc::invalid_argument, "ps::Aggregator: grant_windows needs sidecar mode (in direct mode the members "
+                                        "share the ring's slots by sequence, so there is no partition to confine a "
+                                        "worker to)");
+  }
+  if (options.grant_windows && !device.info().memory_windows) {
+    throw Error(Errc::unsupported, fmt::format("ps::Aggregator: grant_windows: {} has no type-2 memory windows; "
+                                               "without them any worker may write any member slot",
+                                               device.info().name));
+  }
   state_ = std::make_unique<State>(device, port, options);
   state_->forward.announce_aggregator(state_->listener.address(), state_->listener.port());
   if (options.sidecar) {

@@ -34,7 +34,7 @@ constexpr std::chrono::seconds kUngrantedLimit{30};
 void Aggregator::State::accept_sidecar_workers(std::size_t workers, Millis timeout) {
   if (book) throw Error(Errc::invalid_argument, "ps::Aggregator: in sidecar mode, accept_workers() once");
   const auto count = static_cast<std::uint32_t>(std::max<std::size_t>(workers, options.workers)) + kSparePartitions;
-  ring.emplace(device, options.floats, count * slot_count);
+  ring.emplace(device, options.floats, count * slot_count, options.grant_windows, slot_count);
   book.emplace(count, slot_count);
   // Each connection gets its own partition of the ring: slot_count member slots, as it is
   // advertised to — at the start, and later (a worker back at a restarted aggregator, or after
@@ -42,7 +42,10 @@ void Aggregator::State::accept_sidecar_workers(std::size_t workers, Millis timeo
   const RegionDescriptor whole = ring->region().descriptor();
   const std::uint64_t partition_bytes = std::uint64_t{slot_count} * ring->slot_bytes();
   partitions = std::make_shared<PartitionPool>(count);
-  const auto advertise = [pool = partitions, whole, partition_bytes, count](Connection& conn) {
+  partition_windows = std::make_shared<std::vector<std::optional<MemoryWindow>>>(count);
+  const SlotRing* windowed = options.grant_windows ? &*ring : nullptr;  // the ring outlives the joins
+  const auto advertise = [pool = partitions, windows = partition_windows, windowed, whole, partition_bytes, dev = device,
+                          count](Connection& conn) {
     const auto index = pool->take();
     if (!index) {
       throw Error(Errc::resource_exhausted,
@@ -54,8 +57,15 @@ void Aggregator::State::accept_sidecar_workers(std::size_t workers, Millis timeo
     mine.addr += *index * partition_bytes;
     mine.length = partition_bytes;
     try {
+      if (windowed != nullptr) {  // its partition alone, on its connection alone (bound before the advertisement)
+        std::optional<MemoryWindow>& window = (*windows)[*index];
+        window.emplace(MemoryWindow::allocate(dev));
+        conn.bind_window(*window, windowed->window_region(*index), 0, partition_bytes, Access::remote_write);
+        mine.rkey = window->rkey();
+      }
       conn.advertise(kSlotRegionId, mine);
     } catch (const Error&) {
+      (*windows)[*index].reset();
       pool->give_back(*index);  // it never learned where its partition is
       throw;
     }
@@ -187,6 +197,7 @@ std::size_t Aggregator::State::reclaim_partitions() {
     // Its connection is closed (lose()): nothing more lands in the partition. What landed is
     // summed or given up with its aggregate, which frees the slots.
     if (peer.alive || peer.partition_back || book->holds_any(peer.partition)) continue;
+    (*partition_windows)[peer.partition].reset();  // its key died with the connection already
     partitions->give_back(peer.partition);
     peer.partition_back = true;
     ++work;

@@ -57,6 +57,9 @@ struct Aggregator::State {
   // Sidecar mode: the ring's partitions (shared with the advertising callback LateJoins keeps),
   // and the number of the first late joiner's advertisement (Joined::accepted counts from it).
   std::shared_ptr<PartitionPool> partitions;
+  // grant_windows: the window over each partition, bound on the connection it was advertised
+  // to (shared with the advertising callback too); dropped once the partition comes back.
+  std::shared_ptr<std::vector<std::optional<MemoryWindow>>> partition_windows;
   std::size_t first_late_advertised = 0;
   std::uint32_t rounds = 0;       // progress() calls: late joins are looked at every 64
   std::deque<Waiting> waiting;

@@ -1,5 +1,7 @@
 #include "transport/ps/regions.hpp"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -26,16 +28,24 @@ ModelSnapshot::ModelSnapshot(const Device& device, std::span<const float> model,
         return MemoryRegion::register_buffer(device, buffer_, Access::remote_read);
       }()) {}
 
-SlotRing::SlotRing(const Device& device, std::size_t floats, std::uint32_t slots, bool windowed)
+SlotRing::SlotRing(const Device& device, std::size_t floats, std::uint32_t slots, bool windowed,
+                   std::uint32_t slots_per_window)
     : buffer_(Buffer::allocate(floats * sizeof(float) * slots)),
       floats_(floats),
+      // Windowed: remote_read for the replica's READs of a slot, local_write for our own READs
+      // into one (a replica re-reading a mirror that never came from its server's slot).
       region_(MemoryRegion::register_buffer(device, buffer_,
-                                            windowed ? Access::remote_read : Access::remote_write | Access::remote_read)) {
+                                            windowed ? Access::remote_read | Access::local_write
+                                                     : Access::remote_write | Access::remote_read)) {
   if (!windowed) return;
-  slot_regions_.reserve(slots);
-  for (std::uint32_t i = 0; i < slots; ++i) {
-    slot_regions_.push_back(
-        MemoryRegion::register_slice(device, buffer_, i * slot_bytes(), slot_bytes(), Access::local_write | Access::windows));
+  if (slots_per_window == 0 || slots % slots_per_window != 0) {
+    throw Error(Errc::invalid_argument, fmt::format("SlotRing: {} slots are not windows of {}", slots, slots_per_window));
+  }
+  const std::size_t window_bytes = slot_bytes() * slots_per_window;
+  window_regions_.reserve(slots / slots_per_window);
+  for (std::uint32_t i = 0; i < slots / slots_per_window; ++i) {
+    window_regions_.push_back(
+        MemoryRegion::register_slice(device, buffer_, i * window_bytes, window_bytes, Access::local_write | Access::windows));
   }
 }
 

@@ -49,20 +49,25 @@ class ShardRegion {
 
 class SlotRing {
  public:
-  SlotRing(const Device& device, std::size_t floats, std::uint32_t slots, bool windowed = false);
+  // Windowed: the ring's own key opens it for reading only, and every `slots_per_window`
+  // consecutive slots are a region of their own that no key opens, for a memory window over
+  // all of it (a slot at a server or replica; a worker's partition at an aggregator).
+  SlotRing(const Device& device, std::size_t floats, std::uint32_t slots, bool windowed = false,
+           std::uint32_t slots_per_window = 1);
   std::size_t slot_bytes() const { return floats_ * sizeof(float); }
   std::span<const float> slot(std::uint32_t index) const {
     return {reinterpret_cast<const float*>(buffer_.data() + index * slot_bytes()), floats_};
   }
   const MemoryRegion& region() const { return region_; }
-  // Windowed: slot `index` as a region of its own (Access::windows, no remote rights).
-  const MemoryRegion& slot_region(std::uint32_t index) const { return slot_regions_.at(index); }
+  // Windowed: slots [index, index + 1) × slots_per_window as a region of its own
+  // (Access::windows, no remote rights).
+  const MemoryRegion& window_region(std::uint32_t index) const { return window_regions_.at(index); }
 
  private:
   Buffer buffer_;
   std::size_t floats_;
   MemoryRegion region_;
-  std::vector<MemoryRegion> slot_regions_;  // windowed only
+  std::vector<MemoryRegion> window_regions_;  // windowed only
 };
 
 // A server's copy of its model for a replica joining it running (kSnapshotRegionId): taken

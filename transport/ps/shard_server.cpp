@@ -301,7 +301,7 @@ std::uint32_t ShardServer::State::open_window(Peer& peer, std::uint64_t sequence
     peer.spare_windows.pop_back();
     return spare;
   }();
-  peer.conn.bind_window(window, slots.slot_region(static_cast<std::uint32_t>(sequence % options.slots)), 0,
+  peer.conn.bind_window(window, slots.window_region(static_cast<std::uint32_t>(sequence % options.slots)), 0,
                         slots.slot_bytes(), Access::remote_write);
   const std::uint32_t rkey = window.rkey();
   peer.windows.insert_or_assign(sequence, std::move(window));
