@@ -57,6 +57,9 @@ class Policy {
   // grants to this host's apps are stamped by the daemon.
   virtual void serve_job(sched::EndpointId /*receiver*/, std::optional<sched::JobId> /*job*/,
                          std::optional<sched::GrantKey> /*key*/ = std::nullopt) {}
+  // Whether this policy hands `receiver`'s sequence out itself (its grants are this host's to
+  // stamp), rather than a peer's sidecar.
+  virtual bool hands_out(sched::EndpointId /*receiver*/) const { return true; }
 };
 
 // Production: the scheduling core (sidecar/core/scheduler.hpp).

@@ -155,9 +155,13 @@ void Daemon::accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now)
   // The latest of its job to attach as the server speaks for it (a server restarted in place
   // may attach before its dead predecessor is swept).
   if (as_server) {
-    const auto grant_key = keyed ? std::optional(key) : std::nullopt;
-    receiver_servers_[endpoint] = ReceiverServer{job, slot, grant_key};
-    policy_->serve_job(sched::EndpointId{endpoint}, sched::JobId{job}, grant_key);
+    receiver_servers_[endpoint] = ReceiverServer{job, slot};
+    if (keyed) {
+      grant_keys_[endpoint] = key;
+    } else {
+      grant_keys_.erase(endpoint);
+    }
+    policy_->serve_job(sched::EndpointId{endpoint}, sched::JobId{job}, keyed ? std::optional(key) : std::nullopt);
   }
   ++stats_.attached;
   shm::ring_bell(s.app_sleeping, s.grant_bell);  // the app sleeps until it sees `active`

@@ -167,12 +167,17 @@ class Daemon {
   struct ReceiverServer {
     std::uint32_t job = 0;
     std::uint32_t slot = 0;  // the app's slot index
-    std::optional<sched::GrantKey> key;  // AttachOptions::grant_key: its grants carry tokens
   };
   std::map<std::uint32_t, ReceiverServer> receiver_servers_;
   AppSession* receiver_server(std::uint32_t endpoint, std::uint32_t job);
-  // The token of a grant of `seq` at `receiver`: stamped here if its server app gave this
-  // daemon a key, else the one a peer's answer carried (0: none).
+  // The key of each receiver's grant tokens (AttachOptions::grant_key), set when its server app
+  // attaches (and dropped if it attaches without one). Kept when that app is gone: the tokens
+  // belong to the receiver's sequence, which goes on — until its replica, promoted, takes it
+  // over — and a worker granted without a token could not write a windowed slot at all (found
+  // by replace:server@gradlane with grant windows: a worker's write refused, its job over).
+  std::map<std::uint32_t, sched::GrantKey> grant_keys_;
+  // The token of a grant of `seq` at `receiver`: stamped here if this daemon hands its sequence
+  // out and holds its key, else the one a peer's answer carried (0: none).
   std::uint64_t grant_token(std::uint32_t receiver, std::uint64_t seq, std::uint64_t carried) const;
   std::vector<std::optional<AppSession>> apps_;  // by slot index
   std::vector<std::uint32_t> active_;            // slots with a session, in attach order

@@ -307,9 +307,9 @@ void Daemon::route(const sched::Outcome& outcome, sched::Instant now) {
 }
 
 std::uint64_t Daemon::grant_token(std::uint32_t receiver, std::uint64_t seq, std::uint64_t carried) const {
-  const auto server = receiver_servers_.find(receiver);
-  if (server == receiver_servers_.end() || !server->second.key) return carried;
-  return sidecar::grant_token(*server->second.key, seq);
+  const auto key = grant_keys_.find(receiver);
+  if (key == grant_keys_.end() || !policy_->hands_out(sched::EndpointId{receiver})) return carried;
+  return sidecar::grant_token(key->second, seq);
 }
 
 void Daemon::answer(AppSession& app, const shm::GrantEntry& grant) {

@@ -212,6 +212,7 @@ void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched
               const std::size_t before = moved_.size();
               const std::size_t aggregates = scheduler_.close_receiver(receiver, moved_);
               local_.erase(m.endpoint);
+              grant_keys_.erase(m.endpoint);  // its new owner stamps its grants
               note(fmt::format("peer {} took over endpoint {} at version {}: {} pending part(s) dropped, {} pending "
                                "aggregate(s) forgotten",
                                transport_.describe(peer), m.endpoint, m.version, moved_.size() - before, aggregates));

@@ -102,15 +102,18 @@ class DistributedPolicy final : public sched::Policy {
   }
   void hold_receiver(sched::EndpointId receiver) override { scheduler_.hold_receiver(receiver); }
   // With the server's grant key, the grants answered to peers for the receiver carry tokens.
+  // A server that left (job nullopt) leaves its key: its sequence goes on (Daemon::grant_keys_).
   void serve_job(sched::EndpointId receiver, std::optional<sched::JobId> job,
                  std::optional<sched::GrantKey> key = std::nullopt) override {
     scheduler_.serve_job(receiver, job);
+    if (!job) return;
     if (key) {
       grant_keys_[sched::to_int(receiver)] = *key;
     } else {
       grant_keys_.erase(sched::to_int(receiver));
     }
   }
+  bool hands_out(sched::EndpointId receiver) const override { return schedules_here(receiver); }
 
   const DistributedStats& stats() const noexcept { return stats_; }
   sched::Scheduler& scheduler() noexcept { return scheduler_; }

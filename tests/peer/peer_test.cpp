@@ -336,9 +336,18 @@ TEST_F(SlotAgreement, AKeyedReceiversGrantsReachTheRemoteSenderWithTheirTokens) 
     }
   }
   EXPECT_EQ(grants, 2u);
-  a.serve_job(sched::EndpointId{0}, sched::JobId{1}, std::nullopt);  // its server left, or came back without one
+  // Its server app left: the sequence goes on (until its replica takes it over), its tokens too.
+  a.serve_job(sched::EndpointId{0}, std::nullopt);
   b_out.clear();
   ASSERT_EQ(b.submit(request(3, 3, 1000), now), sched::SubmitStatus::accepted);
+  exchange();
+  ASSERT_EQ(b_out.size(), 1u);
+  ASSERT_TRUE(std::holds_alternative<sched::Grant>(b_out[0]));
+  EXPECT_EQ(std::get<sched::Grant>(b_out[0]).token, sidecar::grant_token(key, std::get<sched::Grant>(b_out[0]).seq));
+  // A server app that attaches without a key: no tokens from then on.
+  a.serve_job(sched::EndpointId{0}, sched::JobId{1}, std::nullopt);
+  b_out.clear();
+  ASSERT_EQ(b.submit(request(4, 4, 1000), now), sched::SubmitStatus::accepted);
   exchange();
   ASSERT_EQ(b_out.size(), 1u);
   ASSERT_TRUE(std::holds_alternative<sched::Grant>(b_out[0]));

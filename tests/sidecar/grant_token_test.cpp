@@ -64,13 +64,41 @@ TEST(GrantToken, TheDaemonStampsAKeyedReceiversGrantsWithTheirSequencesTokens) {
     EXPECT_EQ(g.token, grant_token(key, g.sequence)) << "sequence " << g.sequence;
     worker.complete(g.request, g.part_index, 1us);
   }
-  // Its successor without a key: its grants carry none (the key went with the app).
+  // The server app gone, the receiver's sequence goes on, and its tokens with it: a grant
+  // without one could not be written at a windowed server (its replica, promoted, answers a
+  // claim of a sequence below its takeover with "decided").
   server.detach();
+  worker.request(small_update());
+  const Grant after = worker.wait(2s);
+  ASSERT_EQ(after.kind, GrantKind::go);
+  EXPECT_EQ(after.token, grant_token(key, after.sequence)) << "a grant after the server app left";
+  worker.complete(after.request, after.part_index, 1us);
+  // A server app without a key: its grants carry none.
   Client plain = Client::attach(server_of_receiver(name, std::nullopt));
+  plain.applied(4);  // its 4 slots are free again
   worker.request(small_update());
   const Grant g = worker.wait(2s);
   ASSERT_EQ(g.kind, GrantKind::go);
   EXPECT_EQ(g.token, 0U);
+}
+
+TEST(GrantToken, AReplicaThatTakesTheSequenceOverHasItsGrantsStampedWithItsKey) {
+  // A promoted replica attaches taking its receiver's sequence over, with its server's key:
+  // the grants this daemon hands out from then on carry tokens of that key.
+  const std::string name = unique_shm_name();
+  DaemonConfig config = test_config(name);
+  config.standby_endpoints = {kReceiver};
+  DaemonDriver driver(config, std::make_unique<sched::SchedulerPolicy>(no_replica()));
+  const GrantKey key = random_grant_key();
+  AttachOptions promoted = server_of_receiver(name, key);
+  promoted.take_over_at = 40;
+  Client server = Client::attach(promoted);
+  Client worker = Client::attach(test_attach(name, 1));
+  worker.request(small_update());
+  const Grant g = worker.wait(2s);
+  ASSERT_EQ(g.kind, GrantKind::go);
+  EXPECT_EQ(g.sequence, 41u);
+  EXPECT_EQ(g.token, grant_token(key, g.sequence));
 }
 
 TEST(GrantToken, OnlyAServerAppMayGiveAKey) {
