@@ -313,6 +313,7 @@ void ps_seeds(const fs::path& dir) {
     put_message(s, ps::Request{.worker = 1, .tag = 9, .computed_on = 0});
     put_message(s, ps::Grant{.sequence = 1, .tag = 9, .window_rkey = 0x1234, .token = 0x93f5f5799a932462ULL});
     put_message(s, ps::ReplicaKey{.key = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}});
+    put_message(s, ps::Opened{.sequence = 2, .window_rkey = 0x8000123});
     put_message(s, ps::Decided{.sequence = 1, .worker = 1, .tag = 9});
     put_message(s, ps::Ack{.through = 1});
     put_message(s, ps::Bye{.worker = 1});

@@ -66,6 +66,9 @@ void received_message(std::span<const std::byte> bytes) {
   if (const auto* claim = std::get_if<ps::Claim>(&*message)) {
     require(claim->sequence != 0 && claim->token != 0, "a claim of sequence 0 or with token 0");
   }
+  if (const auto* opened = std::get_if<ps::Opened>(&*message)) {
+    require(opened->sequence != 0, "an answer to a claim of sequence 0");
+  }
   const auto again = ps::encode(*message);
   require(again.size() == bytes.size() && std::equal(again.begin(), again.end(), bytes.begin()),
           "a decoded message does not re-encode to its bytes");

@@ -1103,8 +1103,8 @@ TEST_F(RogueWorkers, WithSidecarGrantWindowsOnlyTheGranteeOpensItsSlotAndOnlyOnc
   auto claim = [](Connection& c, std::uint64_t sequence, std::uint64_t token) {
     c.send(ps::encode(ps::Claim{sequence, token}));
     const ps::Message answer = ps::decode(c.receive(30s));
-    EXPECT_TRUE(std::holds_alternative<ps::Grant>(answer));
-    return std::get<ps::Grant>(answer);
+    EXPECT_TRUE(std::holds_alternative<ps::Opened>(answer));
+    return std::get<ps::Opened>(answer);
   };
   // Whether the server dropped `c` (its answer to a refused claim): the next receive fails.
   auto dropped = [](Connection& c) {
@@ -1124,7 +1124,7 @@ TEST_F(RogueWorkers, WithSidecarGrantWindowsOnlyTheGranteeOpensItsSlotAndOnlyOnc
   ASSERT_EQ(mine.sequence, 1u);
   forger.send(ps::encode(ps::Claim{mine.sequence, mine.token ^ 1}));
   EXPECT_TRUE(dropped(forger)) << "a claim with a forged token";
-  const ps::Grant window = claim(victim, mine.sequence, mine.token);
+  const ps::Opened window = claim(victim, mine.sequence, mine.token);
   ASSERT_EQ(window.sequence, mine.sequence);
   ASSERT_NE(window.window_rkey, 0u);
   EXPECT_NE(window.window_rkey, slots.rkey);
@@ -1144,7 +1144,7 @@ TEST_F(RogueWorkers, WithSidecarGrantWindowsOnlyTheGranteeOpensItsSlotAndOnlyOnc
   const sidecar::Grant theirs = grant();
   ASSERT_EQ(theirs.sequence, 2u);
   EXPECT_NE(theirs.token, mine.token);
-  const ps::Grant their_window = claim(other_grant_rogue, theirs.sequence, theirs.token);
+  const ps::Opened their_window = claim(other_grant_rogue, theirs.sequence, theirs.token);
   ASSERT_NE(their_window.window_rkey, 0u);
   EXPECT_EQ(refusal_of(other_grant_rogue, other_grant_rogue.write(junk_mr, 0, {my_slot.addr, kBytes,
                                                                                their_window.window_rkey},
@@ -1230,8 +1230,8 @@ TEST_F(RogueWorkers, WithGrantWindowsAReplicasMirrorSlotOpensOnlyToItsClaimant) 
   // The victim claims its mirror's slot, mirrors, rings; then writes the server's slot.
   victim_mirror.send(ps::encode(ps::Claim{mine.sequence, mine.token}));
   const ps::Message opened = ps::decode(victim_mirror.receive(30s));
-  ASSERT_TRUE(std::holds_alternative<ps::Grant>(opened));
-  const std::uint32_t mirror_key = std::get<ps::Grant>(opened).window_rkey;
+  ASSERT_TRUE(std::holds_alternative<ps::Opened>(opened));
+  const std::uint32_t mirror_key = std::get<ps::Opened>(opened).window_rkey;
   ASSERT_NE(mirror_key, 0u);
   EXPECT_NE(mirror_key, mirror_ring.rkey);
   const RegionDescriptor my_mirror{mirror_ring.addr + offset, kBytes, mirror_key};

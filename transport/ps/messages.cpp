@@ -13,11 +13,11 @@ namespace {
 // Wire: byte 0 = kind (the variant index + 1), then the fields, little-endian, packed.
 enum class Kind : std::uint8_t {
   hello = 1, request, grant, decided, ack, bye, failed_over, forwarded, adopted, listening_at, mirroring, claim,
-  replica_key
+  replica_key, opened
 };
 constexpr std::size_t kSize[] = {0,          1 + 1 + 4, 1 + 4 + 8 + 8, 1 + 8 + 8 + 4 + 8, 1 + 8 + 4 + 8, 1 + 8, 1 + 4,
                                  1 + 4,      1 + 8 + 8 + 1, 1 + 8, 1 + 1 + ListeningAt::kAddressBytes + 2, 1 + 4 + 8,
-                                 1 + 8 + 8,  1 + 16};
+                                 1 + 8 + 8,  1 + 16, 1 + 8 + 4};
 
 class Writer {
  public:
@@ -99,6 +99,7 @@ std::vector<std::byte> encode(const Message& message) {
           },
           [](const Mirroring& m) { return Writer(Kind::mirroring).put(m.worker).put(m.from).done(); },
           [](const Claim& m) { return Writer(Kind::claim).put(m.sequence).put(m.token).done(); },
+          [](const Opened& m) { return Writer(Kind::opened).put(m.sequence).put(m.window_rkey).done(); },
           [](const ReplicaKey& m) {
             Writer w(Kind::replica_key);
             for (const std::uint8_t b : m.key) w.put(b);
@@ -111,7 +112,7 @@ std::vector<std::byte> encode(const Message& message) {
 Message decode(std::span<const std::byte> bytes) {
   if (bytes.empty()) throw Error(Errc::protocol, "empty parameter-server message");
   const auto kind = std::to_integer<std::uint8_t>(bytes[0]);
-  if (kind < 1 || kind > static_cast<std::uint8_t>(Kind::replica_key)) {
+  if (kind < 1 || kind > static_cast<std::uint8_t>(Kind::opened)) {
     throw Error(Errc::protocol, fmt::format("unknown parameter-server message kind {}", kind));
   }
   if (bytes.size() != kSize[kind]) {
@@ -207,6 +208,13 @@ Message decode(std::span<const std::byte> bytes) {
     case Kind::replica_key: {
       ReplicaKey m;
       for (auto& b : m.key) b = in.get<std::uint8_t>();
+      return m;
+    }
+    case Kind::opened: {
+      Opened m;
+      m.sequence = in.get<std::uint64_t>();
+      m.window_rkey = in.get<std::uint32_t>();
+      if (m.sequence == 0) throw Error(Errc::protocol, "an answer to a claim of sequence 0");
       return m;
     }
   }

@@ -34,6 +34,8 @@
 //                             sequence is decided already, nothing to write)
 //             worker → replica (grant windows, either mode): the same for the mirror's slot
 //   ReplicaKey server → replica  the key of the grant tokens (grant windows), or none
+//   Opened    server/replica → worker  the answer to a Claim: the key of the window over the
+//                             claimed slot, or 0 (decided already: write nothing)
 //
 // decode() checks the size and the kind and throws Error(protocol) naming what is wrong; a
 // peer's malformed message costs that peer its connection, never the process.
@@ -67,8 +69,6 @@ struct Grant {
   std::uint64_t tag = 0;
   // ShardOptions::grant_windows: the rkey of a memory window bound on this connection over the
   // granted slot alone (write there, at the slot's address). 0: write through the ring's key.
-  // The answer to a Claim: the window (at a server), or at a replica the window or its ring's
-  // key (a replica without windows); 0 there: the sequence is decided already, write nothing.
   std::uint32_t window_rkey = 0;
   // Direct mode with grant windows: the grant's token (sidecar::grant_token of the server's
   // key), which the worker claims its slot at the replica with. 0: none.
@@ -117,9 +117,17 @@ struct Claim {
 struct ReplicaKey {
   std::array<std::uint8_t, 16> key{};
 };
+// The answer to a Claim: the key that opens the claimed slot to this connection (a window; at a
+// replica without windows, its ring's key), or 0: the sequence is decided already, write
+// nothing. Its own kind, not a Grant: an answer left unread when its connection's peer was
+// promoted (a mirror's claim, then a failover) must not pass for a grant there.
+struct Opened {
+  std::uint64_t sequence = 0;
+  std::uint32_t window_rkey = 0;
+};
 
 using Message = std::variant<Hello, Request, Grant, Decided, Ack, Bye, FailedOver, Forwarded, Adopted, ListeningAt, Mirroring,
-                             Claim, ReplicaKey>;
+                             Claim, ReplicaKey, Opened>;
 
 std::vector<std::byte> encode(const Message& message);
 Message decode(std::span<const std::byte> bytes);

@@ -122,7 +122,7 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
       } else {
         // Direct mode: a mirror's claim that reached us promoted (its worker claimed before the
         // old server died). Nothing to write: its push is lost, and the worker asks us again.
-        peer.conn.send(encode(Grant{claim->sequence, 0, 0}));
+        peer.conn.send(encode(Opened{claim->sequence, 0}));
       }
     } else if (const auto* key = std::get_if<ReplicaKey>(&message);
                key && role == Role::replica && peer.kind == PeerKind::primary) {
@@ -332,7 +332,7 @@ void ShardServer::State::close_window(Peer& peer, std::uint64_t sequence) {
 void ShardServer::State::answer_claim(std::size_t index, const Claim& claim) {
   Peer& peer = peers[index];
   if (claim.sequence < skip_below) {  // the old owner's grant, claimed after we took over: refused
-    peer.conn.send(encode(Grant{claim.sequence, 0, 0}));
+    peer.conn.send(encode(Opened{claim.sequence, 0}));
     return;
   }
   if (!grant_key) {
@@ -347,7 +347,7 @@ void ShardServer::State::answer_claim(std::size_t index, const Claim& claim) {
   }
   const Admit admit = order.would_admit(claim.sequence, static_cast<std::uint32_t>(claim.sequence % options.slots));
   if (claim.sequence < skip_below || admit == Admit::already_done || admit == Admit::already_cancelled) {
-    peer.conn.send(encode(Grant{claim.sequence, 0, 0}));
+    peer.conn.send(encode(Opened{claim.sequence, 0}));
     return;
   }
   if (admit != Admit::accepted || claimed.contains(claim.sequence)) {
@@ -357,7 +357,7 @@ void ShardServer::State::answer_claim(std::size_t index, const Claim& claim) {
                                             admit == Admit::accepted ? "claimed already" : admit_name(admit)));
   }
   const std::uint32_t window_rkey = open_window(peer, claim.sequence);
-  peer.conn.send(encode(Grant{claim.sequence, 0, window_rkey}));
+  peer.conn.send(encode(Opened{claim.sequence, window_rkey}));
   peer.outstanding.add(claim.sequence, Clock::now());
   claimed[claim.sequence] = index;
   ++stats.claimed;
@@ -370,7 +370,7 @@ void ShardServer::State::answer_claim(std::size_t index, const Claim& claim) {
 void ShardServer::State::answer_mirror_claim(std::size_t index, const Claim& claim) {
   Peer& peer = peers[index];
   if (!options.grant_windows) {
-    peer.conn.send(encode(Grant{claim.sequence, 0, slots.region().descriptor().rkey}));
+    peer.conn.send(encode(Opened{claim.sequence, slots.region().descriptor().rkey}));
     return;
   }
   if (!grant_key) {
@@ -385,7 +385,7 @@ void ShardServer::State::answer_mirror_claim(std::size_t index, const Claim& cla
   }
   const std::uint64_t next = order.next_sequence();
   if (claim.sequence < next) {
-    peer.conn.send(encode(Grant{claim.sequence, 0, 0}));
+    peer.conn.send(encode(Opened{claim.sequence, 0}));
     return;
   }
   if (claim.sequence - next >= options.slots || claimed.contains(claim.sequence) || arrived.contains(claim.sequence)) {
@@ -396,7 +396,7 @@ void ShardServer::State::answer_mirror_claim(std::size_t index, const Claim& cla
                                                                                    : "claimed or written already"));
   }
   const std::uint32_t window_rkey = open_window(peer, claim.sequence);
-  peer.conn.send(encode(Grant{claim.sequence, 0, window_rkey}));
+  peer.conn.send(encode(Opened{claim.sequence, window_rkey}));
   peer.outstanding.add(claim.sequence, Clock::now());
   claimed[claim.sequence] = index;
   ++stats.claimed;

@@ -159,6 +159,7 @@ struct Worker::State {
     try {
       while (auto said = server.try_receive()) {
         const Message message = decode(*said);
+        if (std::holds_alternative<Opened>(message)) continue;  // a claim's answer from before a failover
         const auto* at = std::get_if<ListeningAt>(&message);
         if (at == nullptr) {
           throw Error(Errc::protocol, fmt::format("{}: unexpected message (kind {}) from the server in sidecar mode",
@@ -339,10 +340,11 @@ struct Worker::State {
 
   // Writes the gradient into the slot of `sequence` at the replica, then at the server; in
   // direct mode with an aggregator, into the aggregator's member slot instead. A nonzero
-  // `window_rkey` (the server's grant windows) opens that slot alone at the server;
-  // `mirror_claimed`: the replica was sent a claim for its slot (claim_mirror), whose answer
-  // opens it.
-  PushResult write(std::uint64_t sequence, std::uint32_t window_rkey = 0, bool mirror_claimed = false) {
+  // `window_rkey` (the server's grant windows) opens that slot alone at the server. `token`:
+  // the grant's (grant windows), and `mirror_claimed`: the replica was sent a claim for its
+  // slot with it (claim_mirror), whose answer opens it.
+  PushResult write(std::uint64_t sequence, std::uint32_t window_rkey = 0, std::uint64_t token = 0,
+                   bool mirror_claimed = false) {
     if (aggregator && !sidecar) {  // a member slot of the aggregator's ring
       PushResult member = write_member(sequence % (aggregator_slots.length / bytes), static_cast<std::uint32_t>(sequence));
       member.sequence = sequence;  // the aggregator's member sequence
@@ -351,7 +353,10 @@ struct Worker::State {
     }
     const auto imm = static_cast<std::uint32_t>(sequence);  // low 32 bits: ApplyOrder::widen
     const auto start = Clock::now();
-    const bool mirrors = mirroring();
+    // With a token, only into a claimed slot: a replica found during this push (one that joined,
+    // announced while we waited for the server's answer) is mirrored to from the next push on,
+    // and reads this one from the server's slot (found by replace:server with grant windows).
+    const bool mirrors = mirroring() && (token == 0 || mirror_claimed);
     const std::uint64_t offset = (sequence % slots) * bytes;
     RegionDescriptor mirror_slot{replica_slots.addr + offset, bytes, replica_slots.rkey};
     if (mirrors && mirror_claimed) {  // the replica's answer: a window over its slot for us
@@ -478,7 +483,7 @@ struct Worker::State {
       // the doorbell carries the id's low 32 bits, the same modulo there.
       const auto id32 = static_cast<std::uint32_t>(g.sequence);
       result = redirect ? write_member(id32 % (aggregator_slots.length / bytes), id32)
-               : claims ? write_claimed(g.sequence, mirror_claimed)
+               : claims ? write_claimed(g.sequence, g.token, mirror_claimed)
                         : write(g.sequence);
     } catch (const Error&) {
       sidecar->complete(g.request, g.part_index, std::chrono::nanoseconds{0}, /*failed=*/true);
@@ -496,15 +501,16 @@ struct Worker::State {
   // `mirror_claimed`, the replica's); the server's answer is the key of a window over that one
   // slot on our connection, then we write. Window 0: the server decided that sequence already
   // (skipped it: our grant came too late), so the push is lost, not written.
-  PushResult write_claimed(std::uint64_t sequence, bool mirror_claimed) {
+  PushResult write_claimed(std::uint64_t sequence, std::uint64_t token, bool mirror_claimed) {
     const std::uint32_t window_rkey = await_window(server, sequence);
-    if (window_rkey != 0) return write(sequence, window_rkey, mirror_claimed);
+    if (window_rkey != 0) return write(sequence, window_rkey, token, mirror_claimed);
     if (mirror_claimed) (void)await_window(*replica, sequence);  // not left for the next push to read
     return decided_before_claim(sequence, "server");
   }
 
   // The answer to a claim of `sequence` on `conn` (a server's or a replica's): the key that
-  // opens its slot to us, or 0 when it decided that sequence already.
+  // opens its slot to us, or 0 when it decided that sequence already. An answer to another
+  // claim is one from before a failover (a mirror's claim, its replica since promoted): passed.
   std::uint32_t await_window(Connection& conn, std::uint64_t sequence) {
     for (;;) {
       const Message answer = receive_noting_arrival(conn).first;
@@ -512,12 +518,12 @@ struct Worker::State {
         take_listening_at(*at);
         continue;
       }
-      const auto* window = std::get_if<Grant>(&answer);
-      if (window == nullptr || window->sequence != sequence) {
-        throw Error(Errc::protocol, fmt::format("{}: expected the window of claimed sequence {}, got message kind {}",
+      const auto* opened = std::get_if<Opened>(&answer);
+      if (opened == nullptr) {
+        throw Error(Errc::protocol, fmt::format("{}: expected the answer to the claim of sequence {}, got message kind {}",
                                                 conn.describe(), sequence, answer.index() + 1));
       }
-      return window->window_rkey;
+      if (opened->sequence == sequence) return opened->window_rkey;
     }
   }
 
@@ -577,6 +583,7 @@ struct Worker::State {
         take_listening_at(*at);
         continue;
       }
+      if (std::holds_alternative<Opened>(answer)) continue;  // a mirror claim's answer from before a failover
       const auto* grant = std::get_if<Grant>(&answer);
       if (grant == nullptr || grant->sequence == 0) {
         throw Error(Errc::protocol, fmt::format("{}: expected a grant, got message kind {}", target.describe(),
@@ -585,7 +592,7 @@ struct Worker::State {
       // Not written, an expired grant is a hole the server skips after its hole_timeout.
       if (!too_late(arrived_after, expired)) {
         const bool mirror_claimed = claim_mirror(grant->sequence, grant->token);
-        PushResult result = write(grant->sequence, grant->window_rkey, mirror_claimed);
+        PushResult result = write(grant->sequence, grant->window_rkey, grant->token, mirror_claimed);
         result.expired_grants = expired;
         return result;
       }
@@ -834,7 +841,7 @@ PushResult Worker::write_as(std::uint64_t sequence, std::uint64_t token) {
     if (token != 0) {  // the claim's answer says whether the server decided it already
       s.server.send(encode(Claim{sequence, token}));
       const bool mirror_claimed = s.claim_mirror(sequence, token);
-      return s.write_claimed(sequence, mirror_claimed);
+      return s.write_claimed(sequence, token, mirror_claimed);
     }
     if (s.server_decided(sequence)) {
       std::fprintf(stderr, "gradlane ps worker %u: the server skipped sequence %llu before it was written: not "
