@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include "../common/external_process.hpp"
+#include "gradlane/gradlane.hpp"
 
 namespace gradlane::testing {
 
@@ -49,6 +51,18 @@ inline bool wait_for_text(const std::string& path, const std::string& text, std:
 }
 
 // $GRADLANE_OUT_DIR/<current test's name>, emptied: a rerun into the same directory starts clean.
+// The error kind `wait` throws for a write the peer's NIC refused ("remote_access"), or
+// "landed" when it completed.
+inline std::string refusal_of(Connection& c, OpId op) {
+  try {
+    c.wait(op, std::chrono::seconds(30));
+    return "landed";
+  } catch (const Error& e) {
+    std::printf("  [refused] %s\n", e.what());
+    return std::string(errc_name(e.code()));
+  }
+}
+
 inline std::string fresh_test_dir() {
   const std::string dir = std::string(std::getenv("GRADLANE_OUT_DIR")) + "/" +
                           ::testing::UnitTest::GetInstance()->current_test_info()->name();

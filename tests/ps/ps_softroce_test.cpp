@@ -970,18 +970,6 @@ TEST_F(RogueWorkers, BadDoorbellsAndMalformedMessagesAreRefusedAndTheModelIsUnto
   expect_moved_by_one_update(out, "a refused doorbell changed the model");  // the one legitimate update
 }
 
-// The error kind `wait` throws for a write the peer's NIC refused ("remote_access"), or
-// "landed" when it completed.
-std::string refusal_of(Connection& c, OpId op) {
-  try {
-    c.wait(op, 30s);
-    return "landed";
-  } catch (const Error& e) {
-    std::printf("  [refused] %s\n", e.what());
-    return std::string(errc_name(e.code()));
-  }
-}
-
 TEST_F(RogueWorkers, WithGrantWindowsAWorkerWritesOnlyItsGrantedSlotWhileItsGrantLasts) {
   // The victim (worker 1) writes its update into its granted slot and, before it rings, two
   // rogues try to overwrite that slot: worker 2 with the ring's own key, worker 3 with the key
