@@ -524,6 +524,41 @@ TEST(SidecarAggregator, AWorkerThatComesBackAgainAndAgainGetsAPartitionEachTime)
   EXPECT_LE(partitions.size(), 5u) << "more partitions than the ring has";
 }
 
+TEST(SidecarAggregator, AConnectionDroppedBeforeItsHelloGivesItsPartitionBack) {
+  // One worker, so 1 + 4 spare partitions. Four connections that never say hello take the four
+  // spares; once the aggregator has dropped them (no hello within its patience), a new worker
+  // still gets a partition. Before, a partition advertised to a connection that never said
+  // hello was held for good.
+  const auto hosts = hosts_from_env();
+  ASSERT_GE(hosts.size(), 3u) << "needs ci/softroce.sh --hosts 3";
+  const std::string out = fresh_test_dir(), shm = "/gradlane-test-silent-partitions";
+  ExternalProcess daemon({GRADLANE_GRADLANED, "--foreground", "--shm-name", shm}, out + "/gradlaned");
+  ASSERT_TRUE(wait_for_text(out + "/gradlaned.err", "gradlaned: serving", 120s));
+  SidecarAggregatorRig rig(hosts, shm, 7864, 7865, 1, /*grant_windows=*/true);
+
+  Device device = Device::open({.name = hosts[1].device});
+  const auto connect = [&] { return ps::connect_with_retry(device, hosts[2].address, 7865, TransportOptions{}, 30s); };
+  Connection worker = connect();
+  (void)worker.wait_region(ps::kSlotRegionId, 30s);
+  worker.send(ps::encode(ps::Hello{ps::PeerKind::worker, 1}));
+  ASSERT_TRUE(rig.wait_until(rig.joined, 1)) << rig.aggregator_failure;
+  std::vector<Connection> silent;
+  for (int i = 0; i < 4; ++i) {
+    silent.push_back(connect());
+    (void)silent.back().wait_region(ps::kSlotRegionId, 30s);  // a partition each, and no hello
+  }
+  for (Connection& c : silent) {  // the aggregator drops each after its patience (5 s)
+    EXPECT_THROW((void)c.receive(30s), Error) << "a silent connection was not dropped";
+  }
+  Connection back = connect();
+  EXPECT_NO_THROW((void)back.wait_region(ps::kSlotRegionId, 30s)) << "no partition for a new worker";
+  back.send(ps::encode(ps::Hello{ps::PeerKind::worker, 2}));
+  EXPECT_TRUE(rig.wait_until(rig.joined, 2)) << "not admitted; " << rig.aggregator_failure;
+  rig.finish();
+  EXPECT_EQ(rig.aggregator_failure, "");
+  EXPECT_EQ(rig.server_failure, "");
+}
+
 TEST(SidecarAggregator, WithGrantWindowsAWorkerWritesOnlyItsOwnPartition) {
   // Each worker's partition of the member ring is a region of its own that no key opens; a
   // worker is handed, with its partition, the key of a window bound on its connection over it

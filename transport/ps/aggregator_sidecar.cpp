@@ -21,8 +21,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Connections beyond the expected workers that may hold a partition of the ring at once: a
-// connection dropped before its hello (half-open retries, join.hpp) keeps its partition, and a
-// worker back after a restart takes one before its old one is given back (reclaim_partitions).
+// worker back after a restart takes one before its old one is given back (reclaim_partitions),
+// and a connection advertised to holds one until its hello, or until it is dropped without one.
 constexpr std::uint32_t kSparePartitions = 4;
 
 // Members whose aggregate was never granted (its grant went elsewhere or the sidecar was lost)
@@ -70,7 +70,17 @@ void Aggregator::State::accept_sidecar_workers(std::size_t workers, Millis timeo
       throw;
     }
   };
-  for (Joined& j : accept_hellos(listener, workers, advertise, timeout, "aggregator")) {
+  // A connection dropped before its hello (a half-open retry, join.hpp) gives its partition back
+  // at once: nothing of it can land any more, and no member of it was booked. `first`: the
+  // advertisement that numbered 0 for the accepting call.
+  const auto give_back = [pool = partitions, windows = partition_windows](std::size_t first) {
+    return [pool, windows, first](std::size_t accepted) {
+      const std::uint32_t partition = pool->partition_of(first + accepted);
+      (*windows)[partition].reset();
+      pool->give_back(partition);
+    };
+  };
+  for (Joined& j : accept_hellos(listener, workers, advertise, timeout, "aggregator", give_back(0))) {
     if (j.hello.kind != PeerKind::worker) {
       throw Error(Errc::protocol, fmt::format("{}: only workers join an aggregator", j.conn.describe()));
     }
@@ -78,9 +88,8 @@ void Aggregator::State::accept_sidecar_workers(std::size_t workers, Millis timeo
     peer.partition = partitions->partition_of(j.accepted);
     peers.push_back(std::move(peer));
   }
-  // Connections advertised to and dropped before their hello keep their partition.
   first_late_advertised = partitions->advertised();
-  late.emplace(listener, advertise, options.transport.connect_timeout, "aggregator");
+  late.emplace(listener, advertise, options.transport.connect_timeout, "aggregator", give_back(first_late_advertised));
 }
 
 std::size_t Aggregator::State::take_doorbells() {

@@ -17,7 +17,7 @@ std::optional<Hello> try_hello(Connection& conn) {
 }
 
 std::vector<Joined> accept_hellos(Listener& listener, std::size_t count, const std::function<void(Connection&)>& advertise,
-                                  Millis timeout, const char* who) {
+                                  Millis timeout, const char* who, const DroppedBeforeHello& dropped) {
   using Clock = std::chrono::steady_clock;
   // Short accept waits, so the hellos of connections already accepted are seen between them.
   constexpr Millis kAcceptSlice{20};
@@ -52,7 +52,9 @@ std::vector<Joined> accept_hellos(Listener& listener, std::size_t count, const s
         }
       } catch (const Error& e) {
         drop(it->first.describe(), e);
-        it = pending.erase(it);
+        const std::size_t index = it->second;
+        it = pending.erase(it);  // closed: nothing more of it lands
+        if (dropped) dropped(index);
         continue;
       }
       joined.push_back(Joined{std::move(it->first), *hello, it->second});
@@ -68,8 +70,9 @@ std::vector<Joined> accept_hellos(Listener& listener, std::size_t count, const s
   return joined;
 }
 
-LateJoins::LateJoins(Listener& listener, std::function<void(Connection&)> advertise, Millis patience, const char* who)
-    : listener_(&listener), advertise_(std::move(advertise)), patience_(patience), who_(who) {}
+LateJoins::LateJoins(Listener& listener, std::function<void(Connection&)> advertise, Millis patience, const char* who,
+                     DroppedBeforeHello dropped)
+    : listener_(&listener), advertise_(std::move(advertise)), dropped_(std::move(dropped)), patience_(patience), who_(who) {}
 
 void LateJoins::refuse(const Connection& conn, const Error& why) {
   ++refused_;
@@ -97,6 +100,7 @@ std::vector<Joined> LateJoins::poll() {
     }
   }
   for (auto it = pending_.begin(); it != pending_.end();) {
+    bool refused = false;
     try {
       const auto hello = try_hello(it->conn);
       if (!hello) {
@@ -109,8 +113,11 @@ std::vector<Joined> LateJoins::poll() {
       joined.push_back(Joined{std::move(it->conn), *hello, it->accepted});
     } catch (const Error& e) {
       refuse(it->conn, e);
+      refused = true;
     }
-    it = pending_.erase(it);
+    const std::size_t index = it->accepted;
+    it = pending_.erase(it);  // a refused one is closed here: nothing more of it lands
+    if (refused && dropped_) dropped_(index);
   }
   return joined;
 }

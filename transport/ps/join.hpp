@@ -31,12 +31,17 @@ struct Joined {
 // Error(protocol) when the first message is not a hello.
 std::optional<Hello> try_hello(Connection& conn);
 
+// What an acceptor gives back when a connection it advertised to is dropped before its hello
+// (called once that connection is closed): its number, as Joined::accepted counts.
+using DroppedBeforeHello = std::function<void(std::size_t accepted)>;
+
 // Accepts connections on `listener` until `count` peers have said hello; `advertise` is called
 // on each accepted connection first (to send the region descriptors). A first message that is
-// not a hello costs that connection only. Throws Error(timeout) when `timeout` passes without a
-// new peer joining; `who` names the acceptor in messages ("server", "aggregator", ...).
+// not a hello costs that connection only (and `dropped` hears of it). Throws Error(timeout) when
+// `timeout` passes without a new peer joining; `who` names the acceptor in messages ("server",
+// "aggregator", ...).
 std::vector<Joined> accept_hellos(Listener& listener, std::size_t count, const std::function<void(Connection&)>& advertise,
-                                  Millis timeout, const char* who);
+                                  Millis timeout, const char* who, const DroppedBeforeHello& dropped = {});
 
 // Peers that join after the start (a restarted worker, a replica joining, workers coming back
 // to a restarted aggregator), taken from an acceptor's poll loop without waiting: each call
@@ -47,7 +52,8 @@ std::vector<Joined> accept_hellos(Listener& listener, std::size_t count, const s
 // this LateJoins' start.
 class LateJoins {
  public:
-  LateJoins(Listener& listener, std::function<void(Connection&)> advertise, Millis patience, const char* who);
+  LateJoins(Listener& listener, std::function<void(Connection&)> advertise, Millis patience, const char* who,
+            DroppedBeforeHello dropped = {});
   std::vector<Joined> poll();
   std::uint64_t refused() const { return refused_; }
   // Counts a joiner the caller refused after its hello, with the reason on stderr.
@@ -61,6 +67,7 @@ class LateJoins {
   };
   Listener* listener_;
   std::function<void(Connection&)> advertise_;
+  DroppedBeforeHello dropped_;
   Millis patience_;
   const char* who_;
   bool admitting_ = true;
