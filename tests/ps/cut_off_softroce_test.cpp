@@ -29,22 +29,32 @@ struct Ending {
   std::string failure;
 };
 
-// A server on host 0 with its replica on host 1; one hand-driven worker from host 2 says hello,
-// then leaves (after a Bye, or without one). What the server says once it has finished.
-Ending server_after_its_worker_leaves(const std::vector<Host>& hosts, std::uint16_t port, bool says_bye) {
+// A server on host 0 with its replica on host 1 — connected at the start, or (`replica_joins`)
+// joining the running server (ShardServer::join_server) — and one hand-driven worker from host 2
+// that says hello, then leaves (after a Bye, or without one) once the replica is there. What the
+// server says once it has finished.
+Ending server_after_its_worker_leaves(const std::vector<Host>& hosts, std::uint16_t port, bool says_bye,
+                                      bool replica_joins = false) {
   constexpr std::size_t kFloats = 256;
   const std::uint16_t replica_port = port + 1;
   ps::ShardOptions shard;
   shard.floats = kFloats;
   shard.slots = 8;
-  std::atomic<bool> server_done{false};
+  std::atomic<bool> server_done{false}, server_serving{false}, replica_there{false};
   Ending ending;
   std::string replica_failure;
   std::jthread replica_thread([&] {
     try {
       Device device = Device::open({.name = hosts[1].device});
       ps::ShardServer replica(device, ps::Role::replica, replica_port, shard, std::vector<float>(kFloats, 0.0F));
-      replica.accept_peers(0, 60s);  // just the server
+      if (replica_joins) {
+        const auto give_up = std::chrono::steady_clock::now() + 60s;
+        while (!server_serving.load() && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(1ms);
+        replica.join_server(hosts[0].address, port, 60s);
+      } else {
+        replica.accept_peers(0, 60s);  // just the server
+      }
+      replica_there = true;
       while (!server_done.load()) {
         if (replica.progress() == 0) replica.wait_for_input(5ms);
       }
@@ -56,8 +66,9 @@ Ending server_after_its_worker_leaves(const std::vector<Host>& hosts, std::uint1
     try {
       Device device = Device::open({.name = hosts[0].device});
       ps::ShardServer server(device, ps::Role::server, port, shard, std::vector<float>(kFloats, 0.0F));
-      server.connect_replica(hosts[1].address, replica_port, 60s);
+      if (!replica_joins) server.connect_replica(hosts[1].address, replica_port, 60s);
       server.accept_peers(1, 60s);
+      server_serving = true;
       const auto give_up = std::chrono::steady_clock::now() + 60s;
       while (!server.finished() && std::chrono::steady_clock::now() < give_up) {
         if (server.progress() == 0) server.wait_for_input(5ms);
@@ -75,6 +86,9 @@ Ending server_after_its_worker_leaves(const std::vector<Host>& hosts, std::uint1
     Connection worker = ps::connect_with_retry(device, hosts[0].address, port, TransportOptions{}, 60s);
     (void)worker.wait_region(ps::kSlotRegionId, 60s);
     worker.send(ps::encode(ps::Hello{ps::PeerKind::worker, 1}));
+    const auto give_up = std::chrono::steady_clock::now() + 60s;
+    while (!replica_there.load() && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(1ms);
+    if (!replica_there.load()) throw Error(Errc::timeout, "the replica never got there");
     if (says_bye) {
       worker.send(ps::encode(ps::Bye{1}));
       worker.flush(5s);
@@ -102,6 +116,22 @@ TEST(ShardServerCutOff, EveryWorkerGoneWithoutByeIsACutOffThoughTheIdleReplicaLo
   ASSERT_EQ(left.failure, "");
   EXPECT_TRUE(left.finished);
   EXPECT_FALSE(left.cut_off) << "a worker that said it finished is not a partition";
+}
+
+TEST(ShardServerCutOff, AServerWhoseReplicaJoinedItRunningIsCutOffWhenEveryWorkerVanishes) {
+  // The replica that joined a running server (a promoted one's new replica, in the faults'
+  // replace:server) counts as its replica for the cut-off as one connected at the start does.
+  const auto hosts = hosts_from_env();
+  ASSERT_GE(hosts.size(), 3u) << "needs ci/softroce.sh --hosts 3";
+  const Ending lost = server_after_its_worker_leaves(hosts, 7874, /*says_bye=*/false, /*replica_joins=*/true);
+  ASSERT_EQ(lost.failure, "");
+  EXPECT_TRUE(lost.finished);
+  EXPECT_TRUE(lost.cut_off) << "a server with a joined replica whose every worker vanished took itself for finished";
+
+  const Ending left = server_after_its_worker_leaves(hosts, 7876, /*says_bye=*/true, /*replica_joins=*/true);
+  ASSERT_EQ(left.failure, "");
+  EXPECT_TRUE(left.finished);
+  EXPECT_FALSE(left.cut_off);
 }
 
 }  // namespace
