@@ -66,4 +66,8 @@ struct DaemonConfig {
   void validate() const;
 };
 
+// --job-user JOB:USER, USER a name (its primary group too) or a numeric uid (group = uid);
+// Error(invalid_argument) naming the flag for anything else.
+DaemonConfig::JobSegment parse_job_user(const std::string& text);
+
 }  // namespace gradlane::sidecar

@@ -337,18 +337,12 @@ int run_child(int argc, char** argv) {
       // A whole gradlaned in a process of its own, so a test can SIGKILL it.
       ShutdownSignals signals;
       DaemonConfig config = test_config(shm);
-      // --job-user=JOB:UID: that job gets a segment of its own.
+      // --job-user=JOB:UID: that job gets a segment of its own (gradlaned's own parser).
       if (const std::string job_user = arg(argc, argv, "--job-user"); !job_user.empty()) {
-        const auto colon = job_user.find(':');
-        config.job_segments.push_back({static_cast<std::uint32_t>(std::stoul(job_user.substr(0, colon))),
-                                       static_cast<std::uint32_t>(std::stoul(job_user.substr(colon + 1)))});
+        config.job_segments.push_back(parse_job_user(job_user));
       }
       std::unique_ptr<sched::Policy> policy = std::make_unique<sched::PassThroughPolicy>();
-      if (arg(argc, argv, "--policy") == "scheduler") {
-        sched::SchedulerConfig sc;
-        sc.replica_bound = std::nullopt;
-        policy = std::make_unique<sched::SchedulerPolicy>(sc);
-      }
+      if (arg(argc, argv, "--policy") == "scheduler") policy = std::make_unique<sched::SchedulerPolicy>(no_replica());
       Daemon daemon(config, std::move(policy));
       tell_ready();
       daemon.run([&] { return signals.received().has_value(); });
