@@ -25,6 +25,13 @@ using Clock = std::chrono::steady_clock;
 // and a connection advertised to holds one until its hello, or until it is dropped without one.
 constexpr std::uint32_t kSparePartitions = 4;
 
+// A partition back to the pool, its window (if any) dropped: its connection is closed, so
+// nothing more lands there.
+void release_partition(PartitionPool& pool, std::vector<std::optional<MemoryWindow>>& windows, std::uint32_t partition) {
+  windows[partition].reset();
+  pool.give_back(partition);
+}
+
 // Members whose aggregate was never granted (its grant went elsewhere or the sidecar was lost)
 // are given up after this long, so their slots come back.
 constexpr std::chrono::seconds kUngrantedLimit{30};
@@ -65,8 +72,7 @@ void Aggregator::State::accept_sidecar_workers(std::size_t workers, Millis timeo
       }
       conn.advertise(kSlotRegionId, mine);
     } catch (const Error&) {
-      (*windows)[*index].reset();
-      pool->give_back(*index);  // it never learned where its partition is
+      release_partition(*pool, *windows, *index);  // it never learned where its partition is
       throw;
     }
   };
@@ -75,9 +81,7 @@ void Aggregator::State::accept_sidecar_workers(std::size_t workers, Millis timeo
   // advertisement that numbered 0 for the accepting call.
   const auto give_back = [pool = partitions, windows = partition_windows](std::size_t first) {
     return [pool, windows, first](std::size_t accepted) {
-      const std::uint32_t partition = pool->partition_of(first + accepted);
-      (*windows)[partition].reset();
-      pool->give_back(partition);
+      release_partition(*pool, *windows, pool->partition_of(first + accepted));
     };
   };
   for (Joined& j : accept_hellos(listener, workers, advertise, timeout, "aggregator", give_back(0))) {
@@ -206,8 +210,7 @@ std::size_t Aggregator::State::reclaim_partitions() {
     // Its connection is closed (lose()): nothing more lands in the partition. What landed is
     // summed or given up with its aggregate, which frees the slots.
     if (peer.alive || peer.partition_back || book->holds_any(peer.partition)) continue;
-    (*partition_windows)[peer.partition].reset();  // its key died with the connection already
-    partitions->give_back(peer.partition);
+    release_partition(*partitions, *partition_windows, peer.partition);
     peer.partition_back = true;
     ++work;
   }

@@ -158,8 +158,7 @@ std::size_t ShardServer::State::take_doorbells(Peer& peer) {
     if (role == Role::replica) {
       // The mirror: held until the server says what it did with this sequence. With windows,
       // only from the worker that claimed its slot here.
-      const bool claimant = !windowed() || peer.outstanding.ring(sequence);
-      if (claimant && windowed()) close_claim(sequence);
+      const bool claimant = rung_by_claimant(peer, sequence);
       if (claimant && sequence >= order.next_sequence() && sequence < order.next_sequence() + options.slots) {
         arrived[sequence] = peer.worker;
       } else {
@@ -171,8 +170,7 @@ std::size_t ShardServer::State::take_doorbells(Peer& peer) {
       // The sidecar granted it. Without grant windows we cannot tell to whom, only that it is
       // in the window, once; with them, only the connection that claimed it may ring. Below
       // skip_below it was granted by the old owner before we took over: refused.
-      const bool claimant = !windowed() || peer.outstanding.ring(sequence);
-      if (claimant && windowed()) close_claim(sequence);  // the update is here: the slot closes
+      const bool claimant = rung_by_claimant(peer, sequence);
       if (claimant && sequence >= skip_below &&
           order.arrived(sequence, static_cast<std::uint32_t>(sequence % options.slots)) == Admit::accepted) {
         rung_by[sequence] = peer.worker;
@@ -339,28 +337,16 @@ void ShardServer::State::answer_claim(std::size_t index, const Claim& claim) {
     throw Error(Errc::protocol, fmt::format("worker {} claimed sequence {}, but this server binds no grant windows "
                                             "(its grants carry no tokens)", peer.worker, claim.sequence));
   }
-  if (sidecar::grant_token(*grant_key, claim.sequence) != claim.token) {
-    ++stats.refused_claims;
-    throw Error(Errc::protocol, fmt::format("worker {} claimed sequence {} with a token that is not the one its grant "
-                                            "carried: a forged claim, or a grant of another server",
-                                            peer.worker, claim.sequence));
-  }
+  check_token(peer, claim, "sequence");
   const Admit admit = order.would_admit(claim.sequence, static_cast<std::uint32_t>(claim.sequence % options.slots));
-  if (claim.sequence < skip_below || admit == Admit::already_done || admit == Admit::already_cancelled) {
+  if (admit == Admit::already_done || admit == Admit::already_cancelled) {
     peer.conn.send(encode(Opened{claim.sequence, 0}));
     return;
   }
   if (admit != Admit::accepted || claimed.contains(claim.sequence)) {
-    ++stats.refused_claims;
-    throw Error(Errc::protocol, fmt::format("worker {} claimed sequence {}, which is not open to writing ({})",
-                                            peer.worker, claim.sequence,
-                                            admit == Admit::accepted ? "claimed already" : admit_name(admit)));
+    refuse_claim(peer, claim, "sequence", admit == Admit::accepted ? "claimed already" : admit_name(admit));
   }
-  const std::uint32_t window_rkey = open_window(peer, claim.sequence);
-  peer.conn.send(encode(Opened{claim.sequence, window_rkey}));
-  peer.outstanding.add(claim.sequence, Clock::now());
-  claimed[claim.sequence] = index;
-  ++stats.claimed;
+  open_claim(index, claim.sequence);
 }
 
 // Replica: a worker about to mirror `claim.sequence` here shows its grant's token. With grant
@@ -378,28 +364,49 @@ void ShardServer::State::answer_mirror_claim(std::size_t index, const Claim& cla
                                             "run server and replica both with grant_windows, or neither",
                                             peer.worker, claim.sequence));
   }
-  if (sidecar::grant_token(*grant_key, claim.sequence) != claim.token) {
-    ++stats.refused_claims;
-    throw Error(Errc::protocol, fmt::format("worker {} claimed mirror slot {} with a token that is not the one its "
-                                            "grant carried: a forged claim", peer.worker, claim.sequence));
-  }
+  check_token(peer, claim, "mirror slot");
   const std::uint64_t next = order.next_sequence();
   if (claim.sequence < next) {
     peer.conn.send(encode(Opened{claim.sequence, 0}));
     return;
   }
   if (claim.sequence - next >= options.slots || claimed.contains(claim.sequence) || arrived.contains(claim.sequence)) {
-    ++stats.refused_claims;
-    throw Error(Errc::protocol, fmt::format("worker {} claimed mirror slot {}, which is not open to writing ({})",
-                                            peer.worker, claim.sequence,
-                                            claim.sequence - next >= options.slots ? "beyond the window"
-                                                                                   : "claimed or written already"));
+    refuse_claim(peer, claim, "mirror slot",
+                 claim.sequence - next >= options.slots ? "beyond the window" : "claimed or written already");
   }
-  const std::uint32_t window_rkey = open_window(peer, claim.sequence);
-  peer.conn.send(encode(Opened{claim.sequence, window_rkey}));
-  peer.outstanding.add(claim.sequence, Clock::now());
-  claimed[claim.sequence] = index;
+  open_claim(index, claim.sequence);
+}
+
+// A claim's token against our key; a wrong one is a forgery (or a grant of another server).
+void ShardServer::State::check_token(const Peer& peer, const Claim& claim, const char* what) {
+  if (sidecar::grant_token(*grant_key, claim.sequence) == claim.token) return;
+  refuse_claim(peer, claim, what, "its token is not the one its grant carried: a forged claim, or a grant of another server");
+}
+
+// Counts the refusal and throws it: the claimant's connection goes (take_input's lose()).
+void ShardServer::State::refuse_claim(const Peer& peer, const Claim& claim, const char* what, std::string_view why) {
+  ++stats.refused_claims;
+  throw Error(Errc::protocol, fmt::format("worker {} claimed {} {}, refused: {}", peer.worker, what, claim.sequence, why));
+}
+
+// Opens `sequence`'s slot to the claimant at `index` (a window bound on its QP, the key sent
+// after the bind on the same QP) until its doorbell, cancel, skip or apply (close_claim).
+void ShardServer::State::open_claim(std::size_t index, std::uint64_t sequence) {
+  Peer& peer = peers[index];
+  const std::uint32_t window_rkey = open_window(peer, sequence);
+  peer.conn.send(encode(Opened{sequence, window_rkey}));
+  peer.outstanding.add(sequence, Clock::now());
+  claimed[sequence] = index;
   ++stats.claimed;
+}
+
+// Whether a doorbell for `sequence` came from the connection that claimed its slot; without
+// windows anyone's counts (the caller checks the window). The claimant's slot closes with it.
+bool ShardServer::State::rung_by_claimant(Peer& peer, std::uint64_t sequence) {
+  if (!windowed()) return true;
+  if (!peer.outstanding.ring(sequence)) return false;
+  close_claim(sequence);
+  return true;
 }
 
 ReplicaKey ShardServer::State::replica_key() const {
@@ -517,7 +524,7 @@ void ShardServer::State::between_chunks() {
   // slot being applied stays busy in `order` until done(), so nothing can be granted into it.
   // Sidecar mode with grant windows: answer claims (a claim waited a whole 4 MiB apply, 12 ms,
   // before: perf/results/grant-windows/sidecar-4MiB).
-  if (role == Role::server && (!sidecar || grant_key)) take_input();
+  if (role == Role::server && (!sidecar || windowed())) take_input();
   if (role == Role::server && !sidecar) grant();
 }
 

@@ -9,6 +9,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "gradlane/ps.hpp"
@@ -148,6 +149,10 @@ struct ShardServer::State {
   void close_window(shard::Peer& peer, std::uint64_t sequence);
   void answer_claim(std::size_t index, const Claim& claim);
   void answer_mirror_claim(std::size_t index, const Claim& claim);  // replica
+  void check_token(const shard::Peer& peer, const Claim& claim, const char* what);
+  [[noreturn]] void refuse_claim(const shard::Peer& peer, const Claim& claim, const char* what, std::string_view why);
+  void open_claim(std::size_t index, std::uint64_t sequence);
+  bool rung_by_claimant(shard::Peer& peer, std::uint64_t sequence);
   void take_replica_key(const ReplicaKey& key);                      // replica
   ReplicaKey replica_key() const;                                    // server: what to tell it
   void close_claim(std::uint64_t sequence);  // its window and its claimant's outstanding entry

@@ -337,6 +337,12 @@ struct Worker::State {
     replica->send(encode(Claim{sequence, token}));
     return true;
   }
+  // Sidecar mode, a server with grant windows: claims the server's slot and the mirror's (their
+  // answers are taken in write_claimed). True if the mirror's was sent.
+  bool send_claims(std::uint64_t sequence, std::uint64_t token) {
+    server.send(encode(Claim{sequence, token}));
+    return claim_mirror(sequence, token);
+  }
 
   // Writes the gradient into the slot of `sequence` at the replica, then at the server; in
   // direct mode with an aggregator, into the aggregator's member slot instead. A nonzero
@@ -476,8 +482,7 @@ struct Worker::State {
       // A server with grant windows: its token goes out now (to the replica too), so the
       // claims' round trips run while we wait for the slot.
       const bool claims = !redirect && g.token != 0;
-      if (claims) server.send(encode(Claim{g.sequence, g.token}));
-      const bool mirror_claimed = claims && claim_mirror(g.sequence, g.token);
+      const bool mirror_claimed = claims && send_claims(g.sequence, g.token);
       wait_for_slot(g.slot_start);
       // A member's slot at the aggregator is its aggregate id modulo the worker's slots there;
       // the doorbell carries the id's low 32 bits, the same modulo there.
@@ -839,8 +844,7 @@ PushResult Worker::write_as(std::uint64_t sequence, std::uint64_t token) {
   try {
     s.sidecar_forward = true;
     if (token != 0) {  // the claim's answer says whether the server decided it already
-      s.server.send(encode(Claim{sequence, token}));
-      const bool mirror_claimed = s.claim_mirror(sequence, token);
+      const bool mirror_claimed = s.send_claims(sequence, token);
       return s.write_claimed(sequence, token, mirror_claimed);
     }
     if (s.server_decided(sequence)) {
