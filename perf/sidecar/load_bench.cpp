@@ -4,6 +4,7 @@
 //
 //   gradlane_sidecar_load [--apps 1,8] [--updates 10000] [--reps 5] [--window 64] [--client-spin-us 50]
 //                         [--policy scheduler|passthrough] [--staleness-bound 0] [--gradlaned PATH]
+//                         [--pin-daemon CPU]
 //
 // Each repetition starts a fresh gradlaned process (so its VmHWM is that run's peak), runs the
 // apps — threads of this process, each with its own Client and app slot — and stops it with
@@ -15,7 +16,14 @@
 // alone gets; the target is >= 0.9. Also printed: the slowest app's rate / the 1-app rate (what
 // an app keeps of its own speed among N; 1.0 = sharing the daemon costs it nothing). Figures
 // are median [min-max] over the repetitions (requests/s per app: over every app of every rep).
+//
+// --pin-daemon CPU puts gradlaned on that CPU alone and the apps on every other one, as a
+// sidecar is deployed (a core of its own, like eRPC's or Snap's dispatch threads). Unpinned, on
+// a machine with fewer cores than apps + 1, the figure measures the kernel's time-sharing of the
+// daemon with the apps that feed it as much as the daemon.
 #include <fmt/format.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -54,7 +62,21 @@ struct Options {
   // dropped at once, which is cheaper and would flatter the 8-app figure.
   std::uint32_t staleness_bound = 0;
   std::string gradlaned = GRADLANE_GRADLANED;
+  std::optional<int> pin_daemon;  // gradlaned on this CPU, the apps on the others
 };
+
+// The CPUs this process may run on, without `cpu`.
+cpu_set_t cpus_without(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) throw std::runtime_error("sched_getaffinity failed");
+  CPU_CLR(cpu, &set);
+  if (CPU_COUNT(&set) == 0) {
+    throw std::runtime_error(fmt::format("--pin-daemon {}: no CPU left for the apps (this process may use {} CPU)", cpu,
+                                         CPU_COUNT(&set) + 1));
+  }
+  return set;
+}
 
 // A gradlaned process of its own, stopped (SIGTERM) and reaped by the destructor.
 class DaemonProcess {
@@ -68,6 +90,19 @@ class DaemonProcess {
     argv.push_back(nullptr);
     if (const int err = ::posix_spawn(&pid_, binary.c_str(), nullptr, nullptr, argv.data(), environ); err != 0) {
       throw std::runtime_error(fmt::format("posix_spawn {}: error {}", binary, err));
+    }
+    if (o.pin_daemon) {
+      // gradlaned has one thread: its main thread's affinity is the daemon's. Set before it
+      // serves anything (the apps start after the attach pause).
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(*o.pin_daemon, &set);
+      if (::sched_setaffinity(pid_, sizeof set, &set) != 0) {
+        ::kill(pid_, SIGTERM);
+        ::waitpid(pid_, nullptr, 0);
+        throw std::runtime_error(fmt::format("--pin-daemon {}: sched_setaffinity failed (is CPU {} online and allowed?)",
+                                             *o.pin_daemon, *o.pin_daemon));
+      }
     }
   }
   DaemonProcess(const DaemonProcess&) = delete;
@@ -170,8 +205,14 @@ RepResult run_rep(std::uint32_t apps, const Options& o, int rep) {
   double cpu_at_start = 0;
   {
     std::vector<std::jthread> threads;
+    const std::optional<cpu_set_t> app_cpus = o.pin_daemon ? std::optional(cpus_without(*o.pin_daemon)) : std::nullopt;
     for (std::uint32_t a = 0; a < apps; ++a) {
       threads.emplace_back([&, a] {
+        if (app_cpus && ::pthread_setaffinity_np(::pthread_self(), sizeof *app_cpus, &*app_cpus) != 0) {
+          failures[a] = "pthread_setaffinity_np failed for an app thread";
+          start.store(true);
+          return;
+        }
         try {
           runs[a] = run_app(shm, a + 1, o, start);
         } catch (const std::exception& e) {
@@ -229,6 +270,8 @@ int main(int argc, char** argv) try {
   cli.add_option("--staleness-bound", o.staleness_bound, "gradlaned --staleness-bound (0: unbounded)")
       ->capture_default_str();
   cli.add_option("--gradlaned", o.gradlaned, "the gradlaned binary")->capture_default_str();
+  cli.add_option("--pin-daemon", o.pin_daemon, "run gradlaned on this CPU alone and the apps on the other CPUs")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(cli, argc, argv);
 
   std::optional<double> baseline;  // median total requests/s of the first (1-app) count
