@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <limits>
 #include <fmt/format.h>
 #include <vector>
 
@@ -55,6 +56,11 @@ void take_cq_event(ibv_comp_channel& channel, ibv_cq* cq, unsigned& unacked) {
     ibv_ack_cq_events(cq, unacked);
     unacked = 0;
   }
+}
+
+int sleep_on_channels(std::span<pollfd> fds, std::chrono::milliseconds timeout) noexcept {
+  const auto ms = std::clamp<std::int64_t>(timeout.count(), 0, std::numeric_limits<int>::max());
+  return ::poll(fds.data(), fds.size(), static_cast<int>(ms));
 }
 
 SharedCq::SharedCq(const Device& dev, std::uint32_t entries, std::uint32_t shared_receives, std::size_t slot_bytes)
@@ -185,7 +191,7 @@ bool SharedCq::wait(std::chrono::milliseconds timeout) {
     if (owner->channel && !owner->failure_error) fds.push_back({owner->channel->fd, POLLIN, 0});
   }
   if (grace_running) timeout = std::min(timeout, std::chrono::milliseconds(60));
-  const int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<std::int64_t>(timeout.count(), 0)));
+  const int rc = sleep_on_channels(fds, timeout);
   if (rc < 0 && errno != EINTR) throw_call_failed(Errc::system, "poll(completion channel)", errno);
   if (rc <= 0) {
     if (grace_running) check_events();

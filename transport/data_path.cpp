@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <limits>
 #include <thread>
 #include <fmt/format.h>
 
@@ -233,8 +232,7 @@ bool ConnectionState::block(std::chrono::milliseconds timeout) {
   // A peer that left: its connection fails once the grace for its last completions is over.
   if (disconnecting) timeout = std::min(timeout, kDisconnectGrace + std::chrono::milliseconds(10));
   pollfd fds[2] = {{completion_channel->fd, POLLIN, 0}, {channel->fd, POLLIN, 0}};
-  const auto ms = std::clamp<std::int64_t>(timeout.count(), 0, std::numeric_limits<int>::max());
-  const int rc = ::poll(fds, 2, static_cast<int>(ms));
+  const int rc = sleep_on_channels(fds, timeout);
   if (rc < 0 && errno != EINTR) throw fail(Error(Errc::system, call_failed("poll(completion channel)", errno)));
   if (rc <= 0) return false;
   if (fds[0].revents & POLLIN) take_cq_event(*completion_channel, cq.get(), unacked_cq_events);

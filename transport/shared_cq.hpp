@@ -3,12 +3,14 @@
 #pragma once
 
 #include <infiniband/verbs.h>
+#include <poll.h>
 
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 
 #include "gradlane/completion_queue.hpp"
 #include "gradlane/device.hpp"
@@ -35,6 +37,12 @@ CompChannelPtr make_completion_channel(const Device& device);
 // batches (each ack takes a lock in libibverbs): `unacked` counts those taken and not yet
 // acknowledged, all of which must be before the CQ is destroyed.
 void take_cq_event(ibv_comp_channel& channel, ibv_cq* cq, unsigned& unacked);
+// The sleep of a completion-channel wait (a connection's own, or a shared queue's): poll() on
+// the channels' fds for at most `timeout` (clamped to poll's range). Returns poll()'s result;
+// -1 with errno set on failure, EINTR included (a signal ends the sleep early, like a timeout).
+// The caller armed its CQ (ibv_req_notify_cq) and looked at it once more first: completions
+// that arrived before the arming raise no event.
+int sleep_on_channels(std::span<pollfd> fds, std::chrono::milliseconds timeout) noexcept;
 
 class SharedCq {
  public:
