@@ -2,6 +2,7 @@
 // into its registered gradient buffer (no copy on either side), push it; `steps` times.
 #include <gradlane/gradlane.hpp>
 
+#include <cstdio>
 #include <fstream>
 #include <optional>
 #include <thread>
@@ -103,10 +104,23 @@ int run_worker(const Config& c) {
       undelivered += o.delivered ? 0 : 1;
     }
   };
+  // A restarted worker resumes after what its server took last: its previous life may have died
+  // between writing a push and logging it (found by restart:worker1, seed 1: step 126 applied
+  // twice). That push counts as this life's, acknowledged. Direct mode pushing to the server only:
+  // in sidecar mode and through an aggregator the server learns no tags (its log says so).
+  std::uint64_t first_step = c.first_step;
+  if (rejoining && (c.mode == Mode::fifo || c.mode == Mode::sync)) {
+    if (const auto landed = worker.last_landed(); landed && landed->tag >= first_step) {
+      std::fprintf(stderr, "gradlane_train worker %u: the server took step %llu already (sequence %llu): resuming after it\n",
+                   c.id, static_cast<unsigned long long>(landed->tag), static_cast<unsigned long long>(landed->sequence));
+      pushes << landed->tag << ',' << landed->computed_on << ',' << landed->sequence << ",0,0,0,0\n" << std::flush;
+      first_step = landed->tag + 1;
+    }
+  }
   std::uint64_t dropped = 0, lost = 0, pull_retries = 0;
   std::chrono::nanoseconds computing{0}, pushing{0}, waiting{0};
   const auto start = Clock::now();
-  for (std::uint64_t step = c.first_step; step < c.steps; ++step) {
+  for (std::uint64_t step = first_step; step < c.steps; ++step) {
     const auto t0 = Clock::now();
     if (c.mode == Mode::sync) {
       // The barrier: step k starts on the model that holds all N gradients of steps < k.

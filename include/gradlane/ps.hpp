@@ -355,6 +355,15 @@ struct MemberOutcome {
   bool delivered = false;      // false: its forward was lost, or the aggregator died first
 };
 
+// The last push of a worker id that its server took (its doorbell accepted: applied, or to be):
+// what a restarted worker resumes after (Worker::last_landed).
+struct LandedPush {
+  std::uint64_t tag = 0;          // the push's tag (its step)
+  std::uint64_t sequence = 0;     // the server's sequence for it
+  std::uint64_t computed_on = 0;  // the version it was computed on; 0 if the answer came from a
+                                  // promoted replica (the server's decisions do not carry it)
+};
+
 struct PullResult {
   std::uint64_t version = 0;   // sequences decided (applied or skipped) in the model that was read
   std::uint32_t attempts = 1;  // READ rounds until a consistent snapshot
@@ -389,6 +398,14 @@ class Worker {
   std::uint64_t server_version();
   // Times this worker switched its server to the replica.
   std::uint64_t failovers() const;
+  // A restarted worker, before it resumes (ps-lite's recovery): the last push of this worker id
+  // the server took — its doorbell accepted, so it is or will be applied — or nullopt if none.
+  // The previous life may have died between its write and hearing that it landed; pushing that
+  // step again would apply it twice. Ask before the first push: a push of this life counts too.
+  // Direct mode, pushing to the server; a promoted replica answers as its server would have.
+  // Sidecar mode and pushes through an aggregator: invalid_argument (the server does not learn
+  // the tag of a push there).
+  std::optional<LandedPush> last_landed();
   // Outcomes of pending pushes (PushResult::pending) learned since the last call, in the order
   // they came; looks at the aggregator's connection without waiting.
   std::vector<MemberOutcome> take_member_outcomes();

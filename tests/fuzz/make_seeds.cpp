@@ -325,6 +325,9 @@ void ps_seeds(const fs::path& dir) {
     put_message(s, ps::ListeningAt{.kind = ps::PeerKind::aggregator, .address = "fe80::1", .port = 7802});
     put_message(s, ps::Mirroring{.worker = 2, .from = 60});
     put_message(s, ps::Claim{.sequence = 2, .token = 0x93f5f5799a932462ULL});
+    put_message(s, ps::AskLanded{.worker = 1});
+    put_message(s, ps::Landed{.tag = 126, .sequence = 379, .computed_on = 376});
+    put_message(s, ps::Landed{});
     s.put(doorbell).put(std::uint32_t{1});
     s.put(doorbell).put(std::uint32_t{2});
     s.put(cancel).put(std::int16_t{2});  // sequence 3

@@ -69,6 +69,11 @@ void received_message(std::span<const std::byte> bytes) {
   if (const auto* opened = std::get_if<ps::Opened>(&*message)) {
     require(opened->sequence != 0, "an answer to a claim of sequence 0");
   }
+  if (const auto* ask = std::get_if<ps::AskLanded>(&*message)) require(ask->worker != 0, "ask-landed from worker id 0");
+  if (const auto* landed = std::get_if<ps::Landed>(&*message)) {
+    require(landed->sequence != 0 || (landed->tag == 0 && landed->computed_on == 0),
+            "landed: no update (sequence 0) with a tag or a version");
+  }
   const auto again = ps::encode(*message);
   require(again.size() == bytes.size() && std::equal(again.begin(), again.end(), bytes.begin()),
           "a decoded message does not re-encode to its bytes");

@@ -13,11 +13,13 @@ namespace {
 // Wire: byte 0 = kind (the variant index + 1), then the fields, little-endian, packed.
 enum class Kind : std::uint8_t {
   hello = 1, request, grant, decided, ack, bye, failed_over, forwarded, adopted, listening_at, mirroring, claim,
-  replica_key, opened
+  replica_key, opened, ask_landed, landed
 };
 constexpr std::size_t kSize[] = {0,          1 + 1 + 4, 1 + 4 + 8 + 8, 1 + 8 + 8 + 4 + 8, 1 + 8 + 4 + 8, 1 + 8, 1 + 4,
                                  1 + 4,      1 + 8 + 8 + 1, 1 + 8, 1 + 1 + ListeningAt::kAddressBytes + 2, 1 + 4 + 8,
-                                 1 + 8 + 8,  1 + 16, 1 + 8 + 4};
+                                 1 + 8 + 8,  1 + 16, 1 + 8 + 4, 1 + 4, 1 + 8 + 8 + 8};
+
+static_assert(std::size(kSize) == static_cast<std::size_t>(Kind::landed) + 1, "a size for every kind");
 
 class Writer {
  public:
@@ -100,6 +102,8 @@ std::vector<std::byte> encode(const Message& message) {
           [](const Mirroring& m) { return Writer(Kind::mirroring).put(m.worker).put(m.from).done(); },
           [](const Claim& m) { return Writer(Kind::claim).put(m.sequence).put(m.token).done(); },
           [](const Opened& m) { return Writer(Kind::opened).put(m.sequence).put(m.window_rkey).done(); },
+          [](const AskLanded& m) { return Writer(Kind::ask_landed).put(m.worker).done(); },
+          [](const Landed& m) { return Writer(Kind::landed).put(m.tag).put(m.sequence).put(m.computed_on).done(); },
           [](const ReplicaKey& m) {
             Writer w(Kind::replica_key);
             for (const std::uint8_t b : m.key) w.put(b);
@@ -112,7 +116,7 @@ std::vector<std::byte> encode(const Message& message) {
 Message decode(std::span<const std::byte> bytes) {
   if (bytes.empty()) throw Error(Errc::protocol, "empty parameter-server message");
   const auto kind = std::to_integer<std::uint8_t>(bytes[0]);
-  if (kind < 1 || kind > static_cast<std::uint8_t>(Kind::opened)) {
+  if (kind < 1 || kind > static_cast<std::uint8_t>(Kind::landed)) {
     throw Error(Errc::protocol, fmt::format("unknown parameter-server message kind {}", kind));
   }
   if (bytes.size() != kSize[kind]) {
@@ -215,6 +219,21 @@ Message decode(std::span<const std::byte> bytes) {
       m.sequence = in.get<std::uint64_t>();
       m.window_rkey = in.get<std::uint32_t>();
       if (m.sequence == 0) throw Error(Errc::protocol, "an answer to a claim of sequence 0");
+      return m;
+    }
+    case Kind::ask_landed: {
+      const AskLanded m{in.get<std::uint32_t>()};
+      if (m.worker == 0) throw Error(Errc::protocol, "ask-landed from worker id 0 (ids start at 1)");
+      return m;
+    }
+    case Kind::landed: {
+      Landed m;
+      m.tag = in.get<std::uint64_t>();
+      m.sequence = in.get<std::uint64_t>();
+      m.computed_on = in.get<std::uint64_t>();
+      if (m.sequence == 0 && (m.tag != 0 || m.computed_on != 0)) {
+        throw Error(Errc::protocol, "landed: no update (sequence 0) with a tag or a version");
+      }
       return m;
     }
   }

@@ -36,6 +36,12 @@
 //   ReplicaKey server → replica  the key of the grant tokens (grant windows), or none
 //   Opened    server/replica → worker  the answer to a Claim: the key of the window over the
 //                             claimed slot, or 0 (decided already: write nothing)
+//   AskLanded worker → server  which of my updates landed last? (a restarted worker, before it
+//                             resumes: its last push may have been taken without it hearing so)
+//   Landed    server → worker  the answer: the tag, sequence and computed_on of the last update
+//                             of that worker id the server took (its doorbell accepted: it is
+//                             or will be applied), or sequence 0 (none; or sidecar mode, where
+//                             the server does not learn a push's tag)
 //
 // decode() checks the size and the kind and throws Error(protocol) naming what is wrong; a
 // peer's malformed message costs that peer its connection, never the process.
@@ -126,8 +132,17 @@ struct Opened {
   std::uint32_t window_rkey = 0;
 };
 
+struct AskLanded {
+  std::uint32_t worker = 0;
+};
+struct Landed {
+  std::uint64_t tag = 0;
+  std::uint64_t sequence = 0;  // 0: no update of this worker landed (tag and computed_on 0)
+  std::uint64_t computed_on = 0;
+};
+
 using Message = std::variant<Hello, Request, Grant, Decided, Ack, Bye, FailedOver, Forwarded, Adopted, ListeningAt, Mirroring,
-                             Claim, ReplicaKey, Opened>;
+                             Claim, ReplicaKey, Opened, AskLanded, Landed>;
 
 std::vector<std::byte> encode(const Message& message);
 Message decode(std::span<const std::byte> bytes);

@@ -124,6 +124,13 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
         // old server died). Nothing to write: its push is lost, and the worker asks us again.
         peer.conn.send(encode(Opened{claim->sequence, 0}));
       }
+    } else if (const auto* ask = std::get_if<AskLanded>(&message); ask && peer.kind == PeerKind::worker) {
+      if (ask->worker != peer.worker) {
+        throw Error(Errc::protocol, fmt::format("ask-landed names worker {} on the connection of worker {}", ask->worker,
+                                                peer.worker));
+      }
+      const auto it = landed.find(peer.worker);
+      peer.conn.send(encode(it == landed.end() ? Landed{} : it->second));
     } else if (const auto* key = std::get_if<ReplicaKey>(&message);
                key && role == Role::replica && peer.kind == PeerKind::primary) {
       take_replica_key(*key);
@@ -185,9 +192,19 @@ std::size_t ShardServer::State::take_doorbells(Peer& peer) {
       ++stats.refused_doorbells;
     } else {
       close_window(peer, sequence);  // the update is here: nothing more may land in its slot
+      if (const auto g = granted.find(sequence); g != granted.end()) {
+        note_landed(g->second.worker, Landed{g->second.tag, sequence, g->second.computed_on});
+      }
     }
   }
   return work;
+}
+
+void ShardServer::State::note_landed(std::uint32_t worker, const Landed& update) {
+  // Sidecar mode: the server learns no tag from a doorbell (its records count arrivals instead).
+  if (options.sidecar || worker == 0) return;
+  Landed& last = landed[worker];
+  if (update.sequence > last.sequence) last = update;
 }
 
 std::size_t ShardServer::State::take_input() {
@@ -561,6 +578,7 @@ std::size_t ShardServer::State::apply() {
       if (!skip) {
         record.worker = decided.mapped().worker;
         record.tag = decided.mapped().tag;
+        note_landed(record.worker, Landed{record.tag, record.sequence, 0});
       }
     } else if (role == Role::server && sidecar) {
       const auto from = rung_by.extract(step->sequence);

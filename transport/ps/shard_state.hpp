@@ -127,6 +127,11 @@ struct ShardServer::State {
   std::deque<shard::Waiting> waiting;
   std::uint64_t next_grant = 1;
   std::map<std::uint64_t, shard::GrantInfo> granted;  // granted, not yet applied or skipped
+  // Direct mode: each worker's last update taken here — its doorbell accepted (server), or
+  // applied as the server decided it (replica, so a promoted one knows too). A restarted worker
+  // asks for it (AskLanded) before it resumes: its last push may have landed unheard.
+  std::map<std::uint32_t, Landed> landed;
+  void note_landed(std::uint32_t worker, const Landed& update);
 
   // ---- replica ----
   std::optional<std::size_t> primary;        // index in peers

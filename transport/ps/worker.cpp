@@ -863,6 +863,37 @@ PushResult Worker::write_as(std::uint64_t sequence, std::uint64_t token) {
   }
 }
 
+std::optional<LandedPush> Worker::last_landed() {
+  State& s = *state_;
+  if (s.sidecar || s.aggregator) {
+    throw Error(Errc::invalid_argument, fmt::format("worker {}: last_landed() needs direct mode pushing to the server (in "
+                                                    "sidecar mode or through an aggregator the server learns no tags)",
+                                                    s.options.id));
+  }
+  for (;;) {
+    try {
+      s.requested_at = Clock::now();  // receive_noting_arrival's reference
+      s.server.send(encode(AskLanded{s.options.id}));
+      for (;;) {
+        const Message answer = s.receive_noting_arrival(s.server).first;
+        if (const auto* at = std::get_if<ListeningAt>(&answer)) {
+          s.take_listening_at(*at);
+          continue;
+        }
+        const auto* landed = std::get_if<Landed>(&answer);
+        if (landed == nullptr) {
+          throw Error(Errc::protocol, fmt::format("{}: expected the answer to ask-landed, got message kind {}",
+                                                  s.server.describe(), answer.index() + 1));
+        }
+        if (landed->sequence == 0) return std::nullopt;
+        return LandedPush{landed->tag, landed->sequence, landed->computed_on};
+      }
+    } catch (const Error& e) {
+      if (e.code() == Errc::protocol || !s.recover()) throw;  // asked the promoted replica again
+    }
+  }
+}
+
 std::uint64_t Worker::failovers() const { return state_->failovers; }
 
 void Worker::announce_aggregator(const std::string& address, std::uint16_t port) {
