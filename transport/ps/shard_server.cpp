@@ -129,6 +129,10 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
         throw Error(Errc::protocol, fmt::format("ask-landed names worker {} on the connection of worker {}", ask->worker,
                                                 peer.worker));
       }
+      // Its doorbells first: one that came before the ask (RC order) waits in the connection's
+      // doorbell queue, taken after the messages — answered before it, the ask missed the push
+      // it was sent behind (the test caught it: told 13 after pushing 14).
+      work += take_doorbells(peer);
       const auto it = landed.find(peer.worker);
       peer.conn.send(encode(it == landed.end() ? Landed{} : it->second));
     } else if (const auto* key = std::get_if<ReplicaKey>(&message);

@@ -291,6 +291,9 @@ struct Worker::State {
   std::uint64_t push_computed_on = 0;
   std::uint64_t job_remaining = 0;  // declared with each request (set_job_remaining)
   Clock::time_point requested_at{};
+  // Direct mode, while a granted push is written: past this, the grant is too old to write to
+  // the server (write() looks once more before its post; see too_late()).
+  std::optional<Clock::time_point> write_deadline;
   // Sidecar mode: since when every push was refused as receiver_unreachable / unknown_receiver.
   std::optional<Clock::time_point> refused_since;
 
@@ -392,6 +395,20 @@ struct Worker::State {
     if (mirrored && floors) {
       mirrored = replica->read(model_region, kReplicaFloorAt, replica_shard, offsetof(ShardHeader, refuse_below),
                                sizeof(std::uint64_t));
+    }
+    // Direct mode: the grant's age once more, right before the server's write. A stall since
+    // too_late() — a SIGSTOP delivered as the mirror's post returned (found by stop:worker2 in
+    // CI: the server had skipped the sequence, and the late write was acknowledged here) — may
+    // have outlived the server's hole_timeout. Between this clock read and the post there is
+    // only the provider's work request left; grant windows close even that (a claim).
+    if (write_deadline && Clock::now() > *write_deadline) {
+      if (mirrored) replica->wait(*mirrored, options.timeout);  // held there until the server's skip
+      std::fprintf(stderr, "gradlane ps worker %u: stalled past the grant of sequence %llu before writing it to the "
+                   "server (grant_lifetime %lld ms): not written, reported lost\n", options.id,
+                   static_cast<unsigned long long>(sequence), static_cast<long long>(options.grant_lifetime.count()));
+      PushResult lost;
+      lost.lost = true;
+      return lost;
     }
     const OpId written =
         window_rkey == 0 ? server.write_and_ring(gradient_region, 0, server_slots, offset, bytes, imm)
@@ -597,7 +614,15 @@ struct Worker::State {
       // Not written, an expired grant is a hole the server skips after its hole_timeout.
       if (!too_late(arrived_after, expired)) {
         const bool mirror_claimed = claim_mirror(grant->sequence, grant->token);
-        PushResult result = write(grant->sequence, grant->window_rkey, grant->token, mirror_claimed);
+        write_deadline = arrived_after + options.grant_lifetime;
+        PushResult result;
+        try {
+          result = write(grant->sequence, grant->window_rkey, grant->token, mirror_claimed);
+        } catch (const Error&) {
+          write_deadline.reset();
+          throw;
+        }
+        write_deadline.reset();
         result.expired_grants = expired;
         return result;
       }
@@ -769,7 +794,17 @@ void Worker::start_push(std::uint64_t computed_on, std::uint64_t tag) {
     s.aggregator = std::move(s.rejoined_aggregator);
     s.rejoined_aggregator.reset();
   }
-  s.send_request();
+  try {
+    s.send_request();
+  } catch (const Error&) {
+    // The server (or the aggregator) failed since the last call and the request went nowhere:
+    // fail over and ask the new one (nothing was written, so asking again applies nothing
+    // twice). Before, this threw out of start_push, past every recovery (found in CI by
+    // ShardRun.WorkersMirrorToAJoinedReplicaAndFailOverToItWhenThePromotedServerDiesToo:
+    // worker 1 exited on its server's disconnect while the others failed over).
+    if (!s.recover()) throw;
+    s.send_request();
+  }
   s.push_in_flight = true;
 }
 
