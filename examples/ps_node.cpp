@@ -160,6 +160,16 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
     std::fflush(stdout);
     std::raise(SIGKILL);
   }
+  // stall_after_promotion_ms=N (a replica): once promoted, N ms without progress() — a loaded
+  // host between its takeover and its next round, while its sidecar grants at once and the
+  // workers write (what a takeover must survive: ps_softroce_test's sidecar failover).
+  if (const std::uint64_t stall = a.number("stall_after_promotion_ms", 0); stall != 0 && role == gradlane::ps::Role::replica) {
+    const auto give_up = std::chrono::steady_clock::now() + 300s;
+    while (shard.stats().promoted_at_ns == 0 && !shard.finished() && std::chrono::steady_clock::now() < give_up) {
+      shard.progress();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(stall));
+  }
   if (die_at != 0 && role == gradlane::ps::Role::server) {
     while (shard.version() < die_at) shard.progress();
     const auto now = std::chrono::steady_clock::now().time_since_epoch();

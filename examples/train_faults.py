@@ -195,6 +195,16 @@ def check(run):
             problems.append('the restarted aggregator was not found again by its workers (or forwarded nothing)')
         outcome += (f" (aggregator restarted: {agg.get('peers_joined', 0)} workers came back, it forwarded "
                     f"{agg.get('forwarded', 0)} sums)")
+    # Workers that lost their server and replica (a link down) and rejoined the running job
+    # without a restart (gradlane_train worker --rejoin-within).
+    rejoined = []
+    for name in sorted(roles):
+        report = read_json(os.path.join(run, f'{name}.json')) if name.startswith('worker') else None
+        if report and report.get('rejoins', 0) > 0:
+            rejoined.append(f"{name} {report['rejoins']}x, {report.get('rejoining_s', 0):.1f} s")
+    if rejoined:
+        outcome += ' (rejoined the running job: ' + '; '.join(rejoined) + ')'
+    row['rejoined'] = rejoined
     row['outcome'] = outcome
     row['final_version'] = after_fault
 

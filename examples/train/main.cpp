@@ -90,6 +90,10 @@ int main(int argc, char** argv) {
   worker->add_option("--first-step", c.first_step,
                      "resume at this step: a worker restarted from a checkpoint rejoins the running job (the server "
                      "admits it under its --id) and computes steps first-step .. steps-1");
+  worker->add_option("--rejoin-within", c.rejoin_within_s,
+                     "seconds a worker that lost its server and its replica (a link down, a peer unreachable) keeps "
+                     "trying to rejoin the running job before it exits with the error (0: exit at once)")
+      ->check(CLI::Range(0U, 3600U));
   worker->add_option("--batch", c.batch, "minibatch size")->check(CLI::Range(1U, 50000U));
   worker->add_option("--server-endpoint", c.server_endpoint, "gradlane mode: the server's endpoint id");
   worker->add_option("--declare-remaining", c.declare_remaining,

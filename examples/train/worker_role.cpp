@@ -20,16 +20,38 @@ using Clock = std::chrono::steady_clock;
 // workers never train on them.
 constexpr std::size_t kValidationRows = 10000;
 
-// The job's processes start together: a server still loading is not listening yet. Retried
-// for a minute, then the error says what was refused.
-ps::Worker connect_when_listening(const Device& device, const ps::WorkerOptions& options) {
-  const auto deadline = Clock::now() + std::chrono::seconds(60);
+// Whether a worker that failed with `e` may rejoin the job: its server and replica could not be
+// reached (a link down, a host gone, its port down), not a mistake of ours or a peer's.
+bool unreachable(const Error& e) {
+  switch (e.code()) {
+    case Errc::peer_gone:
+    case Errc::unreachable:
+    case Errc::route_unresolved:
+    case Errc::address_unresolved:
+    case Errc::connection_rejected:
+    case Errc::port_not_active:
+    case Errc::timeout:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Connects, retrying the errors `retry` accepts until `deadline`; then the error says what
+// failed. The job's processes start together (a server still loading is not listening yet),
+// and a worker rejoining after a link came back may find the server's port briefly unreachable.
+template <typename Retry>
+ps::Worker connect_until(const Device& device, const ps::WorkerOptions& options, Clock::time_point deadline,
+                         Retry retry) {
   for (bool said = false;; said = true) {
     try {
       return ps::Worker(device, options);
     } catch (const Error& e) {
-      if (e.code() != Errc::connection_rejected || Clock::now() > deadline) throw;
-      if (!said) std::fprintf(stderr, "gradlane_train worker: %s; retrying for up to 60 s\n", e.what());
+      if (!retry(e) || Clock::now() > deadline) throw;
+      if (!said) {
+        std::fprintf(stderr, "gradlane_train worker %u: %s; retrying for up to %lld s\n", options.id, e.what(),
+                     static_cast<long long>(std::chrono::ceil<std::chrono::seconds>(deadline - Clock::now()).count()));
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
   }
@@ -80,7 +102,9 @@ int run_worker(const Config& c) {
     options.tensor = 1;
   }
   Device device = Device::open({.name = c.device});
-  ps::Worker worker = connect_when_listening(device, options);
+  std::optional<ps::Worker> worker;
+  worker.emplace(connect_until(device, options, Clock::now() + std::chrono::seconds(60),
+                               [](const Error& e) { return e.code() == Errc::connection_rejected; }));
   if (rejoining) loaded.emplace(load());
   const auto& train = *loaded;
   const std::size_t train_rows = train.rows - kValidationRows;
@@ -99,63 +123,98 @@ int run_worker(const Config& c) {
   members << "step,delivered,sequence\n";
   std::uint64_t undelivered = 0;
   const auto log_outcomes = [&] {
-    for (const ps::MemberOutcome& o : worker.take_member_outcomes()) {
+    for (const ps::MemberOutcome& o : worker->take_member_outcomes()) {
       members << o.tag << ',' << (o.delivered ? 1 : 0) << ',' << o.sequence << '\n' << std::flush;
       undelivered += o.delivered ? 0 : 1;
     }
   };
-  // A restarted worker resumes after what its server took last: its previous life may have died
-  // between writing a push and logging it (found by restart:worker1, seed 1: step 126 applied
-  // twice). That push counts as this life's, acknowledged. Direct mode pushing to the server only:
-  // in sidecar mode and through an aggregator the server learns no tags (its log says so).
-  std::uint64_t first_step = c.first_step;
-  if (rejoining && (c.mode == Mode::fifo || c.mode == Mode::sync)) {
-    if (const auto landed = worker.last_landed(); landed && landed->tag >= first_step) {
-      std::fprintf(stderr, "gradlane_train worker %u: the server took step %llu already (sequence %llu): resuming after it\n",
-                   c.id, static_cast<unsigned long long>(landed->tag), static_cast<unsigned long long>(landed->sequence));
-      pushes << landed->tag << ',' << landed->computed_on << ',' << landed->sequence << ",0,0,0,0\n" << std::flush;
-      first_step = landed->tag + 1;
+  // A rejoining worker resumes after what its server took last: a restarted one's previous
+  // life may have died between writing a push and logging it (found by restart:worker1, seed 1:
+  // step 126 applied twice), and one that lost its links mid-push does not know whether that
+  // push arrived. The server's answer counts as acknowledged; a push in flight it does not name
+  // is lost (never resent: it may be applied, by a promoted replica holding its mirror). Direct
+  // mode pushing to the server only: in sidecar mode and through an aggregator the server
+  // learns no tags (its log says so).
+  std::uint64_t lost = 0;
+  const auto resume_after_landed = [&](std::uint64_t from, bool in_flight) {
+    if (c.mode == Mode::fifo || c.mode == Mode::sync) {
+      if (const auto landed = worker->last_landed(); landed && landed->tag >= from) {
+        std::fprintf(stderr, "gradlane_train worker %u: the server took step %llu already (sequence %llu): resuming "
+                     "after it\n", c.id, static_cast<unsigned long long>(landed->tag),
+                     static_cast<unsigned long long>(landed->sequence));
+        pushes << landed->tag << ',' << landed->computed_on << ',' << landed->sequence << ",0,0,0,0\n" << std::flush;
+        return landed->tag + 1;
+      }
     }
-  }
-  std::uint64_t dropped = 0, lost = 0, pull_retries = 0;
-  std::chrono::nanoseconds computing{0}, pushing{0}, waiting{0};
+    if (!in_flight) return from;
+    pushes << from << ",0,0,0,0,1,0\n" << std::flush;
+    ++lost;
+    return from + 1;
+  };
+  std::uint64_t first_step = rejoining ? resume_after_landed(c.first_step, false) : c.first_step;
+  std::uint64_t dropped = 0, pull_retries = 0, rejoins = 0, failovers = 0;
+  std::chrono::nanoseconds computing{0}, pushing{0}, waiting{0}, rejoining_for{0};
   const auto start = Clock::now();
-  for (std::uint64_t step = first_step; step < c.steps; ++step) {
-    const auto t0 = Clock::now();
-    if (c.mode == Mode::sync) {
-      // The barrier: step k starts on the model that holds all N gradients of steps < k.
-      const std::uint64_t want = step * c.workers;
-      while (worker.server_version() < want) std::this_thread::sleep_for(std::chrono::microseconds(500));
+  for (std::uint64_t step = first_step; step < c.steps;) {
+    bool in_flight = false;  // the push of `step` was started: never computed again
+    try {
+      const auto t0 = Clock::now();
+      if (c.mode == Mode::sync) {
+        // The barrier: step k starts on the model that holds all N gradients of steps < k.
+        const std::uint64_t want = step * c.workers;
+        while (worker->server_version() < want) std::this_thread::sleep_for(std::chrono::microseconds(500));
+      }
+      const ps::PullResult pulled = worker->pull();
+      pull_retries += pulled.attempts - 1;
+      const auto t1 = Clock::now();
+      // Zero-copy: the model the READs brought is the input, the registered buffer the output.
+      (void)model.gradient(worker->model(), train, batches.next(), worker->gradient(), work);
+      const auto t2 = Clock::now();
+      if (c.mode == Mode::gradlane && c.declare_remaining) {
+        // This worker's steps left, as if every worker of the job had as many: the job's work left.
+        worker->set_job_remaining((c.steps - step) * options.floats * sizeof(float) * c.workers);
+      }
+      in_flight = true;
+      const ps::PushResult pushed = worker->push(pulled.version, step);
+      dropped += pushed.dropped ? 1 : 0;
+      lost += pushed.lost ? 1 : 0;
+      pushes << step << ',' << pulled.version << ',' << pushed.sequence << ',' << pushed.aggregate << ','
+             << (pushed.dropped ? 1 : 0) << ',' << (pushed.lost ? 1 : 0) << ',' << (pushed.pending ? 1 : 0) << '\n'
+             << std::flush;  // line by line: a worker killed mid-run leaves what it saw acknowledged
+      log_outcomes();
+      waiting += t1 - t0;
+      computing += t2 - t1;
+      pushing += Clock::now() - t2;
+      ++step;
+    } catch (const Error& e) {
+      // Server and replica both out of reach (Worker failed over already where it could): a
+      // link down, as the link:2 fault does for 4 s. Rejoin the running job as a restarted
+      // worker would, its connections new, instead of ending a worker that will be needed.
+      if (!unreachable(e) || c.rejoin_within_s == 0) throw;
+      const auto lost_at = Clock::now();
+      std::fprintf(stderr, "gradlane_train worker %u: lost its server and replica at step %llu (%s); rejoining the "
+                   "running job for up to %u s\n", c.id, static_cast<unsigned long long>(step), e.what(),
+                   c.rejoin_within_s);
+      failovers += worker->failovers();
+      worker.reset();
+      worker.emplace(connect_until(device, options, lost_at + std::chrono::seconds(c.rejoin_within_s), unreachable));
+      step = resume_after_landed(step, in_flight);
+      ++rejoins;
+      rejoining_for += Clock::now() - lost_at;
+      std::fprintf(stderr, "gradlane_train worker %u: rejoined the running job %.3f s after losing it, at step %llu\n",
+                   c.id, std::chrono::duration<double>(Clock::now() - lost_at).count(),
+                   static_cast<unsigned long long>(step));
     }
-    const ps::PullResult pulled = worker.pull();
-    pull_retries += pulled.attempts - 1;
-    const auto t1 = Clock::now();
-    // Zero-copy: the model the READs brought is the input, the registered buffer the output.
-    (void)model.gradient(worker.model(), train, batches.next(), worker.gradient(), work);
-    const auto t2 = Clock::now();
-    if (c.mode == Mode::gradlane && c.declare_remaining) {
-      // This worker's steps left, as if every worker of the job had as many: the job's work left.
-      worker.set_job_remaining((c.steps - step) * options.floats * sizeof(float) * c.workers);
-    }
-    const ps::PushResult pushed = worker.push(pulled.version, step);
-    dropped += pushed.dropped ? 1 : 0;
-    lost += pushed.lost ? 1 : 0;
-    pushes << step << ',' << pulled.version << ',' << pushed.sequence << ',' << pushed.aggregate << ','
-           << (pushed.dropped ? 1 : 0) << ',' << (pushed.lost ? 1 : 0) << ',' << (pushed.pending ? 1 : 0) << '\n'
-           << std::flush;  // line by line: a worker killed mid-run leaves what it saw acknowledged
-    log_outcomes();
-    waiting += t1 - t0;
-    computing += t2 - t1;
-    pushing += Clock::now() - t2;
   }
   // The last members' outcomes: the aggregator forwards what it holds once told we are done.
-  const bool settled = worker.settle(std::chrono::seconds(30));
+  const bool settled = worker->settle(std::chrono::seconds(30));
   log_outcomes();
   const auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };
   std::ofstream(c.out + "/worker" + std::to_string(c.id) + ".json")
       << "{\"id\":" << c.id << ",\"mode\":\"" << to_string(c.mode) << "\",\"steps\":" << c.steps
       << ",\"dropped\":" << dropped << ",\"lost\":" << lost << ",\"undelivered\":" << undelivered
-      << ",\"unsettled\":" << (settled ? 0 : worker.members_pending()) << ",\"failovers\":" << worker.failovers()
+      << ",\"unsettled\":" << (settled ? 0 : worker->members_pending()) << ",\"failovers\":" << failovers + worker->failovers()
+      << ",\"rejoins\":" << rejoins << ",\"rejoining_s\":" << seconds(rejoining_for)
       << ",\"pull_retries\":" << pull_retries << ",\"seconds\":" << seconds(Clock::now() - start)
       << ",\"pull_s\":" << seconds(waiting) << ",\"compute_s\":" << seconds(computing)
       << ",\"push_s\":" << seconds(pushing) << "}\n";

@@ -52,6 +52,16 @@ class TrainFaultsCheck(unittest.TestCase):
         self.assertEqual(row['lost'], 0)
         self.assertEqual(row['outcome'], 'continued')
 
+    def test_a_worker_that_rejoined_in_process_is_named_in_the_outcome(self):
+        run = make_run(kind='link', target='2', exits={'server': (0, 110.0), 'replica': (0, 110.0),
+                                                       'worker1': (0, 109.0)})
+        self.assertEqual(train_faults.check(run)['rejoined'], [])
+        write(run, 'worker1.json', json.dumps({'rejoins': 1, 'rejoining_s': 0.734}))
+        row = train_faults.check(run)
+        self.assertEqual(row['rejoined'], ['worker1 1x, 0.7 s'])
+        self.assertIn('(rejoined the running job: worker1 1x, 0.7 s)', row['outcome'])
+        self.assertTrue(row['survived'], row)
+
     def test_an_acknowledged_update_missing_is_lost(self):
         row = train_faults.check(make_run(pushes={1: [(0, 1, 0), (1, 3, 0), (2, 4, 0)]}))
         self.assertEqual(row['lost'], 1)

@@ -68,6 +68,7 @@ struct RunSpec {
   std::chrono::milliseconds restart_sidecar_a_after{0};
   std::string momentum;  // server and replicas: SGD with this momentum (empty: plain SGD)
   bool grant_windows = false;  // the server binds a window per grant (sidecar mode: per claim)
+  std::uint64_t promoted_stalls_ms = 0;  // the promoted replica makes no progress this long after it took over
 };
 
 // Runs replica, server and four workers (1, 2 on host 2; 3, 4 on host 1) to the end.
@@ -115,6 +116,9 @@ class ShardRun : public ::testing::Test {
     }
     std::vector<std::string> replica_args = {"role=replica", "device=" + hosts[1].device, "port=7801"};
     if (spec.promoted_dies_at != 0) replica_args.push_back("die_at=" + std::to_string(spec.promoted_dies_at));
+    if (spec.promoted_stalls_ms != 0) {
+      replica_args.push_back("stall_after_promotion_ms=" + std::to_string(spec.promoted_stalls_ms));
+    }
     // Promoted, it takes the server's sequence over at its own host's sidecar (--standby 0).
     if (spec.sidecar) replica_args.insert(replica_args.end(), {std::string("sidecar=") + kShmB, "endpoint=0"});
     if (spec.grant_windows) replica_args.push_back("grant_windows=1");
@@ -736,11 +740,15 @@ TEST_F(ShardRun, WithSidecarsWhenTheServerIsKilledTheReplicasSidecarTakesTheSequ
   // dead server (receiver_moved) and every later request for endpoint 0 goes to B. The run must
   // finish with every acknowledged push in the promoted replica's history, its model exactly
   // that history applied, at most B lost silently, and sequences after the takeover granted by
-  // B alone, each once.
+  // B alone, each once. The promoted replica stalls 500 ms right after it took over (a loaded
+  // host), while B grants at once and workers 3 and 4, on its host, write: their doorbells must
+  // find the window already past the old owner's sequences (they were refused, silently, and
+  // the pushes acknowledged: three lost in a CI run, before the takeover skipped first).
   RunSpec spec;
   spec.sidecar = true;
   spec.updates = 40;
   spec.server_dies_at = 50;
+  spec.promoted_stalls_ms = 500;
   run(spec);
   const auto [died_at_version, takeover_s] = takeover();
   ASSERT_FALSE(HasFailure());

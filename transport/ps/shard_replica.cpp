@@ -45,8 +45,9 @@ void ShardServer::State::tell_primary_failed_over(Peer& worker) {
   }
 }
 
-// Promoted in sidecar mode: the sequences the old owner may have granted are skipped, in order,
-// as they enter the window (ApplyOrder holds `slots` at a time).
+// Taking a sequence over in sidecar mode: the sequences the old owner may have granted are
+// skipped, in order, as they enter the window (ApplyOrder holds `slots` at a time); called until
+// the window starts at skip_below (take_over_at_sidecar).
 std::size_t ShardServer::State::skip_old_owners_sequences() {
   std::size_t skipped = 0;
   for (std::uint64_t s = order.next_sequence(); s < skip_below && s < order.next_sequence() + options.slots; ++s) {
@@ -103,6 +104,14 @@ void ShardServer::State::take_over_at_sidecar() {
   attach.take_over_at = skip_below - 1;
   attach.slots = options.slots;  // grants never run past our slots (AttachOptions::slots)
   attach.grant_key = windowed() ? grant_key : std::nullopt;  // a promoted replica: its server's key
+  // The gradlaned grants from skip_below the moment we attach, and a worker on its host writes
+  // at once. ApplyOrder takes `slots` sequences from next_sequence() on, so a doorbell of ours
+  // arriving while the old owner's sequences are still ahead would be refused — and its worker,
+  // whose floor READ says skip_below <= its sequence, told the push succeeded (seen in CI: three
+  // acknowledged pushes lost). Skip the old owner's sequences and apply what came until the
+  // window starts at skip_below, before anybody can be granted one of ours.
+  while (order.next_sequence() < skip_below && skip_old_owners_sequences() + apply() > 0) {
+  }
   sidecar.emplace(sidecar::Client::attach(attach));
   reported = 0;
   // Tags in sidecar mode count each worker's arrivals: go on from the history and from what

@@ -584,7 +584,7 @@ std::size_t ShardServer::State::apply() {
         record.tag = decided.mapped().tag;
         note_landed(record.worker, Landed{record.tag, record.sequence, 0});
       }
-    } else if (role == Role::server && sidecar) {
+    } else if (role == Role::server && options.sidecar) {  // attached or not (taking a sequence over)
       const auto from = rung_by.extract(step->sequence);
       if (!from.empty() && !skip) {
         record.worker = from.mapped();
@@ -688,7 +688,6 @@ std::size_t ShardServer::progress() {
   if (s.role == Role::server && s.sidecar) {
     try {
       work += s.take_sidecar();
-      if (s.order.next_sequence() < s.skip_below) work += s.skip_old_owners_sequences();
       work += s.skip_stuck_head();
       work += s.apply();
       s.report_applied();

@@ -291,9 +291,6 @@ struct Worker::State {
   std::uint64_t push_computed_on = 0;
   std::uint64_t job_remaining = 0;  // declared with each request (set_job_remaining)
   Clock::time_point requested_at{};
-  // Direct mode, while a granted push is written: past this, the grant is too old to write to
-  // the server (write() looks once more before its post; see too_late()).
-  std::optional<Clock::time_point> write_deadline;
   // Sidecar mode: since when every push was refused as receiver_unreachable / unknown_receiver.
   std::optional<Clock::time_point> refused_since;
 
@@ -348,12 +345,14 @@ struct Worker::State {
   }
 
   // Writes the gradient into the slot of `sequence` at the replica, then at the server; in
-  // direct mode with an aggregator, into the aggregator's member slot instead. A nonzero
+  // direct mode with an aggregator, into the aggregator's member slot instead. Past `write_by`
+  // (the grant's arrival or its slot's start, plus grant_lifetime) nothing more goes to the
+  // server: the push is lost, not written (PushResult::sequence 0). A nonzero
   // `window_rkey` (the server's grant windows) opens that slot alone at the server. `token`:
   // the grant's (grant windows), and `mirror_claimed`: the replica was sent a claim for its
   // slot with it (claim_mirror), whose answer opens it.
-  PushResult write(std::uint64_t sequence, std::uint32_t window_rkey = 0, std::uint64_t token = 0,
-                   bool mirror_claimed = false) {
+  PushResult write(std::uint64_t sequence, Clock::time_point write_by, std::uint32_t window_rkey = 0,
+                   std::uint64_t token = 0, bool mirror_claimed = false) {
     if (aggregator && !sidecar) {  // a member slot of the aggregator's ring
       PushResult member = write_member(sequence % (aggregator_slots.length / bytes), static_cast<std::uint32_t>(sequence));
       member.sequence = sequence;  // the aggregator's member sequence
@@ -396,12 +395,13 @@ struct Worker::State {
       mirrored = replica->read(model_region, kReplicaFloorAt, replica_shard, offsetof(ShardHeader, refuse_below),
                                sizeof(std::uint64_t));
     }
-    // Direct mode: the grant's age once more, right before the server's write. A stall since
-    // too_late() — a SIGSTOP delivered as the mirror's post returned (found by stop:worker2 in
-    // CI: the server had skipped the sequence, and the late write was acknowledged here) — may
-    // have outlived the server's hole_timeout. Between this clock read and the post there is
-    // only the provider's work request left; grant windows close even that (a claim).
-    if (write_deadline && Clock::now() > *write_deadline) {
+    // The grant's age once more, right before the server's write. A stall since too_late() — a
+    // SIGSTOP delivered as the mirror's post returned (found by stop:worker2 in CI: the server
+    // had skipped the sequence, and the late write was acknowledged here) — may have outlived
+    // the server's hole_timeout (sidecar mode: its skip of a stuck head, which a floor READ
+    // does not show). Between this clock read and the post there is only the provider's work
+    // request left; grant windows close even that (a claim).
+    if (Clock::now() > write_by) {
       if (mirrored) replica->wait(*mirrored, options.timeout);  // held there until the server's skip
       std::fprintf(stderr, "gradlane ps worker %u: stalled past the grant of sequence %llu before writing it to the "
                    "server (grant_lifetime %lld ms): not written, reported lost\n", options.id,
@@ -501,12 +501,13 @@ struct Worker::State {
       const bool claims = !redirect && g.token != 0;
       const bool mirror_claimed = claims && send_claims(g.sequence, g.token);
       wait_for_slot(g.slot_start);
+      const Clock::time_point write_by = Clock::time_point(g.slot_start) + options.grant_lifetime;  // as too_late()
       // A member's slot at the aggregator is its aggregate id modulo the worker's slots there;
       // the doorbell carries the id's low 32 bits, the same modulo there.
       const auto id32 = static_cast<std::uint32_t>(g.sequence);
       result = redirect ? write_member(id32 % (aggregator_slots.length / bytes), id32)
-               : claims ? write_claimed(g.sequence, g.token, mirror_claimed)
-                        : write(g.sequence);
+               : claims ? write_claimed(g.sequence, write_by, g.token, mirror_claimed)
+                        : write(g.sequence, write_by);
     } catch (const Error&) {
       sidecar->complete(g.request, g.part_index, std::chrono::nanoseconds{0}, /*failed=*/true);
       throw;
@@ -515,7 +516,10 @@ struct Worker::State {
       result.aggregate = g.sequence;
       pending_members.push_back({g.sequence, push_tag});
     }
-    sidecar->complete(g.request, g.part_index, result.wire_time);
+    // Not written (stalled past the grant before the server's write): failed, so the sidecar
+    // cancels the sequence and the server skips it now if it has not yet.
+    const bool unwritten = !redirect && result.lost && result.sequence == 0;
+    sidecar->complete(g.request, g.part_index, result.wire_time, /*failed=*/unwritten);
     return result;
   }
 
@@ -523,9 +527,10 @@ struct Worker::State {
   // `mirror_claimed`, the replica's); the server's answer is the key of a window over that one
   // slot on our connection, then we write. Window 0: the server decided that sequence already
   // (skipped it: our grant came too late), so the push is lost, not written.
-  PushResult write_claimed(std::uint64_t sequence, std::uint64_t token, bool mirror_claimed) {
+  PushResult write_claimed(std::uint64_t sequence, Clock::time_point write_by, std::uint64_t token,
+                           bool mirror_claimed) {
     const std::uint32_t window_rkey = await_window(server, sequence);
-    if (window_rkey != 0) return write(sequence, window_rkey, token, mirror_claimed);
+    if (window_rkey != 0) return write(sequence, write_by, window_rkey, token, mirror_claimed);
     if (mirror_claimed) (void)await_window(*replica, sequence);  // not left for the next push to read
     return decided_before_claim(sequence, "server");
   }
@@ -614,15 +619,8 @@ struct Worker::State {
       // Not written, an expired grant is a hole the server skips after its hole_timeout.
       if (!too_late(arrived_after, expired)) {
         const bool mirror_claimed = claim_mirror(grant->sequence, grant->token);
-        write_deadline = arrived_after + options.grant_lifetime;
-        PushResult result;
-        try {
-          result = write(grant->sequence, grant->window_rkey, grant->token, mirror_claimed);
-        } catch (const Error&) {
-          write_deadline.reset();
-          throw;
-        }
-        write_deadline.reset();
+        PushResult result = write(grant->sequence, arrived_after + options.grant_lifetime, grant->window_rkey,
+                                  grant->token, mirror_claimed);
         result.expired_grants = expired;
         return result;
       }
@@ -876,11 +874,14 @@ std::uint64_t Worker::server_version() {
 
 PushResult Worker::write_as(std::uint64_t sequence, std::uint64_t token) {
   State& s = *state_;
+  // No grant age here: the forward goes out once its members are in, which may be past any
+  // grant_lifetime (aggregator_sidecar.cpp); what it asks the server instead is below.
+  constexpr Clock::time_point kAggregatorChecked = Clock::time_point::max();
   try {
     s.sidecar_forward = true;
     if (token != 0) {  // the claim's answer says whether the server decided it already
       const bool mirror_claimed = s.send_claims(sequence, token);
-      return s.write_claimed(sequence, token, mirror_claimed);
+      return s.write_claimed(sequence, kAggregatorChecked, token, mirror_claimed);
     }
     if (s.server_decided(sequence)) {
       std::fprintf(stderr, "gradlane ps worker %u: the server skipped sequence %llu before it was written: not "
@@ -889,7 +890,7 @@ PushResult Worker::write_as(std::uint64_t sequence, std::uint64_t token) {
       lost.lost = true;
       return lost;
     }
-    return s.write(sequence);
+    return s.write(sequence, kAggregatorChecked);
   } catch (const Error&) {
     if (!s.recover()) throw;
     PushResult lost;
