@@ -4,8 +4,10 @@
 # build), and the softroce suite over a real Soft-RoCE device (ci/softroce.sh boots a VM with
 # rdma_rxe where the kernel has none), the unit and softroce suites again under ASan+UBSan and
 # the sidecar's tests under TSan (ci/sanitizers.sh ci, their own build directories), then the layering and
-# install checks, and the checkers of the experiment scripts (tests/examples). The last nine
-# lines are the summaries:
+# install checks, and the checkers of the experiment scripts (tests/examples); and the fault
+# list during training (examples/train-faults.sh: every fault injected into a running job on
+# fresh emulated hosts, one seed). The last ten lines are the summaries:
+#   faults: N passed, M failed          (passed = survived, as train_faults.py checks it)
 #   fuzz: N passed, M failed
 #   asan-unit: N passed, M failed
 #   asan-softroce: N passed, M failed
@@ -22,6 +24,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${GRADLANE_BUILD_DIR:-$ROOT/build}
 REPORTS=${GRADLANE_REPORTS:-$BUILD/test-reports}
 JOBS=${JOBS:-$(nproc)}
+FAULTS_SEED=${GRADLANE_FAULTS_SEED:-1}
 
 bash "$ROOT/ci/install-deps.sh"
 
@@ -55,6 +58,23 @@ echo "=== softroce suite (over rxe): ${#softroce_bins[@]} executables"
 # Three emulated hosts: the single-host tests use the first, the sidecar tests all three.
 SOFTROCE_OUT="$REPORTS/softroce" bash "$ROOT/ci/softroce.sh" --hosts 3 -- sh "$ROOT/ci/softroce-suite.sh" "${softroce_bins[@]}" || true
 
+echo "=== faults during training (examples/train-faults.sh, SEED=$FAULTS_SEED)"
+# One seed, fixed, so a CI run injects each fault at the same time as the last: a failure is
+# the code's, reproducible with the same command (printed with the table).
+faults_ok=0
+bash "$ROOT/examples/train-faults.sh" "$BUILD" SEED="$FAULTS_SEED" OUT="$REPORTS/faults" 2>&1 | tee "$REPORTS/faults.log" || faults_ok=1
+python3 - "$REPORTS/faults/table.json" > "$REPORTS/faults.summary" <<'PY' || faults_ok=1
+import json, sys
+try:
+    with open(sys.argv[1]) as f:
+        table = json.load(f)
+except (OSError, ValueError) as e:  # the list died before its table: one failure
+    print(f"faults: 0 passed, 1 failed ({e})")
+    sys.exit(1)
+print(f"faults: {table['survived']} passed, {table['failed']} failed")
+sys.exit(1 if table['failed'] or table['survived'] == 0 else 0)
+PY
+
 echo "=== sanitizers: the unit and softroce suites under ASan+UBSan, the sidecar's rings/futexes/client/daemon under TSan"
 san_ok=0
 GRADLANE_BUILD_DIR=$BUILD bash "$ROOT/ci/sanitizers.sh" ci 2>&1 | tee "$REPORTS/sanitizers.log" || san_ok=1
@@ -86,6 +106,6 @@ unit_ok=0; softroce_ok=0
 python3 "$ROOT/ci/gtest_summary.py" unit $(names "${unit_bins[@]}") -- "$REPORTS/unit" > "$REPORTS/unit.summary" || unit_ok=1
 # shellcheck disable=SC2046
 python3 "$ROOT/ci/gtest_summary.py" softroce $(names "${softroce_bins[@]}") -- "$REPORTS/softroce" > "$REPORTS/softroce.summary" || softroce_ok=1
-cat "$REPORTS/fuzz.summary" "$REPORTS/sanitizers.summary" "$REPORTS/layers.summary" "$REPORTS/scripts.summary" \
+cat "$REPORTS/faults.summary" "$REPORTS/fuzz.summary" "$REPORTS/sanitizers.summary" "$REPORTS/layers.summary" "$REPORTS/scripts.summary" \
     "$REPORTS/install.summary" "$REPORTS/unit.summary" "$REPORTS/softroce.summary"
-exit $(( fuzz_ok | san_ok | layers_ok | scripts_ok | install_ok | unit_ok | softroce_ok ))
+exit $(( faults_ok | fuzz_ok | san_ok | layers_ok | scripts_ok | install_ok | unit_ok | softroce_ok ))

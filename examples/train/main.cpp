@@ -68,6 +68,10 @@ int main(int argc, char** argv) {
     sub->add_option("--port", c.port, "listen port");
     sub->add_option("--peers", c.peers, "connections to accept (default: --workers; aggregate mode: the aggregators)");
     if (std::string(role) == "server") sub->add_option("--replica", c.replica, "ADDR:PORT of the replica");
+    sub->add_option("--rejoin-grace", c.rejoin_grace_s,
+                    "seconds after losing a worker (gone without saying it finished) before the job may end with no "
+                    "worker left: one cut off by a link that came back rejoins (worker --rejoin-within)")
+        ->check(CLI::Range(0U, 3600U));
     sub->add_flag("--grant-windows", c.grant_windows,
                   "open each update slot only to the worker granted it (a memory window per grant, claimed with the "
                   "grant's token where the server did not bind it itself); server and replica alike");

@@ -114,6 +114,7 @@ int run_server(const Config& c) {
   options.slots = c.slots;
   options.read_updates_from_server = c.replica_reads;
   options.grant_windows = c.grant_windows;  // the replica's ring too: mirrors are claimed
+  options.rejoin_grace = std::chrono::seconds(c.rejoin_grace_s);  // a worker cut off by a link may come back
   // sync: every step's N gradients are applied one by one at lr/N — their average at lr.
   options.learning_rate = c.mode == Mode::sync ? c.learning_rate / static_cast<float>(c.workers) : c.learning_rate;
   // The server attaches to its host's gradlaned; the replica follows the server's decisions

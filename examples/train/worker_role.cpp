@@ -2,6 +2,7 @@
 // into its registered gradient buffer (no copy on either side), push it; `steps` times.
 #include <gradlane/gradlane.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -41,10 +42,11 @@ bool unreachable(const Error& e) {
 // failed. The job's processes start together (a server still loading is not listening yet),
 // and a worker rejoining after a link came back may find the server's port briefly unreachable.
 template <typename Retry>
-ps::Worker connect_until(const Device& device, const ps::WorkerOptions& options, Clock::time_point deadline,
-                         Retry retry) {
+ps::Worker connect_until(const Device& device, ps::WorkerOptions options, Clock::time_point deadline, Retry retry) {
   for (bool said = false;; said = true) {
     try {
+      // Each try ends by the deadline too (the constructor retries a port nobody listens on).
+      options.connect_within = std::max(std::chrono::ceil<Millis>(deadline - Clock::now()), Millis(1));
       return ps::Worker(device, options);
     } catch (const Error& e) {
       if (!retry(e) || Clock::now() > deadline) throw;

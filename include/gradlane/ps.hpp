@@ -116,6 +116,12 @@ struct ShardOptions {
   // A granted sequence whose write has not arrived by then is skipped (server only; in sidecar
   // mode, a head-of-line gap with later updates already here).
   std::chrono::milliseconds hole_timeout{3000};
+  // Server (and a replica, once promoted): after a worker was lost — gone without saying it
+  // finished — the server is not finished() until it came back or this long after that loss,
+  // even with no worker left: one cut off by a link that came back rejoins (Worker's
+  // constructor under its id; gradlane_train worker --rejoin-within). 0: finished as soon as no
+  // worker is left.
+  std::chrono::milliseconds rejoin_grace{0};
   // Server in sidecar mode: attach to the host's gradlaned as the server's endpoint (job and
   // endpoint as the workers' requests name them). Replica in sidecar mode: the same job and
   // the server's endpoint, for its own host's gradlaned (started with --standby ENDPOINT); it
@@ -297,6 +303,10 @@ struct WorkerOptions {
   bool mirror = true;
   std::size_t floats = 0;              // the shard's size
   Millis timeout{30000};               // bound on each wait (grant, completion, connect)
+  // How long the constructor tries to reach each peer while nothing listens there or it does
+  // not answer (0: `timeout`). A worker rejoining after a link failure bounds it by what is
+  // left of its own deadline.
+  Millis connect_within{0};
   // A grant taken up later than this after it arrived (direct mode: after the worker last saw
   // its receive queue empty — a grant that waited at a slow server is fresh, one that sat here
   // while the worker was stopped, or while the app ran between start_push() and wait_push(),

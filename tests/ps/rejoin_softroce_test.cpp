@@ -1,7 +1,9 @@
-// Worker::last_landed over rxe: a restarted worker asks its server which of its pushes it took
-// last, so it resumes after it instead of pushing that step again (found by the fault list's
-// restart:worker1, seed 1: the worker died between writing step 126 and logging it, came back
-// from step 126, and the server applied that step twice).
+// Rejoining over rxe. Worker::last_landed: a restarted worker asks its server which of its
+// pushes it took last, so it resumes after it instead of pushing that step again (found by the
+// fault list's restart:worker1, seed 1: the worker died between writing step 126 and logging
+// it, came back from step 126, and the server applied that step twice). ShardOptions::
+// rejoin_grace: a server whose last worker was lost waits for it to come back (the fault list's
+// link:2: its workers, cut off for 4 s, found the job over when the link came back).
 #include <atomic>
 #include <chrono>
 #include <optional>
@@ -14,20 +16,37 @@
 #include "gradlane/gradlane.hpp"
 
 #include "../common/hosts.hpp"
+#include "transport/ps/messages.hpp"
+#include "transport/ps/regions.hpp"
 
 namespace gradlane::testing {
 namespace {
 
 using namespace std::chrono_literals;
 
-TEST(RestartedWorker, LearnsFromTheServerWhichOfItsPushesLandedLast) {
-  const auto hosts = hosts_from_env();
-  ASSERT_GE(hosts.size(), 3u) << "needs ci/softroce.sh --hosts 3";
-  constexpr std::size_t kFloats = 64;
-  constexpr std::uint16_t kPort = 7890;
+constexpr std::size_t kFloats = 64;
+
+ps::ShardOptions small_shard() {
   ps::ShardOptions shard;
   shard.floats = kFloats;
   shard.slots = 8;
+  return shard;
+}
+
+ps::WorkerOptions worker_of(const Host& server, std::uint16_t port) {
+  ps::WorkerOptions options;
+  options.id = 1;
+  options.server = {server.address, port};
+  options.floats = kFloats;
+  options.timeout = 30s;
+  return options;
+}
+
+TEST(RestartedWorker, LearnsFromTheServerWhichOfItsPushesLandedLast) {
+  const auto hosts = hosts_from_env();
+  ASSERT_GE(hosts.size(), 3u) << "needs ci/softroce.sh --hosts 3";
+  constexpr std::uint16_t kPort = 7890;
+  const ps::ShardOptions shard = small_shard();
   std::atomic<bool> stop{false}, serving{false};
   std::string server_failure;
   std::vector<ps::AppliedUpdate> history;
@@ -48,11 +67,7 @@ TEST(RestartedWorker, LearnsFromTheServerWhichOfItsPushesLandedLast) {
   while (!serving.load()) std::this_thread::sleep_for(1ms);
 
   Device device = Device::open({.name = hosts[2].device});
-  ps::WorkerOptions options;
-  options.id = 1;
-  options.server = {hosts[0].address, kPort};
-  options.floats = kFloats;
-  options.timeout = 30s;
+  const ps::WorkerOptions options = worker_of(hosts[0], kPort);
   std::vector<std::uint64_t> sequences;
   std::optional<ps::LandedPush> first_life_answer, second_life_answer, before_any_push, other_worker;
   try {
@@ -94,6 +109,77 @@ TEST(RestartedWorker, LearnsFromTheServerWhichOfItsPushesLandedLast) {
     if (!u.skipped && u.worker == 1) applied_tags.push_back(u.tag);
   }
   EXPECT_EQ(applied_tags, (std::vector<std::uint64_t>{10, 11, 12, 13, 14}));
+}
+
+TEST(ServerRejoinGrace, AJobWhoseOnlyWorkerWasLostWaitsForItToComeBack) {
+  // The worker says hello and vanishes without a Bye (a link down, as the server sees it): the
+  // server, left with no worker, must not finish within its grace. The worker comes back under
+  // its id, pushes, says Bye: then the job is over, its pushes applied.
+  const auto hosts = hosts_from_env();
+  ASSERT_GE(hosts.size(), 3u) << "needs ci/softroce.sh --hosts 3";
+  constexpr std::uint16_t kPort = 7892;
+  ps::ShardOptions shard = small_shard();
+  shard.rejoin_grace = 60s;  // the test ends by the rejoin, long before
+  std::atomic<bool> serving{false}, finished{false};
+  std::atomic<std::uint64_t> lost{0};
+  std::string server_failure;
+  std::vector<ps::AppliedUpdate> history;
+  std::uint64_t joined = 0;
+  std::jthread server_thread([&] {
+    try {
+      Device device = Device::open({.name = hosts[0].device});
+      ps::ShardServer server(device, ps::Role::server, kPort, shard, std::vector<float>(kFloats, 0.0F));
+      serving = true;
+      server.accept_peers(1, 60s);
+      const auto give_up = std::chrono::steady_clock::now() + 120s;
+      while (!server.finished() && std::chrono::steady_clock::now() < give_up) {
+        if (server.progress() == 0) server.wait_for_input(5ms);
+        lost = server.stats().peers_lost;
+      }
+      finished = server.finished();
+      history = server.history();
+      joined = server.stats().peers_joined;
+    } catch (const std::exception& e) {
+      server_failure = e.what();
+    }
+  });
+  while (!serving.load()) std::this_thread::sleep_for(1ms);
+
+  Device device = Device::open({.name = hosts[2].device});
+  bool finished_while_gone = false;
+  try {
+    Connection vanishing = ps::connect_with_retry(device, hosts[0].address, kPort, TransportOptions{}, 60s);
+    (void)vanishing.wait_region(ps::kSlotRegionId, 60s);
+    vanishing.send(ps::encode(ps::Hello{ps::PeerKind::worker, 1}));
+    vanishing.flush(5s);
+    vanishing.close();
+    const auto give_up = std::chrono::steady_clock::now() + 30s;
+    while (lost.load() == 0 && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(1ms);
+    ASSERT_EQ(lost.load(), 1u) << "the server never saw its worker go";
+    // Without the grace the server finishes in the round it loses its last worker.
+    std::this_thread::sleep_for(500ms);
+    finished_while_gone = finished.load();
+    ps::WorkerOptions options = worker_of(hosts[0], kPort);
+    options.connect_within = 10s;
+    ps::Worker back(device, options);
+    for (std::uint64_t tag = 0; tag < 3; ++tag) {
+      std::fill(back.gradient().begin(), back.gradient().end(), 1.0F);
+      const ps::PushResult pushed = back.push(tag, tag);
+      EXPECT_FALSE(pushed.lost || pushed.dropped) << "push " << tag;
+    }
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "worker: " << e.what();
+  }
+  server_thread.join();
+  ASSERT_EQ(server_failure, "");
+  EXPECT_FALSE(finished_while_gone) << "the server finished within its rejoin grace";
+  EXPECT_TRUE(finished) << "the server did not finish once the worker that came back said Bye";
+  EXPECT_EQ(joined, 1u);
+  std::vector<std::uint64_t> applied_tags;
+  for (const auto& u : history) {
+    if (!u.skipped && u.worker == 1) applied_tags.push_back(u.tag);
+  }
+  EXPECT_EQ(applied_tags, (std::vector<std::uint64_t>{0, 1, 2}));
 }
 
 }  // namespace

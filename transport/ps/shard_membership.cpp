@@ -87,6 +87,7 @@ void ShardServer::State::admit(Connection&& conn, const Hello& hello) {
   }
   peers.push_back(Peer{std::move(conn), PeerKind::worker, hello.worker, true, {}, {}, {}, false, false, true});
   ++stats.peers_joined;
+  awaiting_rejoin.erase(hello.worker);
   if (role == Role::server) {
     if (replica_at) tell_workers(*replica_at, 0, &peers.back());
     for (const auto& [aggregator, at] : aggregators_at) tell_workers(at, aggregator, &peers.back());

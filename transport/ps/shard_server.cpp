@@ -73,6 +73,7 @@ void ShardServer::State::lose(Peer& peer, const Error& why) {
     return;
   }
   ++stats.peers_lost;
+  if (peer.kind == PeerKind::worker) awaiting_rejoin[peer.worker] = Clock::now();
   std::fprintf(stderr, "gradlane ps %s: lost %s %u%s: %s\n", role == Role::server ? "server" : "replica",
                peer.kind == PeerKind::worker ? "worker" : "primary", peer.worker,
                peer.kind == PeerKind::worker ? lost_note(owes) : "", why.what());
@@ -739,6 +740,13 @@ bool ShardServer::run_until(std::uint64_t sequence, Millis timeout) {
 
 bool ShardServer::finished() const {
   const State& s = *state_;
+  // A lost worker may rejoin within the grace (ShardOptions::rejoin_grace).
+  if (s.role == Role::server) {
+    const auto now = Clock::now();
+    for (const auto& [worker, lost_at] : s.awaiting_rejoin) {
+      if (now - lost_at < s.options.rejoin_grace) return false;
+    }
+  }
   if (s.role == Role::server && s.sidecar) return live_workers() == 0 && s.order.pending() == 0;
   if (s.role == Role::server && s.stats.stepped_down) return s.granted.empty() && s.order.pending() == 0;
   if (s.role == Role::server) {

@@ -98,6 +98,9 @@ struct ShardServer::State {
   // ---- server ----
   std::optional<Connection> replica;
   bool had_replica = false;  // a replica was connected at some point (cut_off())
+  // Workers lost (not a leave) and not back yet, and when: finished() waits options.rejoin_grace
+  // past each loss for that worker to come back.
+  std::map<std::uint32_t, shard::Clock::time_point> awaiting_rejoin;
   // A replica that joined running: the model copy it reads, kept until its first ack; where it
   // listens, told to every worker (they connect to it, mirror there, fail over to it).
   std::optional<ModelSnapshot> snapshot;

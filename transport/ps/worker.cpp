@@ -35,6 +35,9 @@ std::uint64_t version_in(const std::byte* header) {
   return v;
 }
 
+// How long the constructor tries to reach a peer (WorkerOptions::connect_within).
+Millis connect_bound(const WorkerOptions& o) { return o.connect_within > Millis::zero() ? o.connect_within : o.timeout; }
+
 }  // namespace
 
 struct Worker::State {
@@ -47,7 +50,7 @@ struct Worker::State {
         // [header copy 1][floats][header copy 2]: the three READs of a pull land side by side.
         model_buffer(Buffer::allocate(kHeaderBytes + bytes + kHeaderBytes)),
         model_region(MemoryRegion::register_buffer(dev, model_buffer, Access::local_write)),
-        server(connect_with_retry(dev, o.server.address, o.server.port, o.transport, o.timeout)) {}
+        server(connect_with_retry(dev, o.server.address, o.server.port, o.transport, connect_bound(o))) {}
   ~State() { say_goodbye(); }  // before the connections close
   State(const State&) = delete;
   State& operator=(const State&) = delete;
@@ -761,9 +764,10 @@ Worker::Worker(const Device& device, const WorkerOptions& options) {
     attach.region_bytes = s.bytes;
     s.sidecar.emplace(sidecar::Client::attach(attach));
   }
-  if (options.replica) s.connect_replica(options.replica->address, options.replica->port, options.timeout);
+  if (options.replica) s.connect_replica(options.replica->address, options.replica->port, connect_bound(options));
   if (options.aggregator) {
-    s.aggregator.emplace(s.connect_aggregator(options.aggregator->address, options.aggregator->port, options.timeout));
+    s.aggregator.emplace(
+        s.connect_aggregator(options.aggregator->address, options.aggregator->port, connect_bound(options)));
   }
 }
 
