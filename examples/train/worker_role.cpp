@@ -58,6 +58,27 @@ ps::Worker connect_until(const Device& device, ps::WorkerOptions options, Clock:
     }
   }
 }
+// Rejoins the running job by `deadline`, through the worker's aggregator if it answers, else
+// without it, pushing to the server as a worker whose aggregator died does: the link that cut
+// this worker off may have cut its aggregator off from the server too, and it exited (seen in
+// link:2 in aggregate mode). A few seconds each way, in turn.
+ps::Worker rejoin(const Device& device, const ps::WorkerOptions& options, Clock::time_point deadline) {
+  if (!options.aggregator) return connect_until(device, options, deadline, unreachable);
+  ps::WorkerOptions direct = options;
+  direct.aggregator.reset();
+  for (bool through_aggregator = true;; through_aggregator = !through_aggregator) {
+    const auto until = std::min(deadline, Clock::now() + std::chrono::seconds(3));
+    try {
+      return connect_until(device, through_aggregator ? options : direct, until, unreachable);
+    } catch (const Error& e) {
+      if (!unreachable(e) || Clock::now() >= deadline) throw;
+      if (through_aggregator) {
+        std::fprintf(stderr, "gradlane_train worker %u: rejoining through the aggregator: %s; trying without it\n",
+                     options.id, e.what());
+      }
+    }
+  }
+}
 }  // namespace
 
 int run_worker(const Config& c) {
@@ -199,7 +220,7 @@ int run_worker(const Config& c) {
                    c.rejoin_within_s);
       failovers += worker->failovers();
       worker.reset();
-      worker.emplace(connect_until(device, options, lost_at + std::chrono::seconds(c.rejoin_within_s), unreachable));
+      worker.emplace(rejoin(device, options, lost_at + std::chrono::seconds(c.rejoin_within_s)));
       step = resume_after_landed(step, in_flight);
       ++rejoins;
       rejoining_for += Clock::now() - lost_at;
