@@ -58,6 +58,7 @@ ps::Worker connect_until(const Device& device, ps::WorkerOptions options, Clock:
     }
   }
 }
+
 // Rejoins the running job by `deadline`, through the worker's aggregator if it answers, else
 // without it, pushing to the server as a worker whose aggregator died does: the link that cut
 // this worker off may have cut its aggregator off from the server too, and it exited (seen in

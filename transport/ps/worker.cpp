@@ -321,7 +321,7 @@ struct Worker::State {
   // push has asked often enough and is to be reported lost.
   static constexpr std::uint32_t kMaxGrantRequests = 3;
   bool too_late(Clock::time_point since, std::uint32_t& expired) {
-    if (Clock::now() - since <= options.grant_lifetime) return false;
+    if (Clock::now() <= write_by(since)) return false;
     ++expired;
     std::fprintf(stderr, "gradlane ps worker %u: a grant came %lld ms after %s (grant_lifetime %lld ms): not "
                  "written, %s\n", options.id,
@@ -330,6 +330,9 @@ struct Worker::State {
                  expired < kMaxGrantRequests ? "asking again" : "the push is reported lost");
     return true;
   }
+
+  // Past this, a grant taken up at `since` (see too_late) is too old to write.
+  Clock::time_point write_by(Clock::time_point since) const { return since + options.grant_lifetime; }
 
   // Whether this push mirrors to a replica.
   bool mirroring() const { return replica && options.mirror; }
@@ -348,13 +351,13 @@ struct Worker::State {
   }
 
   // Writes the gradient into the slot of `sequence` at the replica, then at the server; in
-  // direct mode with an aggregator, into the aggregator's member slot instead. Past `write_by`
+  // direct mode with an aggregator, into the aggregator's member slot instead. Past `deadline`
   // (the grant's arrival or its slot's start, plus grant_lifetime) nothing more goes to the
   // server: the push is lost, not written (PushResult::sequence 0). A nonzero
   // `window_rkey` (the server's grant windows) opens that slot alone at the server. `token`:
   // the grant's (grant windows), and `mirror_claimed`: the replica was sent a claim for its
   // slot with it (claim_mirror), whose answer opens it.
-  PushResult write(std::uint64_t sequence, Clock::time_point write_by, std::uint32_t window_rkey = 0,
+  PushResult write(std::uint64_t sequence, Clock::time_point deadline, std::uint32_t window_rkey = 0,
                    std::uint64_t token = 0, bool mirror_claimed = false) {
     if (aggregator && !sidecar) {  // a member slot of the aggregator's ring
       PushResult member = write_member(sequence % (aggregator_slots.length / bytes), static_cast<std::uint32_t>(sequence));
@@ -404,7 +407,7 @@ struct Worker::State {
     // the server's hole_timeout (sidecar mode: its skip of a stuck head, which a floor READ
     // does not show). Between this clock read and the post there is only the provider's work
     // request left; grant windows close even that (a claim).
-    if (Clock::now() > write_by) {
+    if (Clock::now() > deadline) {
       if (mirrored) replica->wait(*mirrored, options.timeout);  // held there until the server's skip
       std::fprintf(stderr, "gradlane ps worker %u: stalled past the grant of sequence %llu before writing it to the "
                    "server (grant_lifetime %lld ms): not written, reported lost\n", options.id,
@@ -504,13 +507,13 @@ struct Worker::State {
       const bool claims = !redirect && g.token != 0;
       const bool mirror_claimed = claims && send_claims(g.sequence, g.token);
       wait_for_slot(g.slot_start);
-      const Clock::time_point write_by = Clock::time_point(g.slot_start) + options.grant_lifetime;  // as too_late()
+      const Clock::time_point deadline = write_by(Clock::time_point(g.slot_start));
       // A member's slot at the aggregator is its aggregate id modulo the worker's slots there;
       // the doorbell carries the id's low 32 bits, the same modulo there.
       const auto id32 = static_cast<std::uint32_t>(g.sequence);
       result = redirect ? write_member(id32 % (aggregator_slots.length / bytes), id32)
-               : claims ? write_claimed(g.sequence, write_by, g.token, mirror_claimed)
-                        : write(g.sequence, write_by);
+               : claims ? write_claimed(g.sequence, deadline, g.token, mirror_claimed)
+                        : write(g.sequence, deadline);
     } catch (const Error&) {
       sidecar->complete(g.request, g.part_index, std::chrono::nanoseconds{0}, /*failed=*/true);
       throw;
@@ -530,10 +533,10 @@ struct Worker::State {
   // `mirror_claimed`, the replica's); the server's answer is the key of a window over that one
   // slot on our connection, then we write. Window 0: the server decided that sequence already
   // (skipped it: our grant came too late), so the push is lost, not written.
-  PushResult write_claimed(std::uint64_t sequence, Clock::time_point write_by, std::uint64_t token,
+  PushResult write_claimed(std::uint64_t sequence, Clock::time_point deadline, std::uint64_t token,
                            bool mirror_claimed) {
     const std::uint32_t window_rkey = await_window(server, sequence);
-    if (window_rkey != 0) return write(sequence, write_by, window_rkey, token, mirror_claimed);
+    if (window_rkey != 0) return write(sequence, deadline, window_rkey, token, mirror_claimed);
     if (mirror_claimed) (void)await_window(*replica, sequence);  // not left for the next push to read
     return decided_before_claim(sequence, "server");
   }
@@ -622,8 +625,8 @@ struct Worker::State {
       // Not written, an expired grant is a hole the server skips after its hole_timeout.
       if (!too_late(arrived_after, expired)) {
         const bool mirror_claimed = claim_mirror(grant->sequence, grant->token);
-        PushResult result = write(grant->sequence, arrived_after + options.grant_lifetime, grant->window_rkey,
-                                  grant->token, mirror_claimed);
+        PushResult result =
+            write(grant->sequence, write_by(arrived_after), grant->window_rkey, grant->token, mirror_claimed);
         result.expired_grants = expired;
         return result;
       }
@@ -880,12 +883,12 @@ PushResult Worker::write_as(std::uint64_t sequence, std::uint64_t token) {
   State& s = *state_;
   // No grant age here: the forward goes out once its members are in, which may be past any
   // grant_lifetime (aggregator_sidecar.cpp); what it asks the server instead is below.
-  constexpr Clock::time_point kAggregatorChecked = Clock::time_point::max();
+  constexpr Clock::time_point kNoDeadline = Clock::time_point::max();
   try {
     s.sidecar_forward = true;
     if (token != 0) {  // the claim's answer says whether the server decided it already
       const bool mirror_claimed = s.send_claims(sequence, token);
-      return s.write_claimed(sequence, kAggregatorChecked, token, mirror_claimed);
+      return s.write_claimed(sequence, kNoDeadline, token, mirror_claimed);
     }
     if (s.server_decided(sequence)) {
       std::fprintf(stderr, "gradlane ps worker %u: the server skipped sequence %llu before it was written: not "
@@ -894,7 +897,7 @@ PushResult Worker::write_as(std::uint64_t sequence, std::uint64_t token) {
       lost.lost = true;
       return lost;
     }
-    return s.write(sequence, kAggregatorChecked);
+    return s.write(sequence, kNoDeadline);
   } catch (const Error&) {
     if (!s.recover()) throw;
     PushResult lost;
