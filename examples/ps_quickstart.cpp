@@ -15,10 +15,13 @@ int main(int argc, char** argv) try {
   constexpr std::size_t kFloats = 1 << 16;  // one 256 KiB shard
   constexpr int kSteps = 20;
   gradlane::Device device = gradlane::Device::open({.name = argc > 2 ? argv[2] : ""});
+  // The job's key (GRADLANE_JOB_KEY_FILE): without one this refuses to run (GRADLANE_INSECURE=1 overrides).
+  const gradlane::TransportOptions transport = gradlane::TransportOptions::from_env();
 
   if (role == "server" || role == "replica") {
     gradlane::ps::ShardOptions shard;
     shard.floats = kFloats;
+    shard.transport = transport;
     shard.learning_rate = 0.05F;
     const bool server = role == "server";
     const std::vector<float> initial(kFloats, 1.0F);
@@ -35,6 +38,7 @@ int main(int argc, char** argv) try {
     gradlane::ps::WorkerOptions options;
     options.server = {argv[3], 7900};
     options.floats = kFloats;
+    options.transport = transport;
     if (argc > 4) options.replica = gradlane::ps::Endpoint{argv[4], 7901};
     gradlane::ps::Worker worker(device, options);
     for (int step = 0; step < kSteps; ++step) {

@@ -3,6 +3,7 @@
 # $GRADLANE_DEVICE (set by ci/softroce.sh). Usage: examples/push-update-demo.sh BUILD_DIR
 set -eu
 bin="$1/examples/push_update"
+. "$(dirname "$0")/job-key.sh" "${GRADLANE_OUT_DIR:-/tmp}"
 "$bin" "$GRADLANE_DEVICE" &
 server=$!
 "$bin" "$GRADLANE_DEVICE" "$GRADLANE_ADDR"

@@ -17,12 +17,14 @@ int main(int argc, char** argv) try {
   constexpr std::uint16_t kPort = 7471;
   gradlane::check_memlock(kBytes);  // fails early, saying how to raise the limit
   gradlane::Device device = gradlane::Device::open({.name = argv[1]});
+  // The job's key (GRADLANE_JOB_KEY_FILE): without one this refuses to run (GRADLANE_INSECURE=1 overrides).
+  const gradlane::TransportOptions options = gradlane::TransportOptions::from_env();
   gradlane::Buffer buffer = gradlane::Buffer::allocate(kBytes);  // page-aligned, hugepages if free
   auto* gradient = reinterpret_cast<float*>(buffer.data());
 
   if (argc == 2) {  // server: owns the region that updates are written into
     auto region = gradlane::MemoryRegion::register_buffer(device, buffer, gradlane::Access::remote_write);
-    gradlane::Listener listener(device, kPort);
+    gradlane::Listener listener(device, kPort, options);
     gradlane::Connection worker = listener.accept(60s);
     worker.advertise(/*region id=*/1, region.descriptor());  // once per (region, peer)
     const gradlane::Doorbell bell = worker.wait_doorbell(60s);  // payload is in place when it rings
@@ -38,7 +40,7 @@ int main(int argc, char** argv) try {
   std::optional<gradlane::Connection> server;
   for (int attempt = 0; !server; ++attempt) {  // the server may still be starting
     try {
-      server = gradlane::connect(device, argv[2], kPort);
+      server = gradlane::connect(device, argv[2], kPort, options);
     } catch (const gradlane::Error& e) {
       if (e.code() != gradlane::Errc::connection_rejected || attempt == 100) throw;
       std::this_thread::sleep_for(100ms);

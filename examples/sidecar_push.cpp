@@ -85,7 +85,7 @@ int server(char** argv) {
   const std::size_t connections = std::stoull(argv[4]);
   Buffer buffer = Buffer::allocate(slot * total);
   MemoryRegion region = MemoryRegion::register_buffer(device, buffer, Access::remote_write);
-  Listener listener(device, port);
+  Listener listener(device, port, TransportOptions::from_env());  // the job key
   std::vector<Connection> workers;
   for (std::size_t i = 0; i < connections; ++i) {
     workers.push_back(listener.accept(120s));
@@ -149,7 +149,7 @@ int worker(char** argv) {
   Buffer buffer = Buffer::allocate(slot);
   MemoryRegion source = MemoryRegion::register_buffer(device, buffer, Access::local);
   std::optional<Connection> conn;
-  TransportOptions transport;
+  TransportOptions transport = TransportOptions::from_env();  // the job key
   transport.connect_timeout = 20s;  // ARP across the emulated bridge is slow when the VM is busy
   for (int attempt = 0; !conn; ++attempt) {
     try {

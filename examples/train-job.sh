@@ -53,6 +53,8 @@ DEV0=${1%%,*}; ADDR0=${1#*,}; DEV1=${2%%,*}; ADDR1=${2#*,}; DEV2=${3%%,*}; ADDR2
 TRAIN="$BUILD/examples/gradlane_train"
 D="$BUILD/sidecar/daemon/gradlaned"
 rm -rf "$OUT"; mkdir -p "$OUT"
+. "$(dirname "$0")/job-key.sh" "$OUT"
+KEY=${GRADLANE_JOB_KEY_FILE:+--key-file $GRADLANE_JOB_KEY_FILE}  # gradlaned's peer links
 COMMON="--mode $MODE --model $MODEL --workers $WORKERS --lr $LR --seed $SEED --slots $SLOTS --out $OUT"
 [ "${REPLICA_READS:-0}" = 1 ] && COMMON="$COMMON --replica-reads"
 WINDOWS=""
@@ -109,9 +111,9 @@ if [ "$MODE" = gradlane ]; then
     i=$((i + 1))
   done
   # As roles: a fault can target them (kill:gradlaned-a), and their exits are recorded.
-  role gradlaned-a "$D" --foreground --shm-name /gradlane-train-a --device "$DEV0" --endpoint 0 $A_EXTRA --listen-port 7600 \
+  role gradlaned-a "$D" $KEY --foreground --shm-name /gradlane-train-a --device "$DEV0" --endpoint 0 $A_EXTRA --listen-port 7600 \
        --expect-peers 1 --staleness-bound "$TAU" --replica-bound "$BOUND" --schedule-log "$OUT/schedule.jsonl"
-  role gradlaned-b "$D" --foreground --shm-name /gradlane-train-b --device "$DEV1" --endpoint 1 $B_EXTRA --listen-port 7601 \
+  role gradlaned-b "$D" $KEY --foreground --shm-name /gradlane-train-b --device "$DEV1" --endpoint 1 $B_EXTRA --listen-port 7601 \
        --peer "$ADDR0:7600" --staleness-bound "$TAU" --replica-bound "$BOUND"
 fi
 sidecar() {  # HOST ENDPOINT: the options that attach a role on that host to its gradlaned

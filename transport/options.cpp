@@ -1,8 +1,16 @@
 #include "gradlane/options.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
 
 #include "gradlane/error.hpp"
+#include "common/unique_fd.hpp"
 #include "transport/env.hpp"
 
 namespace gradlane {
@@ -30,9 +38,50 @@ TransportOptions TransportOptions::from_env(
   apply(getenv, "GRADLANE_SIGNAL_INTERVAL", 1, 1u << 15, o.signal_interval);
   apply(getenv, "GRADLANE_MAX_INLINE", 0, 1024, o.max_inline);
   apply(getenv, "GRADLANE_MAX_MESSAGE", 64, 1u << 20, o.max_message_bytes);
-  if (auto key = getenv("GRADLANE_JOB_KEY")) o.job_key = *key;
+  const auto key = getenv("GRADLANE_JOB_KEY");
+  const auto key_file = getenv("GRADLANE_JOB_KEY_FILE");
+  if (key && key_file) {
+    throw Error(Errc::invalid_argument, "both GRADLANE_JOB_KEY and GRADLANE_JOB_KEY_FILE are set: keep one");
+  }
+  if (key) o.job_key = *key;
+  if (key_file) o.job_key = read_key_file(*key_file);
+  if (auto insecure = detail::env_integer(getenv, "GRADLANE_INSECURE", 0, 1)) o.insecure = *insecure == 1;
   o.validate();
+  if (o.job_key.empty() && !o.insecure) {
+    throw Error(Errc::invalid_argument,
+                "no job key: set GRADLANE_JOB_KEY_FILE to a file (mode 0600) holding the job's shared secret, or "
+                "GRADLANE_JOB_KEY; every process of the job and every gradlaned it uses needs the same key. "
+                "GRADLANE_INSECURE=1 runs without one: any process that reaches the port can then connect");
+  }
+  if (o.job_key.empty()) {
+    fmt::print(stderr, "gradlane: warning: running without a job key (GRADLANE_INSECURE=1): any process that "
+                       "reaches this host's RDMA ports can connect\n");
+  }
   return o;
+}
+
+std::string TransportOptions::read_key_file(const std::string& path) {
+  auto fail = [&](const std::string& what) {
+    throw Error(Errc::invalid_argument, fmt::format("job key file {}: {}", path, what));
+  };
+  // O_NOFOLLOW: the file named is the file checked, not where a link someone planted points.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) fail(std::strerror(errno));
+  const sidecar::UniqueFd file(fd);
+  struct stat st {};
+  if (::fstat(file.get(), &st) != 0) fail(std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) fail("not a regular file");
+  if ((st.st_mode & 077) != 0) {
+    fail(fmt::format("mode {:04o} lets others read the key; chmod 600 it", st.st_mode & 07777));
+  }
+  std::array<char, kMaxJobKeyBytes + 2> buffer{};
+  const ssize_t n = ::read(file.get(), buffer.data(), buffer.size());
+  if (n < 0) fail(std::strerror(errno));
+  std::string key(buffer.data(), static_cast<std::size_t>(n));
+  if (const auto newline = key.find('\n'); newline != std::string::npos) key.resize(newline);
+  if (key.empty()) fail("empty: write the job's key on its first line");
+  if (key.size() > kMaxJobKeyBytes) fail(fmt::format("the key is longer than {} bytes", kMaxJobKeyBytes));
+  return key;
 }
 
 void TransportOptions::validate() const {

@@ -65,6 +65,7 @@ int run_aggregator(const Config& c) {
   const gradlane::train::Model model(gradlane::train::ModelSpec{.kind = gradlane::train::parse_model_kind(c.model)});
   ps::AggregatorOptions options;
   options.id = c.id;
+  options.transport = c.transport;
   options.server = parse_endpoint(c.server);
   if (!c.replica.empty()) options.replica = parse_endpoint(c.replica);
   options.floats = model.parameters();

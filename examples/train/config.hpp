@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "gradlane/options.hpp"
+
 namespace gradlane::examples::train {
 
 // How updates reach the server:
@@ -36,6 +38,7 @@ struct Config {
                                     // replica (ShardServer::join_server; "" = accept a primary)
   std::string name;                 // server, replica: the prefix of its files ("" = the role)
   bool grant_windows = false;       // server, replica: ps::ShardOptions::grant_windows
+  TransportOptions transport;       // every role but evaluate: TransportOptions::from_env (the job key)
   bool replica_reads = false;       // workers do not mirror; the replica READs each update from
                                     // the server's slot (give it to the replica and the workers)
   std::uint32_t workers = 2;        // the job's workers

@@ -141,6 +141,8 @@ int main(int argc, char** argv) {
     if (c.mode == gradlane::examples::train::Mode::aggregate && c.role == "worker" && c.aggregator.empty()) {
       throw std::invalid_argument("--mode aggregate needs --aggregator ADDR:PORT on each worker");
     }
+    // Before anything is loaded: a role without the job's key refuses to start (GRADLANE_INSECURE=1 overrides).
+    if (c.role != "evaluate") c.transport = gradlane::TransportOptions::from_env();
     if (c.role == "worker") return gradlane::examples::train::run_worker(c);
     if (c.role == "aggregator") return gradlane::examples::train::run_aggregator(c);
     if (c.role == "evaluate") return gradlane::examples::train::run_evaluate(c);

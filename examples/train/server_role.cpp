@@ -110,6 +110,7 @@ int run_server(const Config& c) {
   }
 
   ps::ShardOptions options;
+  options.transport = c.transport;
   options.floats = model.parameters();
   options.slots = c.slots;
   options.read_updates_from_server = c.replica_reads;

@@ -100,6 +100,7 @@ int run_worker(const Config& c) {
 
   ps::WorkerOptions options;
   options.id = c.id;
+  options.transport = c.transport;
   options.server = parse_endpoint(c.server);
   // aggregate mode: pushes go to the aggregator (pulls stay with the server); its forward is
   // what the replica mirrors. A worker given the replica as well mirrors only if its

@@ -55,11 +55,22 @@ struct TransportOptions {
   // are told why), and a connector refuses a listener that answers with another key. It keeps
   // out processes that do not know it — another job's, a stray or rogue one — not an observer
   // of the fabric's packets: it is sent in the clear.
+  // GRADLANE_JOB_KEY_FILE names a file holding the key instead (its first line), readable by
+  // its owner alone (mode 0600 or stricter): a key in the environment shows in /proc.
   std::string job_key;
+  // GRADLANE_INSECURE=1: the program runs without a job key, knowingly (from_env warns).
+  bool insecure = false;
 
   // Applies GRADLANE_* overrides read through `getenv` (injectable for tests) and validates.
+  // This is how gradlane's programs take their settings, so it refuses to run unauthenticated
+  // by accident: without a job key it throws unless GRADLANE_INSECURE=1. Options built by hand
+  // are the embedding program's decision (an empty key connects only to keyless peers).
   static TransportOptions from_env(
       const std::function<std::optional<std::string>(const char*)>& getenv = {});
+  // The job key in `path`, checked as GRADLANE_JOB_KEY_FILE is: a regular file, mode 0600 or
+  // stricter, one line of 1 to kMaxJobKeyBytes bytes. Throws Error(invalid_argument) saying
+  // what to fix.
+  static std::string read_key_file(const std::string& path);
   // Throws Error(invalid_argument) when the fields are inconsistent.
   void validate() const;
 };

@@ -231,6 +231,13 @@ int main(int argc, char** argv) {
   cli.add_option("--pid-file", pid_file,
                  "write the daemon's pid to FILE once the segment is ready and remove it on a clean exit; FILE "
                  "stays locked while it runs, so a second gradlaned with the same FILE fails naming the pid");
+  std::string key_file;
+  bool insecure = false;
+  cli.add_option("--key-file", key_file,
+                 "file (mode 0600) holding the cluster's key, which peer sidecars must present to link with this "
+                 "one (GRADLANE_JOB_KEY_FILE); gradlaned refuses to start without a key unless --insecure");
+  cli.add_flag("--insecure", insecure,
+               "run without a key (GRADLANE_INSECURE=1): any process that reaches --listen-port can link as a peer");
   CLI11_PARSE(cli, argc, argv);
   config.idle_spin = std::chrono::microseconds(idle_spin_us);
   if (staleness_bound == 0) {
@@ -245,6 +252,15 @@ int main(int argc, char** argv) {
     for (const std::string& seat : aggregators) sched_config.aggregation.aggregators.push_back(parse_aggregator(seat));
     for (const std::string& rate : link_rates) sched_config.bandwidth.declared.push_back(parse_link_rate(rate));
     for (const std::string& job : job_users) config.job_segments.push_back(parse_job_user(job));
+    // The flags stand in for their variables; the one parser checks the key file and refuses to
+    // run without a key.
+    fabric_options.transport = gradlane::TransportOptions::from_env([&](const char* name) -> std::optional<std::string> {
+      const std::string_view variable(name);
+      if (variable == "GRADLANE_JOB_KEY_FILE" && !key_file.empty()) return key_file;
+      if (variable == "GRADLANE_INSECURE" && insecure) return "1";
+      if (const char* value = std::getenv(name)) return std::string(value);
+      return std::nullopt;
+    });
     config.validate();
     UniqueFd ready;
     if (!foreground) ready = detach_into_background();

@@ -243,6 +243,27 @@ sched::Slot DistributedPolicy::book_egress(sched::EndpointId sender, sched::Slot
   return egress.grant(slot.start, slot.length());
 }
 
+// An answer must describe a part of the request it names, as the first answer split it: the
+// decoder can only check a message against itself, and `decided` is indexed by part.
+void DistributedPolicy::check_answer_fits(const Forwarded& f, const SlotAnswer& m) {
+  const sched::Request& r = f.request;
+  if (!f.decided.empty() && m.part_count != f.parts) {
+    throw Error(Errc::protocol, fmt::format("answer for request {} splits it into {} parts, an earlier answer into {}",
+                                            m.request, m.part_count, f.parts));
+  }
+  if (m.part_count > r.bytes) {
+    throw Error(Errc::protocol,
+                fmt::format("answer for request {} splits its {} bytes into {} parts", m.request, r.bytes, m.part_count));
+  }
+  if (m.length > r.bytes || m.offset > r.bytes - m.length) {
+    throw Error(Errc::protocol, fmt::format("answer for request {} names bytes [{}, +{}) of its {}", m.request,
+                                            m.offset, m.length, r.bytes));
+  }
+  if (!f.decided.empty() && f.decided[m.part]) {
+    throw Error(Errc::protocol, fmt::format("a second answer for part {} of request {}", m.part, m.request));
+  }
+}
+
 void DistributedPolicy::on_answer(PeerIndex peer, const SlotAnswer& m, sched::Instant now,
                                   std::vector<sched::Outcome>& out) {
   ++stats_.answers_received;
@@ -278,6 +299,7 @@ void DistributedPolicy::on_answer(PeerIndex peer, const SlotAnswer& m, sched::In
   }
   Forwarded& f = it->second;
   const sched::Request& r = f.request;
+  check_answer_fits(f, m);
   switch (m.kind) {
     case AnswerKind::go:
       out.push_back(sched::Grant{proxy(), r.id, m.part, m.part_count, m.offset, m.length, r.job, r.tensor, r.sender,
@@ -296,9 +318,11 @@ void DistributedPolicy::on_answer(PeerIndex peer, const SlotAnswer& m, sched::In
     case AnswerKind::aggregate:
       break;  // handled above
   }
-  f.parts = m.part_count;
-  if (f.decided.empty()) f.decided.resize(m.part_count);
-  f.decided[m.part] = true;  // decode() checked part < part_count
+  if (f.decided.empty()) {
+    f.parts = m.part_count;
+    f.decided.resize(m.part_count);
+  }
+  f.decided[m.part] = true;  // check_answer_fits: part < parts == decided.size()
   // The peer's split is its partitioner's: every part but the last has the same length.
   if (m.part + 1 < m.part_count) {
     f.chunk = m.length;

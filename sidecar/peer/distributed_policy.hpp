@@ -139,6 +139,7 @@ class DistributedPolicy final : public sched::Policy {
   void pump(sched::Instant now, std::vector<sched::Outcome>& out);
   void on_message(PeerIndex peer, const Message& message, sched::Instant now, std::vector<sched::Outcome>& out);
   void on_answer(PeerIndex peer, const SlotAnswer& answer, sched::Instant now, std::vector<sched::Outcome>& out);
+  static void check_answer_fits(const Forwarded& f, const SlotAnswer& answer);
   void answer_remote(const sched::Outcome& outcome, sched::Instant now);
   void lose_peer(PeerIndex peer, sched::Instant now, std::vector<sched::Outcome>& out);
   void admit_joined();

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "gradlane/options.hpp"
 #include "sidecar/core/config.hpp"
 #include "sidecar/core/policy.hpp"
 #include "sidecar/peer/peer_transport.hpp"
@@ -28,6 +29,7 @@ struct FabricOptions {
   double link_rate_gbps = 0;             // --link-rate-gbps: declared NIC rate (0: core default)
   std::chrono::milliseconds connect_timeout{60'000};  // all peer links up within this
   std::string schedule_log;              // --schedule-log FILE ("-" = stderr; empty = none)
+  TransportOptions transport;            // the peer links' (their job key: --key-file)
 };
 
 class Fabric {

@@ -16,6 +16,9 @@ enum class Type : std::uint16_t { hello = 1, slot_request = 2, slot_answer = 3, 
 constexpr std::uint64_t kMaxBytes = std::uint64_t{1} << 40;
 constexpr std::uint32_t kMaxEndpoints = 1024;
 constexpr std::uint32_t kMaxMembers = 65536;
+// Slot times are relative to the answer; one further out than this is no slot a receiver
+// grants (its grant lifetime is seconds), and near 2^63 it overflows the local clock's sum.
+constexpr std::int64_t kMaxSlotNanos = std::int64_t{600} * 1'000'000'000;
 
 class Writer {
  public:
@@ -176,6 +179,10 @@ Message decode(std::span<const std::byte> bytes) {
       if (m.part_count == 0 || m.part >= m.part_count) bad(fmt::format("part {} of {}", m.part, m.part_count));
       if (m.length > kMaxBytes || m.offset > kMaxBytes) bad("slot answer with an absurd offset or length");
       if (m.start_in_ns < 0 || m.length_ns < 0) bad("slot answer with a negative slot time");
+      if (m.start_in_ns > kMaxSlotNanos || m.length_ns > kMaxSlotNanos) {
+        bad(fmt::format("slot answer with a slot {} ns away, {} ns long (at most {} each)", m.start_in_ns,
+                        m.length_ns, kMaxSlotNanos));
+      }
       if (m.kind != AnswerKind::drop && m.transfer == 0) bad("slot answer without a transfer id");
       if (m.token != 0 && m.kind != AnswerKind::go && m.kind != AnswerKind::aggregate) {
         bad("a grant token on an answer that grants no sequence");

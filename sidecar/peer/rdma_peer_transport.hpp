@@ -41,7 +41,7 @@ class RdmaPeerTransport final : public PeerTransport {
  public:
   RdmaPeerTransport(const Device& device, std::uint16_t listen_port, const std::vector<PeerAddress>& connect_to,
                     std::size_t expect_inbound, std::chrono::milliseconds timeout,
-                    const TransportOptions& options = TransportOptions::from_env(),
+                    const TransportOptions& options,
                     std::chrono::milliseconds stall_limit = kDefaultStallLimit);
 
   // How long a peer may leave every queued message unposted before its link is failed.

@@ -29,6 +29,10 @@ class ExternalProcess {
   std::optional<int> wait_exit(std::chrono::milliseconds timeout);
 
  private:
+  // The test's environment, with GRADLANE_INSECURE=1 unless it sets a key or that already.
+  std::vector<char*> child_environment();
+
+  std::vector<std::string> environment_;  // what child_environment() points into
   pid_t pid_ = -1;
   bool reaped_ = false;
 };

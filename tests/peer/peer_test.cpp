@@ -4,6 +4,7 @@
 #include <cmath>
 #include <deque>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <variant>
@@ -619,6 +620,54 @@ TEST_F(SlotAgreement, HostilePeerMessagesAreDroppedNotFatal) {
   EXPECT_EQ(b_out.size(), 1u);
 }
 
+// Answers a peer sends for one of b's forwarded requests, crafted: request 1, 1000 bytes.
+SlotAnswer go_answer(std::uint32_t part, std::uint32_t part_count, std::uint64_t offset, std::uint64_t length) {
+  SlotAnswer m;
+  m.kind = AnswerKind::go;
+  m.request = 1;
+  m.transfer = 100 + part;
+  m.part = part;
+  m.part_count = part_count;
+  m.offset = offset;
+  m.length = length;
+  return m;
+}
+
+TEST_F(SlotAgreement, AnAnswerThatResplitsAForwardedRequestIsRefusedNotIndexed) {
+  ASSERT_EQ(b.submit(request(1, 1, 1000), now), sched::SubmitStatus::accepted);
+  wire.to[0].clear();  // a never sees it: the answers below are the hostile peer's own
+  wire.to[1].push_back(encode(go_answer(0, 2, 0, 500)));
+  // Valid on its own (part < part_count), but the first answer sized the request's parts at 2.
+  wire.to[1].push_back(encode(go_answer(100000, 100001, 0, 500)));
+  b.schedule(now, b_out);
+  EXPECT_EQ(b.stats().protocol_errors, 1u);
+  ASSERT_EQ(b_out.size(), 1u) << "the resplit answer must not reach the application";
+  // The honest last part still completes the request.
+  wire.to[1].push_back(encode(go_answer(1, 2, 500, 500)));
+  b.schedule(now, b_out);
+  EXPECT_EQ(b.stats().protocol_errors, 1u);
+  EXPECT_EQ(b_out.size(), 2u);
+}
+
+TEST_F(SlotAgreement, ADuplicateOrOutOfRangeAnswerIsRefused) {
+  ASSERT_EQ(b.submit(request(1, 1, 1000), now), sched::SubmitStatus::accepted);
+  wire.to[0].clear();
+  wire.to[1].push_back(encode(go_answer(0, 3, 0, 400)));
+  wire.to[1].push_back(encode(go_answer(0, 3, 0, 400)));      // part 0 again
+  wire.to[1].push_back(encode(go_answer(1, 3, 900, 400)));    // past the request's 1000 bytes
+  wire.to[1].push_back(encode(go_answer(1, 2000, 0, 400)));   // more parts than bytes, as a first split would be
+  b.schedule(now, b_out);
+  EXPECT_EQ(b.stats().protocol_errors, 3u);
+  EXPECT_EQ(b_out.size(), 1u);
+  // The duplicate was not counted: the request still waits for parts 1 and 2.
+  wire.to[1].push_back(encode(go_answer(1, 3, 400, 400)));
+  wire.to[1].push_back(encode(go_answer(2, 3, 800, 200)));
+  wire.to[1].push_back(encode(go_answer(2, 3, 800, 200)));  // after the last: the request is gone
+  b.schedule(now, b_out);
+  EXPECT_EQ(b_out.size(), 3u);
+  EXPECT_EQ(b.stats().protocol_errors, 4u);
+}
+
 TEST(PeerMessages, RoundTrip) {
   SlotAnswer m;
   m.kind = AnswerKind::aggregate;
@@ -692,6 +741,10 @@ TEST(PeerMessages, MalformedInputIsAProtocolErrorNamingTheProblem) {
   negative.transfer = 1;
   negative.start_in_ns = -5;
   expect_bad(encode(negative), "negative");
+  SlotAnswer far_away;
+  far_away.transfer = 1;
+  far_away.start_in_ns = std::numeric_limits<std::int64_t>::max();  // now + that overflows
+  expect_bad(encode(far_away), "ns away");
   SlotAnswer bad_part;
   bad_part.transfer = 1;
   bad_part.part = 4;

@@ -9,6 +9,7 @@
 // payload intact and arriving no earlier than its slot; the receiver's schedule log has
 // non-overlapping slots in sequence order; every worker started no earlier than the slot the
 // receiver's sidecar logged for it.
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -48,11 +49,17 @@ TEST(TwoSidecars, TransfersFollowTheReceiversGrantedOrderAndSlots) {
   // rxe under qemu moves ~0.1-0.4 Gb/s; declaring 0.1 Gb/s makes slots long enough to hold a
   // 64 KiB write, so the granted order is also the order of arrival.
   const std::string rate = "0.1";
+  // The two sidecars link with the cluster's key, as deployed.
+  const std::string key = out + "/cluster.key";
+  {
+    std::ofstream(key) << "two-sidecars-key\n";
+    ASSERT_EQ(::chmod(key.c_str(), 0600), 0);
+  }
 
-  ExternalProcess sidecar_a({GRADLANE_TEST_GRADLANED, "--foreground", "--shm-name", shm_a, "--device", hosts[0].device,
+  ExternalProcess sidecar_a({GRADLANE_TEST_GRADLANED, "--key-file", key, "--foreground", "--shm-name", shm_a, "--device", hosts[0].device,
                              "--endpoint", "0", "--endpoint", "2", "--listen-port", "7600", "--expect-peers", "1",
                              "--link-rate-gbps", rate, "--schedule-log", log_a});
-  ExternalProcess sidecar_b({GRADLANE_TEST_GRADLANED, "--foreground", "--shm-name", shm_b, "--device", hosts[1].device,
+  ExternalProcess sidecar_b({GRADLANE_TEST_GRADLANED, "--key-file", key, "--foreground", "--shm-name", shm_b, "--device", hosts[1].device,
                              "--endpoint", "1", "--listen-port", "7601", "--peer", hosts[0].address + ":7600",
                              "--link-rate-gbps", rate, "--schedule-log", log_b});
   ExternalProcess server({push, "server", hosts[0].device, "7700", std::to_string(kSlot),

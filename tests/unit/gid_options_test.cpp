@@ -56,7 +56,7 @@ struct FakeEnv {
 };
 
 TEST(Options, DefaultsAreValidAndDocumented) {
-  const TransportOptions o = TransportOptions::from_env(FakeEnv{});
+  const TransportOptions o = TransportOptions::from_env(FakeEnv{{{"GRADLANE_JOB_KEY", "k"}}});
   EXPECT_EQ(o.ack_timeout, 18);
   EXPECT_EQ(o.retry_count, 1);
   EXPECT_EQ(o.signal_interval, 32u);
@@ -68,7 +68,8 @@ TEST(Options, EnvironmentOverrides) {
                                                                  {"GRADLANE_RETRY_COUNT", "7"},
                                                                  {"GRADLANE_CONNECT_TIMEOUT_MS", "250"},
                                                                  {"GRADLANE_SQ_DEPTH", "1024"},
-                                                                 {"GRADLANE_SIGNAL_INTERVAL", "100"}}});
+                                                                 {"GRADLANE_SIGNAL_INTERVAL", "100"},
+                                                                 {"GRADLANE_JOB_KEY", "k"}}});
   EXPECT_EQ(o.ack_timeout, 20);
   EXPECT_EQ(o.retry_count, 7);
   EXPECT_EQ(o.connect_timeout, std::chrono::milliseconds(250));

@@ -1,6 +1,15 @@
 // Control-message framing: a peer is untrusted, so every malformed frame must be refused
 // with an Error(protocol) that says what is wrong.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
 
 #include "transport/wire.hpp"
 
@@ -156,6 +165,76 @@ TEST(TransportOptionsJobKey, ComesFromTheEnvironmentAndIsBounded) {
     EXPECT_EQ(e.code(), Errc::invalid_argument);
     EXPECT_NE(std::string(e.what()).find("GRADLANE_JOB_KEY"), std::string::npos) << e.what();
   }
+}
+
+using Env = std::map<std::string, std::string>;
+std::function<std::optional<std::string>(const char*)> fake(Env vars) {
+  return [vars = std::move(vars)](const char* name) -> std::optional<std::string> {
+    const auto it = vars.find(name);
+    return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
+  };
+}
+
+std::string error_of(const Env& vars) {
+  try {
+    TransportOptions::from_env(fake(vars));
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument);
+    return e.what();
+  }
+  return "<accepted>";
+}
+
+TEST(TransportOptionsJobKey, AProgramWithoutAKeyRefusesToRunUnlessToldInsecure) {
+  const std::string refusal = error_of({});
+  EXPECT_NE(refusal.find("no job key"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("GRADLANE_JOB_KEY_FILE"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("GRADLANE_INSECURE=1"), std::string::npos) << refusal;
+  EXPECT_NE(error_of({{"GRADLANE_INSECURE", "0"}}), "<accepted>");
+  const TransportOptions insecure = TransportOptions::from_env(fake({{"GRADLANE_INSECURE", "1"}}));
+  EXPECT_TRUE(insecure.insecure);
+  EXPECT_TRUE(insecure.job_key.empty());
+}
+
+class KeyFile : public ::testing::Test {
+ protected:
+  std::string path = fmt::format("/tmp/gradlane-key-test-{}", ::getpid());
+  void write(const std::string& content, mode_t mode) {
+    ::unlink(path.c_str());
+    std::ofstream(path) << content;
+    ASSERT_EQ(::chmod(path.c_str(), mode), 0);
+  }
+  void TearDown() override { ::unlink(path.c_str()); }
+};
+
+TEST_F(KeyFile, IsReadFromItsFirstLineWhenOnlyItsOwnerCanReadIt) {
+  write("c2VjcmV0IGtleQ==\nsecond line ignored\n", 0600);
+  EXPECT_EQ(TransportOptions::from_env(fake({{"GRADLANE_JOB_KEY_FILE", path}})).job_key, "c2VjcmV0IGtleQ==");
+  write("k", 0400);
+  EXPECT_EQ(TransportOptions::read_key_file(path), "k");
+}
+
+TEST_F(KeyFile, IsRefusedWhenOthersCanReadItOrItIsNoKey) {
+  write("s3cret\n", 0644);
+  const std::string loose = error_of({{"GRADLANE_JOB_KEY_FILE", path}});
+  EXPECT_NE(loose.find("mode 0644"), std::string::npos) << loose;
+  EXPECT_NE(loose.find("chmod 600"), std::string::npos) << loose;
+  write("s3cret\n", 0640);
+  EXPECT_NE(error_of({{"GRADLANE_JOB_KEY_FILE", path}}).find("mode 0640"), std::string::npos);
+  write("\n", 0600);
+  EXPECT_NE(error_of({{"GRADLANE_JOB_KEY_FILE", path}}).find("empty"), std::string::npos);
+  write(std::string(40, 'k'), 0600);
+  EXPECT_NE(error_of({{"GRADLANE_JOB_KEY_FILE", path}}).find("longer than 32"), std::string::npos);
+  EXPECT_NE(error_of({{"GRADLANE_JOB_KEY_FILE", path + "-missing"}}).find("No such file"), std::string::npos);
+  write("s3cret", 0600);
+  EXPECT_NE(error_of({{"GRADLANE_JOB_KEY_FILE", path}, {"GRADLANE_JOB_KEY", "x"}}).find("keep one"),
+            std::string::npos);
+  // A link is not followed: the file checked is the file named.
+  const std::string link = path + "-link";
+  ::unlink(link.c_str());
+  ASSERT_EQ(::symlink(path.c_str(), link.c_str()), 0);
+  EXPECT_NE(error_of({{"GRADLANE_JOB_KEY_FILE", link}}), "<accepted>");
+  ::unlink(link.c_str());
 }
 
 }  // namespace
