@@ -53,7 +53,7 @@ DEV0=${1%%,*}; ADDR0=${1#*,}; DEV1=${2%%,*}; ADDR1=${2#*,}; DEV2=${3%%,*}; ADDR2
 TRAIN="$BUILD/examples/gradlane_train"
 D="$BUILD/sidecar/daemon/gradlaned"
 rm -rf "$OUT"; mkdir -p "$OUT"
-. "$(dirname "$0")/job-key.sh" "$OUT"
+. "$(dirname "$0")/job-key.sh"; make_job_key "$OUT"
 KEY=${GRADLANE_JOB_KEY_FILE:+--key-file $GRADLANE_JOB_KEY_FILE}  # gradlaned's peer links
 COMMON="--mode $MODE --model $MODEL --workers $WORKERS --lr $LR --seed $SEED --slots $SLOTS --out $OUT"
 [ "${REPLICA_READS:-0}" = 1 ] && COMMON="$COMMON --replica-reads"

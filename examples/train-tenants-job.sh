@@ -39,7 +39,7 @@ set -- $GRADLANE_HOSTS
 DEV0=${1%%,*}; ADDR0=${1#*,}; DEV1=${2%%,*}; DEV2=${3%%,*}
 TRAIN="$BUILD/examples/gradlane_train"
 rm -rf "$OUT"; mkdir -p "$OUT/job1" "$OUT/job2"
-. "$(dirname "$0")/job-key.sh" "$OUT"
+. "$(dirname "$0")/job-key.sh"; make_job_key "$OUT"
 echo "== tenants, $MODE$([ "$MODE" = gradlane ] && echo " (declared work left: $DECLARE, tau $TAU)"): job 1 $LONG_WORKERS x $LONG_STEPS steps, job 2 $SHORT_WORKERS x $SHORT_STEPS, seed $SEED"
 
 role() {  # NAME CMD...: in the background, output in NAME.log, "STATUS UNIX_TIME" in NAME.exit
