@@ -143,4 +143,16 @@ void check_handshake(std::span<const std::byte> private_data) {
   }
 }
 
+std::vector<MessageSpan> split_into_messages(std::uint64_t length, std::uint64_t largest_message) {
+  const std::uint64_t limit = std::max<std::uint64_t>(1, std::min<std::uint64_t>(largest_message, std::uint64_t{1} << 31));
+  std::vector<MessageSpan> spans;
+  std::uint64_t offset = 0;
+  do {
+    const std::uint64_t n = std::min(limit, length - offset);
+    spans.push_back({offset, static_cast<std::uint32_t>(n)});
+    offset += n;
+  } while (offset < length);
+  return spans;
+}
+
 }  // namespace gradlane::detail

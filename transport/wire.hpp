@@ -68,4 +68,13 @@ enum class Refusal : std::uint16_t {
 std::array<std::byte, 8> encode_refusal(Refusal why);
 std::optional<Refusal> decode_refusal(std::span<const std::byte> private_data);
 
+// A one-sided operation of `length` bytes as work requests the port carries: spans of at most
+// `largest_message` bytes (max_msg_sz, itself at most 2^31), in order, covering it exactly. A
+// length of 0 is one empty span (a doorbell).
+struct MessageSpan {
+  std::uint64_t offset = 0;
+  std::uint32_t length = 0;
+};
+std::vector<MessageSpan> split_into_messages(std::uint64_t length, std::uint64_t largest_message);
+
 }  // namespace gradlane::detail

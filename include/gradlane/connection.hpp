@@ -77,9 +77,10 @@ class Connection {
 
   // ---- one-sided operations (zero-copy between registered regions) ----
   // Each checks both slices against their regions first and throws Error(out_of_range) naming
-  // the operation, without posting anything, when a slice does not fit; a length above the
-  // port's largest message (DeviceInfo::max_message_bytes) is Error(invalid_argument), also
-  // before posting — split such transfers.
+  // the operation, without posting anything, when a slice does not fit. An operation longer
+  // than the port's largest message (DeviceInfo::max_message_bytes, 8 MiB on rxe) is posted as
+  // a chain of work requests of at most that size; the OpId returned is the last one's, whose
+  // completion on the RC queue pair follows every earlier one's, so waiting for it waits for all.
   OpId write(const MemoryRegion& src, std::size_t src_offset, const RegionDescriptor& dst,
              std::uint64_t dst_offset, std::size_t length, Signal signal = Signal::automatic);
   // `length` may be 0: a doorbell with only the immediate.

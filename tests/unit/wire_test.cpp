@@ -167,6 +167,29 @@ TEST(TransportOptionsJobKey, ComesFromTheEnvironmentAndIsBounded) {
   }
 }
 
+TEST(SplitIntoMessages, CoversTheOperationInOrderInSpansThePortCarries) {
+  // 4 GiB + 4 KiB once went out as one 4 KiB work request (a length is 32 bits).
+  const std::uint64_t length = (std::uint64_t{4} << 30) + 4096, largest = std::uint64_t{8} << 20;
+  const auto spans = split_into_messages(length, largest);
+  ASSERT_EQ(spans.size(), 513u);
+  std::uint64_t next = 0;
+  for (const MessageSpan& span : spans) {
+    EXPECT_EQ(span.offset, next);
+    EXPECT_GT(span.length, 0u);
+    EXPECT_LE(span.length, largest);
+    next += span.length;
+  }
+  EXPECT_EQ(next, length);
+  EXPECT_EQ(spans.back().length, 4096u);
+  // One message when it fits; one empty span for a doorbell; never over 2^31 whatever the port says.
+  EXPECT_EQ(split_into_messages(largest, largest).size(), 1u);
+  ASSERT_EQ(split_into_messages(0, largest).size(), 1u);
+  EXPECT_EQ(split_into_messages(0, largest)[0].length, 0u);
+  const auto huge_port = split_into_messages(std::uint64_t{5} << 30, std::uint64_t{1} << 40);
+  ASSERT_EQ(huge_port.size(), 3u);
+  EXPECT_EQ(huge_port[0].length, std::uint32_t{1} << 31);
+}
+
 using Env = std::map<std::string, std::string>;
 std::function<std::optional<std::string>(const char*)> fake(Env vars) {
   return [vars = std::move(vars)](const char* name) -> std::optional<std::string> {
