@@ -1,0 +1,85 @@
+// The cluster simulator's network models (perf/sched/cluster.hpp): under `fair` every NIC
+// direction is shared max-min fairly by the transfers crossing it, so a plain parameter server
+// whose workers write at once fills a scarce server ingress; under `exclusive` each transfer
+// holds the ingress alone at its sender's rate.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+#include "perf/sched/cluster.hpp"
+
+namespace gradlane::sched::sim {
+namespace {
+
+Instant at_ms(double ms) { return Instant{Nanos{static_cast<std::int64_t>(ms * 1e6)}}; }
+
+// 100 workers offering ~5x what the server ingress can take, their egress uneven (each at
+// 1/4..1 of the line rate, redrawn now and then), no straggler.
+ClusterParams scarce_server_ingress(Mode mode, NetworkModel network) {
+  ClusterParams c;
+  c.mode = mode;
+  c.network = network;
+  c.workers = 100;
+  c.bytes = Bytes{64} << 10;
+  c.compute_ms = 1.0;
+  c.worker_gbps = c.server_gbps = 10.0;
+  c.spread = 4.0;
+  c.change_ms = 5.0;
+  c.stragglers = 0;
+  return c;
+}
+
+TEST(NetworkModel, FairIsTheDefaultAndBothParse) {
+  EXPECT_EQ(ClusterParams{}.network, NetworkModel::fair);
+  EXPECT_EQ(parse_network_model("fair"), NetworkModel::fair);
+  EXPECT_EQ(parse_network_model("exclusive"), NetworkModel::exclusive);
+  EXPECT_STREQ(to_string(NetworkModel::exclusive), "exclusive");
+  EXPECT_THROW(parse_network_model("shared"), std::invalid_argument);
+}
+
+TEST(NetworkModel, FifoFillsAScarceServerIngressOnlyWhenItsLinksAreShared) {
+  constexpr double kMs = 50.0;
+  double utilisation[2] = {};
+  for (const NetworkModel network : {NetworkModel::fair, NetworkModel::exclusive}) {
+    Cluster cluster(scarce_server_ingress(Mode::fifo, network));
+    cluster.run_until(at_ms(kMs));
+    const ClusterStats& s = cluster.stats();
+    const double bytes = server_ingress_byte_utilisation(cluster.params(), s, kMs);
+    utilisation[static_cast<int>(network)] = bytes;
+    EXPECT_GT(s.applied, 100U) << to_string(network);
+    EXPECT_LE(bytes, 1.0 + 1e-9) << to_string(network) << ": more bytes than the line rate carries";
+    // The exclusive model reads busy all the time while carrying much less.
+    EXPECT_GT(s.server_busy_ms / kMs, 0.95) << to_string(network);
+  }
+  EXPECT_GT(utilisation[static_cast<int>(NetworkModel::fair)], 0.9);
+  EXPECT_LT(utilisation[static_cast<int>(NetworkModel::exclusive)], 0.7);
+}
+
+// Two identical workers finish computing at the same instant and push 4 KiB each into a server
+// as fast as they are. Shared, both take twice as long and land together; exclusive, the first
+// lands after one transfer time and the second after two.
+TEST(NetworkModel, TwoSimultaneousPushesShareTheServerIngress) {
+  for (const NetworkModel network : {NetworkModel::fair, NetworkModel::exclusive}) {
+    ClusterParams c;
+    c.mode = Mode::fifo;
+    c.network = network;
+    c.workers = 2;
+    c.bytes = 4096;
+    c.compute_ms = 1.0;
+    c.jitter = 0.0;
+    c.worker_gbps = c.server_gbps = 10.0;
+    c.stragglers = 0;
+    Cluster cluster(c);
+    cluster.run_until(at_ms(1.5));  // the next pushes start at 2 ms and more
+    const ClusterStats& s = cluster.stats();
+    ASSERT_EQ(s.applied, 2U) << to_string(network);
+    const double one_transfer_ms = 4096.0 / (10e9 / 8) * 1e3;
+    const double expected = network == NetworkModel::fair ? 4 * one_transfer_ms : 3 * one_transfer_ms;
+    EXPECT_NEAR(s.latency_sum_ms, expected, 1e-5) << to_string(network);
+    EXPECT_EQ(s.server_ingress_bytes, 2 * 4096U) << to_string(network);
+    EXPECT_NEAR(s.server_busy_ms, 2 * one_transfer_ms, 1e-5) << to_string(network);
+  }
+}
+
+}  // namespace
+}  // namespace gradlane::sched::sim
