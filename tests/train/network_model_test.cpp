@@ -81,5 +81,27 @@ TEST(NetworkModel, TwoSimultaneousPushesShareTheServerIngress) {
   }
 }
 
+// Work conservation: when every sender is as fast as the server's NIC, the server ingress
+// carries its full line rate whenever any transfer is on it — also after one of several
+// ends while the others go on (their rates must rise at once, not at the next start).
+TEST(NetworkModel, AServerIngressWithAnyTransferOnItCarriesItsLineRate) {
+  constexpr double kMs = 30.0;
+  ClusterParams c;
+  c.mode = Mode::fifo;
+  c.workers = 50;
+  c.bytes = Bytes{64} << 10;
+  c.compute_ms = 1.0;  // +-20 %: pushes start and end at scattered times
+  c.worker_gbps = c.server_gbps = 10.0;
+  c.stragglers = 0;
+  for (const std::uint64_t seed : {1, 2, 3}) {
+    c.seed = seed;
+    Cluster cluster(c);
+    cluster.run_until(at_ms(kMs));
+    const ClusterStats& s = cluster.stats();
+    EXPECT_GT(s.applied, 200U);
+    EXPECT_NEAR(server_ingress_byte_utilisation(c, s, kMs), s.server_busy_ms / kMs, 1e-6) << "seed " << seed;
+  }
+}
+
 }  // namespace
 }  // namespace gradlane::sched::sim
