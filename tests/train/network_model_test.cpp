@@ -4,6 +4,7 @@
 // holds the ingress alone at its sender's rate.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <stdexcept>
 
 #include "perf/sched/cluster.hpp"
@@ -101,6 +102,42 @@ TEST(NetworkModel, AServerIngressWithAnyTransferOnItCarriesItsLineRate) {
     EXPECT_GT(s.applied, 200U);
     EXPECT_NEAR(server_ingress_byte_utilisation(c, s, kMs), s.server_busy_ms / kMs, 1e-6) << "seed " << seed;
   }
+}
+
+// A bandwidth change in the middle of a transfer: the bytes before it crossed at the old rate,
+// the rest at the new one, and the transfer's end moves accordingly. One worker, its egress the
+// only bottleneck; the rates before and after are read off the bytes carried by two probes (the
+// factors are random), the end from the submit-to-applied latency.
+TEST(NetworkModel, ABandwidthChangeMidTransferMovesItsEnd) {
+  ClusterParams c;
+  c.mode = Mode::fifo;
+  c.workers = 1;
+  c.bytes = Bytes{1} << 20;
+  c.compute_ms = 1.0;  // the push starts at 1 ms
+  c.jitter = 0.0;
+  c.worker_gbps = 10.0;
+  c.server_gbps = 100.0;
+  c.stragglers = 0;
+  c.spread = 4.0;        // egress 1/4..1 of 10 Gb/s: 1 MiB takes 0.84..3.4 ms
+  c.change_ms = 1.5;     // every worker redrawn at 1.5 ms (and 3 ms, after the push ended)
+  c.change_fraction = 1.0;
+  constexpr double kBefore = 0.5, kProbe = 0.1;  // ms of the push before the change; probe after
+  const auto carried_by = [&](double ms) {
+    Cluster probe(c);
+    probe.run_until(at_ms(ms));
+    return static_cast<double>(probe.stats().server_ingress_bytes);
+  };
+  const double rate_before = carried_by(1.0 + kBefore - 1e-6) / (kBefore - 1e-6);  // bytes per ms
+  const double rate_after = (carried_by(1.0 + kBefore + kProbe) - rate_before * kBefore) / kProbe;
+  ASSERT_GT(rate_before, 0);
+  ASSERT_GT(rate_after, 0);
+  ASSERT_GT(std::abs(rate_after / rate_before - 1), 0.01) << "the redraw should change the rate";
+
+  Cluster cluster(c);
+  cluster.run_until(at_ms(3.0 - 1e-6));
+  ASSERT_EQ(cluster.stats().applied, 1U);
+  const double expected_ms = kBefore + (static_cast<double>(c.bytes) - rate_before * kBefore) / rate_after;
+  EXPECT_NEAR(cluster.stats().latency_sum_ms, expected_ms, 2e-5);
 }
 
 }  // namespace
