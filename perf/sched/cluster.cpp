@@ -1,6 +1,7 @@
 #include "perf/sched/cluster.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 #include <variant>
@@ -12,6 +13,10 @@ constexpr std::uint32_t kServerBase = 1'000'000;
 constexpr double kGbps = 1e9 / 8;  // bytes per second in one Gb/s
 
 Nanos from_ms(double ms) { return Nanos{static_cast<std::int64_t>(ms * 1e6)}; }
+
+// fair: fifo and sync are granted everything at once (a plain parameter server has every
+// worker write as soon as its update is ready), so their grant horizon is longer than any run.
+constexpr Nanos kGrantAtOnce = std::chrono::hours{24 * 365};
 
 }  // namespace
 
@@ -29,6 +34,26 @@ Mode parse_mode(const std::string& name) {
   if (name == "gradlane") return Mode::gradlane;
   if (name == "sync") return Mode::sync;
   throw std::invalid_argument("unknown mode '" + name + "': use gradlane, fifo or sync");
+}
+
+const char* to_string(NetworkModel network) {
+  switch (network) {
+    case NetworkModel::fair: return "fair";
+    case NetworkModel::exclusive: return "exclusive";
+  }
+  return "?";
+}
+
+NetworkModel parse_network_model(const std::string& name) {
+  if (name == "fair") return NetworkModel::fair;
+  if (name == "exclusive") return NetworkModel::exclusive;
+  throw std::invalid_argument("unknown network model '" + name + "': use fair or exclusive");
+}
+
+double server_ingress_byte_utilisation(const ClusterParams& p, const ClusterStats& s, double elapsed_ms) {
+  if (!(elapsed_ms > 0)) return 0.0;
+  const double line_bytes = p.server_gbps * kGbps * p.servers * elapsed_ms / 1e3;
+  return static_cast<double>(s.server_ingress_bytes) / line_bytes;
 }
 
 std::optional<std::string> ClusterParams::validate() const {
@@ -57,6 +82,7 @@ Cluster::Cluster(const ClusterParams& p, Observer* observer)
   SchedulerConfig c;
   c.ordering = p.mode == Mode::gradlane ? Ordering::mlfabric : Ordering::fifo;
   c.grant_horizon = Nanos{static_cast<std::int64_t>(p.horizon_us * 1e3)};
+  if (p.network == NetworkModel::fair && p.mode != Mode::gradlane) c.grant_horizon = kGrantAtOnce;
   c.replica_bound = p.replica_bound;
   c.bandwidth.default_bytes_per_sec = p.worker_gbps * kGbps;
   if (p.mode == Mode::gradlane) {
@@ -74,6 +100,8 @@ Cluster::Cluster(const ClusterParams& p, Observer* observer)
     true_in_[id] = p.server_gbps * kGbps;
     next_apply_[id] = 1;
   }
+  server_flows_.assign(p.servers, 0);
+  link_index_.assign(2 * std::size_t{p.workers} + p.servers, -1);
   workers_.resize(p.workers);
   factor_.assign(p.workers, 1.0);
   for (std::uint32_t w = 0; w < p.workers; ++w) {
@@ -113,8 +141,11 @@ void Cluster::run_until(Instant end) {
       handle(e, now);
     }
     decide(now);
+    if (wire_changed_) reshare(now);
   }
   now_ = std::max(now_, end);
+  // Nothing changes rates before the next event (after `end`): the bytes up to `end` are known.
+  if (p_.network == NetworkModel::fair) advance_wire(now_);
 }
 
 const ClusterStats& Cluster::stats() {
@@ -122,6 +153,9 @@ const ClusterStats& Cluster::stats() {
   for (std::uint32_t s = 0; s < p_.servers; ++s) stats_.server_slots += scheduler_->server_version(server(s));
   stats_.aggregates = scheduler_->stats().aggregates;
   stats_.aggregated = scheduler_->stats().redirects;
+  if (p_.network == NetworkModel::fair) {
+    stats_.server_ingress_bytes = static_cast<Bytes>(std::llround(server_bytes_carried_));
+  }
   return stats_;
 }
 
@@ -153,8 +187,14 @@ void Cluster::handle(const Event& e, Instant now) {
       ++stats_.submitted;
       break;
     }
+    case Kind::transfer_start:
+      put_on_wire(e.a, now);
+      break;
     case Kind::transfer_done:
       finish_transfer(e.a, now);
+      break;
+    case Kind::wire_done:
+      if (e.a == wire_generation_) finish_due_flows(now);
       break;
     case Kind::replica_ack:
       scheduler_->replica_ack(server(static_cast<std::uint32_t>(e.a)), e.b);
@@ -168,6 +208,10 @@ void Cluster::handle(const Event& e, Instant now) {
 }
 
 void Cluster::change_bandwidth(Instant now) {
+  if (p_.network == NetworkModel::fair) {  // the old rates held until now; the new ones from now
+    advance_wire(now);
+    wire_changed_ = true;
+  }
   std::uniform_real_distribution<double> u(0.0, 1.0);
   for (std::uint32_t w = 0; w < p_.workers; ++w) {
     if (u(net_rng_) < p_.change_fraction) factor_[w] = draw_factor();
@@ -212,6 +256,109 @@ void Cluster::decide(Instant now) {
 }
 
 void Cluster::start(std::uint64_t id, Transfer t, Instant slot_start, Instant now) {
+  if (p_.network == NetworkModel::exclusive) {
+    start_exclusive(id, std::move(t), slot_start, now);
+    return;
+  }
+  // fifo and sync send as soon as granted; gradlane at its slot start (the scheduler's whole
+  // point is when each transfer begins). Either way it then shares the links.
+  const Instant begin = p_.mode == Mode::gradlane ? std::max(slot_start, now) : now;
+  transfers_.emplace(id, std::move(t));
+  if (begin > now) {
+    push(begin, Kind::transfer_start, id);
+  } else {
+    put_on_wire(id, now);
+  }
+}
+
+std::uint32_t Cluster::link_key_of_ingress(EndpointId receiver) const {
+  const std::uint32_t id = to_int(receiver);
+  return id >= kServerBase ? p_.workers + (id - kServerBase) : p_.workers + p_.servers + (id - 1);
+}
+
+double Cluster::link_capacity(std::uint32_t key) const {
+  if (key < p_.workers) return worker_egress(key);
+  if (key < p_.workers + p_.servers) return true_in_.at(server(key - p_.workers));
+  return true_in_.at(worker(key - p_.workers - p_.servers));
+}
+
+void Cluster::put_on_wire(std::uint64_t id, Instant now) {
+  advance_wire(now);  // the bytes so far moved at the rates without this transfer
+  const Transfer& t = transfers_.at(id);
+  WireFlow f;
+  f.transfer = id;
+  f.egress_link = to_int(t.out) - 1;  // only workers send (aggregators are workers)
+  f.ingress_link = link_key_of_ingress(t.in);
+  if (t.to_server) {
+    f.server = to_int(t.in) - kServerBase;
+    if (server_flows_[*f.server]++ == 0) ++busy_servers_;
+  }
+  f.remaining = static_cast<double>(t.bytes);
+  wire_.push_back(f);
+  begins_[id] = now;
+  wire_changed_ = true;
+}
+
+void Cluster::advance_wire(Instant now) {
+  if (now <= wire_clock_) return;
+  const double seconds = static_cast<double>((now - wire_clock_).count()) / 1e9;
+  wire_clock_ = now;
+  for (WireFlow& f : wire_) {
+    // A flow never carries more than it has left (its end is rounded up to a whole ns).
+    const double carried = std::min(f.rate * seconds, std::max(0.0, f.remaining));
+    f.remaining -= carried;
+    if (f.server) server_bytes_carried_ += carried;
+  }
+  stats_.server_busy_ms += busy_servers_ * seconds * 1e3;
+}
+
+void Cluster::reshare(Instant now) {
+  wire_changed_ = false;
+  ++wire_generation_;  // whatever wire_done is queued was computed on the old rates
+  fair_share_.clear();
+  for (const std::uint32_t key : used_links_) link_index_[key] = -1;
+  used_links_.clear();
+  const auto index_of = [&](std::uint32_t key) {
+    if (link_index_[key] < 0) {
+      link_index_[key] = fair_share_.add_link(link_capacity(key));
+      used_links_.push_back(key);
+    }
+    return static_cast<std::uint32_t>(link_index_[key]);
+  };
+  for (const WireFlow& f : wire_) {
+    const std::uint32_t links[] = {index_of(f.egress_link), index_of(f.ingress_link)};
+    fair_share_.add_flow(links);
+  }
+  const std::vector<double>& rates = fair_share_.solve();
+  std::optional<double> first_end_ns;
+  for (std::size_t i = 0; i < wire_.size(); ++i) {
+    wire_[i].rate = rates[i];
+    if (rates[i] <= 0) continue;
+    const double end_ns = std::max(0.0, wire_[i].remaining) / rates[i] * 1e9;
+    if (!first_end_ns || end_ns < *first_end_ns) first_end_ns = end_ns;
+  }
+  // Rounded up, and at least 1 ns: when it fires, that transfer has no bytes left.
+  if (first_end_ns) {
+    const auto ns = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(*first_end_ns)));
+    push(now + Nanos{ns}, Kind::wire_done, wire_generation_);
+  }
+}
+
+void Cluster::finish_due_flows(Instant now) {
+  advance_wire(now);
+  wire_changed_ = true;  // even if rounding left every flow a hair short: reshare reschedules
+  std::vector<std::uint64_t> done;
+  std::erase_if(wire_, [&](const WireFlow& f) {
+    // What is left would cross within the nanosecond this event was rounded to (or rounding).
+    if (f.remaining > f.rate * 1e-9 + 1e-6) return false;
+    if (f.server && --server_flows_[*f.server] == 0) --busy_servers_;
+    done.push_back(f.transfer);
+    return true;
+  });
+  for (const std::uint64_t id : done) finish_transfer(id, now);
+}
+
+void Cluster::start_exclusive(std::uint64_t id, Transfer t, Instant slot_start, Instant now) {
   Instant& out_free = busy_out_[t.out];
   Instant& in_free = busy_in_[t.in];
   const Instant begin = std::max({slot_start, now, out_free, in_free});

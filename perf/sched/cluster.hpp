@@ -8,9 +8,20 @@
 //    `compute_ms` (uniform +-jitter), then pull the model (instantly: server egress is not
 //    modelled, the same for every mode) and compute the next. The update is computed on the
 //    server version current when its compute step started.
-//  - Every NIC direction is a serial resource: a transfer starts at max(its slot start, the
-//    moment both NICs are actually free) and runs at min(true egress, true ingress). The
-//    scheduler only knows declared line rates and what complete() teaches it.
+//  - The network (NetworkModel). fair, the default: every NIC direction is a link shared
+//    max-min fairly (fair_share.hpp) by the transfers crossing it at the moment — sender
+//    egress at the worker's true rate, receiver ingress at the receiver's — and the rates are
+//    recomputed whenever a transfer starts or ends or a bandwidth factor changes. That is
+//    what an RDMA NIC does with several writers: it interleaves them. fifo and sync then send
+//    every update as soon as it is granted (the scheduler grants them all at once), as a
+//    plain parameter server would; gradlane's slots still decide when its transfers begin,
+//    after which they share the links like everything else in flight.
+//    exclusive: every NIC direction is a serial resource: a transfer starts at max(its slot
+//    start, the moment both NICs are actually free) and runs at min(true egress, true
+//    ingress) alone. That holds a server's ingress for a whole update at the slower NIC's
+//    rate, so a baseline whose workers are slower than the server cannot fill it.
+//    In both, the scheduler only knows declared line rates and what complete() teaches it
+//    (the measured duration of each transfer, from its start to its last byte).
 //  - Worker egress is uneven and changes: each worker's true egress is worker_gbps times a
 //    factor log-uniform in [1/spread, 1], redrawn for change_fraction of the workers every
 //    change_ms; the first `stragglers` workers are further slowed by straggler_slowdown.
@@ -33,6 +44,7 @@
 #include <tuple>
 #include <vector>
 
+#include "perf/sched/fair_share.hpp"
 #include "sidecar/core/scheduler.hpp"
 
 namespace gradlane::sched::sim {
@@ -45,6 +57,14 @@ enum class Mode : std::uint8_t {
 const char* to_string(Mode mode);
 // "fifo", "gradlane" or "sync"; throws std::invalid_argument naming the accepted ones.
 Mode parse_mode(const std::string& name);
+
+enum class NetworkModel : std::uint8_t {
+  fair,       // each NIC direction shared max-min fairly by the transfers crossing it
+  exclusive,  // each NIC direction carries one transfer at a time, at the slower NIC's rate
+};
+const char* to_string(NetworkModel network);
+// "fair" or "exclusive"; throws std::invalid_argument naming the accepted ones.
+NetworkModel parse_network_model(const std::string& name);
 
 struct ClusterParams {
   std::uint32_t workers = 1000;
@@ -65,6 +85,7 @@ struct ClusterParams {
   std::uint64_t seed = 1;
 
   Mode mode = Mode::gradlane;
+  NetworkModel network = NetworkModel::fair;
   std::optional<std::uint32_t> tau = 500;  // gradlane only
   bool aggregation = true;                 // gradlane only
 
@@ -107,11 +128,18 @@ struct ClusterStats {
   double latency_sum_ms = 0;          // submit -> applied, per applied gradient
   std::uint64_t straggler_applied = 0;
   std::uint64_t straggler_drops = 0;
-  double server_busy_ms = 0;
-  Bytes server_ingress_bytes = 0;  // bytes that crossed a server's ingress (simulated)
+  double server_busy_ms = 0;  // summed over servers: time their ingress carried any transfer
+  // Bytes that crossed a server's ingress. fair: as they cross (up to now); exclusive: a whole
+  // transfer's when it starts (as before the fair model existed).
+  Bytes server_ingress_bytes = 0;
   std::size_t peak_pending_aggregates = 0;  // formed, not yet granted a server slot
   std::uint64_t schedule_calls = 0;
 };
+
+// The share of the servers' ingress line rate that carried bytes over `elapsed_ms`:
+// server_ingress_bytes / (servers x server line rate x elapsed). Unlike server_busy_ms, a link
+// carrying one transfer at a tenth of its rate counts as a tenth used.
+double server_ingress_byte_utilisation(const ClusterParams& params, const ClusterStats& stats, double elapsed_ms);
 
 class Cluster {
  public:
@@ -126,12 +154,20 @@ class Cluster {
   const ClusterParams& params() const { return p_; }
 
  private:
-  enum class Kind { compute_done, transfer_done, replica_ack, wake, bandwidth_change };
+  enum class Kind {
+    compute_done,
+    transfer_start,  // fair: a transfer's slot begins
+    transfer_done,   // exclusive: a transfer's last byte arrives
+    wire_done,       // fair: the first transfer on the wire to end, as of the last reshare
+    replica_ack,
+    wake,
+    bandwidth_change,
+  };
   struct Event {
     Instant at;
     std::uint64_t order;  // FIFO among equal times: deterministic
     Kind kind;
-    std::uint64_t a;      // worker index / transfer id / server index
+    std::uint64_t a;      // worker index / transfer id / server index / wire generation
     std::uint64_t b;      // seq for acks
     bool operator>(const Event& o) const { return std::tie(at, order) > std::tie(o.at, o.order); }
   };
@@ -148,6 +184,14 @@ class Cluster {
     Bytes bytes = 0;
     std::vector<RequestId> gradients;
   };
+  struct WireFlow {  // fair: a transfer on the wire
+    std::uint64_t transfer = 0;
+    std::uint32_t egress_link = 0;   // link keys (see wire_ below)
+    std::uint32_t ingress_link = 0;
+    std::optional<std::uint32_t> server;  // the server whose ingress it enters, if any
+    double remaining = 0;            // bytes, as of wire_clock_
+    double rate = 0;                 // bytes per second, since the last reshare
+  };
   struct Pending {  // an aggregate being collected
     std::size_t expected = 0;
     std::size_t arrived = 0;
@@ -163,6 +207,15 @@ class Cluster {
   void handle(const Event& e, Instant now);
   void decide(Instant now);
   void start(std::uint64_t id, Transfer t, Instant slot_start, Instant now);
+  void start_exclusive(std::uint64_t id, Transfer t, Instant slot_start, Instant now);
+  // The fair model's wire: transfers enter and leave it; advance_wire() moves their bytes on at
+  // the current rates; reshare() computes new rates and schedules the next wire_done.
+  void put_on_wire(std::uint64_t id, Instant now);
+  void advance_wire(Instant now);
+  void reshare(Instant now);
+  void finish_due_flows(Instant now);
+  std::uint32_t link_key_of_ingress(EndpointId receiver) const;
+  double link_capacity(std::uint32_t key) const;
   void launch_aggregate(std::uint64_t aggregate, Instant now);
   void finish_transfer(std::uint64_t id, Instant now);
   void apply(EndpointId at, std::vector<RequestId> requests, Seq seq, Instant now);
@@ -192,6 +245,18 @@ class Cluster {
   std::map<std::uint64_t, Instant> begins_;
   std::map<std::uint64_t, Pending> pending_;
   std::vector<Gradient> step_;  // sync: the gradients of the current step at the server
+  // Fair model. Link keys: worker w's egress is w, server s's ingress workers + s, worker w's
+  // ingress (as an aggregator) workers + servers + w.
+  std::vector<WireFlow> wire_;
+  FairShare fair_share_;
+  std::vector<std::int64_t> link_index_;     // per link key: its index in fair_share_, or -1
+  std::vector<std::uint32_t> used_links_;    // keys set in link_index_ by the last reshare
+  std::vector<std::uint32_t> server_flows_;  // per server: transfers on the wire into it
+  std::uint32_t busy_servers_ = 0;           // servers with any
+  Instant wire_clock_{};                     // WireFlow::remaining is as of this instant
+  std::uint64_t wire_generation_ = 0;        // a wire_done of an older reshare is stale
+  bool wire_changed_ = false;                // a transfer entered or left, or a rate changed
+  double server_bytes_carried_ = 0;
   std::optional<Instant> scheduled_wake_;
   std::vector<Outcome> out_;
   std::vector<Gradient> scratch_;

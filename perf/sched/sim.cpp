@@ -3,8 +3,12 @@
 // ordering (network-aware SJF + staleness bound tau + aggregation).
 //
 // The model of workers, links and the server is cluster.hpp's (shared with gradlane_train_sim,
-// which trains a real model on the same traffic); here every worker runs at its declared rate
-// but the straggler, whose egress is --straggler-slowdown times slower than declared.
+// which trains a real model on the same traffic); by default every worker runs at its declared
+// rate but the straggler, whose egress is --straggler-slowdown times slower than declared
+// (--spread makes every worker's egress uneven, --change-ms redraws it now and then).
+// --network picks how NICs carry concurrent transfers (fair sharing by default, or one at a
+// time); "server ingress busy" is the time it carried anything, "bytes carried" the share of
+// its line rate actually used.
 // Delay of an applied gradient = (server version it is applied to) - (version computed on),
 // counted per gradient (each member of an aggregate counts).
 //
@@ -51,6 +55,7 @@ int main(int argc, char** argv) {
   double duration_ms = 2000.0;
   std::uint32_t tau = 500;
   std::string policy = "both";
+  std::string network = sim::to_string(p.network);
   CLI::App app{"gradlane_sched_sim: FIFO vs MLfabric scheduling of async parameter-server updates"};
   app.add_option("--workers", p.workers, "number of workers")->check(CLI::Range(1u, 100000u));
   app.add_option("--servers", p.servers, "number of servers (worker w pushes to w % servers)")
@@ -64,6 +69,11 @@ int main(int argc, char** argv) {
   app.add_option("--stragglers", p.stragglers, "workers with a slowed egress");
   app.add_option("--straggler-slowdown", p.straggler_slowdown, "their egress is this many times slower")
       ->check(CLI::Range(1.0, 1e6));
+  app.add_option("--spread", p.spread, "worker egress log-uniform in [rate/spread, rate]")->check(CLI::Range(1.0, 1e6));
+  app.add_option("--change-ms", p.change_ms, "every this often, redraw some workers' egress (0: never)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--change-fraction", p.change_fraction, "share of workers redrawn per change")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--duration-ms", duration_ms, "simulated time")->check(CLI::PositiveNumber);
   app.add_option("--tau", tau, "staleness bound for the MLfabric run");
   app.add_option("--replica-bound", p.replica_bound, "B: sequence numbers ahead of the replica")
@@ -74,7 +84,12 @@ int main(int argc, char** argv) {
   app.add_option("--seed", p.seed, "random seed (compute times)");
   app.add_option("--policy", policy, "fifo, mlfabric or both")
       ->check(CLI::IsMember({"fifo", "mlfabric", "both"}));
+  app.add_option("--network", network,
+                 "fair: each NIC shared max-min fairly by the transfers crossing it; "
+                 "exclusive: one transfer at a time per NIC direction")
+      ->check(CLI::IsMember({"fair", "exclusive"}));
   CLI11_PARSE(app, argc, argv);
+  p.network = sim::parse_network_model(network);
   if (p.stragglers > p.workers) {
     fmt::print(stderr, "--stragglers ({}) cannot exceed --workers ({})\n", p.stragglers, p.workers);
     return 2;
@@ -88,11 +103,12 @@ int main(int argc, char** argv) {
 
   fmt::print(
       "gradlane_sched_sim: {} workers -> {} server(s), {:.2f} MiB updates, compute {} ms +-{:.0f}%,\n"
-      "  workers {} Gb/s, servers {} Gb/s, {} straggler(s) at 1/{} egress, tau {}, B {}, "
-      "{} ms simulated, seed {}\n\n",
+      "  workers {} Gb/s (spread {}, redrawn every {} ms), servers {} Gb/s, {} straggler(s) at 1/{} egress, "
+      "tau {}, B {}, "
+      "{} ms simulated, seed {}, {} network\n\n",
       p.workers, p.servers, static_cast<double>(p.bytes) / (1 << 20), p.compute_ms, p.jitter * 100,
-      p.worker_gbps, p.server_gbps, p.stragglers, p.straggler_slowdown, tau, p.replica_bound,
-      duration_ms, p.seed);
+      p.worker_gbps, p.spread, p.change_ms, p.server_gbps, p.stragglers, p.straggler_slowdown, tau, p.replica_bound,
+      duration_ms, p.seed, sim::to_string(p.network));
   fmt::print("{:<34}", "");
   for (const Result& r : results) fmt::print("{:>14}", r.name);
   fmt::print("\n");
@@ -132,6 +148,9 @@ int main(int argc, char** argv) {
   });
   row("server ingress busy (%)", [&](const Result& r) {
     return fmt::format("{:.1f}", 100.0 * r.server_busy_ms / (duration_ms * p.servers));
+  });
+  row("server ingress bytes carried (%)", [&](const Result& r) {
+    return fmt::format("{:.1f}", 100.0 * sim::server_ingress_byte_utilisation(p, r, duration_ms));
   });
   row("straggler applied / dropped", [](const Result& r) {
     return fmt::format("{} / {}", r.straggler_applied, r.straggler_drops);

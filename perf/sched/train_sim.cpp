@@ -54,9 +54,9 @@ int main(int argc, char** argv) try {
   sim::ClusterParams c;
   // The defaults, the overloaded regime: 1,000 workers computing 10 ms steps over uneven,
   // changing 25 Gb/s links (each worker at 1/4..1 of it, 10 stragglers at a further 1/10) into
-  // a 25 Gb/s server. Slots are exclusive at the server and run at the slower NIC, so an update
-  // holds the server ~22 us on average: 100,000 offered per second against ~45,000 it can take.
-  // --worker-gbps 100 --server-gbps 100 is the light regime (about half that load).
+  // a 25 Gb/s server: 100,000 updates offered per second, about what its line rate carries.
+  // (With --network exclusive an update holds the server alone at its sender's rate, ~22 us on
+  // average, and it takes ~45,000.) --worker-gbps 100 --server-gbps 100 is the light regime.
   c.workers = 1000;
   c.compute_ms = 10.0;
   c.worker_gbps = 25.0;
@@ -67,6 +67,7 @@ int main(int argc, char** argv) try {
   c.stragglers = 10;
   c.straggler_slowdown = 10.0;
   sim::TrainParams t;
+  std::string network = sim::to_string(c.network);
   std::string mode = "gradlane", model_name = "softmax", eval = "test", data_dir = train::kDefaultFashionMnistDir;
   std::string json_path, csv_path;
   std::int64_t tau = -1;  // -1: default_tau(workers); 0: unbounded
@@ -78,6 +79,10 @@ int main(int argc, char** argv) try {
   app.add_option("--lr", t.learning_rate, "learning rate (sync: of the averaged gradient)")->check(CLI::PositiveNumber);
   app.add_option("--tau", tau, "staleness bound in versions (gradlane); 0 = unbounded; default 2 x workers");
   app.add_flag("--no-aggregation", no_aggregation, "gradlane without aggregation");
+  app.add_option("--network", network,
+                 "fair: each NIC shared max-min fairly by the transfers crossing it; "
+                 "exclusive: one transfer at a time per NIC direction")
+      ->check(CLI::IsMember({"fair", "exclusive"}));
   app.add_option("--workers", c.workers, "simulated workers")->check(CLI::Range(1u, 100000u));
   app.add_option("--compute-ms", c.compute_ms, "mean compute time per step")->check(CLI::PositiveNumber);
   app.add_option("--jitter", c.jitter, "compute time is uniform in mean*(1 +- jitter)")->check(CLI::Range(0.0, 0.99));
@@ -108,6 +113,7 @@ int main(int argc, char** argv) try {
   CLI11_PARSE(app, argc, argv);
 
   c.mode = sim::parse_mode(mode);
+  c.network = sim::parse_network_model(network);
   c.aggregation = !no_aggregation;
   if (tau < 0) tau = default_tau(c.workers);
   c.tau = tau == 0 ? std::nullopt : std::optional<std::uint32_t>(static_cast<std::uint32_t>(tau));
@@ -131,17 +137,19 @@ int main(int argc, char** argv) try {
 
   const auto& s = r.stats;
   const double seconds = r.curve.back().t_ms / 1e3;
-  fmt::print("{} lr {} tau {} aggregation {} | {} workers, server {} Gb/s, {} B updates, seed {}\n", mode,
-             t.learning_rate, tau == 0 ? std::string("unbounded") : std::to_string(tau), c.aggregation ? "on" : "off",
-             c.workers, c.server_gbps, c.bytes, c.seed);
+  fmt::print("{} lr {} tau {} aggregation {} | {} workers, server {} Gb/s, {} B updates, {} network, seed {}\n",
+             mode, t.learning_rate, tau == 0 ? std::string("unbounded") : std::to_string(tau),
+             c.aggregation ? "on" : "off", c.workers, c.server_gbps, c.bytes, network, c.seed);
   fmt::print("  time to {:.0f}%: {}  best accuracy {:.4f}  final {:.4f}\n", t.target * 100,
              r.time_to_target_ms ? fmt::format("{:.0f} ms", *r.time_to_target_ms) : std::string("not reached"),
              r.best_accuracy, r.curve.back().accuracy);
   fmt::print("  gradients applied {} ({:.0f}/s simulated), versions {}, drops {}, aggregates {} ({} gradients)\n",
              s.applied, static_cast<double>(s.applied) / seconds, s.server_slots, s.drops, s.aggregates, s.aggregated);
-  fmt::print("  delay in versions p50 {} p99 {}; in gradients p50 {} p99 {}; server ingress busy {:.1f} %, {:.1f} MB\n",
-             percentile(s.delays, 0.5), percentile(s.delays, 0.99), percentile(r.gradient_delays, 0.5),
-             percentile(r.gradient_delays, 0.99), 100.0 * s.server_busy_ms / (seconds * 1e3),
+  const double byte_utilisation = sim::server_ingress_byte_utilisation(c, s, seconds * 1e3);
+  fmt::print("  delay in versions p50 {} p99 {}; in gradients p50 {} p99 {}\n", percentile(s.delays, 0.5),
+             percentile(s.delays, 0.99), percentile(r.gradient_delays, 0.5), percentile(r.gradient_delays, 0.99));
+  fmt::print("  server ingress busy {:.1f} %, carried {:.1f} % of its line rate ({:.1f} MB)\n",
+             100.0 * s.server_busy_ms / (seconds * 1e3 * c.servers), 100.0 * byte_utilisation,
              static_cast<double>(s.server_ingress_bytes) / 1e6);
   fmt::print("  wall {:.1f} s; schedule() calls {}, peak pending aggregates {}\n", r.wall_s, s.schedule_calls,
              s.peak_pending_aggregates);
@@ -149,6 +157,7 @@ int main(int argc, char** argv) try {
   if (!json_path.empty()) {
     nlohmann::json j;
     j["config"] = {{"mode", mode},
+                   {"network", network},
                    {"lr", t.learning_rate},
                    {"tau", tau},
                    {"aggregation", c.aggregation},
@@ -195,7 +204,8 @@ int main(int argc, char** argv) try {
         {"aggregated", s.aggregated},
         {"steps", s.steps},
         {"server_ingress_bytes", s.server_ingress_bytes},
-        {"server_busy_share", s.server_busy_ms / (seconds * 1e3)},
+        {"server_busy_share", s.server_busy_ms / (seconds * 1e3 * c.servers)},
+        {"server_byte_utilisation", byte_utilisation},
         {"delay_versions_p50", percentile(s.delays, 0.5)},
         {"delay_versions_p99", percentile(s.delays, 0.99)},
         {"delay_gradients_p50", percentile(r.gradient_delays, 0.5)},
