@@ -71,6 +71,7 @@ struct Worker::State {
   std::optional<Connection> aggregator;
   RegionDescriptor aggregator_slots;
   std::uint64_t failovers = 0;
+  std::uint64_t failovers_at_pull = 0;  // `failovers` when the last pull read its version
   std::uint64_t bytes_copied = 0;  // Worker::bytes_copied()
 
   Connection& push_target() { return aggregator ? *aggregator : server; }
@@ -708,6 +709,15 @@ struct Worker::State {
                                   "server over", std::chrono::duration_cast<Millis>(now - *refused_since).count(),
                                   sidecar::reason_name(g.reason), options.server_endpoint));
         }
+        // The model was pulled from a server that died since, which had applied updates its
+        // replica had not yet when it was promoted (up to the replica bound): the version is
+        // ahead of the new server's. The push did not happen; the caller pulls the new
+        // server's model and goes on. Without a failover it is the application's error.
+        if (g.reason == sidecar::Reason::version_from_future && failovers != failovers_at_pull) {
+          PushResult lost;
+          lost.lost = true;
+          return lost;
+        }
         throw Error(Errc::protocol, fmt::format("the sidecar refused the push: {}", sidecar::reason_name(g.reason)));
       default:
         throw Error(Errc::protocol, fmt::format("the sidecar answered the push with '{}', which a ps::Worker does not "
@@ -860,7 +870,10 @@ PullResult Worker::pull() {
       continue;  // read the new server's shard
     }
     const std::uint64_t v1 = version_in(first), v2 = version_in(last);
-    if (consistent_snapshot(v1, v2)) return {v1 / 2, attempt};
+    if (consistent_snapshot(v1, v2)) {
+      s.failovers_at_pull = s.failovers;
+      return {v1 / 2, attempt};
+    }
   }
   throw Error(Errc::timeout, fmt::format("pull from {}: the shard was mid-apply in {} consecutive reads",
                                          s.server.describe(), kMaxPullAttempts));
