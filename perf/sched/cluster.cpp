@@ -25,6 +25,9 @@ const char* to_string(Mode mode) {
     case Mode::fifo: return "fifo";
     case Mode::gradlane: return "gradlane";
     case Mode::sync: return "sync";
+    case Mode::fifo_sa: return "fifo-sa";
+    case Mode::backup: return "backup";
+    case Mode::ssp: return "ssp";
   }
   return "?";
 }
@@ -33,8 +36,13 @@ Mode parse_mode(const std::string& name) {
   if (name == "fifo") return Mode::fifo;
   if (name == "gradlane") return Mode::gradlane;
   if (name == "sync") return Mode::sync;
-  throw std::invalid_argument("unknown mode '" + name + "': use gradlane, fifo or sync");
+  if (name == "fifo-sa") return Mode::fifo_sa;
+  if (name == "backup") return Mode::backup;
+  if (name == "ssp") return Mode::ssp;
+  throw std::invalid_argument("unknown mode '" + name + "': use gradlane, fifo, sync, fifo-sa, backup or ssp");
 }
+
+bool is_synchronous(Mode mode) { return mode == Mode::sync || mode == Mode::backup; }
 
 const char* to_string(NetworkModel network) {
   switch (network) {
@@ -60,7 +68,8 @@ std::optional<std::string> ClusterParams::validate() const {
   if (workers == 0) return "workers must be at least 1";
   if (servers == 0) return "servers must be at least 1";
   if (stragglers > workers) return "stragglers cannot exceed workers";
-  if (mode == Mode::sync && servers != 1) return "sync mode simulates one server";
+  if (is_synchronous(mode) && servers != 1) return "sync and backup modes simulate one server";
+  if (mode == Mode::backup && backup_workers >= workers) return "backup workers must be fewer than workers";
   if (bytes == 0) return "bytes must be positive";
   if (!(compute_ms > 0) || !(worker_gbps > 0) || !(server_gbps > 0)) {
     return "compute time and line rates must be positive";
@@ -100,6 +109,7 @@ Cluster::Cluster(const ClusterParams& p, Observer* observer)
     true_in_[id] = p.server_gbps * kGbps;
     next_apply_[id] = 1;
   }
+  if (!is_synchronous(p.mode)) clock_counts_[0] = p.workers;
   server_flows_.assign(p.servers, 0);
   link_index_.assign(2 * std::size_t{p.workers} + p.servers, -1);
   workers_.resize(p.workers);
@@ -160,17 +170,48 @@ const ClusterStats& Cluster::stats() {
 }
 
 void Cluster::start_compute(std::uint32_t w, Instant now) {
-  workers_[w].computed_on = applied_[server(w % p_.servers)];
-  workers_[w].token = observer_ ? observer_->pulled(w) : 0;
+  Worker& worker = workers_[w];
+  worker.computed_on = applied_[server(w % p_.servers)];
+  worker.token = observer_ ? observer_->pulled(w) : 0;
+  worker.computing = true;
+  if (!clock_counts_.empty()) {
+    stats_.max_clock_lead = std::max(stats_.max_clock_lead, worker.clock - slowest_clock());
+  }
   std::uniform_real_distribution<double> u(1.0 - p_.jitter, 1.0 + p_.jitter);
   const auto ns = static_cast<std::int64_t>(p_.compute_ms * 1e6 * u(rng_));
-  push(now + Nanos{ns}, Kind::compute_done, w);
+  // The clock goes with the event: backup abandons a computation by moving the clock on.
+  push(now + Nanos{ns}, Kind::compute_done, w, worker.clock);
+}
+
+void Cluster::finish_step(std::uint32_t w, Instant now) {
+  std::uint64_t& clock = workers_[w].clock;
+  const auto at = clock_counts_.find(clock);
+  if (--at->second == 0) clock_counts_.erase(at);
+  ++clock;
+  ++clock_counts_[clock];
+  if (p_.mode == Mode::ssp && clock > slowest_clock() + p_.ssp_bound) {
+    waiting_by_clock_[clock].push_back(w);
+    ++stats_.ssp_waits;
+  } else {
+    start_compute(w, now);
+  }
+  start_waiting_workers(now);  // this may have been the slowest
+}
+
+void Cluster::start_waiting_workers(Instant now) {
+  while (!waiting_by_clock_.empty() && waiting_by_clock_.begin()->first <= slowest_clock() + p_.ssp_bound) {
+    const std::vector<std::uint32_t> ready = std::move(waiting_by_clock_.begin()->second);
+    waiting_by_clock_.erase(waiting_by_clock_.begin());
+    for (const std::uint32_t w : ready) start_compute(w, now);
+  }
 }
 
 void Cluster::handle(const Event& e, Instant now) {
   switch (e.kind) {
     case Kind::compute_done: {
       const auto w = static_cast<std::uint32_t>(e.a);
+      if (e.b != workers_[w].clock) break;  // abandoned: its step was applied without it
+      workers_[w].computing = false;
       Request r;
       r.id = RequestId{next_request_++};
       r.job = JobId{1};
@@ -180,7 +221,7 @@ void Cluster::handle(const Event& e, Instant now) {
       r.bytes = p_.bytes;
       r.computed_on = workers_[w].computed_on;
       submit_time_[r.id] = now;
-      gradients_[r.id] = Gradient{r.id, w, r.computed_on, workers_[w].token};
+      gradients_[r.id] = Gradient{r.id, w, r.computed_on, workers_[w].token, workers_[w].clock, 0};
       if (scheduler_->submit(r, now) != SubmitStatus::accepted) {
         throw std::logic_error("Cluster: the scheduler refused a well-formed request");
       }
@@ -244,7 +285,7 @@ void Cluster::decide(Instant now) {
       ++stats_.drops;
       if (dropped.worker < p_.stragglers) ++stats_.straggler_drops;
       if (observer_) observer_->dropped(dropped);
-      start_compute(dropped.worker, now);  // pull a fresh model, compute again
+      finish_step(dropped.worker, now);  // pull a fresh model, compute again
     }
   }
   // Work held back only by the grant horizon needs a decision at that time even if no
@@ -392,7 +433,7 @@ void Cluster::finish_transfer(std::uint64_t id, Instant now) {
   begins_.erase(id);
   scheduler_->complete(TransferId{id}, now, now - begin);
   if (!t.to_server) {  // a member reached its aggregator; its worker goes on
-    start_compute(gradients_.at(t.gradients.front()).worker, now);
+    finish_step(gradients_.at(t.gradients.front()).worker, now);
     Pending& pa = pending_[t.aggregate];
     ++pa.arrived;
     pa.last_arrival = std::max(pa.last_arrival, now);
@@ -402,7 +443,11 @@ void Cluster::finish_transfer(std::uint64_t id, Instant now) {
   // Its push is done: an asynchronous worker pulls and goes on (a synchronous one waits for
   // the step) — after the server applied what it can, so the pull sees the worker's own update
   // unless an earlier sequence number is still on its way.
-  const bool goes_on = t.direct && p_.mode != Mode::sync;
+  if (p_.mode == Mode::backup) {
+    arrive_for_backup_step(t.in, t.seq, t.gradients.front(), now);
+    return;
+  }
+  const bool goes_on = t.direct && !is_synchronous(p_.mode);
   const std::uint32_t pusher = goes_on ? gradients_.at(t.gradients.front()).worker : 0;
   // Apply in sequence order at the server.
   arrived_[t.in][t.seq] = std::move(t.gradients);
@@ -413,36 +458,69 @@ void Cluster::finish_transfer(std::uint64_t id, Instant now) {
     arrived.erase(arrived.begin());
     ++next;
   }
-  if (goes_on) start_compute(pusher, now);
+  if (goes_on) finish_step(pusher, now);
+}
+
+Gradient Cluster::record_applied(RequestId request, Seq seq, Instant now) {
+  const auto it = gradients_.find(request);
+  Gradient g = it->second;
+  gradients_.erase(it);
+  g.delay = (seq - 1) - g.computed_on;
+  stats_.delays.push_back(g.delay);
+  ++stats_.applied;
+  if (g.worker < p_.stragglers) ++stats_.straggler_applied;
+  stats_.latency_sum_ms += static_cast<double>((now - submit_time_.at(request)).count()) / 1e6;
+  submit_time_.erase(request);
+  return g;
 }
 
 void Cluster::apply(EndpointId at, std::vector<RequestId> requests, Seq seq, Instant now) {
   scratch_.clear();
-  for (const RequestId request : requests) {
-    const auto it = gradients_.find(request);
-    const Gradient g = it->second;
-    gradients_.erase(it);
-    stats_.delays.push_back((seq - 1) - g.computed_on);
-    ++stats_.applied;
-    if (g.worker < p_.stragglers) ++stats_.straggler_applied;
-    stats_.latency_sum_ms += static_cast<double>((now - submit_time_.at(request)).count()) / 1e6;
-    submit_time_.erase(request);
-    scratch_.push_back(g);
-  }
+  for (const RequestId request : requests) scratch_.push_back(record_applied(request, seq, now));
   applied_[at] = seq;
   push(now + Nanos{static_cast<std::int64_t>(p_.replica_lag_us * 1e3)}, Kind::replica_ack,
        to_int(at) - kServerBase, seq);
-  if (p_.mode != Mode::sync) {
+  if (!is_synchronous(p_.mode)) {
     if (observer_) observer_->applied(scratch_, now);
     return;
   }
   // Sync: the step is applied once all N of its updates are in; then everyone pulls it.
   step_.insert(step_.end(), scratch_.begin(), scratch_.end());
-  if (step_.size() < p_.workers) return;
+  if (step_.size() == p_.workers) apply_step(now);
+}
+
+void Cluster::apply_step(Instant now) {
   ++stats_.steps;
   if (observer_) observer_->applied(step_, now);
   step_.clear();
-  for (std::uint32_t w = 0; w < p_.workers; ++w) start_compute(w, now);
+  for (std::uint32_t w = 0; w < p_.workers; ++w) {
+    Worker& worker = workers_[w];
+    if (worker.computing) {  // backup: a worker still on the old step drops it unsent
+      ++stats_.abandoned;
+      if (observer_) observer_->dropped(Gradient{RequestId{}, w, worker.computed_on, worker.token, worker.clock, 0});
+    }
+    ++worker.clock;
+    start_compute(w, now);
+  }
+}
+
+void Cluster::arrive_for_backup_step(EndpointId at, Seq seq, RequestId request, Instant now) {
+  // Arrival order decides, so the replica is acknowledged per arrival (the window only needs
+  // the highest sequence number applied).
+  push(now + Nanos{static_cast<std::int64_t>(p_.replica_lag_us * 1e3)}, Kind::replica_ack,
+       to_int(at) - kServerBase, seq);
+  applied_[at] = std::max(applied_[at], seq);
+  if (gradients_.at(request).step != stats_.steps) {  // late: its step was applied without it
+    const Gradient late = gradients_.at(request);
+    gradients_.erase(request);
+    submit_time_.erase(request);
+    ++stats_.drops;
+    if (late.worker < p_.stragglers) ++stats_.straggler_drops;
+    if (observer_) observer_->dropped(late);
+    return;
+  }
+  step_.push_back(record_applied(request, seq, now));
+  if (step_.size() == p_.workers - p_.backup_workers) apply_step(now);
 }
 
 }  // namespace gradlane::sched::sim

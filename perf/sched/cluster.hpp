@@ -28,10 +28,28 @@
 //  - The server applies updates in sequence order as they arrive (an aggregate is one update);
 //    the replica acknowledges each replica_lag_us later (window B = replica_bound).
 //  - A dropped update is never sent; its worker pulls and computes again at once.
+//  - The modes. fifo: a plain asynchronous parameter server (FIFO grants, every update
+//    applied on arrival, no drops, no aggregation). gradlane: the scheduling core's ordering
+//    (SJF, the staleness bound tau drops, aggregation, replica window).
+//    fifo-sa: staleness-aware asynchronous SGD (Zhang et al.): exactly fifo's traffic; only the
+//    training rule differs (the Observer divides each gradient's learning rate by its delay,
+//    Gradient::delay), so the cluster runs it as fifo.
+//    ssp: stale-synchronous parallel with bound s (Ho et al.): fifo's traffic, but a worker's
+//    clock (steps it completed: pushes done) may not run more than s ahead of the slowest
+//    worker's: a worker that would start a step with clock > slowest + s waits until the
+//    slowest catches up. With s beyond any lead that occurs it is fifo, event for event.
 //  - Mode::sync: a barrier per step. Every worker pushes one update (FIFO order, no drops, no
 //    aggregation); when all N of the step are at the server, the step is applied as one, and
 //    only then do the workers pull and compute again. A step lasts until the slowest update
 //    arrived. One server only.
+//  - Mode::backup: synchronous SGD with b backup workers (Chen et al.). Of the `workers`
+//    machines, N = workers - b are needed per step: all compute and push, and the step is
+//    applied (the mean of N) as soon as N updates of that step have ARRIVED at the server
+//    (arrival order, not sequence order: a straggler's earlier sequence number must not hold
+//    the step). Then every worker pulls the new model and starts the next step at once: one
+//    still computing abandons that computation (never sent), and an update of the old step
+//    still on the wire crosses it (it was sent) and is dropped on arrival. With b = 0 it is
+//    sync. One server only.
 #pragma once
 
 #include <cstdint>
@@ -53,9 +71,15 @@ enum class Mode : std::uint8_t {
   fifo,      // plain asynchronous parameter server: arrival order, no drops, no aggregation
   gradlane,  // the sidecar's ordering (MLfabric): SJF, tau drops, aggregation, replica window
   sync,      // synchronous SGD: barrier per step
+  fifo_sa,   // fifo's traffic; each gradient's learning rate divided by its delay (the Observer)
+  backup,    // synchronous SGD, a step applied when the first workers - b of it arrived
+  ssp,       // fifo, but no worker's clock more than ssp_bound ahead of the slowest's
 };
+// Modes with a barrier per step (every worker computes on the same model).
+bool is_synchronous(Mode mode);
 const char* to_string(Mode mode);
-// "fifo", "gradlane" or "sync"; throws std::invalid_argument naming the accepted ones.
+// "fifo", "gradlane", "sync", "fifo-sa", "backup" or "ssp"; throws std::invalid_argument naming
+// the accepted ones.
 Mode parse_mode(const std::string& name);
 
 enum class NetworkModel : std::uint8_t {
@@ -88,6 +112,8 @@ struct ClusterParams {
   NetworkModel network = NetworkModel::fair;
   std::optional<std::uint32_t> tau = 500;  // gradlane only
   bool aggregation = true;                 // gradlane only
+  std::uint32_t backup_workers = 1;        // backup only: b, of `workers`; a step averages workers - b
+  std::uint64_t ssp_bound = 3;             // ssp only: s, the clock lead allowed over the slowest
 
   // A message naming the first unusable field, or nullopt.
   std::optional<std::string> validate() const;
@@ -100,6 +126,8 @@ struct Gradient {
   std::uint32_t worker = 0;
   Version computed_on = 0;
   std::uint64_t token = 0;
+  std::uint64_t step = 0;   // its worker's clock when it pulled (barrier modes: the step)
+  std::uint64_t delay = 0;  // set when applied: versions applied at its server since its pull
 };
 
 // What training needs to know. The cluster never sees parameters: the observer owns the model.
@@ -110,7 +138,7 @@ class Observer {
   // back with that gradient in applied() or dropped().
   virtual std::uint64_t pulled(std::uint32_t worker) = 0;
   // One update reaches the model, in the server's apply order: one gradient, an aggregate's
-  // members (to be summed), or (sync) the step's N gradients (to be averaged).
+  // members (to be summed), or (sync, backup) a step's gradients (to be averaged).
   virtual void applied(std::span<const Gradient> gradients, Instant now) = 0;
   // A gradient the scheduler dropped (never sent): its pulled model is no longer needed.
   virtual void dropped(const Gradient& gradient) = 0;
@@ -123,7 +151,12 @@ struct ClusterStats {
   std::uint64_t server_slots = 0;  // sequence numbers used at the servers
   std::uint64_t aggregates = 0;
   std::uint64_t aggregated = 0;  // gradients that went through an aggregator
-  std::uint64_t steps = 0;       // sync: barrier steps applied
+  std::uint64_t steps = 0;       // sync, backup: barrier steps applied
+  std::uint64_t abandoned = 0;   // backup: computations dropped unsent when their step was applied
+  std::uint64_t ssp_waits = 0;   // ssp: times a worker waited for the slowest before computing
+  // Asynchronous modes: the largest lead of a worker's clock over the slowest worker's at the
+  // moment it started computing (ssp: at most ssp_bound).
+  std::uint64_t max_clock_lead = 0;
   std::vector<std::uint64_t> delays;  // per applied gradient, in server versions
   double latency_sum_ms = 0;          // submit -> applied, per applied gradient
   std::uint64_t straggler_applied = 0;
@@ -174,6 +207,8 @@ class Cluster {
   struct Worker {
     Version computed_on = 0;
     std::uint64_t token = 0;
+    std::uint64_t clock = 0;  // steps completed (asynchronous: pushes done or dropped)
+    bool computing = false;
   };
   struct Transfer {
     EndpointId out, in;
@@ -219,6 +254,17 @@ class Cluster {
   void launch_aggregate(std::uint64_t aggregate, Instant now);
   void finish_transfer(std::uint64_t id, Instant now);
   void apply(EndpointId at, std::vector<RequestId> requests, Seq seq, Instant now);
+  // Takes a submitted gradient out of the books as applied at `seq`, counting its delay.
+  Gradient record_applied(RequestId request, Seq seq, Instant now);
+  // Asynchronous modes: worker w's step is over (pushed or dropped): its clock advances and it
+  // computes the next, unless ssp makes it wait for the slowest.
+  void finish_step(std::uint32_t w, Instant now);
+  void start_waiting_workers(Instant now);
+  std::uint64_t slowest_clock() const { return clock_counts_.begin()->first; }
+  // Barrier modes: step_ is applied as one update and every worker starts the next step.
+  void apply_step(Instant now);
+  // backup: a direct update reached the server: counted for its step, or dropped if late.
+  void arrive_for_backup_step(EndpointId at, Seq seq, RequestId request, Instant now);
   void change_bandwidth(Instant now);
   double draw_factor();
   double worker_egress(std::uint32_t w) const;
@@ -244,7 +290,11 @@ class Cluster {
   std::map<std::uint64_t, Transfer> transfers_;
   std::map<std::uint64_t, Instant> begins_;
   std::map<std::uint64_t, Pending> pending_;
-  std::vector<Gradient> step_;  // sync: the gradients of the current step at the server
+  std::vector<Gradient> step_;  // barrier modes: the gradients of the current step at the server
+  // Asynchronous modes: how many workers are at each clock (the first key is the slowest), and
+  // (ssp) the workers waiting for the slowest to catch up, by their clock.
+  std::map<std::uint64_t, std::uint32_t> clock_counts_;
+  std::map<std::uint64_t, std::vector<std::uint32_t>> waiting_by_clock_;
   // Fair model. Link keys: worker w's egress is w, server s's ingress workers + s, worker w's
   // ingress (as an aggregator) workers + servers + w.
   std::vector<WireFlow> wire_;

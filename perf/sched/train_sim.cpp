@@ -1,8 +1,9 @@
 // gradlane_train_sim: trains softmax regression (or the MLP) on Fashion-MNIST in simulated
 // time over a simulated 1,000-worker parameter server (cluster.hpp), in one mode — gradlane
 // (the sidecar's ordering, tau drops, aggregation), fifo (a plain asynchronous parameter
-// server) or sync (barrier per step) — and reports accuracy over simulated time and the time to
-// a target accuracy. perf/sched/train-sim-experiment runs the grid, the modes, the regimes and
+// server), sync (barrier per step), or a baseline from the literature: fifo-sa (staleness-aware
+// learning rate), backup (sync with backup workers), ssp (stale-synchronous parallel) — and
+// reports accuracy over simulated time and the time to a target accuracy. perf/sched/train-sim-experiment runs the grid, the modes, the regimes and
 // the tau sweep and writes perf/results/train-sim/.
 //
 // Data: the first --train-rows of Fashion-MNIST's training set train; --eval validation
@@ -34,6 +35,10 @@ using namespace gradlane::sched;
 // those at least twice as stale as the typical one. Measured in the tau sweep
 // (perf/results/train-sim/): see README "Simulator with real convergence".
 std::uint32_t default_tau(std::uint32_t workers) { return 2 * workers; }
+
+// Chen et al. run about 5% spares; 1% of the cluster (at least one) already absorbs the
+// default regime's 1% stragglers, and the comparison with sync stays at nearly N per step.
+std::uint32_t default_backup_workers(std::uint32_t workers) { return std::max<std::uint32_t>(1, workers / 100); }
 
 std::uint64_t percentile(std::vector<std::uint64_t> v, double q) {
   if (v.empty()) return 0;
@@ -71,14 +76,23 @@ int main(int argc, char** argv) try {
   std::string mode = "gradlane", model_name = "softmax", eval = "test", data_dir = train::kDefaultFashionMnistDir;
   std::string json_path, csv_path;
   std::int64_t tau = -1;  // -1: default_tau(workers); 0: unbounded
+  std::int64_t backup_workers = -1;  // -1: default_backup_workers(workers)
   bool no_aggregation = false, quiet = false;
   std::size_t train_rows = 50'000;
 
   CLI::App app{"gradlane_train_sim: train Fashion-MNIST in simulated time over a simulated parameter server"};
-  app.add_option("--mode", mode, "gradlane, fifo or sync")->check(CLI::IsMember({"gradlane", "fifo", "sync"}));
+  app.add_option("--mode", mode,
+                 "gradlane, fifo, sync, fifo-sa (fifo, lr / delay), backup (sync with backup workers) or "
+                 "ssp (fifo within a clock bound)")
+      ->check(CLI::IsMember({"gradlane", "fifo", "sync", "fifo-sa", "backup", "ssp"}));
   app.add_option("--lr", t.learning_rate, "learning rate (sync: of the averaged gradient)")->check(CLI::PositiveNumber);
   app.add_option("--tau", tau, "staleness bound in versions (gradlane); 0 = unbounded; default 2 x workers");
   app.add_flag("--no-aggregation", no_aggregation, "gradlane without aggregation");
+  app.add_option("--backup-workers", backup_workers,
+                 "backup: b of --workers are spares, a step averages the first workers - b; default 1% (>= 1)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--ssp-bound", c.ssp_bound, "ssp: a worker's clock may lead the slowest's by at most this");
+  app.add_flag("--data-shards", t.data_shards, "each worker samples only its own contiguous part of the data");
   app.add_option("--network", network,
                  "fair: each NIC shared max-min fairly by the transfers crossing it; "
                  "exclusive: one transfer at a time per NIC direction")
@@ -116,6 +130,8 @@ int main(int argc, char** argv) try {
   c.network = sim::parse_network_model(network);
   c.aggregation = !no_aggregation;
   if (tau < 0) tau = default_tau(c.workers);
+  if (backup_workers < 0) backup_workers = default_backup_workers(c.workers);
+  c.backup_workers = static_cast<std::uint32_t>(std::min<std::int64_t>(backup_workers, c.workers));
   c.tau = tau == 0 ? std::nullopt : std::optional<std::uint32_t>(static_cast<std::uint32_t>(tau));
   t.seed = c.seed;
   if (const auto bad = c.validate()) {
@@ -140,6 +156,10 @@ int main(int argc, char** argv) try {
   fmt::print("{} lr {} tau {} aggregation {} | {} workers, server {} Gb/s, {} B updates, {} network, seed {}\n",
              mode, t.learning_rate, tau == 0 ? std::string("unbounded") : std::to_string(tau),
              c.aggregation ? "on" : "off", c.workers, c.server_gbps, c.bytes, network, c.seed);
+  if (c.mode == sim::Mode::backup) fmt::print("  backup workers {}: steps {}, abandoned {}\n", c.backup_workers, s.steps, s.abandoned);
+  if (c.mode == sim::Mode::ssp) fmt::print("  ssp bound {}: waits {}, max clock lead {}\n", c.ssp_bound, s.ssp_waits, s.max_clock_lead);
+  if (c.mode == sim::Mode::sync) fmt::print("  steps {}\n", s.steps);
+  if (t.data_shards) fmt::print("  data shards: on\n");
   fmt::print("  time to {:.0f}%: {}  best accuracy {:.4f}  final {:.4f}\n", t.target * 100,
              r.time_to_target_ms ? fmt::format("{:.0f} ms", *r.time_to_target_ms) : std::string("not reached"),
              r.best_accuracy, r.curve.back().accuracy);
@@ -161,6 +181,9 @@ int main(int argc, char** argv) try {
                    {"lr", t.learning_rate},
                    {"tau", tau},
                    {"aggregation", c.aggregation},
+                   {"backup_workers", c.backup_workers},
+                   {"ssp_bound", c.ssp_bound},
+                   {"data_shards", t.data_shards},
                    {"workers", c.workers},
                    {"compute_ms", c.compute_ms},
                    {"jitter", c.jitter},
@@ -203,6 +226,9 @@ int main(int argc, char** argv) try {
         {"aggregates", s.aggregates},
         {"aggregated", s.aggregated},
         {"steps", s.steps},
+        {"abandoned", s.abandoned},
+        {"ssp_waits", s.ssp_waits},
+        {"max_clock_lead", s.max_clock_lead},
         {"server_ingress_bytes", s.server_ingress_bytes},
         {"server_busy_share", s.server_busy_ms / (seconds * 1e3 * c.servers)},
         {"server_byte_utilisation", byte_utilisation},

@@ -6,13 +6,47 @@
 
 namespace gradlane::sched::sim {
 
+DataOrder::DataOrder(std::size_t rows, std::size_t batch, std::uint64_t seed, std::uint32_t shard_workers)
+    : rows_(rows) {
+  if (shard_workers == 0 || batch == 0 || batch > rows) {  // the sampler refuses the bad cases
+    global_.emplace(rows, batch, seed);
+    return;
+  }
+  const std::size_t count = std::min<std::size_t>(shard_workers, rows / batch);
+  const std::size_t size = rows / count;
+  shards_.reserve(count);
+  for (std::size_t k = 0; k < count; ++k) {
+    const std::size_t length = k + 1 == count ? rows - k * size : size;
+    // Distinct, deterministic streams per shard (the golden-ratio increment spreads the seeds).
+    shards_.push_back(Shard{static_cast<std::uint32_t>(k * size),
+                            train::BatchSampler(length, batch, seed + (k + 1) * 0x9e3779b97f4a7c15ULL)});
+  }
+}
+
+std::pair<std::uint32_t, std::uint32_t> DataOrder::rows_of(std::uint32_t worker) const {
+  if (shards_.empty()) return {0, static_cast<std::uint32_t>(rows_)};
+  const std::size_t k = worker % shards_.size();
+  const std::uint32_t first = shards_[k].first;
+  const std::uint32_t last = k + 1 == shards_.size() ? static_cast<std::uint32_t>(rows_) : shards_[k + 1].first;
+  return {first, last};
+}
+
+std::span<const std::uint32_t> DataOrder::next(std::uint32_t worker) {
+  if (global_) return global_->next();
+  Shard& shard = shards_[worker % shards_.size()];
+  const std::span<const std::uint32_t> local = shard.sampler.next();
+  batch_rows_.resize(local.size());
+  std::transform(local.begin(), local.end(), batch_rows_.begin(), [&](std::uint32_t r) { return r + shard.first; });
+  return batch_rows_;
+}
+
 SgdObserver::SgdObserver(const train::Model& model, const train::Dataset& train, Mode mode, float learning_rate,
-                         std::size_t batch, std::uint64_t seed)
+                         std::size_t batch, std::uint64_t seed, std::uint32_t shard_workers)
     : model_(model),
       train_(train),
       mode_(mode),
       learning_rate_(learning_rate),
-      sampler_(train.rows, batch, seed),
+      data_(train.rows, batch, seed, shard_workers),
       params_(model.parameters()),
       gradient_(model.parameters()),
       sum_(model.parameters()) {
@@ -56,16 +90,22 @@ void SgdObserver::applied(std::span<const Gradient> gradients, Instant /*now*/) 
   std::fill(sum_.begin(), sum_.end(), 0.0F);
   for (const Gradient& g : gradients) {
     const Snapshot& s = pool_.at(g.token);
-    model_.gradient(s.params, train_, sampler_.next(), gradient_, work_);
-    for (std::size_t i = 0; i < sum_.size(); ++i) sum_[i] += gradient_[i];
+    model_.gradient(s.params, train_, data_.next(g.worker), gradient_, work_);
+    const float weight = weight_of(g, gradients.size());
+    for (std::size_t i = 0; i < sum_.size(); ++i) sum_[i] += weight * gradient_[i];
     gradient_delays_.push_back(gradients_applied_ - s.applied_at_pull);
     release(g.token);
   }
-  const float scale = mode_ == Mode::sync ? 1.0F / static_cast<float>(gradients.size()) : 1.0F;
-  train::sgd_step(params_, sum_, learning_rate_ * scale);
+  train::sgd_step(params_, sum_, learning_rate_);
   gradients_applied_ += gradients.size();
   ++updates_applied_;
   current_.reset();  // the model moved: the next pull needs a snapshot of its own
+}
+
+float SgdObserver::weight_of(const Gradient& gradient, std::size_t update_size) const {
+  if (is_synchronous(mode_)) return 1.0F / static_cast<float>(update_size);  // the step's mean
+  if (mode_ == Mode::fifo_sa) return 1.0F / static_cast<float>(std::max<std::uint64_t>(1, gradient.delay));
+  return 1.0F;  // asynchronous: each gradient its full step, an aggregate their sum
 }
 
 TrainResult train_in_simulation(const ClusterParams& cluster_params, const TrainParams& tp, const train::Model& model,
@@ -75,7 +115,8 @@ TrainResult train_in_simulation(const ClusterParams& cluster_params, const Train
     throw std::invalid_argument("the evaluation cadence and the duration must be positive");
   }
   const auto wall_start = std::chrono::steady_clock::now();
-  SgdObserver sgd(model, train_set, cluster_params.mode, tp.learning_rate, tp.batch, tp.seed);
+  SgdObserver sgd(model, train_set, cluster_params.mode, tp.learning_rate, tp.batch, tp.seed,
+                  tp.data_shards ? cluster_params.workers : 0);
   Cluster cluster(cluster_params, &sgd);
   TrainResult result;
   const auto evaluate = [&](double t_ms) {

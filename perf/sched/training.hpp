@@ -8,12 +8,16 @@
 //    would otherwise have applied one after another, and summing keeps each gradient's step
 //    exactly what it would have been alone (mean would divide the progress of a busy server
 //    by the group size). What aggregation changes is only fewer versions and server bytes.
-//  - sync: params -= lr * (g1 + ... + gN) / N, the mean, as synchronous SGD does; with equal
-//    batches that is one SGD step on the N-times larger batch.
+//  - sync, backup: params -= lr * (g1 + ... + gN) / N, the mean, as synchronous SGD does; with
+//    equal batches that is one SGD step on the N-times larger batch (backup: N = the gradients
+//    the step was applied with, workers - b).
+//  - fifo-sa (staleness-aware): params -= lr / max(1, d) * g, d the gradient's delay in server
+//    versions (Gradient::delay): the staler a gradient, the smaller its step.
 //
-// Data order: one BatchSampler for the whole run, consumed in apply order — the k-th gradient
-// applied is computed on the k-th minibatch of the seed's permutation in every mode, so modes
-// differ only in which model version each gradient is computed on and how they are combined.
+// Data order (DataOrder). By default one BatchSampler for the whole run, consumed in apply
+// order — the k-th gradient applied is computed on the k-th minibatch of the seed's permutation
+// in every mode, so modes differ only in which model version each gradient is computed on and
+// how they are combined. With data shards, each worker draws only from its own partition.
 //
 // Cost: a gradient is computed lazily, when its update is applied (a dropped one never is);
 // until then the worker's pulled model is kept in a snapshot shared by every pull of the same
@@ -23,6 +27,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "perf/sched/cluster.hpp"
@@ -31,11 +36,37 @@
 
 namespace gradlane::sched::sim {
 
+// Which training rows each gradient is computed on. Global (shard_workers 0): one sampler,
+// consumed in the order gradients are applied, whoever computed them. Sharded (shard_workers
+// N): the rows split into K = min(N, rows / batch) contiguous shards of rows / K (the last takes
+// the remainder) — K < N only when a shard would be smaller than a batch — and worker w draws
+// only from shard w mod K, through that shard's own sampler (seeded by seed and shard).
+class DataOrder {
+ public:
+  DataOrder(std::size_t rows, std::size_t batch, std::uint64_t seed, std::uint32_t shard_workers = 0);
+  // The rows of the next gradient computed by `worker`.
+  std::span<const std::uint32_t> next(std::uint32_t worker);
+  std::size_t shards() const { return shards_.size(); }  // 0: global
+  // The rows [first, last) `worker` draws from (all of them when global).
+  std::pair<std::uint32_t, std::uint32_t> rows_of(std::uint32_t worker) const;
+
+ private:
+  struct Shard {
+    std::uint32_t first = 0;
+    train::BatchSampler sampler;  // over [0, shard size): offset by first
+  };
+  std::size_t rows_;
+  std::optional<train::BatchSampler> global_;
+  std::vector<Shard> shards_;
+  std::vector<std::uint32_t> batch_rows_;
+};
+
 class SgdObserver : public Observer {
  public:
   // `train` must outlive the observer. Parameters start at model.initialise(seed).
+  // shard_workers: 0 for one global data order, else the workers to split the data between.
   SgdObserver(const train::Model& model, const train::Dataset& train, Mode mode, float learning_rate,
-              std::size_t batch, std::uint64_t seed);
+              std::size_t batch, std::uint64_t seed, std::uint32_t shard_workers = 0);
 
   std::uint64_t pulled(std::uint32_t worker) override;
   void applied(std::span<const Gradient> gradients, Instant now) override;
@@ -48,6 +79,7 @@ class SgdObserver : public Observer {
   // (staleness counted in gradients, which aggregation does not hide).
   const std::vector<std::uint64_t>& gradient_delays() const { return gradient_delays_; }
   std::size_t snapshots_allocated() const { return pool_.size(); }
+  const DataOrder& data_order() const { return data_; }
 
  private:
   struct Snapshot {
@@ -56,12 +88,14 @@ class SgdObserver : public Observer {
     std::uint32_t refs = 0;
   };
   void release(std::uint64_t token);
+  // The factor a gradient is weighted by within its update, before the learning rate.
+  float weight_of(const Gradient& gradient, std::size_t update_size) const;
 
   const train::Model& model_;
   const train::Dataset& train_;
   Mode mode_;
   float learning_rate_;
-  train::BatchSampler sampler_;
+  DataOrder data_;
   std::vector<float> params_;
   std::vector<float> gradient_, sum_;
   train::Workspace work_;
@@ -81,6 +115,7 @@ struct TrainParams {
   double target = 0.80;         // time-to-accuracy: first evaluation at or above it
   bool stop_at_target = false;
   std::uint64_t seed = 1;       // the data order (the cluster has its own seed)
+  bool data_shards = false;     // each worker trains on its own partition of the data (DataOrder)
 };
 
 struct EvalPoint {
