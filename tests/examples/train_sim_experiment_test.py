@@ -8,8 +8,10 @@ run to be confirmed, is no crossing), and the ratio of medians comes with a pair
 import importlib.machinery
 import importlib.util
 import os
+import sys
 import unittest
 
+sys.dont_write_bytecode = True  # no __pycache__ next to the script
 _PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'perf', 'sched', 'train-sim-experiment')
 _loader = importlib.machinery.SourceFileLoader('train_sim_experiment', _PATH)
 _spec = importlib.util.spec_from_loader('train_sim_experiment', _loader)
