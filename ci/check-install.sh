@@ -20,6 +20,9 @@ check() {  # NAME CMD...
     failed=$((failed + 1)); echo "install: $name failed:" >&2; tail -20 "$SCRATCH/$name.log" >&2; fi
 }
 check cmake-install cmake --install "$BUILD" --prefix "$PREFIX"
+# Every installed program starts from the prefix alone (its RUNPATH finds libgradlane).
+check installed-programs sh -c "for p in '$PREFIX'/bin/*; do env -u LD_LIBRARY_PATH \"\$p\" --help > /dev/null || \
+  { echo \"\$p --help failed\"; exit 1; }; done; test -x '$PREFIX/bin/gradlaned'"
 check find-package sh -c "cmake -S '$ROOT/tests/install' -B '$SCRATCH/consumer' -DCMAKE_PREFIX_PATH='$PREFIX' \
   -DEXAMPLE_SOURCE='$ROOT/examples/push_update.cpp' && cmake --build '$SCRATCH/consumer'"
 # The README's line, verbatim: `pkg-config --cflags --libs gradlane`.
