@@ -368,6 +368,56 @@ void ps_seeds(const fs::path& dir) {
   }
 }
 
+// ---- peer_policy: actions as peer_policy_fuzz.cpp reads them ----
+
+class Actions {
+ public:
+  Actions& u8(std::uint8_t v) { return put(v); }
+  Actions& u16(std::uint16_t v) { return put(v); }
+  Actions& u32(std::uint32_t v) { return put(v); }
+  Actions& submit(std::uint8_t id_minus_1, std::uint8_t sender, std::uint32_t bytes_minus_1) {
+    return u8(0).u8(id_minus_1).u8(sender).u32(bytes_minus_1);
+  }
+  Actions& to_b(std::span<const std::byte> message) { return message_to(1, message); }
+  Actions& to_a(std::span<const std::byte> message) { return message_to(2, message); }
+  Actions& schedule() { return u8(3); }
+  Actions& complete(std::uint16_t measured, bool failed) { return u8(4).u16(measured).u8(failed ? 1 : 0); }
+  const Bytes& bytes() const { return out_; }
+
+ private:
+  template <class T>
+  Actions& put(T v) {
+    for (std::size_t i = 0; i < sizeof(T); ++i) out_.push_back(static_cast<std::byte>(v >> (8 * i)));
+    return *this;
+  }
+  Actions& message_to(std::uint8_t action, std::span<const std::byte> message) {
+    u8(action).u16(static_cast<std::uint16_t>(message.size()));
+    out_.insert(out_.end(), message.begin(), message.end());
+    return *this;
+  }
+  Bytes out_;
+};
+
+void peer_policy_seeds(const fs::path& dir) {
+  namespace peer = gradlane::peer;
+  // B forwards request 1 (1000 bytes from endpoint 1); the honest exchange.
+  write(dir, "honest", Actions{}.submit(0, 0, 999).schedule().complete(500, false).schedule().bytes());
+  peer::SlotAnswer go{.kind = peer::AnswerKind::go, .request = 1, .transfer = 100, .part = 0, .part_count = 2,
+                      .offset = 0, .length = 500, .seq = 1, .delay = 0, .start_in_ns = 0, .length_ns = 1000,
+                      .target = 0, .sender = 1, .members = {}};
+  peer::SlotAnswer resplit = go;
+  resplit.part = 100000;
+  resplit.part_count = 100001;
+  resplit.transfer = 101;
+  write(dir, "resplit-answer",
+        Actions{}.submit(0, 0, 999).to_b(peer::encode(go)).to_b(peer::encode(resplit)).schedule().bytes());
+  write(dir, "duplicate-answer",
+        Actions{}.submit(0, 0, 999).to_b(peer::encode(go)).to_b(peer::encode(go)).schedule().bytes());
+  const peer::SlotRequest request{.request = 9, .job = 1, .sender = 1, .receiver = 0, .tensor = 1, .bytes = 4096,
+                                  .computed_on = 0, .gradient_norm = 1.0, .priority = 0};
+  write(dir, "peer-requests", Actions{}.to_a(peer::encode(request)).schedule().bytes());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -380,6 +430,7 @@ int main(int argc, char** argv) {
   peer_seeds(root / "peer_messages");
   wire_seeds(root / "wire");
   ps_seeds(root / "ps");
+  peer_policy_seeds(root / "peer_policy");
   std::printf("wrote %d seeds under %s\n", written, root.c_str());
   return 0;
 }
