@@ -184,6 +184,15 @@ void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched
             if (!is_local(sched::EndpointId{m.receiver})) {
               throw Error(Errc::protocol, fmt::format("slot request for endpoint {}, which is not on this host", m.receiver));
             }
+            if (pending_from_[peer] >= max_pending_per_peer_) {
+              if (stats_.remote_refused++ == 0) {
+                note(fmt::format("peer {} has {} requests pending here: more are dropped until some are decided",
+                                 transport_.describe(peer), max_pending_per_peer_));
+              }
+              send(peer, drop_answer(m.request, 0, 1, 0, m.bytes, 0));
+              ++stats_.answers_sent;
+              return;
+            }
             const std::uint64_t ours = kOwnIdBase | next_remote_++;
             sched::Request request{sched::RequestId{ours},      sched::JobId{m.job},      sched::EndpointId{m.sender},
                                    sched::EndpointId{m.receiver}, sched::TensorId{m.tensor}, m.bytes,
@@ -201,6 +210,7 @@ void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched
               return;
             }
             remote_requests_[ours] = RemoteRequest{peer, m.request};
+            ++pending_from_[peer];
             ++stats_.remote_requests;
           },
           [&](const SlotAnswer& m) { on_answer(peer, m, now, out); },
@@ -337,6 +347,13 @@ std::uint64_t DistributedPolicy::token_for(sched::EndpointId receiver, sched::Se
   return key == grant_keys_.end() ? 0 : sidecar::grant_token(key->second, seq);
 }
 
+void DistributedPolicy::forget_remote(std::uint64_t id) {
+  const auto it = remote_requests_.find(id);
+  if (it == remote_requests_.end()) return;
+  --pending_from_[it->second.peer];
+  remote_requests_.erase(it);
+}
+
 void DistributedPolicy::answer_remote(const sched::Outcome& outcome, sched::Instant now) {
   const auto relative = [&](const sched::Slot& s) {
     return std::pair<std::int64_t, std::int64_t>{std::max<std::int64_t>(0, (s.start - now).count()), s.length().count()};
@@ -356,7 +373,7 @@ void DistributedPolicy::answer_remote(const sched::Outcome& outcome, sched::Inst
       granted_to_peer_.erase(transfer);
       finish(m.transfer, now, sched::Nanos{0}, sched::TransferResult::failed);
     }
-    if (m.last_part()) remote_requests_.erase(static_cast<std::uint64_t>(m.request));
+    if (m.last_part()) forget_remote(static_cast<std::uint64_t>(m.request));
   };
   std::visit(
       detail::Overloaded{
@@ -366,7 +383,7 @@ void DistributedPolicy::answer_remote(const sched::Outcome& outcome, sched::Inst
             const RemoteRequest rr = remote(d.request);
             send(rr.peer, drop_answer(rr.their_id, d.part, d.part_count, d.offset, d.length, d.delay,
                                       drop_cause(d.reason)));
-            if (d.part + 1 == d.part_count) remote_requests_.erase(static_cast<std::uint64_t>(d.request));
+            if (d.part + 1 == d.part_count) forget_remote(static_cast<std::uint64_t>(d.request));
           },
           [&](const sched::Cancel&) {},  // always local (see schedule())
           [&](const sched::AggregateGrant& a) {

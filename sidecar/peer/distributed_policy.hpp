@@ -57,7 +57,13 @@ struct DistributedStats {
   std::uint64_t egress_moves = 0;     // granted slots moved because our egress was busy
   std::uint64_t protocol_errors = 0;  // malformed or unexpected peer messages (dropped)
   std::uint64_t peers_lost = 0;
+  std::uint64_t remote_refused = 0;   // peer requests dropped: the peer had too many pending here
 };
+
+// A peer's requests this sidecar holds at once, at most: what a peer's gradlaned lets its apps
+// have outstanding at its defaults (64 apps x 4,096), so an honest peer never meets it, and a
+// hostile or broken one cannot grow this daemon's memory without bound.
+inline constexpr std::size_t kMaxPendingPerPeer = 64 * 4096;
 
 class DistributedPolicy final : public sched::Policy {
  public:
@@ -114,6 +120,8 @@ class DistributedPolicy final : public sched::Policy {
     }
   }
   bool hands_out(sched::EndpointId receiver) const override { return schedules_here(receiver); }
+  // Requests past `limit` pending from one peer are answered with a drop (tests set it low).
+  void limit_pending_per_peer(std::size_t limit) { max_pending_per_peer_ = limit; }
 
   const DistributedStats& stats() const noexcept { return stats_; }
   sched::Scheduler& scheduler() noexcept { return scheduler_; }
@@ -172,6 +180,9 @@ class DistributedPolicy final : public sched::Policy {
   std::set<PeerIndex> lost_;
   std::unordered_map<std::uint64_t, Forwarded> forwarded_;           // by our RequestId
   std::unordered_map<std::uint64_t, RemoteRequest> remote_requests_;  // by our RequestId
+  std::map<PeerIndex, std::size_t> pending_from_;                     // remote_requests_ per peer
+  std::size_t max_pending_per_peer_ = kMaxPendingPerPeer;
+  void forget_remote(std::uint64_t id);
   std::unordered_map<std::uint64_t, PeerIndex> granted_to_peer_;      // our TransferId -> peer
   std::unordered_map<std::uint64_t, ProxyTransfer> proxies_;          // proxy TransferId -> peer's
   std::map<std::uint32_t, sched::SlotBook> egress_;                   // our NICs' egress

@@ -668,6 +668,24 @@ TEST_F(SlotAgreement, ADuplicateOrOutOfRangeAnswerIsRefused) {
   EXPECT_EQ(b.stats().protocol_errors, 4u);
 }
 
+TEST_F(SlotAgreement, APeersRequestsPastItsPendingLimitAreDroppedAndLaterOnesTakenAgain) {
+  a.limit_pending_per_peer(2);
+  for (std::uint64_t id = 1; id <= 3; ++id) ASSERT_EQ(b.submit(request(id, 1, 1000), now), sched::SubmitStatus::accepted);
+  exchange();
+  EXPECT_EQ(a.stats().remote_refused, 1u);
+  EXPECT_EQ(a.stats().remote_requests, 2u);
+  const auto dropped = std::count_if(b_out.begin(), b_out.end(), [](const sched::Outcome& o) {
+    const auto* d = std::get_if<sched::Drop>(&o);
+    return d != nullptr && d->request == sched::RequestId{3};
+  });
+  EXPECT_EQ(dropped, 1) << "the sender's app hears that its request was not taken";
+  // The first two were decided, so the peer's count is back under the limit.
+  ASSERT_EQ(b.submit(request(4, 1, 1000), now), sched::SubmitStatus::accepted);
+  exchange();
+  EXPECT_EQ(a.stats().remote_requests, 3u);
+  EXPECT_EQ(a.stats().remote_refused, 1u);
+}
+
 TEST(PeerMessages, RoundTrip) {
   SlotAnswer m;
   m.kind = AnswerKind::aggregate;
