@@ -50,6 +50,20 @@ inline bool wait_for_text(const std::string& path, const std::string& text, std:
   return false;
 }
 
+// Waits until `count` lines of `path` contain `text` (a log another process appends to).
+inline bool wait_for_lines_with(const std::string& path, const std::string& text, std::size_t count,
+                                std::chrono::seconds limit) {
+  const auto give_up = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < give_up) {
+    std::ifstream in(path);
+    std::size_t seen = 0;
+    for (std::string line; std::getline(in, line) && seen < count;) seen += line.find(text) != std::string::npos ? 1 : 0;
+    if (seen >= count) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
 // $GRADLANE_OUT_DIR/<current test's name>, emptied: a rerun into the same directory starts clean.
 // The error kind `wait` throws for a write the peer's NIC refused ("remote_access"), or
 // "landed" when it completed.

@@ -62,10 +62,10 @@ struct RunSpec {
   // With new_replica_joins: the promoted replica SIGKILLs itself at this version (0: never),
   // so the joined one is promoted in turn and the workers fail over to it.
   std::uint64_t promoted_dies_at = 0;
-  // Sidecar mode: this long after the workers start, gradlaned A (the server's) is SIGKILLed
+  // Sidecar mode: once gradlaned A (the server's) has granted this many slots, it is SIGKILLed
   // and started again half a second later (0: never); the server takes its own sequence over
-  // there and goes on.
-  std::chrono::milliseconds restart_sidecar_a_after{0};
+  // there and goes on. A count, not a time: a loaded host may grant nothing for seconds.
+  std::uint64_t restart_sidecar_a_after_grants = 0;
   std::string momentum;  // server and replicas: SGD with this momentum (empty: plain SGD)
   bool grant_windows = false;  // the server binds a window per grant (sidecar mode: per claim)
   std::uint64_t promoted_stalls_ms = 0;  // the promoted replica makes no progress this long after it took over
@@ -165,8 +165,10 @@ class ShardRun : public ::testing::Test {
                              "join=" + hosts[1].address + ":7801"}),
                        out_ + "/replica3");
     }
-    if (spec.restart_sidecar_a_after.count() != 0) {
-      std::this_thread::sleep_for(spec.restart_sidecar_a_after);
+    if (spec.restart_sidecar_a_after_grants != 0) {
+      ASSERT_TRUE(wait_for_lines_with(sidecar_a_command.back(), "\"kind\":\"go\"", spec.restart_sidecar_a_after_grants,
+                                      std::chrono::seconds(120)))
+          << "gradlaned A granted fewer than " << spec.restart_sidecar_a_after_grants << " slots in 120 s";
       sidecar_a->kill_hard();
       (void)sidecar_a->wait_exit(10s);
       std::this_thread::sleep_for(500ms);
@@ -826,7 +828,7 @@ TEST_F(ShardRun, WithSidecarsARestartedServerSidecarHoldsTheSequenceUntilTheServ
   spec.sidecar = true;
   spec.updates = 40;
   spec.pace_ms = 100;  // the job outlasts the restart by seconds
-  spec.restart_sidecar_a_after = 2500ms;
+  spec.restart_sidecar_a_after_grants = 20;  // of the 160 pushes: the job outlasts the restart
   // Time for the new A to come up under TCG, for every app that reattaches (the server's
   // takeover too): 5 s instead of 2.
   ::setenv("GRADLANE_SIDECAR_TIMEOUT_MS", "5000", 1);
