@@ -133,9 +133,9 @@ void BM_DecisionSjf(benchmark::State& state) { run(state, Mode::sjf); }
 void BM_DecisionFifo(benchmark::State& state) { run(state, Mode::fifo); }
 void BM_DecisionMlfabric(benchmark::State& state) { run(state, Mode::mlfabric); }
 
-BENCHMARK(BM_DecisionSjf)->Arg(100)->Arg(1000);
+BENCHMARK(BM_DecisionSjf)->Arg(100)->Arg(1000)->Arg(10000);
 BENCHMARK(BM_DecisionFifo)->Arg(1000);
-BENCHMARK(BM_DecisionMlfabric)->Arg(100)->Arg(1000);
+BENCHMARK(BM_DecisionMlfabric)->Arg(100)->Arg(1000)->Arg(10000);
 
 // A whole batch: 1,000 requests from 1,000 workers decided by one schedule() call with an
 // unbounded horizon (pending shrinks from 1,000 to 0 during the call).
