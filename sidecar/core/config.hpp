@@ -65,6 +65,10 @@ struct SchedulerConfig {
   AggregationConfig aggregation{};
   BandwidthConfig bandwidth{};
 
+  // For tests: every decision the indexed scan makes is made again by a scan of every
+  // candidate, and a difference throws std::logic_error. O(pending) per decision.
+  bool check_scan = false;
+
   // A message naming the first invalid field, or nullopt if the configuration is usable.
   std::optional<std::string> validate() const;
 };

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <stdexcept>
+#include <string>
 #include <tuple>
 
 #include "sidecar/core/aggregation.hpp"
@@ -217,10 +219,11 @@ void Scheduler::schedule(Instant now, std::vector<Outcome>& out) {
   cancels_.clear();
   if (bandwidth_.generation() != bandwidth_generation_) refresh_durations();
 
-  std::vector<std::uint32_t>& hopeless = scratch_hopeless_;
+  std::vector<Doomed>& hopeless = scratch_hopeless_;
   for (;;) {
     hopeless.clear();
     const Pick pick = scan(now, hopeless);
+    if (config_.check_scan) check_scan(now, pick, hopeless);
     if (!hopeless.empty()) {
       // Drops change heads (and so candidates): decide them first, then look again.
       drop(hopeless, out);
@@ -311,51 +314,122 @@ const SlotBook* Scheduler::egress(EndpointId endpoint_id) const {
 // ---------------------------------------------------------------------------------------------
 // One decision
 
-Scheduler::Pick Scheduler::scan(Instant now, std::vector<std::uint32_t>& hopeless) {
-  const Instant horizon_end = now + config_.grant_horizon;
-  const Bytes credit = config_.credit_bytes;
-  Pick best;
-  Instant best_finish{};
+Scheduler::Pick Scheduler::scan(Instant now, std::vector<Doomed>& hopeless) {
   wake_.reset();
-  for (std::uint32_t i = 0; i < candidates_.size(); ++i) {
-    const Candidate& c = candidates_[i];
-    const NicHot& r = hot_[c.receiver];
-    const NicHot& s = hot_[c.sender];
-    if (!c.aggregate) {
-      if (r.version > c.deadline) {  // can never make tau any more: drop
-        hopeless.push_back(i);
-        continue;
-      }
-      if (!r.plain_ok) continue;  // the server's next versions are reserved for aggregates
-      if (s.in_flight > 0 && s.in_flight + c.length > credit) continue;
-    } else if (!r.plain_ok && !endpoints_[c.receiver].reservations.earliest(AggregateId{c.id})) {
-      // reservations.allows(id, version), with allows_other() read from the hot mirror: the
-      // full slack walk per aggregate made a scan O(aggregates^2) (289 pending aggregates at
-      // 1,000 workers: a third of gradlane_train_sim's time).
-      continue;
+  for (const Index receiver : receivers_waited_for_) {
+    const Version version = hot_[receiver].version;
+    for (const auto& [key, sender] : endpoints_[receiver].waiting.deadlines) {
+      if (key.first >= version) break;  // can never make tau any more: drop
+      hopeless.push_back(Doomed{RequestId{key.second}, sender});
     }
+  }
+  if (!hopeless.empty()) return {};
+
+  const Instant horizon_end = now + config_.grant_horizon;
+  ScanBest best;
+  for (const Index receiver : receivers_waited_for_) {
+    const NicHot& r = hot_[receiver];
     if (!r.can_grant) continue;  // B ahead of the replica: wait for its ack
-    // Pairwise max: std::max({...}) compiles to a loop over an array here, and this line
-    // runs once per candidate per decision.
-    const Instant start =
-        std::max(std::max(now, c.not_before), std::max(s.egress_tail, r.ingress_tail));
+    const Instant receiver_free = std::max(now, r.ingress_tail);
+    const ReceiverQueue& waiting = endpoints_[receiver].waiting;
+    if (r.plain_ok) scan_index(waiting.parts, receiver_free, horizon_end, best);
+    scan_index(waiting.aggregates, receiver_free, horizon_end, best);
+  }
+  if (best.beyond_horizon) wake_ = *best.beyond_horizon - config_.grant_horizon;
+  return best.pick;
+}
+
+void Scheduler::scan_index(const std::map<OrderKey, std::uint32_t>& index, Instant receiver_free,
+                           Instant horizon_end, ScanBest& best) const {
+  const bool sjf = config_.ordering == Ordering::mlfabric;
+  for (const auto& [key, i] : index) {
+    const Candidate& c = candidates_[i];
+    // Everything from here on finishes no earlier than receiver_free + its duration and comes
+    // later in the tie-break: once that bound loses to the best, so does the rest.
+    if (sjf && best.pick.index != kNone &&
+        !better(c, receiver_free + c.duration, candidates_[static_cast<std::size_t>(best.pick.index)], best.finish)) {
+      return;
+    }
+    if (!eligible(c)) continue;
+    // Pairwise max: std::max({...}) compiles to a loop over an array here.
+    const Instant start = std::max(receiver_free, std::max(c.not_before, hot_[c.sender].egress_tail));
     if (start > horizon_end) {
-      const Instant wake = start - config_.grant_horizon;
-      if (!wake_ || wake < *wake_) wake_ = wake;
+      if (!best.beyond_horizon || start < *best.beyond_horizon) best.beyond_horizon = start;
+      if (receiver_free > horizon_end && start == receiver_free) return;  // nothing here starts sooner
       continue;
     }
     const Instant finish = start + c.duration;
-    // Fast path: under MLfabric ordering an earlier finish decides; the full tie-break only
-    // runs on equal finish times (and always under FIFO).
-    const bool sjf = config_.ordering == Ordering::mlfabric;
-    if (best.index == kNone || (sjf && finish < best_finish) ||
-        ((!sjf || finish == best_finish) &&
-         better(c, finish, candidates_[static_cast<std::size_t>(best.index)], best_finish))) {
+    if (best.pick.index == kNone || (sjf && finish < best.finish) ||
+        ((!sjf || finish == best.finish) &&
+         better(c, finish, candidates_[static_cast<std::size_t>(best.pick.index)], best.finish))) {
+      best.pick = Pick{static_cast<std::int32_t>(i), start};
+      best.finish = finish;
+    }
+    if (!sjf) return;  // FIFO: the index is in FIFO order, so the first that can start is this one's best
+  }
+}
+
+bool Scheduler::eligible(const Candidate& c) const {
+  const NicHot& r = hot_[c.receiver];
+  if (!c.aggregate) {
+    if (!r.plain_ok) return false;  // the server's next versions are reserved for aggregates
+    const NicHot& s = hot_[c.sender];
+    return s.in_flight == 0 || s.in_flight + c.length <= config_.credit_bytes;
+  }
+  // reservations.allows(id, version), with allows_other() read from the hot mirror: the full
+  // slack walk per aggregate would make a decision O(aggregates^2).
+  return r.plain_ok || endpoints_[c.receiver].reservations.earliest(AggregateId{c.id});
+}
+
+Scheduler::Pick Scheduler::scan_all(Instant now, std::vector<Doomed>& hopeless,
+                                    std::optional<Instant>& wake) const {
+  const Instant horizon_end = now + config_.grant_horizon;
+  Pick best;
+  Instant best_finish{};
+  wake.reset();
+  for (std::uint32_t i = 0; i < candidates_.size(); ++i) {
+    const Candidate& c = candidates_[i];
+    const NicHot& r = hot_[c.receiver];
+    if (!c.aggregate && r.version > c.deadline) {
+      hopeless.push_back(Doomed{RequestId{c.id}, c.sender});
+      continue;
+    }
+    if (!eligible(c) || !r.can_grant) continue;
+    const Instant start = std::max({now, c.not_before, hot_[c.sender].egress_tail, r.ingress_tail});
+    if (start > horizon_end) {
+      const Instant w = start - config_.grant_horizon;
+      if (!wake || w < *wake) wake = w;
+      continue;
+    }
+    const Instant finish = start + c.duration;
+    if (best.index == kNone ||
+        better(c, finish, candidates_[static_cast<std::size_t>(best.index)], best_finish)) {
       best = Pick{static_cast<std::int32_t>(i), start};
       best_finish = finish;
     }
   }
   return best;
+}
+
+void Scheduler::check_scan(Instant now, const Pick& pick, std::vector<Doomed> hopeless) const {
+  std::vector<Doomed> all_hopeless;
+  std::optional<Instant> all_wake;
+  const Pick all = scan_all(now, all_hopeless, all_wake);
+  const auto by_request = [](const Doomed& a, const Doomed& b) { return to_int(a.request) < to_int(b.request); };
+  std::sort(hopeless.begin(), hopeless.end(), by_request);
+  std::sort(all_hopeless.begin(), all_hopeless.end(), by_request);
+  const bool same_hopeless =
+      std::equal(hopeless.begin(), hopeless.end(), all_hopeless.begin(), all_hopeless.end(),
+                 [](const Doomed& a, const Doomed& b) { return a.request == b.request && a.sender == b.sender; });
+  if (!same_hopeless) throw std::logic_error("gradlane::sched: the indexed scan found other hopeless parts than a full scan");
+  if (!hopeless.empty()) return;  // the pick is not used
+  if (pick.index != all.index || (pick.index != kNone && pick.start != all.start)) {
+    throw std::logic_error("gradlane::sched: the indexed scan picked candidate " + std::to_string(pick.index) +
+                           ", a full scan " + std::to_string(all.index));
+  }
+  if (pick.index == kNone && wake_ != all_wake) {
+    throw std::logic_error("gradlane::sched: the indexed scan's wakeup differs from a full scan's");
+  }
 }
 
 bool Scheduler::better(const Candidate& c, Instant finish, const Candidate& best,
@@ -370,17 +444,7 @@ bool Scheduler::better(const Candidate& c, Instant finish, const Candidate& best
          std::tuple(best_finish, -best.norm, b_kind, best.id, best.part);
 }
 
-void Scheduler::drop(const std::vector<std::uint32_t>& hopeless, std::vector<Outcome>& out) {
-  // Resolve indices to requests first: removing candidates reorders the array.
-  struct Doomed {
-    RequestId request;
-    Index sender;
-  };
-  std::vector<Doomed> doomed;
-  doomed.reserve(hopeless.size());
-  for (const std::uint32_t i : hopeless) {
-    doomed.push_back(Doomed{RequestId{candidates_[i].id}, candidates_[i].sender});
-  }
+void Scheduler::drop(std::vector<Doomed> doomed, std::vector<Outcome>& out) {
   std::sort(doomed.begin(), doomed.end(),
             [](const Doomed& a, const Doomed& b) { return to_int(a.request) < to_int(b.request); });
 
@@ -478,8 +542,10 @@ void Scheduler::grant_aggregate(const Pick& pick, Instant now, std::vector<Outco
     if (sender.head != kNone) {
       Candidate& h = candidates_[static_cast<std::size_t>(sender.head)];
       if (h.id == to_int(m.request)) {
+        unindex_candidate(static_cast<std::uint32_t>(sender.head));
         h.deadline = deadline(q->second.request.computed_on, q->second.parts_sequenced,
                               config_.staleness_bound);
+        index_candidate(static_cast<std::uint32_t>(sender.head));
       }
     }
   }
@@ -660,7 +726,10 @@ void Scheduler::refresh_head(Index sender) {
   if (s.head != kNone) {
     const Candidate& cur = candidates_[static_cast<std::size_t>(s.head)];
     if (cur.id == to_int(head->part.request) && cur.part == head->part.index) return;
-    candidates_[static_cast<std::size_t>(s.head)] = part_candidate(sender, head->job, head->part);
+    const auto at = static_cast<std::uint32_t>(s.head);
+    unindex_candidate(at);
+    candidates_[at] = part_candidate(sender, head->job, head->part);
+    index_candidate(at);
     return;
   }
   s.head = add_candidate(part_candidate(sender, head->job, head->part));
@@ -675,7 +744,8 @@ Scheduler::Candidate Scheduler::part_candidate(Index sender, JobId job,
   c.sender = sender;
   c.receiver = q.receiver;
   c.length = part.length;
-  c.norm = q.request.gradient_norm;
+  // An app's NaN would leave the decision order without a total order.
+  c.norm = std::isnan(q.request.gradient_norm) ? 0.0 : q.request.gradient_norm;
   c.id = to_int(part.request);
   c.part = part.index;
   c.job = job;
@@ -695,22 +765,33 @@ void Scheduler::sync_receiver(Index endpoint) {
 }
 
 void Scheduler::refresh_durations() {
-  for (Candidate& c : candidates_) c.duration = path_time(c.sender, c.receiver, c.length);
+  for (std::uint32_t i = 0; i < candidates_.size(); ++i) {
+    const Candidate& c = candidates_[i];
+    const Nanos duration = path_time(c.sender, c.receiver, c.length);
+    if (duration == c.duration) continue;
+    unindex_candidate(i);
+    candidates_[i].duration = duration;
+    index_candidate(i);
+  }
   bandwidth_generation_ = bandwidth_.generation();
 }
 
 std::int32_t Scheduler::add_candidate(const Candidate& c) {
   candidates_.push_back(c);
+  index_candidate(static_cast<std::uint32_t>(candidates_.size() - 1));
   return static_cast<std::int32_t>(candidates_.size() - 1);
 }
 
 void Scheduler::remove_candidate(std::int32_t index) {
-  // Swap-remove: O(1), and the scan's result does not depend on array order (total tie-break).
-  const auto i = static_cast<std::size_t>(index);
-  const std::size_t last = candidates_.size() - 1;
+  // Swap-remove: O(1) in the array; the receiver index of the moved one is re-pointed.
+  const auto i = static_cast<std::uint32_t>(index);
+  const auto last = static_cast<std::uint32_t>(candidates_.size() - 1);
+  unindex_candidate(i);
   if (i != last) {
     candidates_[i] = candidates_[last];
     const Candidate& moved = candidates_[i];
+    ReceiverQueue& waiting = endpoints_[moved.receiver].waiting;
+    (moved.aggregate ? waiting.aggregates : waiting.parts).at(order_key(moved)) = i;
     if (moved.aggregate) {
       aggregates_.at(AggregateId{moved.id}).candidate = index;
     } else {
@@ -718,6 +799,30 @@ void Scheduler::remove_candidate(std::int32_t index) {
     }
   }
   candidates_.pop_back();
+}
+
+Scheduler::OrderKey Scheduler::order_key(const Candidate& c) const {
+  if (config_.ordering == Ordering::fifo) return OrderKey{Nanos{0}, 0.0, c.id, c.part};
+  return OrderKey{c.duration, -c.norm, c.id, c.part};
+}
+
+void Scheduler::index_candidate(std::uint32_t index) {
+  const Candidate& c = candidates_[index];
+  ReceiverQueue& waiting = endpoints_[c.receiver].waiting;
+  if (waiting.empty()) receivers_waited_for_.insert(c.receiver);
+  [[maybe_unused]] const bool added =
+      (c.aggregate ? waiting.aggregates : waiting.parts).emplace(order_key(c), index).second;
+  assert(added);
+  if (!c.aggregate) waiting.deadlines.emplace(std::pair(c.deadline, c.id), c.sender);
+}
+
+void Scheduler::unindex_candidate(std::uint32_t index) {
+  const Candidate& c = candidates_[index];
+  ReceiverQueue& waiting = endpoints_[c.receiver].waiting;
+  [[maybe_unused]] const std::size_t erased = (c.aggregate ? waiting.aggregates : waiting.parts).erase(order_key(c));
+  assert(erased == 1);
+  if (!c.aggregate) waiting.deadlines.erase(std::pair(c.deadline, c.id));
+  if (waiting.empty()) receivers_waited_for_.erase(c.receiver);
 }
 
 TransferId Scheduler::record_transfer(Index sender, Index receiver, Bytes bytes, Slot slot, bool credit, Seq seq,

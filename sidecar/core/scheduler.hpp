@@ -27,8 +27,14 @@
 //      update is never dropped after crossing the network.
 //   6. Repeat until no candidate can start within now + grant_horizon.
 //
-// Cost: one decision scans the candidates once (one per busy sender NIC plus pending
-// aggregates): O(senders). Measured by perf/sched (gradlane_sched_bench).
+// Cost: candidates (one per busy sender NIC, plus pending aggregates) are indexed per
+// receiver in the order of their duration and then the tie-break. A transfer starts no earlier
+// than its receiver is free (T), so T + duration bounds its finish from below, and a decision
+// stops reading a receiver's index once that bound, with the candidate's tie-break, loses to
+// the best found: typically a few candidates and O(log pending) upkeep, not all of them. FIFO reads up to the
+// first candidate that can start. Hopeless parts come from a per-receiver deadline index.
+// Measured by perf/sched (gradlane_sched_bench); SchedulerConfig::check_scan cross-checks every
+// decision against a scan of all candidates.
 //
 // Time. Slot times are on the caller's timeline: the daemon passes its CLOCK_MONOTONIC as
 // `now`, and a grant's slot.start is the moment on that same clock the transfer should begin.
@@ -79,6 +85,8 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -220,11 +228,33 @@ class Scheduler {
   using Index = std::uint32_t;  // dense endpoint index
   static constexpr std::int32_t kNone = -1;
 
+  // A candidate's place in its receiver's index: the decision order after the finish time
+  // (under FIFO, duration and norm are left zero: id order). Unique per candidate.
+  struct OrderKey {
+    Nanos duration{};
+    double neg_norm = 0.0;
+    std::uint64_t id = 0;
+    std::uint32_t part = 0;
+    bool operator<(const OrderKey& o) const noexcept {
+      return std::tie(duration, neg_norm, id, part) < std::tie(o.duration, o.neg_norm, o.id, o.part);
+    }
+  };
+
+  // The candidates bound for one receiver (see "Cost" above). Values are indices into
+  // candidates_, kept current by remove_candidate()'s swap.
+  struct ReceiverQueue {
+    std::map<OrderKey, std::uint32_t> parts;
+    std::map<OrderKey, std::uint32_t> aggregates;
+    std::map<std::pair<Version, std::uint64_t>, Index> deadlines;  // parts: (deadline, request) -> sender
+    bool empty() const noexcept { return parts.empty() && aggregates.empty(); }
+  };
+
   struct EndpointState {
     EndpointId id{};
     SlotBook egress;
     SlotBook ingress;
     TenantArbiter queue;              // as a sender: its queued parts
+    ReceiverQueue waiting;            // as a receiver: the candidates bound for it
     std::int32_t head = kNone;        // candidate offering queue.head()
     ReplicationWindow window;         // as a server
     DeadlineReservations reservations;  // as a server: pending aggregates' deadlines
@@ -303,6 +333,19 @@ class Scheduler {
     Instant start{};
   };
 
+  // A part whose staleness bound has passed: it and the rest of its request are dropped.
+  struct Doomed {
+    RequestId request;
+    Index sender = 0;
+  };
+
+  // The best candidate found so far by a scan, and the earliest start beyond the horizon.
+  struct ScanBest {
+    Pick pick;
+    Instant finish{};
+    std::optional<Instant> beyond_horizon;
+  };
+
   Index endpoint(EndpointId id);
   const EndpointState* find(EndpointId id) const;
   Nanos path_time(Index sender, Index receiver, Bytes bytes) const;
@@ -312,9 +355,17 @@ class Scheduler {
 
   void sync_egress(Index endpoint) { hot_[endpoint].egress_tail = endpoints_[endpoint].egress.tail(); }
   void sync_receiver(Index endpoint);
-  Pick scan(Instant now, std::vector<std::uint32_t>& hopeless);
+  Pick scan(Instant now, std::vector<Doomed>& hopeless);
+  // Reads one receiver index in order until nothing further in it can beat `best`.
+  void scan_index(const std::map<OrderKey, std::uint32_t>& index, Instant receiver_free,
+                  Instant horizon_end, ScanBest& best) const;
+  // Whether candidate c may be granted now, apart from time (credit, reservations).
+  bool eligible(const Candidate& c) const;
+  // The same decision, from every candidate (SchedulerConfig::check_scan).
+  Pick scan_all(Instant now, std::vector<Doomed>& hopeless, std::optional<Instant>& wake) const;
+  void check_scan(Instant now, const Pick& pick, std::vector<Doomed> hopeless) const;
   bool better(const Candidate& c, Instant finish, const Candidate& best, Instant best_finish) const;
-  void drop(const std::vector<std::uint32_t>& hopeless, std::vector<Outcome>& out);
+  void drop(std::vector<Doomed> hopeless, std::vector<Outcome>& out);
   void grant_part(const Pick& pick, Instant now, std::vector<Outcome>& out);
   void grant_aggregate(const Pick& pick, Instant now, std::vector<Outcome>& out);
   // Groups the updates that would wait for the server behind `granted` (just granted), or, with
@@ -326,6 +377,9 @@ class Scheduler {
   Candidate part_candidate(Index sender, JobId job, const QueuedPart& part) const;
   std::int32_t add_candidate(const Candidate& c);
   void remove_candidate(std::int32_t index);
+  OrderKey order_key(const Candidate& c) const;
+  void index_candidate(std::uint32_t index);    // after candidates_[index] is written
+  void unindex_candidate(std::uint32_t index);  // before candidates_[index] changes or goes
   TransferId record_transfer(Index sender, Index receiver, Bytes bytes, Slot slot, bool credit, Seq seq = 0,
                              JobId job = {});
   void finish_request_part(RequestState& request, bool sequenced);
@@ -344,6 +398,7 @@ class Scheduler {
   std::vector<Cancel> cancels_;  // failed sequenced transfers, emitted by the next schedule()
   std::map<JobId, std::vector<Index>> aggregators_;  // sorted endpoint indices per job
   std::vector<Candidate> candidates_;
+  std::set<Index> receivers_waited_for_;  // receivers with a non-empty `waiting`
 
   std::uint64_t next_transfer_ = 1;
   std::uint64_t next_aggregate_ = 1;
@@ -351,7 +406,7 @@ class Scheduler {
   Instant last_now_{};
   std::optional<Instant> wake_;
   SchedulerStats stats_;
-  std::vector<std::uint32_t> scratch_hopeless_;
+  std::vector<Doomed> scratch_hopeless_;
 };
 
 }  // namespace gradlane::sched
