@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The suites under sanitizers (issue 10, item 4), each in its own build directory next to the
+# The suites under sanitizers, each in its own build directory next to the
 # normal one, each ending with a summary line like the other suites':
 #   asan-unit: N passed, M failed       every unit test, ASan + UBSan (GRADLANE_SANITIZE)
 #   asan-softroce: N passed, M failed   the softroce suite over rxe, ASan + UBSan, in the VM

@@ -469,7 +469,7 @@ boot_vm() {
     # hpet, where every clock_gettime is a syscall + emulated MMIO read (9.7 us instead of
     # 1.3 us): that would swamp a ~20 us latency measurement.
     # no_timer_check: under a loaded TCG host the boot-time check of the IO-APIC timer can see
-    # no tick in its window and panic ("IO-APIC + timer doesn't work!", seen once in session 16).
+    # no tick in its window and panic ("IO-APIC + timer doesn't work!").
     -append "console=ttyS0 panic=-1 loglevel=4 tsc=reliable no_timer_check ${SOFTROCE_APPEND:-}"
     # multidevs=remap: / spans several host filesystems; without it inode numbers collide.
     -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"

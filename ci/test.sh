@@ -18,7 +18,19 @@
 #   unit: N passed, M failed
 #   softroce: N passed, M failed
 # Exits non-zero if anything failed or if a suite did not run.
+#
+# ci/test.sh --quick: the developer's loop, ~10 min with a warm build: build, the unit suite,
+# the layer check, and a Soft-RoCE smoke (the push example, the parameter-server example,
+# two sidecars' granted slots, a failover), ending in three summaries (layers, unit,
+# softroce-smoke).
 set -euo pipefail
+
+QUICK=0
+case "${1:-}" in
+  --quick) QUICK=1 ;;
+  "") ;;
+  *) echo "usage: ci/test.sh [--quick]" >&2; exit 2 ;;
+esac
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${GRADLANE_BUILD_DIR:-$ROOT/build}
@@ -44,6 +56,30 @@ for bin in "${unit_bins[@]}"; do
   echo "=== $(basename "$bin")"
   "$bin" --gtest_output="json:$REPORTS/unit/$(basename "$bin").json" || true
 done
+
+names() { for b in "$@"; do basename "$b"; done; }
+
+if ((QUICK)); then
+  smoke_filter=ReadmeExample.WorkerPushesAGradientTheServerSums:ReadmeExample.PsQuickstartRunsAsServerReplicaAndWorker
+  smoke_filter+=:TwoSidecars.TransfersFollowTheReceiversGrantedOrderAndSlots
+  smoke_filter+=:ShardRun.WhenTheServerIsKilledTheReplicaTakesOverWithinThreeSeconds
+  smoke_bins=("$BUILD/tests/softroce/gradlane_softroce_tests" "$BUILD/tests/ps/gradlane_ps_softroce_tests"
+              "$BUILD/tests/peer/gradlane_sidecar_softroce_tests")
+  echo "=== softroce smoke (over rxe): $smoke_filter"
+  SOFTROCE_OUT="$REPORTS/softroce" bash "$ROOT/ci/softroce.sh" --hosts 3 -- \
+    sh "$ROOT/ci/softroce-suite.sh" --filter "$smoke_filter" "${smoke_bins[@]}" || true
+  layers_ok=0; unit_ok=0; smoke_ok=0
+  python3 "$ROOT/ci/check-layers.py" "$ROOT" > "$REPORTS/layers.summary" || layers_ok=1
+  # shellcheck disable=SC2046
+  python3 "$ROOT/ci/gtest_summary.py" unit $(names "${unit_bins[@]}") -- "$REPORTS/unit" > "$REPORTS/unit.summary" || unit_ok=1
+  # shellcheck disable=SC2046
+  python3 "$ROOT/ci/gtest_summary.py" softroce-smoke $(names "${smoke_bins[@]}") -- "$REPORTS/softroce" \
+    > "$REPORTS/softroce.summary" || smoke_ok=1
+  # Four tests, all four run: a filter that stopped matching must not pass as an empty smoke.
+  grep -qE '^softroce-smoke: 4 passed, 0 failed$' "$REPORTS/softroce.summary" || smoke_ok=1
+  cat "$REPORTS/layers.summary" "$REPORTS/unit.summary" "$REPORTS/softroce.summary"
+  exit $(( layers_ok | unit_ok | smoke_ok ))
+fi
 
 echo "=== fuzz (libFuzzer, bounded): ci/fuzz.sh"
 fuzz_ok=0
@@ -100,7 +136,6 @@ print(f"scripts: {result.testsRun - failed} passed, {failed} failed")
 sys.exit(1 if failed or result.testsRun == 0 else 0)
 PY
 
-names() { for b in "$@"; do basename "$b"; done; }
 unit_ok=0; softroce_ok=0
 # shellcheck disable=SC2046
 python3 "$ROOT/ci/gtest_summary.py" unit $(names "${unit_bins[@]}") -- "$REPORTS/unit" > "$REPORTS/unit.summary" || unit_ok=1

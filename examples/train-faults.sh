@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fault injection during training over Soft-RoCE (issue 10, item 1): for each fault, a fresh
+# Fault injection during training over Soft-RoCE: for each fault, a fresh
 # set of emulated hosts runs a short direct-mode training job (examples/train-job.sh: server,
 # replica, WORKERS workers; aggregate mode for the aggregator's faults), one fault is injected
 # at a seeded time after training started (examples/train-fault.sh), and the run is checked

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two jobs sharing hosts (issue 9's multi-tenant case, MLNet's flow prioritization): does
+# Two jobs sharing hosts (the multi-tenant case, MLNet's flow prioritization): does
 # serving the job with the least work left first finish the short job sooner than fair sharing,
 # and what does it cost the long one? examples/train-tenants-job.sh runs one trial (hosts,
 # jobs and modes are described there); this runs each variant for each seed, every trial in a

@@ -1,6 +1,6 @@
 // gradlane_train: asynchronous (or synchronous) data-parallel SGD on Fashion-MNIST over
 // gradlane's parameter server. One process per role; examples/train-demo.sh starts a whole job
-// on the Soft-RoCE hosts. See README "Training".
+// on the Soft-RoCE hosts. See docs/training.md.
 //
 //   gradlane_train server  --mode M --device rxe0 --port 7800 --workers N [--replica A:P] --out DIR
 //   gradlane_train replica --mode M --device rxe1 --port 7801 --workers N --out DIR

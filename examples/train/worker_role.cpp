@@ -154,8 +154,8 @@ int run_worker(const Config& c) {
     }
   };
   // A rejoining worker resumes after what its server took last: a restarted one's previous
-  // life may have died between writing a push and logging it (found by restart:worker1, seed 1:
-  // step 126 applied twice), and one that lost its links mid-push does not know whether that
+  // life may have died between writing a push and logging it (pushing that step again would
+  // apply it twice), and one that lost its links mid-push does not know whether that
   // push arrived. The server's answer counts as acknowledged; a push in flight it does not name
   // is lost (never resent: it may be applied, by a promoted replica holding its mirror). Direct
   // mode pushing to the server only: in sidecar mode and through an aggregator the server

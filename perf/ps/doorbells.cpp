@@ -1,9 +1,9 @@
 // gradlane_ps_doorbells: how a receiver handles doorbells (zero-length WRITE_WITH_IMM, what
-// every push ends with) from N worker connections, three ways (issue #8, "scale of one server"):
+// every push ends with) from N worker connections, three ways (the scale of one server):
 //   percq     each connection has its own completion queue and the loop polls every one of
-//             them per round — the ShardServer before the shared queue
+//             them per round — a server without the shared queue
 //   shared    one CompletionQueue for all connections: one poll per round, then only the
-//             connections that got something are visited (the ShardServer now)
+//             connections that got something are visited (as ShardServer does)
 //   blocking  shared, and the loop sleeps in CompletionQueue::wait() when a round found nothing
 //   srq       blocking, and every connection's receives come from one shared receive queue of
 //             --shared-receives buffers instead of 128 each (ShardOptions::shared_receives)

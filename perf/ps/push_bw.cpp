@@ -1,4 +1,4 @@
-// gradlane_ps_push_bw: the parameter server's push throughput (issue #8's targets), measured
+// gradlane_ps_push_bw: the parameter server's push throughput (docs/results.md), measured
 // the way perftest measures write_bw and printed in its columns, so the two sit side by side.
 //
 //   gradlane_ps_push_bw --role replica -d rxe1 --port 7901 --workers 1 -n 64

@@ -163,7 +163,7 @@ struct ClusterStats {
   std::uint64_t straggler_drops = 0;
   double server_busy_ms = 0;  // summed over servers: time their ingress carried any transfer
   // Bytes that crossed a server's ingress. fair: as they cross (up to now); exclusive: a whole
-  // transfer's when it starts (as before the fair model existed).
+  // transfer's when it starts.
   Bytes server_ingress_bytes = 0;
   std::size_t peak_pending_aggregates = 0;  // formed, not yet granted a server slot
   std::uint64_t schedule_calls = 0;

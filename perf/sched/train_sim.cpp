@@ -33,7 +33,7 @@ using namespace gradlane::sched;
 // server then idles while their workers recompute); the bound is for the tail that a slow
 // link or a queue adds on top. 2N keeps every update of an unloaded cluster and cuts only
 // those at least twice as stale as the typical one. Measured in the tau sweep
-// (perf/results/train-sim/): see README "Simulator with real convergence".
+// (perf/results/train-sim/): see docs/results.md, "Simulator with real convergence".
 std::uint32_t default_tau(std::uint32_t workers) { return 2 * workers; }
 
 // Chen et al. run about 5% spares; 1% of the cluster (at least one) already absorbs the

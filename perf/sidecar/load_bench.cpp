@@ -1,5 +1,5 @@
 // gradlane_sidecar_load: requests/s through one gradlaned with 1 application and with N
-// (issue 10, item 6: "throughput stays within 10 % of the 1-app figure per app share"), and
+// (the target: "throughput stays within 10 % of the 1-app figure per app share"), and
 // gradlaned's peak RSS.
 //
 //   gradlane_sidecar_load [--apps 1,8] [--updates 10000] [--reps 5] [--window 64] [--client-spin-us 50]

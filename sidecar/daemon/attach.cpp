@@ -221,7 +221,7 @@ void Daemon::reclaim(std::uint32_t slot, sched::Instant now) {
 void Daemon::take_last_completions(AppSession& app, sched::Instant now) {
   // A detaching app is alive and finished: completions it queued before leaving still return
   // credit and measure bandwidth, and a server app's last `applied` still opens the replica
-  // window (found by reading while fuzzing: it used to be taken for a completion and lost).
+  // window (it is an `applied`, not a completion: taken for one, it would be lost).
   // Its unanswered requests are moot (nobody will read a grant).
   shm::AppEntry entry;
   for (std::uint32_t n = 0; n < shm::kRingCapacity && app.requests.pop(entry) == shm::RingStatus::ok; ++n) {

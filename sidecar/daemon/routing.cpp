@@ -274,7 +274,7 @@ void Daemon::route(const sched::Outcome& outcome, sched::Instant now) {
           },
           [&](const sched::Cancel& c) {
             // To the receiver's server app: it skips the sequence instead of waiting. (Not to
-            // any app of the job on that endpoint: a worker beside the server took it once.)
+            // any app of the job on that endpoint: that may be a worker beside the server.)
             if (AppSession* server = receiver_server(sched::to_int(c.receiver), sched::to_int(c.job))) {
               answer(*server, grant_entry(shm::GrantKind::cancel, 0, sched::to_int(c.receiver), c.seq, sched::Slot{}, 0,
                                           0, 0, 1));

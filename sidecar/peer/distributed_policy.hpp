@@ -159,8 +159,8 @@ class DistributedPolicy final : public sched::Policy {
   // Whether this sidecar hands `endpoint`'s sequence out: one of its own endpoints, or — a
   // sidecar without endpoints of its own being the only scheduler there is — one that no peer
   // announced. Requests and a server's acks go by the same rule (an ack refused where the
-  // request was taken stalled a sidecar-mode server after `slots` grants: found by
-  // compare-push against a gradlaned started without --endpoint).
+  // request was taken would stall a sidecar-mode server after `slots` grants, e.g. at a
+  // gradlaned started without --endpoint).
   bool schedules_here(sched::EndpointId endpoint) const {
     return is_local(endpoint) || (local_.empty() && !endpoint_owner_.contains(sched::to_int(endpoint)));
   }

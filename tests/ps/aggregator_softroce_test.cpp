@@ -416,7 +416,7 @@ TEST_F(AggregatedRun, ARestartedAggregatorIsFoundAgainByItsWorkersAndSumsTheirUp
 // A sidecar-mode aggregator for one worker has 1 + 4 spare partitions of its member ring. One
 // worker connects, says hello and goes, 9 times (as after restarts): each connection must be
 // given a partition of its own, which needs the partitions of the connections gone to come back
-// (before, the sixth connection was refused: "more than 5 connections to accept").
+// (otherwise the sixth connection is refused: "more than 5 connections to accept").
 // A sidecar-mode aggregator (host 2, ps::Aggregator) forwarding to a server (host 0,
 // ps::ShardServer), each on a thread of the test, attached to the test's gradlaned. `joined` and
 // `gone` follow the aggregator's workers; a failure of either thread is kept, and ends the rig.
@@ -527,8 +527,8 @@ TEST(SidecarAggregator, AWorkerThatComesBackAgainAndAgainGetsAPartitionEachTime)
 TEST(SidecarAggregator, AConnectionDroppedBeforeItsHelloGivesItsPartitionBack) {
   // One worker, so 1 + 4 spare partitions. Four connections that never say hello take the four
   // spares; once the aggregator has dropped them (no hello within its patience), a new worker
-  // still gets a partition. Before, a partition advertised to a connection that never said
-  // hello was held for good.
+  // still gets a partition: one advertised to a connection that never says hello is not held
+  // for good.
   const auto hosts = hosts_from_env();
   ASSERT_GE(hosts.size(), 3u) << "needs ci/softroce.sh --hosts 3";
   const std::string out = fresh_test_dir(), shm = "/gradlane-test-silent-partitions";

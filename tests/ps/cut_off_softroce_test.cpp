@@ -1,7 +1,7 @@
 // ShardServer::cut_off() over rxe: a server with a replica that loses every worker, none of
 // which said it finished, is cut off — even while its idle replica connection still looks alive
-// (found by the fault run link:0, seed 2: the server exited as finished while the replica,
-// promoted, went on: two final models). A worker that says Bye first is a finished job.
+// (otherwise the server exits as finished while the replica, promoted, goes on: two final
+// models). A worker that says Bye first is a finished job.
 #include <atomic>
 #include <chrono>
 #include <optional>

@@ -1,4 +1,4 @@
-// Load (issue 10, item 6) over real rxe: one shard server with 32 worker connections, and its
+// Load over real rxe: one shard server with 32 worker connections, and its
 // replica. Everything is a thread of this process (one exec under TCG instead of 34): the
 // server on host 0's device, the replica on host 1's, 16 workers on each of hosts 1 and 2,
 // every thread with its own Device, as separate processes would have.
@@ -156,7 +156,7 @@ LoadRun run_load(const std::vector<Host>& hosts, std::uint32_t workers, std::uin
   // The shard servers run until every update is decided (or a bound that only a hang reaches).
   // The server then keeps serving until the replica is done too: its clean exit would otherwise
   // promote a replica that is still applying (its destructor waits only 5 s for the replica's
-  // acks, and a CPU-starved VM once took longer: the replica promoted and ended with another
+  // acks, and a CPU-starved VM can take longer: the replica, promoted, ends with another
   // model; see perf/results/sidecar-load.md).
   std::atomic<bool> replica_done{false};
   const auto serve = [&](ps::Role role, const Host& host, ShardResult& out) {

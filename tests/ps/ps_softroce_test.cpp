@@ -469,8 +469,8 @@ TEST_F(ShardRun, ARestartedWorkerRejoinsTheRunningJobAtServerAndReplica) {
 TEST_F(ShardRun, AWorkerStalledPastItsGrantAsksAgainAndNoAcknowledgedUpdateIsLost) {
   // Worker 4 asks for a slot at its step 5 and stalls 2.5 s before taking the grant up; the
   // server skips a granted sequence not written within 1 s. Writing the stale grant would
-  // land in a sequence already skipped, with the push reported a success (the lost updates of
-  // the stop:aggregator fault run). The worker must not write it but ask again.
+  // land in a sequence already skipped, with the push reported a success. The worker must not
+  // write it but ask again.
   RunSpec spec;
   spec.hole_timeout_ms = "1000";
   spec.worker4_args = {"stall_after=5", "stall_ms=2500", "grant_lifetime_ms=500"};
@@ -571,8 +571,7 @@ TEST_F(ShardRun, WithGrantWindowsEveryMirrorClaimsItsSlotAtTheReplica) {
 TEST_F(ShardRun, WithGrantWindowsAReplicaThatReadsFromTheServersSlotsStaysBitwiseEqual) {
   // A windowed ring is opened by no key for writing, but the replica READs into its own slots
   // (here every update, from the server's slot; elsewhere a mirror that never came): its ring
-  // must be a READ destination (found by replace:server with grant windows: the new replica's
-  // first READ failed).
+  // must be a READ destination (a replica that joins a running server READs into it too).
   RunSpec spec;
   spec.grant_windows = true;
   spec.replica_reads = true;
@@ -1269,7 +1268,8 @@ namespace gradlane::testing {
 namespace {
 
 TEST(ReadmeExample, PsQuickstartRunsAsServerReplicaAndWorker) {
-  // The README's parameter-server example, as three processes on three emulated hosts.
+  // The parameter-server example (docs/parameter-server.md, examples/ps_quickstart.cpp), as
+  // three processes on three emulated hosts.
   const auto hosts = hosts_from_env();
   ASSERT_GE(hosts.size(), 3u);
   const std::string out = std::string(std::getenv("GRADLANE_OUT_DIR")) + "/quickstart";

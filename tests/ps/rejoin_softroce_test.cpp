@@ -1,9 +1,9 @@
 // Rejoining over rxe. Worker::last_landed: a restarted worker asks its server which of its
-// pushes it took last, so it resumes after it instead of pushing that step again (found by the
-// fault list's restart:worker1, seed 1: the worker died between writing step 126 and logging
-// it, came back from step 126, and the server applied that step twice). ShardOptions::
-// rejoin_grace: a server whose last worker was lost waits for it to come back (the fault list's
-// link:2: its workers, cut off for 4 s, found the job over when the link came back).
+// pushes it took last, so it resumes after it instead of pushing that step again (a worker can
+// die between writing a step and logging it; pushed again, that step would be applied twice).
+// ShardOptions::rejoin_grace: a server whose last worker was lost waits for it to come back
+// (the fault list's link:2: without it, workers cut off for 4 s find the job over when the link
+// comes back).
 #include <atomic>
 #include <chrono>
 #include <optional>

@@ -82,8 +82,8 @@ TEST(SidecarAppDeath, GrantedButUncompletedTransfersAreFailedBack) {
 TEST(SidecarAppDeath, TheServerAppIsToldToSkipTheDeadSendersSequence) {
   // The server of receiver 9 is an app attached as endpoint 9 with its slots. A worker dies
   // between its grant and its write: the server must hear "cancel seq 1" rather than wait for
-  // it. Not a worker of the job attached from the same NIC before it: the cancel used to go to
-  // the first app of the job on that endpoint.
+  // it. Not a worker of the job attached from the same NIC before it: the cancel goes to the
+  // receiver's server app, not to the first app of the job on that endpoint.
   const std::string name = unique_shm_name();
   sched::SchedulerConfig sc;
   sc.replica_bound = std::nullopt;
@@ -153,7 +153,7 @@ TEST_F(ReplicaWindow, AppliedAcksOpenIt) {
 
 TEST_F(ReplicaWindow, AServerAppsLastAppliedBeforeDetachingStillCounts) {
   // The server app queues `applied(1)` and detaches before the daemon reads it: the ack must
-  // still open the window (it used to be handed to complete() and refused as a bad completion).
+  // still open the window (not be handed to complete() and refused as a bad completion).
   {
     const auto held = driver.hold();  // the daemon reads nothing until the server has left
     server.applied(1);

@@ -1,4 +1,4 @@
-// Load (issue 10, item 6): 8 applications x 10,000 updates through ONE gradlaned running the
+// Load: 8 applications x 10,000 updates through ONE gradlaned running the
 // real scheduling core. Each application is a thread with its own Client, so its own app slot
 // and queues, exactly what a separate process gets (one process keeps the test cheap).
 //

@@ -129,12 +129,12 @@ TEST_F(PeerTest, ReadReturnsThePeersBytes) {
   stop_peer();
 }
 
-// Found by the 32-worker load test (tests/ps/many_workers_softroce_test.cpp): every wait of the
-// data path spun without pause, so 32 workers waiting for their grants on 2 vCPUs starved the
-// server thread and rxe's own work: 11.6 updates/s, 0.15 of one worker's rate (0.81 after). A
-// wait that lasts gives its core away: here a receive() that waits 1 s for nothing may use at
-// most a quarter of that in CPU (it used all of it before: 1.005 s; about 0.01-0.1 s after,
-// under TCG, where each look between naps costs tens of microseconds).
+// A wait that lasts gives its core away: waits that spin without pause let 32 workers waiting
+// for their grants on 2 vCPUs starve the server thread and rxe's own work (the 32-worker load
+// test, tests/ps/many_workers_softroce_test.cpp: 11.6 updates/s, 0.15 of one worker's rate,
+// against 0.81 with waits that nap). Here a receive() that waits 1 s for nothing may use at most
+// a quarter of that in CPU (a spinning wait uses all of it, 1.005 s; a napping one about
+// 0.01-0.1 s under TCG, where each look between naps costs tens of microseconds).
 TEST_F(PeerTest, ALongWaitDoesNotBurnACore) {
   start_peer(4096);
   const double cpu0 = thread_cpu_seconds();

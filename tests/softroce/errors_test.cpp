@@ -285,9 +285,9 @@ TEST(SoftRoceConnect, OnlyAPeerWithTheListenersJobKeyGetsAConnection) {
 }
 
 TEST(SoftRoceConnect, PeerWhoseHandshakeCompletedIsAcceptedThoughTheCallerReadsItLate) {
-  // Found by the 32-worker load test: a server answering a burst of connect requests (or busy
-  // between accepts) read the channel after a peer's handshake had completed but after its
-  // connect_timeout, and accept() dropped that established peer as "did not complete the
+  // A server answering a burst of connect requests (the 32-worker load test), or busy between
+  // accepts, can read the channel after a peer's handshake completed but after its
+  // connect_timeout; accept() must not drop that established peer as "did not complete the
   // handshake" before reading the ESTABLISHED event waiting for it. Two peers connect while
   // nobody accepts; the first accept() answers both and returns one; the test then stays
   // away longer than the listener's connect_timeout (1 s) — the second must still be accepted.

@@ -1,4 +1,5 @@
-// The README shows examples/push_update.cpp; this keeps the two identical so the example a
+// The README shows examples/push_update.cpp and docs/parameter-server.md shows
+// examples/ps_quickstart.cpp; this keeps each page's block identical to its file so the example a
 // reader copies is the one the softroce suite compiles and runs.
 #include <fstream>
 #include <sstream>
@@ -27,16 +28,17 @@ TEST(Readme, EmbeddingExampleIsExamplesPushUpdateVerbatim) {
   EXPECT_EQ(readme.substr(body, end - body), example) << "README example drifted from examples/push_update.cpp";
 }
 
-TEST(Readme, ParameterServerExampleIsExamplesPsQuickstartVerbatim) {
-  const std::string readme = slurp(GRADLANE_SOURCE_DIR "/README.md");
+TEST(Docs, ParameterServerPageExampleIsExamplesPsQuickstartVerbatim) {
+  const std::string page = slurp(GRADLANE_SOURCE_DIR "/docs/parameter-server.md");
   const std::string example = slurp(GRADLANE_SOURCE_DIR "/examples/ps_quickstart.cpp");
   ASSERT_FALSE(example.empty());
-  const auto start = readme.find("```cpp\n// A parameter server, its replica and a worker");
-  ASSERT_NE(start, std::string::npos) << "README has no parameter-server example block";
+  const auto start = page.find("```cpp\n// A parameter server, its replica and a worker");
+  ASSERT_NE(start, std::string::npos) << "docs/parameter-server.md has no parameter-server example block";
   const auto body = start + std::string("```cpp\n").size();
-  const auto end = readme.find("```", body);
+  const auto end = page.find("```", body);
   ASSERT_NE(end, std::string::npos);
-  EXPECT_EQ(readme.substr(body, end - body), example) << "README example drifted from examples/ps_quickstart.cpp";
+  EXPECT_EQ(page.substr(body, end - body), example)
+      << "docs/parameter-server.md example drifted from examples/ps_quickstart.cpp";
 }
 
 }  // namespace

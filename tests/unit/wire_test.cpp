@@ -67,8 +67,8 @@ TEST(Wire, UnknownKindIsRefused) {
   expect_protocol_error(bytes, "unknown kind 99");
 }
 
-// Found by tests/fuzz (wire): decode_frame ignored header bytes 6-7, which encode_frame writes
-// as 0, so a frame with them set was accepted (GLC1 01 00 00 01 ...: reserved 0x0100).
+// Header bytes 6-7 are reserved: encode_frame writes them as 0, and decode_frame refuses a frame
+// with them set (GLC1 01 00 00 01 ...: reserved 0x0100; a case tests/fuzz (wire) reaches).
 TEST(Wire, ReservedHeaderBytesMustBeZero) {
   for (const std::size_t at : {std::size_t{6}, std::size_t{7}}) {
     auto bytes = frame(FrameKind::message, "x");

@@ -159,8 +159,8 @@ std::size_t Aggregator::State::expire_holes() {
     return 0;
   }
   // A process stopped between its last look at the input and here (SIGSTOP, descheduled) wakes
-  // to find grants "expired" whose writes landed while it slept — the NIC took them (the
-  // stop:aggregator fault: an acknowledged member left out). Look again, after the clock read.
+  // to find grants "expired" whose writes landed while it slept — the NIC took them — and would
+  // leave out an acknowledged member. Look again, after the clock read.
   work += take_input();
   for (MemberPeer& peer : peers) {
     for (const std::uint64_t sequence : peer.outstanding.expire(now, options.hole_timeout)) {

@@ -640,8 +640,8 @@ ShardServer::ShardServer(ShardServer&&) noexcept = default;
 ShardServer& ShardServer::operator=(ShardServer&&) noexcept = default;
 ShardServer::~ShardServer() {
   // A server that goes away cleanly first hands its replica every decision it made (bounded):
-  // otherwise the replica, promoted by the disconnect, loses the last ones (seen in CI: the
-  // README example's replica ended at version 19 of 20).
+  // otherwise the replica, promoted by the disconnect, loses the last ones (a replica could end
+  // at version 19 of 20).
   if (!state_ || state_->sidecar_lost) return;
   try {
     drain_replica(std::chrono::seconds(5));
@@ -757,9 +757,9 @@ bool ShardServer::finished() const {
 
 bool ShardServer::cut_off() const {
   const State& s = *state_;
-  // Not `!s.replica`: the replica's connection, idle once the workers are gone, is not seen to
-  // fail before the server finishes (found by link:0, seed 2: the server exited 0 at v228 while
-  // the replica, promoted, went on — two final models).
+  // Not `!s.replica`: the replica's connection, idle once the workers are gone, may not be seen
+  // to fail before the server finishes; a server that then exits as finished while its replica,
+  // promoted, goes on leaves two final models.
   if (s.role != Role::server || !s.had_replica) return false;
   bool any_worker = false;
   for (const Peer& peer : s.peers) {

@@ -370,7 +370,7 @@ struct Worker::State {
     const auto start = Clock::now();
     // With a token, only into a claimed slot: a replica found during this push (one that joined,
     // announced while we waited for the server's answer) is mirrored to from the next push on,
-    // and reads this one from the server's slot (found by replace:server with grant windows).
+    // and reads this one from the server's slot.
     const bool mirrors = mirroring() && (token == 0 || mirror_claimed);
     const std::uint64_t offset = (sequence % slots) * bytes;
     RegionDescriptor mirror_slot{replica_slots.addr + offset, bytes, replica_slots.rkey};
@@ -391,9 +391,9 @@ struct Worker::State {
     if (mirrors) mirrored = replica->write_and_ring(gradient_region, 0, mirror_slot, 0, bytes, imm);
     // Sidecar mode: the replica's refusal floor too, behind the mirror. A server SIGKILLed a
     // moment ago still has its writes acknowledged by the kernel, while the replica, promoted
-    // meanwhile, refuses the mirror (below the floor it took over at): that push is applied
-    // nowhere (found by replace:server@gradlane: one acknowledged member lost). Read into a
-    // spare word of our header copy, so the two READs do not land on each other.
+    // meanwhile, refuses the mirror (below the floor it took over at): that push would be
+    // acknowledged and applied nowhere. Read into a spare word of our header copy, so the two
+    // READs do not land on each other.
     constexpr std::size_t kReplicaFloorAt = offsetof(ShardHeader, refuse_below) + sizeof(std::uint64_t);
     static_assert(kReplicaFloorAt + sizeof(std::uint64_t) <= sizeof(ShardHeader));
     // Sidecar mode: ours, or the sidecar-mode aggregator's forward (write_as).
@@ -403,8 +403,8 @@ struct Worker::State {
                                sizeof(std::uint64_t));
     }
     // The grant's age once more, right before the server's write. A stall since too_late() — a
-    // SIGSTOP delivered as the mirror's post returned (found by stop:worker2 in CI: the server
-    // had skipped the sequence, and the late write was acknowledged here) — may have outlived
+    // SIGSTOP delivered as the mirror's post returned; the server may skip the sequence
+    // meanwhile, and the late write would still be acknowledged here — may have outlived
     // the server's hole_timeout (sidecar mode: its skip of a stuck head, which a floor READ
     // does not show). Between this clock read and the post there is only the provider's work
     // request left; grant windows close even that (a claim).
@@ -442,8 +442,8 @@ struct Worker::State {
   // silently, as a doorbell has no answer. Its header says from where on it takes them; READ
   // after our write on the same QP, it reflects at least the moment our write arrived (the
   // takeover publishes it before taking the doorbells already there). A refused push is lost,
-  // not acknowledged. Read on every push: a worker cannot know its server took its own
-  // sequence over (found by restart:gradlaned-a: an acknowledged push refused).
+  // not acknowledged. Read on every push: a worker cannot know whether its server took its own
+  // sequence over (at a restarted gradlaned).
   // `at`: where in our header copy the floor was READ.
   bool refused_below_floor(std::uint64_t sequence, std::size_t at) const { return sequence < header_copy_word(at); }
   // A word of our copy of a shard header, where a READ of one header word landed.
@@ -814,9 +814,8 @@ void Worker::start_push(std::uint64_t computed_on, std::uint64_t tag) {
   } catch (const Error&) {
     // The server (or the aggregator) failed since the last call and the request went nowhere:
     // fail over and ask the new one (nothing was written, so asking again applies nothing
-    // twice). Before, this threw out of start_push, past every recovery (found in CI by
-    // ShardRun.WorkersMirrorToAJoinedReplicaAndFailOverToItWhenThePromotedServerDiesToo:
-    // worker 1 exited on its server's disconnect while the others failed over).
+    // twice). Thrown out of start_push, the error would skip every recovery: the worker would
+    // exit on its server's disconnect while the others fail over.
     if (!s.recover()) throw;
     s.send_request();
   }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The replica on/off comparison of the README (straggler case): the three variants interleaved per seed.
+# The replica on/off comparison of docs/results.md (straggler case): the three variants interleaved per seed.
 set -u
 cd "$(dirname "$0")/../../.."
 for seed in 1 2 3; do
