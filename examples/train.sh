@@ -13,9 +13,8 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
-BUILD=build
+BUILD=$ROOT/build
 if [[ $# -gt 0 && $1 != *=* ]]; then BUILD=$1; shift; fi
-BUILD=$(cd "$BUILD" && pwd)
 JOB_SETTINGS=() MODE=gradlane MODEL=softmax TARGET=0.75 SERVER_RATE="" SERVER_SHAPE=in STRAGGLER=0 STRAGGLER_RATE="" OUT_DIR=""
 for setting in "$@"; do
   case $setting in
@@ -30,7 +29,14 @@ for setting in "$@"; do
     *) echo "train.sh: settings are NAME=VALUE, got '$setting'" >&2; exit 2 ;;
   esac
 done
-[[ -x $BUILD/examples/gradlane_train ]] || { echo "train.sh: $BUILD/examples/gradlane_train is missing: build first (bash ci/test.sh, or cmake --build $BUILD)" >&2; exit 2; }
+# On a fresh clone: the packages, then only the two programs the job runs (a few minutes).
+if [[ ! -x $BUILD/examples/gradlane_train || ! -x $BUILD/sidecar/daemon/gradlaned ]]; then
+  echo "train.sh: building gradlane_train and gradlaned in $BUILD" >&2
+  bash "$ROOT/ci/install-deps.sh"
+  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo >&2
+  cmake --build "$BUILD" -j"$(nproc)" --target gradlane_train gradlaned >&2
+fi
+BUILD=$(cd "$BUILD" && pwd)
 OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/gradlane-train.XXXXXX)}
 mkdir -p "$OUT_DIR"
 harness=(--hosts 3)
