@@ -28,6 +28,7 @@ const char* to_string(Mode mode) {
     case Mode::fifo_sa: return "fifo-sa";
     case Mode::backup: return "backup";
     case Mode::ssp: return "ssp";
+    case Mode::ring: return "ring";
   }
   return "?";
 }
@@ -39,10 +40,11 @@ Mode parse_mode(const std::string& name) {
   if (name == "fifo-sa") return Mode::fifo_sa;
   if (name == "backup") return Mode::backup;
   if (name == "ssp") return Mode::ssp;
-  throw std::invalid_argument("unknown mode '" + name + "': use gradlane, fifo, sync, fifo-sa, backup or ssp");
+  if (name == "ring") return Mode::ring;
+  throw std::invalid_argument("unknown mode '" + name + "': use gradlane, fifo, sync, fifo-sa, backup, ssp or ring");
 }
 
-bool is_synchronous(Mode mode) { return mode == Mode::sync || mode == Mode::backup; }
+bool is_synchronous(Mode mode) { return mode == Mode::sync || mode == Mode::backup || mode == Mode::ring; }
 
 const char* to_string(NetworkModel network) {
   switch (network) {
@@ -68,7 +70,8 @@ std::optional<std::string> ClusterParams::validate() const {
   if (workers == 0) return "workers must be at least 1";
   if (servers == 0) return "servers must be at least 1";
   if (stragglers > workers) return "stragglers cannot exceed workers";
-  if (is_synchronous(mode) && servers != 1) return "sync and backup modes simulate one server";
+  if (is_synchronous(mode) && servers != 1) return "sync, backup and ring modes simulate one server (ring: its version)";
+  if (mode == Mode::ring && !(ring_hop_us >= 0)) return "ring hop cost must be >= 0";
   if (mode == Mode::backup && backup_workers >= workers) return "backup workers must be fewer than workers";
   if (bytes == 0) return "bytes must be positive";
   if (!(compute_ms > 0) || !(worker_gbps > 0) || !(server_gbps > 0)) {
@@ -222,6 +225,10 @@ void Cluster::handle(const Event& e, Instant now) {
       r.computed_on = workers_[w].computed_on;
       submit_time_[r.id] = now;
       gradients_[r.id] = Gradient{r.id, w, r.computed_on, workers_[w].token, workers_[w].clock, 0};
+      if (p_.mode == Mode::ring) {
+        join_ring(r.id, now);
+        break;
+      }
       if (scheduler_->submit(r, now) != SubmitStatus::accepted) {
         throw std::logic_error("Cluster: the scheduler refused a well-formed request");
       }
@@ -241,6 +248,9 @@ void Cluster::handle(const Event& e, Instant now) {
       scheduler_->replica_ack(server(static_cast<std::uint32_t>(e.a)), e.b);
       break;
     case Kind::wake:
+      break;
+    case Kind::allreduce_done:
+      finish_allreduce(now);
       break;
     case Kind::bandwidth_change:
       change_bandwidth(now);
@@ -521,6 +531,31 @@ void Cluster::arrive_for_backup_step(EndpointId at, Seq seq, RequestId request, 
   }
   step_.push_back(record_applied(request, seq, now));
   if (step_.size() == p_.workers - p_.backup_workers) apply_step(now);
+}
+
+void Cluster::join_ring(RequestId request, Instant now) {
+  ++stats_.submitted;
+  ring_ready_.push_back(request);
+  if (ring_ready_.size() == p_.workers) push(now + allreduce_time(), Kind::allreduce_done, 0);
+}
+
+Nanos Cluster::allreduce_time() const {
+  if (p_.workers == 1) return Nanos{0};
+  double slowest = p_.worker_gbps * kGbps;  // every worker's ingress
+  for (std::uint32_t w = 0; w < p_.workers; ++w) slowest = std::min(slowest, worker_egress(w));
+  const double n = p_.workers;
+  const double phase_s = p_.ring_hop_us * 1e-6 + static_cast<double>(p_.bytes) / n / slowest;
+  return Nanos{static_cast<std::int64_t>(std::llround(2 * (n - 1) * phase_s * 1e9))};
+}
+
+void Cluster::finish_allreduce(Instant now) {
+  // The model's version is kept under server 0's name, as in sync: one version per step.
+  const EndpointId at = server(0);
+  const Seq seq = applied_[at] + 1;
+  for (const RequestId request : ring_ready_) step_.push_back(record_applied(request, seq, now));
+  ring_ready_.clear();
+  applied_[at] = seq;
+  apply_step(now);
 }
 
 }  // namespace gradlane::sched::sim

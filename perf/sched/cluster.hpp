@@ -50,6 +50,13 @@
 //    still computing abandons that computation (never sent), and an update of the old step
 //    still on the wire crosses it (it was sent) and is dropped on arrival. With b = 0 it is
 //    sync. One server only.
+//  - Mode::ring: synchronous SGD by ring allreduce (no server). When the last worker of the
+//    step has its gradient, the ring reduces and gathers it in 2(N-1) phases, each moving
+//    bytes/N from every worker to the next: every link carries one flow, so a phase takes
+//    ring_hop_us (a hop's fixed cost: post, completion, notify) plus bytes/N at the slowest
+//    link of the ring (min over workers of its egress and its successor's ingress). Rates are
+//    taken when the allreduce starts (a change during it applies to the next). Then every
+//    worker has the mean and computes the next step. No server traffic at all.
 #pragma once
 
 #include <cstdint>
@@ -74,6 +81,7 @@ enum class Mode : std::uint8_t {
   fifo_sa,   // fifo's traffic; each gradient's learning rate divided by its delay (the Observer)
   backup,    // synchronous SGD, a step applied when the first workers - b of it arrived
   ssp,       // fifo, but no worker's clock more than ssp_bound ahead of the slowest's
+  ring,      // synchronous SGD by ring allreduce between the workers: no server
 };
 // Modes with a barrier per step (every worker computes on the same model).
 bool is_synchronous(Mode mode);
@@ -114,6 +122,7 @@ struct ClusterParams {
   bool aggregation = true;                 // gradlane only
   std::uint32_t backup_workers = 1;        // backup only: b, of `workers`; a step averages workers - b
   std::uint64_t ssp_bound = 3;             // ssp only: s, the clock lead allowed over the slowest
+  double ring_hop_us = 5.0;                // ring only: the fixed cost of each of its 2(N-1) phases
 
   // A message naming the first unusable field, or nullopt.
   std::optional<std::string> validate() const;
@@ -195,6 +204,7 @@ class Cluster {
     replica_ack,
     wake,
     bandwidth_change,
+    allreduce_done,  // ring: the step's allreduce finished
   };
   struct Event {
     Instant at;
@@ -265,6 +275,10 @@ class Cluster {
   void apply_step(Instant now);
   // backup: a direct update reached the server: counted for its step, or dropped if late.
   void arrive_for_backup_step(EndpointId at, Seq seq, RequestId request, Instant now);
+  // ring: worker w's gradient is ready; the last of the step starts the allreduce.
+  void join_ring(RequestId request, Instant now);
+  Nanos allreduce_time() const;
+  void finish_allreduce(Instant now);
   void change_bandwidth(Instant now);
   double draw_factor();
   double worker_egress(std::uint32_t w) const;
@@ -291,6 +305,7 @@ class Cluster {
   std::map<std::uint64_t, Instant> begins_;
   std::map<std::uint64_t, Pending> pending_;
   std::vector<Gradient> step_;  // barrier modes: the gradients of the current step at the server
+  std::vector<RequestId> ring_ready_;  // ring: the step's gradients computed so far
   // Asynchronous modes: how many workers are at each clock (the first key is the slowest), and
   // (ssp) the workers waiting for the slowest to catch up, by their clock.
   std::map<std::uint64_t, std::uint32_t> clock_counts_;

@@ -83,8 +83,8 @@ int main(int argc, char** argv) try {
   CLI::App app{"gradlane_train_sim: train Fashion-MNIST in simulated time over a simulated parameter server"};
   app.add_option("--mode", mode,
                  "gradlane, fifo, sync, fifo-sa (fifo, lr / delay), backup (sync with backup workers) or "
-                 "ssp (fifo within a clock bound)")
-      ->check(CLI::IsMember({"gradlane", "fifo", "sync", "fifo-sa", "backup", "ssp"}));
+                 "ssp (fifo within a clock bound) or ring (sync by ring allreduce, no server)")
+      ->check(CLI::IsMember({"gradlane", "fifo", "sync", "fifo-sa", "backup", "ssp", "ring"}));
   app.add_option("--lr", t.learning_rate, "learning rate (sync: of the averaged gradient)")->check(CLI::PositiveNumber);
   app.add_option("--tau", tau, "staleness bound in versions (gradlane); 0 = unbounded; default 2 x workers");
   app.add_flag("--no-aggregation", no_aggregation, "gradlane without aggregation");
@@ -92,6 +92,8 @@ int main(int argc, char** argv) try {
                  "backup: b of --workers are spares, a step averages the first workers - b; default 1% (>= 1)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--ssp-bound", c.ssp_bound, "ssp: a worker's clock may lead the slowest's by at most this");
+  app.add_option("--ring-hop-us", c.ring_hop_us, "ring: the fixed cost of each of the allreduce's 2(N-1) phases")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--data-shards", t.data_shards, "each worker samples only its own contiguous part of the data");
   app.add_option("--network", network,
                  "fair: each NIC shared max-min fairly by the transfers crossing it; "
@@ -116,6 +118,8 @@ int main(int argc, char** argv) try {
   app.add_option("--duration-ms", t.duration_ms, "simulated time")->check(CLI::PositiveNumber);
   app.add_option("--target", t.target, "target accuracy for time-to-accuracy")->check(CLI::Range(0.0, 1.0));
   app.add_flag("--stop-at-target", t.stop_at_target, "stop at the first evaluation at or above the target");
+  app.add_option("--stop-after-sustained", t.stop_after_sustained,
+                 "stop once an evaluation at or above the target is followed by N more at or above it");
   app.add_option("--eval", eval, "test (full 10k test set) or validation (train rows past --train-rows)")
       ->check(CLI::IsMember({"test", "validation"}));
   app.add_option("--train-rows", train_rows, "rows of the training set used to train")->check(CLI::Range(1000, 59000));
@@ -159,6 +163,7 @@ int main(int argc, char** argv) try {
   if (c.mode == sim::Mode::backup) fmt::print("  backup workers {}: steps {}, abandoned {}\n", c.backup_workers, s.steps, s.abandoned);
   if (c.mode == sim::Mode::ssp) fmt::print("  ssp bound {}: waits {}, max clock lead {}\n", c.ssp_bound, s.ssp_waits, s.max_clock_lead);
   if (c.mode == sim::Mode::sync) fmt::print("  steps {}\n", s.steps);
+  if (c.mode == sim::Mode::ring) fmt::print("  ring hop {} us: steps {}\n", c.ring_hop_us, s.steps);
   if (t.data_shards) fmt::print("  data shards: on\n");
   fmt::print("  time to {:.0f}%: {}  best accuracy {:.4f}  final {:.4f}\n", t.target * 100,
              r.time_to_target_ms ? fmt::format("{:.0f} ms", *r.time_to_target_ms) : std::string("not reached"),
@@ -183,6 +188,7 @@ int main(int argc, char** argv) try {
                    {"aggregation", c.aggregation},
                    {"backup_workers", c.backup_workers},
                    {"ssp_bound", c.ssp_bound},
+                   {"ring_hop_us", c.ring_hop_us},
                    {"data_shards", t.data_shards},
                    {"workers", c.workers},
                    {"compute_ms", c.compute_ms},
@@ -205,6 +211,7 @@ int main(int argc, char** argv) try {
                    {"duration_ms", t.duration_ms},
                    {"target", t.target},
                    {"stop_at_target", t.stop_at_target},
+                   {"stop_after_sustained", t.stop_after_sustained ? nlohmann::json(*t.stop_after_sustained) : nlohmann::json(nullptr)},
                    {"seed", c.seed}};
     nlohmann::json curve = nlohmann::json::array();
     for (const auto& e : r.curve) {

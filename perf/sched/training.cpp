@@ -144,6 +144,14 @@ TrainResult train_in_simulation(const ClusterParams& cluster_params, const Train
     cluster.run_until(Instant{Nanos{static_cast<std::int64_t>(t_ms * 1e6)}});
     evaluate(t_ms);
     if (tp.stop_at_target && result.time_to_target_ms) break;
+    if (tp.stop_after_sustained) {
+      const std::size_t run = std::size_t{*tp.stop_after_sustained} + 1;
+      const auto& curve = result.curve;
+      if (curve.size() >= run && std::all_of(curve.end() - static_cast<std::ptrdiff_t>(run), curve.end(),
+                                             [&](const EvalPoint& e) { return e.accuracy >= tp.target; })) {
+        break;
+      }
+    }
   }
   result.stats = cluster.stats();
   result.gradient_delays = sgd.gradient_delays();

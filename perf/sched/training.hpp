@@ -114,6 +114,9 @@ struct TrainParams {
   double duration_ms = 5000.0;
   double target = 0.80;         // time-to-accuracy: first evaluation at or above it
   bool stop_at_target = false;
+  // Stop once an evaluation at or above the target is followed by this many more that stay
+  // there (the experiment's sustained crossing, confirmed): the rest of the run cannot move it.
+  std::optional<std::uint32_t> stop_after_sustained;
   std::uint64_t seed = 1;       // the data order (the cluster has its own seed)
   bool data_shards = false;     // each worker trains on its own partition of the data (DataOrder)
 };

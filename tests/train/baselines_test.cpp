@@ -55,7 +55,7 @@ ClusterParams busy(Mode mode) {
 }
 
 TEST(Baselines, ModesParseAndPrint) {
-  for (const Mode mode : {Mode::fifo, Mode::gradlane, Mode::sync, Mode::fifo_sa, Mode::backup, Mode::ssp}) {
+  for (const Mode mode : {Mode::fifo, Mode::gradlane, Mode::sync, Mode::fifo_sa, Mode::backup, Mode::ssp, Mode::ring}) {
     EXPECT_EQ(parse_mode(to_string(mode)), mode);
   }
   EXPECT_STREQ(to_string(Mode::fifo_sa), "fifo-sa");
@@ -172,6 +172,41 @@ TEST(Baselines, BackupStepsNeverWaitForTheStragglerAndAverageExactlyN) {
   const double clean_steps = static_cast<double>(clean.stats().steps);
   EXPECT_GT(steps, 0.9 * clean_steps);
   EXPECT_GT(steps, 3.0 * static_cast<double>(plain_sync.stats().steps));
+}
+
+// ring: a step is the slowest compute, then 2(N-1) phases of (hop + bytes/N at the ring's
+// slowest link); it averages all N gradients, each computed on the step before's model, and
+// nothing reaches a server.
+TEST(Baselines, RingStepsTakeTheComputeThenTwoNMinusOnePhasesAtTheSlowestLink) {
+  ClusterParams c;
+  c.mode = Mode::ring;
+  c.workers = 8;
+  c.bytes = 8 << 20;  // 1 MiB per worker per phase
+  c.compute_ms = 2.0;
+  c.jitter = 0.0;
+  c.worker_gbps = c.server_gbps = 80.0;  // 10 GB/s
+  c.stragglers = 1;
+  c.straggler_slowdown = 4.0;  // 2.5 GB/s: the ring's slowest link
+  c.ring_hop_us = 10.0;
+  Recorder slowed, even;
+  Cluster ring(c, &slowed);
+  c.stragglers = 0;
+  Cluster clean(c, &even);
+  ring.run_until(at_ms(100));
+  clean.run_until(at_ms(100));
+  // A phase: 10 us + 1,048,576 B / 2.5 GB/s = 429.4304 us; 14 phases 6,012,025.6 ns.
+  const Nanos step = Nanos{2'000'000 + 6'012'026};
+  ASSERT_EQ(slowed.times.size(), 12U);  // 100 ms / 8.012 ms
+  for (std::size_t k = 0; k < slowed.times.size(); ++k) {
+    EXPECT_EQ(slowed.times[k], Instant{} + static_cast<std::int64_t>(k + 1) * step) << "step " << k;
+  }
+  // Without the straggler a phase is 10 + 104.8576 us: 1.608 ms per allreduce, 27 steps.
+  EXPECT_EQ(even.times.size(), 27U);
+  for (const std::size_t size : slowed.sizes) EXPECT_EQ(size, 8U);
+  EXPECT_EQ(ring.stats().applied, 12U * 8U);
+  for (const std::uint64_t delay : ring.stats().delays) EXPECT_EQ(delay, 0U);
+  EXPECT_EQ(ring.stats().server_ingress_bytes, 0U);
+  EXPECT_EQ(ring.stats().steps, 12U);
 }
 
 TEST(Baselines, BackupWithNoSparesIsSync) {

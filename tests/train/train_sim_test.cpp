@@ -180,15 +180,25 @@ TEST(TrainingSimulation, GradlaneHonoursTauAndAggregatesUnderOverload) {
   EXPECT_LE(sgd.snapshots_allocated(), 2U * 200U);
 }
 
+// A short gradlane run on a synthetic 8-feature set, for tests about the run itself.
+struct SmallRun {
+  train::Dataset data = synthetic_set(512, 8, 5);
+  train::Dataset eval = synthetic_set(200, 8, 6);
+  train::Model model{small_softmax(8)};
+  TrainParams params(double eval_every_ms, double duration_ms) const {
+    TrainParams t;
+    t.learning_rate = 0.002F;
+    t.batch = 4;
+    t.eval_every_ms = eval_every_ms;
+    t.duration_ms = duration_ms;
+    return t;
+  }
+};
+
 TEST(TrainingSimulation, SameSeedSameRunOtherSeedOtherRun) {
-  const train::Dataset data = synthetic_set(512, 8, 5);
-  const train::Dataset eval = synthetic_set(200, 8, 6);
-  const train::Model model(small_softmax(8));
-  TrainParams t;
-  t.learning_rate = 0.002F;
-  t.batch = 4;
-  t.eval_every_ms = 5;
-  t.duration_ms = 30;
+  const SmallRun small;
+  const auto& [data, eval, model] = small;
+  const TrainParams t = small.params(5, 30);
   const auto run = [&](std::uint64_t seed) {
     TrainParams tp = t;
     tp.seed = seed;
@@ -205,6 +215,29 @@ TEST(TrainingSimulation, SameSeedSameRunOtherSeedOtherRun) {
   EXPECT_NE(a.stats.delays, c.stats.delays);
 }
 
+// stop_after_sustained: the run ends at the evaluation that confirms the first sustained
+// crossing (it and the next two at or above the target), with the full run's curve up to there.
+TEST(TrainingSimulation, StopAfterSustainedEndsWhereTheCrossingIsConfirmed) {
+  const SmallRun small;
+  const auto& [data, eval, model] = small;
+  TrainParams t = small.params(2, 40);
+  const TrainResult full = train_in_simulation(overloaded(Mode::gradlane, 3), t, model, data, eval);
+  ASSERT_EQ(full.curve.size(), 21U);
+  // A target the run sustains from evaluation 2 at the latest.
+  t.target = std::min({full.curve[2].accuracy, full.curve[3].accuracy, full.curve[4].accuracy});
+  std::size_t confirmed = 0;
+  while (!(full.curve[confirmed].accuracy >= t.target && full.curve[confirmed + 1].accuracy >= t.target &&
+           full.curve[confirmed + 2].accuracy >= t.target)) {
+    ++confirmed;
+  }
+  confirmed += 2;
+  ASSERT_LE(confirmed, 4U);
+  t.stop_after_sustained = 2;
+  const TrainResult stopped = train_in_simulation(overloaded(Mode::gradlane, 3), t, model, data, eval);
+  ASSERT_EQ(stopped.curve.size(), confirmed + 1);
+  for (std::size_t i = 0; i < stopped.curve.size(); ++i) EXPECT_EQ(stopped.curve[i].accuracy, full.curve[i].accuracy) << i;
+}
+
 // The CI simulator run: 100 workers on the real Fashion-MNIST for 300 simulated ms (a few
 // seconds). Accuracy must rise well above chance (0.10) in every mode.
 TEST(TrainingSimulation, ShortFashionMnistRunLearnsInEveryMode) {
@@ -212,7 +245,7 @@ TEST(TrainingSimulation, ShortFashionMnistRunLearnsInEveryMode) {
   const train::Dataset train_set = data.train.slice(0, 50'000);
   const train::Dataset eval_set = data.test.slice(0, 2'000);
   const train::Model model(train::ModelSpec{});
-  for (const auto& [mode, lr] : {std::pair{Mode::gradlane, 0.005F}, {Mode::fifo, 0.005F}, {Mode::sync, 0.5F}}) {
+  for (const auto& [mode, lr] : {std::pair{Mode::gradlane, 0.005F}, {Mode::fifo, 0.005F}, {Mode::sync, 0.5F}, {Mode::ring, 0.5F}}) {
     ClusterParams c;
     c.mode = mode;
     c.workers = 100;
