@@ -5,7 +5,8 @@
 #     README's exact pkg-config line;
 #   - a library-only build (no daemon, tests, perf or examples; CLI11, nlohmann_json, GoogleTest
 #     and Google Benchmark made unfindable) configures and builds the gradlane target;
-#   - `ctest -N` in the build directory lists the unit and softroce suites.
+#   - `ctest -N` in the build directory lists the unit and softroce suites;
+#   - the installed systemd unit names the installed gradlaned and passes systemd-analyze verify.
 # Prints `install: N passed, M failed`. Usage: ci/check-install.sh BUILD_DIR
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,6 +24,11 @@ check cmake-install cmake --install "$BUILD" --prefix "$PREFIX"
 # Every installed program starts from the prefix alone (its RUNPATH finds libgradlane).
 check installed-programs sh -c "for p in '$PREFIX'/bin/*; do env -u LD_LIBRARY_PATH \"\$p\" --help > /dev/null || \
   { echo \"\$p --help failed\"; exit 1; }; done; test -x '$PREFIX/bin/gradlaned'"
+# The systemd unit as installed, with its ExecStart at this prefix's gradlaned; verify must
+# not complain at all (it only warns, exit 0, on a directive it ignores).
+check systemd-unit sh -c "grep -qx 'ExecStart=$PREFIX/bin/gradlaned .*' '$PREFIX/lib/systemd/system/gradlaned.service' && \
+  said=\$(systemd-analyze verify '$PREFIX/lib/systemd/system/gradlaned.service' 2>&1) && \
+  { [ -z \"\$said\" ] || { echo \"\$said\"; false; }; }"
 check find-package sh -c "cmake -S '$ROOT/tests/install' -B '$SCRATCH/consumer' -DCMAKE_PREFIX_PATH='$PREFIX' \
   -DEXAMPLE_SOURCE='$ROOT/examples/push_update.cpp' && cmake --build '$SCRATCH/consumer'"
 # The README's line, verbatim: `pkg-config --cflags --libs gradlane`.

@@ -19,8 +19,9 @@ readonly BUILD_DEPS=(
   g++ cmake make pkg-config
   libibverbs-dev librdmacm-dev
   libboost-dev libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libfmt-dev libcli11-dev nlohmann-json3-dev libsodium-dev
+  libfmt-dev libcli11-dev nlohmann-json3-dev libsodium-dev libsystemd-dev
   gnuplot-nox python3
+  systemd
   zlib1g-dev dataset-fashion-mnist
 )
 # ci/fuzz.sh: libFuzzer. clang brings the compiler (clang-14); libclang-rt-14-dev holds the

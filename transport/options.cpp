@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "gradlane/error.hpp"
@@ -54,8 +55,10 @@ TransportOptions TransportOptions::from_env(
                 "GRADLANE_INSECURE=1 runs without one: any process that reaches the port can then connect");
   }
   if (o.job_key.empty()) {
-    fmt::print(stderr, "gradlane: warning: running without a job key (GRADLANE_INSECURE=1): any process that "
-                       "reaches this host's RDMA ports can connect\n");
+    // fputs, not fmt::print: a closed stderr must not turn a warning into an exception.
+    std::fputs("gradlane: warning: running without a job key (GRADLANE_INSECURE=1): any process that "
+               "reaches this host's RDMA ports can connect\n",
+               stderr);
   }
   return o;
 }

@@ -5,7 +5,8 @@
 // the parent waits for the child's "ready" and exits with its status, so
 // `gradlaned && ./train` never races the attach. Logs go to stderr in both modes. With
 // --pid-file the pid is written before "ready" (so it is there when the parent returns) and
-// the file is removed on a clean exit.
+// the file is removed on a clean exit. Under systemd (sidecar/daemon/gradlaned.service) it
+// runs in the foreground and says READY=1 at the same moment, through sd_notify.
 #include <chrono>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,6 +14,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <csignal>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
@@ -24,12 +26,14 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <systemd/sd-daemon.h>
 
 #include "common/syscall_error.hpp"
 #include "common/unique_fd.hpp"
 #include "gradlane/error.hpp"
 #include "sidecar/core/policy.hpp"
 #include "sidecar/daemon/daemon.hpp"
+#include "sidecar/daemon/endpoint_claim.hpp"
 #include "sidecar/daemon/pid_file.hpp"
 #include "sidecar/daemon/signals.hpp"
 #include "sidecar/peer/fabric.hpp"
@@ -40,6 +44,18 @@ using gradlane::sidecar::Daemon;
 using gradlane::sidecar::DaemonConfig;
 using gradlane::sidecar::parse_job_user;
 using gradlane::sidecar::UniqueFd;
+
+// A line on stderr that a closed or full stderr cannot turn into an exception (SIGPIPE is
+// ignored at the top of main): the daemon outlives its log.
+template <typename... Args>
+void say(fmt::format_string<Args...> format, Args&&... args) noexcept {
+  try {
+    const std::string line = "gradlaned: " + fmt::format(format, std::forward<Args>(args)...) + "\n";
+    if (std::fwrite(line.data(), 1, line.size(), stderr) != line.size()) std::clearerr(stderr);
+  } catch (...) {
+    // Formatting failed (out of memory): nothing to say it with.
+  }
+}
 
 // Forks; the parent waits until the child reports the segment ready (one byte on a pipe) and
 // exits 0, or exits 1 if the child failed before that. Returns the write end in the child.
@@ -136,6 +152,9 @@ std::string job_segments_said(const DaemonConfig& config) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First of all: a log whose reader went away (a closed pipe) must not kill the daemon; a
+  // failed write is an error return, which say() ignores.
+  ::signal(SIGPIPE, SIG_IGN);
   const auto started = std::chrono::steady_clock::now();  // for the "serving" line: how long start-up took
   CLI::App cli{"gradlaned: the gradlane scheduling sidecar (one per host). Applications attach "
                "through a shared-memory segment and are told when each gradient update may use "
@@ -270,19 +289,20 @@ int main(int argc, char** argv) {
     std::optional<gradlane::sidecar::PidFile> pid;
     if (!pid_file.empty()) pid.emplace(gradlane::sidecar::PidFile::acquire(pid_file));
     // Before any thread exists, so every thread inherits the blocked mask.
-    gradlane::sidecar::ShutdownSignals signals;
+    gradlane::sidecar::DaemonSignals signals;
     if (auto problem = sched_config.validate()) throw gradlane::Error(gradlane::Errc::invalid_argument, *problem);
+    const auto claims = gradlane::sidecar::EndpointClaims::acquire(config.endpoints);
     // Peer links first: a request must not be scheduled before we know which receivers are remote.
-    gradlane::peer::Fabric fabric(fabric_options, [](const std::string& line) { fmt::print(stderr, "gradlaned: {}\n", line); });
+    gradlane::peer::Fabric fabric(fabric_options, [](const std::string& line) { say("{}", line); });
     Daemon daemon(config, make_policy(policy, fabric, sched_config));
     if (pid) pid->publish(::getpid());
-    fmt::print(stderr,
-               "gradlaned: serving {}{} for up to {} applications each (pid {}, generation {:#x}, policy {}, {}; "
-               "ready {} ms after start)\n",
-               config.shm_name, job_segments_said(config), config.max_apps, ::getpid(), daemon.generation(), policy,
-               config.endpoints.empty() ? std::string("every endpoint")
-                                        : fmt::format("endpoints {}", fmt::join(config.endpoints, ",")),
-               std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count());
+    say("serving {}{} for up to {} applications each (pid {}, generation {:#x}, policy {}, {}; ready {} ms after start)",
+        config.shm_name, job_segments_said(config), config.max_apps, ::getpid(), daemon.generation(), policy,
+        config.endpoints.empty() ? std::string("every endpoint")
+                                 : fmt::format("endpoints {}", fmt::join(config.endpoints, ",")),
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count());
+    // Outside systemd (no NOTIFY_SOCKET) a no-op; MAINPID for a detached child.
+    ::sd_notifyf(0, "READY=1\nMAINPID=%d", static_cast<int>(::getpid()));
     if (ready) {
       const char byte = 1;
       if (::write(ready.get(), &byte, 1) != 1) {
@@ -290,15 +310,19 @@ int main(int argc, char** argv) {
       }
       ready.reset();
     }
-    daemon.run([&] { return signals.received().has_value(); });
+    daemon.run([&] {
+      if (signals.take_hangup()) {
+        if (const auto failed = fabric.reopen_schedule_log()) say("SIGHUP: {}", *failed);
+      }
+      return signals.received().has_value();
+    });
+    ::sd_notify(0, "STOPPING=1");
     const auto& s = daemon.stats();
-    fmt::print(stderr,
-               "gradlaned: signal {} received, stopping ({} attaches, {} dead apps reclaimed, {} requests, "
-               "{} answers of which {} errors)\n",
-               signals.received().value_or(0), s.attached, s.reclaimed, s.submitted, s.answers, s.errors);
+    say("signal {} received, stopping ({} attaches, {} dead apps reclaimed, {} requests, {} answers of which {} errors)",
+        signals.received().value_or(0), s.attached, s.reclaimed, s.submitted, s.answers, s.errors);
     return 0;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "gradlaned: {}\n", e.what());
+    say("{}", e.what());
     return 1;
   }
 }

@@ -81,4 +81,8 @@ std::unique_ptr<sched::Policy> Fabric::make_policy(sched::SchedulerConfig config
   return policy;
 }
 
+std::optional<std::string> Fabric::reopen_schedule_log() {
+  return schedule_log_ ? schedule_log_->reopen() : std::nullopt;
+}
+
 }  // namespace gradlane::peer

@@ -42,6 +42,8 @@ class Fabric {
 
   // The policy for the daemon. The Fabric must outlive it (the policy uses its links).
   std::unique_ptr<sched::Policy> make_policy(sched::SchedulerConfig config);
+  // SIGHUP: the schedule log is opened again (appending). A message if that failed.
+  std::optional<std::string> reopen_schedule_log();
 
  private:
   struct Links;

@@ -1,11 +1,16 @@
 #include "sidecar/peer/schedule_log.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstring>
 #include <fmt/format.h>
 #include <variant>
 
 #include "common/overloaded.hpp"
 #include "common/syscall_error.hpp"
+#include "gradlane/error.hpp"
 
 namespace gradlane::sidecar {
 namespace {
@@ -81,30 +86,78 @@ std::string completion_json(sched::TransferId transfer, const sched::TransferVie
       ns(granted.slot.end), ns(used.end));
 }
 
-ScheduleLog::ScheduleLog(const std::string& path) {
+namespace {
+
+// The log file, never through a symbolic link. `append`: keep what is there (a reopen).
+std::FILE* open_log(const std::string& path, bool append, int& error) {
+  const int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (append ? O_APPEND : O_TRUNC);
+  const int fd = ::open(path.c_str(), flags, 0640);
+  if (fd < 0) {
+    error = errno;
+    return nullptr;
+  }
+  std::FILE* file = ::fdopen(fd, append ? "a" : "w");
+  if (file == nullptr) {
+    error = errno;
+    ::close(fd);
+  }
+  return file;
+}
+
+std::string open_failure(const std::string& path, int error) {
+  return error == ELOOP ? "schedule log " + path + " is a symbolic link: give the file itself"
+                        : "opening schedule log " + path;
+}
+
+}  // namespace
+
+ScheduleLog::ScheduleLog(const std::string& path) : path_(path) {
   if (path == "-") {
     file_ = stderr;
-  } else {
-    file_ = std::fopen(path.c_str(), "w");
-    if (file_ == nullptr) detail::throw_call_failed(Errc::system, "opening schedule log " + path, errno);
-    owned_ = true;
+    return;
   }
+  int error = 0;
+  file_ = open_log(path, /*append=*/false, error);
+  if (file_ == nullptr) {
+    if (error == ELOOP) throw Error(Errc::system, open_failure(path, error));
+    detail::throw_call_failed(Errc::system, open_failure(path, error), error);
+  }
+  owned_ = true;
 }
 
 ScheduleLog::~ScheduleLog() {
   if (owned_) std::fclose(file_);
 }
 
+std::optional<std::string> ScheduleLog::reopen() {
+  if (!owned_) return std::nullopt;  // stderr: nothing to reopen
+  int error = 0;
+  std::FILE* file = open_log(path_, /*append=*/true, error);
+  if (file == nullptr) return open_failure(path_, error) + ": " + std::strerror(error) + "; still writing the old file";
+  std::fclose(file_);
+  file_ = file;
+  return std::nullopt;
+}
+
+void ScheduleLog::write_line(const std::string& json) noexcept {
+  // Flushed per line: a reader (or a post-mortem after a crash) sees every decision made.
+  const bool written = std::fwrite(json.data(), 1, json.size(), file_) == json.size() && std::fputc('\n', file_) != EOF &&
+                       std::fflush(file_) == 0;
+  if (written) return;
+  std::clearerr(file_);
+  if (failed_writes_++ == 0) {
+    std::fprintf(stderr, "gradlaned: cannot write the schedule log %s: %s; scheduling goes on, lines are lost\n",
+                 path_.c_str(), std::strerror(errno));
+  }
+}
+
 void ScheduleLog::decision(const sched::Outcome& outcome, sched::Instant now, std::string_view origin) {
-  fmt::print(file_, "{}\n", decision_json(outcome, now, origin));
-  // Flushed per decision: a reader (or a post-mortem after a crash) sees every decision made.
-  std::fflush(file_);
+  write_line(decision_json(outcome, now, origin));
 }
 
 void ScheduleLog::completion(sched::TransferId transfer, const sched::TransferView& granted, sched::Instant now,
                              sched::Nanos measured, sched::TransferResult result) {
-  fmt::print(file_, "{}\n", completion_json(transfer, granted, now, measured, result));
-  std::fflush(file_);
+  write_line(completion_json(transfer, granted, now, measured, result));
 }
 
 }  // namespace gradlane::sidecar

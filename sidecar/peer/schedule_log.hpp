@@ -12,7 +12,9 @@
 // receiver's timeline — each planned slot cut at its used_end — never overlaps.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -31,20 +33,31 @@ std::string completion_json(sched::TransferId transfer, const sched::TransferVie
 class ScheduleLog {
  public:
   // Truncates `path` and writes to it ("-" = stderr): a file holds one run's schedule, so a
-  // reader never mixes two runs' clocks and sequence numbers. Throws Error(system) naming the
-  // path if it can't be opened.
+  // reader never mixes two runs' clocks and sequence numbers. A symbolic link is refused
+  // (gradlaned runs as root: a link planted in a shared directory must not make it overwrite
+  // another file). Throws Error(system) naming the path if it can't be opened.
   explicit ScheduleLog(const std::string& path);
   ScheduleLog(const ScheduleLog&) = delete;
   ScheduleLog& operator=(const ScheduleLog&) = delete;
   ~ScheduleLog();
 
+  // A line that cannot be written (disk full, a closed pipe) is counted and said once on
+  // stderr; it never throws: the schedule matters more than its log.
   void decision(const sched::Outcome& outcome, sched::Instant now, std::string_view origin);
   void completion(sched::TransferId transfer, const sched::TransferView& granted, sched::Instant now,
                   sched::Nanos measured, sched::TransferResult result);
+  // Opens `path` again, appending (SIGHUP, after logrotate moved the file away). If that
+  // fails the old file is kept and the failure returned as a message.
+  std::optional<std::string> reopen();
+  std::uint64_t failed_writes() const noexcept { return failed_writes_; }
 
  private:
+  void write_line(const std::string& json) noexcept;
+
+  std::string path_;
   std::FILE* file_ = nullptr;  // owned unless it is stderr
   bool owned_ = false;
+  std::uint64_t failed_writes_ = 0;
 };
 
 }  // namespace gradlane::sidecar

@@ -335,7 +335,7 @@ int run_child(int argc, char** argv) {
     }
     if (role == "daemon") {
       // A whole gradlaned in a process of its own, so a test can SIGKILL it.
-      ShutdownSignals signals;
+      DaemonSignals signals;
       DaemonConfig config = test_config(shm);
       // --job-user=JOB:UID: that job gets a segment of its own (gradlaned's own parser).
       if (const std::string job_user = arg(argc, argv, "--job-user"); !job_user.empty()) {

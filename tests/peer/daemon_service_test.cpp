@@ -1,0 +1,197 @@
+// gradlaned as a service: readiness through sd_notify, one daemon per endpoint, SIGHUP
+// reopening the schedule log, a schedule log that is a symbolic link refused, and a closed
+// stderr that neither kills it nor stops it. Natively: no peers, so no RDMA device.
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "../common/external_process.hpp"
+#include "common/unique_fd.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using gradlane::sidecar::UniqueFd;
+using gradlane::testing::ExternalProcess;
+
+const std::string kScratch = fmt::format("/tmp/gradlaned-service-test-{}", ::getpid());
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+// An abstract datagram socket standing in for systemd's NOTIFY_SOCKET.
+class NotifySocket {
+ public:
+  explicit NotifySocket(const std::string& name) : name_(name), fd_(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::memcpy(address.sun_path + 1, name.data(), name.size());
+    const auto length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+    ok_ = fd_ && ::bind(fd_.get(), reinterpret_cast<const sockaddr*>(&address), length) == 0;
+  }
+  bool ok() const { return ok_; }
+  std::string variable() const { return "NOTIFY_SOCKET=@" + name_; }
+  // The next datagram, or nullopt after `timeout`.
+  std::optional<std::string> next(std::chrono::milliseconds timeout) {
+    pollfd p{fd_.get(), POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) != 1) return std::nullopt;
+    char buffer[512];
+    const ssize_t n = ::recv(fd_.get(), buffer, sizeof buffer, 0);
+    if (n < 0) return std::nullopt;
+    return std::string(buffer, static_cast<std::size_t>(n));
+  }
+
+ private:
+  std::string name_;
+  UniqueFd fd_;
+  bool ok_ = false;
+};
+
+// Whether `pid` said READY=1 within `timeout` (other datagrams are skipped).
+bool ready(NotifySocket& notify, pid_t pid, std::chrono::milliseconds timeout) {
+  const auto give_up = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < give_up) {
+    const auto said = notify.next(std::chrono::duration_cast<std::chrono::milliseconds>(give_up - std::chrono::steady_clock::now()));
+    if (said && said->find("READY=1") != std::string::npos && said->find(fmt::format("MAINPID={}", pid)) != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// gradlaned in the foreground, insecure (no peers here), with `env` (VAR=value) and `args`.
+std::vector<std::string> gradlaned(const std::vector<std::string>& env, const std::string& shm,
+                                   const std::vector<std::string>& args) {
+  std::vector<std::string> argv{"/usr/bin/env", "GRADLANE_INSECURE=1"};
+  argv.insert(argv.end(), env.begin(), env.end());
+  argv.insert(argv.end(), {GRADLANE_TEST_GRADLANED, "--foreground", "--shm-name", shm});
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+// Exit status if it exited within `timeout`, else -1 (and it is killed).
+int exit_status(ExternalProcess& p, std::chrono::milliseconds timeout) {
+  const auto status = p.wait_exit(timeout);
+  if (!status) {
+    p.kill_hard();
+    return -1;
+  }
+  return WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status);
+}
+
+TEST(GradlanedService, ItSaysReadyToSystemdOnceItServesAndStoppingOnSigterm) {
+  NotifySocket notify(fmt::format("gradlane-notify-test-{}", ::getpid()));
+  ASSERT_TRUE(notify.ok());
+  ExternalProcess d(gradlaned({notify.variable()}, "/gradlane-service-test-a", {}), kScratch + "-a");
+  ASSERT_TRUE(ready(notify, d.pid(), 20s)) << slurp(kScratch + "-a.err");
+  EXPECT_NE(slurp(kScratch + "-a.err").find("serving"), std::string::npos) << "READY before the serving line";
+  ::kill(d.pid(), SIGTERM);
+  const auto stopping = notify.next(10s);
+  ASSERT_TRUE(stopping);
+  EXPECT_NE(stopping->find("STOPPING=1"), std::string::npos) << *stopping;
+  EXPECT_EQ(exit_status(d, 10s), 0);
+}
+
+TEST(GradlanedService, ASecondDaemonForTheSameEndpointIsRefusedNamingTheFirst) {
+  NotifySocket notify(fmt::format("gradlane-notify-test-b-{}", ::getpid()));
+  ASSERT_TRUE(notify.ok());
+  ExternalProcess first(gradlaned({notify.variable()}, "/gradlane-service-test-b1", {"--endpoint", "424242"}),
+                        kScratch + "-b1");
+  ASSERT_TRUE(ready(notify, first.pid(), 20s)) << slurp(kScratch + "-b1.err");
+  {
+    ExternalProcess second(gradlaned({}, "/gradlane-service-test-b2", {"--endpoint", "7", "--endpoint", "424242"}),
+                           kScratch + "-b2");
+    EXPECT_EQ(exit_status(second, 20s), 1);
+    const std::string said = slurp(kScratch + "-b2.err");
+    EXPECT_NE(said.find(fmt::format("endpoint 424242 is already served by gradlaned pid {}", first.pid())),
+              std::string::npos)
+        << said;
+  }
+  // Its claim ends with it: a daemon after it takes the endpoint.
+  ::kill(first.pid(), SIGTERM);
+  ASSERT_EQ(exit_status(first, 10s), 0);
+  ExternalProcess third(gradlaned({notify.variable()}, "/gradlane-service-test-b3", {"--endpoint", "424242"}),
+                        kScratch + "-b3");
+  ASSERT_TRUE(ready(notify, third.pid(), 20s)) << slurp(kScratch + "-b3.err");
+  ::kill(third.pid(), SIGTERM);
+  EXPECT_EQ(exit_status(third, 10s), 0);
+}
+
+TEST(GradlanedService, SighupReopensTheScheduleLogAfterItWasMovedAway) {
+  NotifySocket notify(fmt::format("gradlane-notify-test-c-{}", ::getpid()));
+  ASSERT_TRUE(notify.ok());
+  const std::string log = kScratch + "-schedule.jsonl";
+  ::unlink(log.c_str());
+  ::unlink((log + ".1").c_str());
+  ExternalProcess d(gradlaned({notify.variable()}, "/gradlane-service-test-c", {"--schedule-log", log}),
+                    kScratch + "-c");
+  ASSERT_TRUE(ready(notify, d.pid(), 20s)) << slurp(kScratch + "-c.err");
+  ASSERT_TRUE(exists(log));
+  ASSERT_EQ(::rename(log.c_str(), (log + ".1").c_str()), 0);  // what logrotate does
+  ::kill(d.pid(), SIGHUP);
+  const auto give_up = std::chrono::steady_clock::now() + 10s;
+  while (!exists(log) && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(exists(log)) << "SIGHUP did not reopen the schedule log";
+  ::kill(d.pid(), SIGTERM);
+  EXPECT_EQ(exit_status(d, 10s), 0) << "SIGHUP must not stop it: " << slurp(kScratch + "-c.err");
+  ::unlink(log.c_str());
+  ::unlink((log + ".1").c_str());
+}
+
+TEST(GradlanedService, AScheduleLogThatIsASymbolicLinkIsRefused) {
+  const std::string target = kScratch + "-victim";
+  const std::string link = kScratch + "-link.jsonl";
+  std::ofstream(target) << "not to be overwritten\n";
+  ::unlink(link.c_str());
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  ExternalProcess d(gradlaned({}, "/gradlane-service-test-d", {"--schedule-log", link}), kScratch + "-d");
+  EXPECT_EQ(exit_status(d, 20s), 1);
+  const std::string said = slurp(kScratch + "-d.err");
+  EXPECT_NE(said.find("is a symbolic link"), std::string::npos) << said;
+  EXPECT_EQ(slurp(target), "not to be overwritten\n");
+  ::unlink(link.c_str());
+  ::unlink(target.c_str());
+}
+
+// Its stderr a pipe whose reader has exited: every log line fails (EPIPE, or SIGPIPE were it
+// not ignored), and it serves and stops as usual. bash execs it, so the pid is gradlaned's.
+TEST(GradlanedService, AClosedStderrNeitherKillsNorStopsIt) {
+  NotifySocket notify(fmt::format("gradlane-notify-test-e-{}", ::getpid()));
+  ASSERT_TRUE(notify.ok());
+  std::string command = "exec 2> >(exec true); sleep 0.3; exec";
+  for (const std::string& word : gradlaned({notify.variable()}, "/gradlane-service-test-e", {})) {
+    command += " '" + word + "'";
+  }
+  ExternalProcess shell({"/bin/bash", "-c", command}, kScratch + "-e");
+  ASSERT_TRUE(ready(notify, shell.pid(), 20s)) << "it died writing to its closed stderr";
+  ::kill(shell.pid(), SIGTERM);
+  EXPECT_EQ(exit_status(shell, 10s), 0);
+}
+
+}  // namespace
