@@ -21,8 +21,10 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -149,6 +151,26 @@ std::string job_segments_said(const DaemonConfig& config) {
   return said;
 }
 
+// CLI11's dump of every option, made a file --config reads back: an empty list, which CLI11
+// writes as "[]" and a list option then refuses, becomes a comment, and --check-config itself
+// (with its description) is left out, or the file would only ever check.
+std::string as_config_file(const std::string& dump) {
+  std::vector<std::string> lines;
+  std::istringstream in(dump);
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("check-config=")) {  // and the description and blank line before it
+      if (!lines.empty() && lines.back().starts_with("#")) lines.pop_back();
+      if (!lines.empty() && lines.back().empty()) lines.pop_back();
+      continue;
+    }
+    if (line.ends_with("=\"[]\"")) line = "# " + line.substr(0, line.size() - 4) + "[]  (none given)";
+    lines.push_back(line);
+  }
+  std::string file;
+  for (const std::string& line : lines) file += line + "\n";
+  return file;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -159,6 +181,17 @@ int main(int argc, char** argv) {
   CLI::App cli{"gradlaned: the gradlane scheduling sidecar (one per host). Applications attach "
                "through a shared-memory segment and are told when each gradient update may use "
                "the network."};
+  // Every option's default is shown by --help and written by --check-config.
+  cli.option_defaults()->always_capture_default();
+  cli.set_config("--config", "",
+                 "read options from this TOML file: `name = value` lines, names as the long options without '--' "
+                 "(endpoint = [0, 2], listen-port = 7600, key-file = \"/etc/gradlane/cluster.key\"); options given on "
+                 "the command line win; an unknown name is an error");
+  cli.allow_config_extras(CLI::config_extras_mode::error);  // a misspelt name must not be ignored
+  bool check_config = false;
+  cli.add_flag("--check-config", check_config,
+               "check the options (the --config file and the command line: values, bounds, the key) and print them "
+               "all, defaults included, as a --config file; exit 0 without starting, or non-zero naming the first problem");
   DaemonConfig config;
   bool foreground = false;
   std::string pid_file;
@@ -281,6 +314,12 @@ int main(int argc, char** argv) {
       return std::nullopt;
     });
     config.validate();
+    if (auto problem = sched_config.validate()) throw gradlane::Error(gradlane::Errc::invalid_argument, *problem);
+    if (check_config) {
+      fmt::print("# gradlaned options, checked: every one with its value (defaults included)\n{}",
+                 as_config_file(cli.config_to_str(true, true)));
+      return 0;
+    }
     UniqueFd ready;
     if (!foreground) ready = detach_into_background();
     // Locked before anything is set up (a second gradlaned on the same file stops here, naming
@@ -290,7 +329,6 @@ int main(int argc, char** argv) {
     if (!pid_file.empty()) pid.emplace(gradlane::sidecar::PidFile::acquire(pid_file));
     // Before any thread exists, so every thread inherits the blocked mask.
     gradlane::sidecar::DaemonSignals signals;
-    if (auto problem = sched_config.validate()) throw gradlane::Error(gradlane::Errc::invalid_argument, *problem);
     const auto claims = gradlane::sidecar::EndpointClaims::acquire(config.endpoints);
     // Peer links first: a request must not be scheduled before we know which receivers are remote.
     gradlane::peer::Fabric fabric(fabric_options, [](const std::string& line) { say("{}", line); });

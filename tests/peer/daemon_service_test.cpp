@@ -15,6 +15,8 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <tuple>
+#include <utility>
 #include <string>
 #include <thread>
 #include <vector>
@@ -192,6 +194,55 @@ TEST(GradlanedService, AClosedStderrNeitherKillsNorStopsIt) {
   ASSERT_TRUE(ready(notify, shell.pid(), 20s)) << "it died writing to its closed stderr";
   ::kill(shell.pid(), SIGTERM);
   EXPECT_EQ(exit_status(shell, 10s), 0);
+}
+
+// --config FILE: TOML, the long option names; the command line wins; --check-config prints
+// every option as a file that reads back to the same, and starts nothing.
+std::pair<int, std::string> check_config(const std::vector<std::string>& args, const std::string& tag) {
+  std::vector<std::string> argv{"/usr/bin/env", "-u", "GRADLANE_JOB_KEY", "-u", "GRADLANE_JOB_KEY_FILE",
+                                "GRADLANE_INSECURE=0", GRADLANE_TEST_GRADLANED, "--check-config"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  ExternalProcess p(argv, kScratch + tag);
+  const int status = exit_status(p, 20s);
+  return {status, slurp(kScratch + tag + ".out") + slurp(kScratch + tag + ".err")};
+}
+
+TEST(GradlanedConfig, AFilesOptionsAreTakenTheCommandLineWinsAndThePrintedFileReadsBack) {
+  const std::string file = kScratch + "-config.toml";
+  std::ofstream(file) << "endpoint = [5, 6]\ninsecure = true\nstaleness-bound = 9\nlisten-port = 7711\n";
+  const auto [status, said] = check_config({"--config", file, "--staleness-bound", "11"}, "-f1");
+  ASSERT_EQ(status, 0) << said;
+  EXPECT_NE(said.find("\nendpoint=[5, 6]\n"), std::string::npos) << said;
+  EXPECT_NE(said.find("\nlisten-port=7711\n"), std::string::npos) << said;
+  EXPECT_NE(said.find("\nstaleness-bound=11\n"), std::string::npos) << said;
+  EXPECT_NE(said.find("\nmax-outstanding=4096\n"), std::string::npos) << "defaults are printed too: " << said;
+  EXPECT_EQ(said.find("serving"), std::string::npos) << "it must not start";
+  // What it printed, given back, prints the same.
+  const std::string printed = slurp(kScratch + "-f1.out");
+  const std::string again = kScratch + "-again.toml";
+  std::ofstream(again) << printed;
+  const auto [status2, said2] = check_config({"--config", again}, "-f2");
+  ASSERT_EQ(status2, 0) << said2;
+  EXPECT_EQ(slurp(kScratch + "-f2.out"), printed);
+  ::unlink(file.c_str());
+  ::unlink(again.c_str());
+}
+
+TEST(GradlanedConfig, AMisspeltNameABadValueOrAMissingKeyIsRefusedNamingIt) {
+  const std::string file = kScratch + "-bad.toml";
+  std::ofstream(file) << "endpont = 3\ninsecure = true\n";
+  auto [status, said] = check_config({"--config", file}, "-b1");
+  EXPECT_NE(status, 0);
+  EXPECT_NE(said.find("endpont"), std::string::npos) << said;
+  std::ofstream(file) << "replica-bound = \"x\"\ninsecure = true\n";
+  std::tie(status, said) = check_config({"--config", file}, "-b2");
+  EXPECT_NE(status, 0);
+  EXPECT_NE(said.find("replica-bound"), std::string::npos) << said;
+  std::ofstream(file) << "endpoint = [1]\n";  // no key, not insecure
+  std::tie(status, said) = check_config({"--config", file}, "-b3");
+  EXPECT_EQ(status, 1);
+  EXPECT_NE(said.find("no job key"), std::string::npos) << said;
+  ::unlink(file.c_str());
 }
 
 }  // namespace
