@@ -146,7 +146,7 @@ enum class Reason : std::uint8_t {
   bad_value = 15,            // error: e.g. a NaN gradient norm
   duplicate_request = 16,    // error: that request id is still outstanding
   unknown_request = 17,      // error: complete() for a request/part that was never granted
-  too_many_outstanding = 18,  // error: the app has too many unanswered/uncompleted requests
+  too_many_outstanding = 18,  // error: the app has too many unanswered/uncompleted requests, or bytes
   bad_receiver = 19,         // error: the receiver is the app's own endpoint
   version_from_future = 20,  // error: computed_on is ahead of the server (re-pull the model)
   // error: the receiver's sequence is owned by a peer sidecar whose link failed; this sidecar

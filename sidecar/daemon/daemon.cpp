@@ -54,6 +54,7 @@ void DaemonConfig::validate() const {
   }
   if (max_update_bytes == 0) bad("--max-update-bytes must be positive");
   if (max_outstanding == 0) bad("--max-outstanding must be positive");
+  if (max_owed_bytes < max_update_bytes) bad("--max-owed-bytes must be at least --max-update-bytes");
   if (batch_per_app == 0) bad("batch_per_app must be positive");
   if (heartbeat_every <= std::chrono::nanoseconds::zero() || liveness_every <= std::chrono::nanoseconds::zero() ||
       idle_sleep <= std::chrono::nanoseconds::zero() || idle_spin < std::chrono::nanoseconds::zero()) {

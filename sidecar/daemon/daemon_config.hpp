@@ -45,6 +45,12 @@ struct DaemonConfig {
   // --max-outstanding: requests one app may have unanswered or granted-but-not-completed.
   // Bounds the daemon's memory per app; beyond it requests get Reason::too_many_outstanding.
   std::uint32_t max_outstanding = 4096;
+  // --max-owed-bytes: bytes one app may have requested and not yet had decided and completed.
+  // Each request becomes bytes / 4 MiB parts queued in the scheduler, pushed in the loop that
+  // serves every job: without this an app could queue 4,096 x 16 GiB (~16.7 M parts) and stall
+  // the others. 256 GiB: a few updates of the largest models in flight at once. Beyond it
+  // requests get Reason::too_many_outstanding.
+  std::uint64_t max_owed_bytes = std::uint64_t{256} << 30;
   // Entries taken from one app per loop pass, so a flooding app cannot starve the others.
   std::uint32_t batch_per_app = 64;
   // How often the heartbeat in the header is refreshed. Clients call a daemon dead after

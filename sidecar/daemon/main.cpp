@@ -209,6 +209,10 @@ int main(int argc, char** argv) {
   cli.add_option("--max-outstanding", config.max_outstanding,
                  "requests one application may have unanswered or granted-but-not-completed")
       ->capture_default_str();
+  cli.add_option("--max-owed-bytes", config.max_owed_bytes,
+                 "bytes one application may have requested and not yet had decided and completed (each request is "
+                 "queued as 4 MiB parts in the loop that serves every job); beyond it requests are refused as "
+                 "too_many_outstanding");
   cli.add_option("--idle-spin-us", idle_spin_us,
                  "poll this long after the last work before sleeping (0: sleep at once, lowest CPU)")
       ->capture_default_str();

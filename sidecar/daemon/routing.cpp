@@ -122,7 +122,8 @@ void Daemon::submit(AppSession& app, const shm::AppEntry& entry, sched::Instant 
     answer_error(app, entry, *reason);
     return;
   }
-  if (app.owed.size() >= config_.max_outstanding) {
+  if (app.owed.size() >= config_.max_outstanding ||
+      entry.body.submit.bytes > config_.max_owed_bytes - app.owed_bytes) {  // owed_bytes <= max: no underflow
     answer_error(app, entry, Reason::too_many_outstanding);
     return;
   }
@@ -151,6 +152,8 @@ void Daemon::submit(AppSession& app, const shm::AppEntry& entry, sched::Instant 
     return;
   }
   it->second.id = id;
+  it->second.bytes = s.bytes;
+  app.owed_bytes += s.bytes;
   routes_.emplace(id, Route{app.slot, entry.request});
   ++inputs_;
   ++stats_.submitted;
@@ -342,6 +345,7 @@ void Daemon::answer_error(AppSession& app, const shm::AppEntry& entry, Reason re
 void Daemon::settle(AppSession& app, std::uint64_t app_request) {
   const auto it = app.owed.find(app_request);
   routes_.erase(it->second.id);
+  app.owed_bytes -= it->second.bytes;
   app.owed.erase(it);
 }
 

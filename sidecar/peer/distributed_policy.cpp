@@ -184,10 +184,13 @@ void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched
             if (!is_local(sched::EndpointId{m.receiver})) {
               throw Error(Errc::protocol, fmt::format("slot request for endpoint {}, which is not on this host", m.receiver));
             }
-            if (pending_from_[peer] >= max_pending_per_peer_) {
+            if (m.bytes > kMaxPeerRequestBytes || pending_from_[peer] >= max_pending_per_peer_ ||
+                m.bytes > max_pending_bytes_per_peer_ - pending_bytes_from_[peer]) {  // never above the max
               if (stats_.remote_refused++ == 0) {
-                note(fmt::format("peer {} has {} requests pending here: more are dropped until some are decided",
-                                 transport_.describe(peer), max_pending_per_peer_));
+                note(fmt::format("peer {} asked for {} bytes with {} requests ({} bytes) pending here: requests over {} "
+                                 "bytes, or past {} requests or {} bytes pending, are dropped",
+                                 transport_.describe(peer), m.bytes, pending_from_[peer], pending_bytes_from_[peer],
+                                 kMaxPeerRequestBytes, max_pending_per_peer_, max_pending_bytes_per_peer_));
               }
               send(peer, drop_answer(m.request, 0, 1, 0, m.bytes, 0));
               ++stats_.answers_sent;
@@ -209,8 +212,9 @@ void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched
               ++stats_.answers_sent;
               return;
             }
-            remote_requests_[ours] = RemoteRequest{peer, m.request};
+            remote_requests_[ours] = RemoteRequest{peer, m.request, m.bytes};
             ++pending_from_[peer];
+            pending_bytes_from_[peer] += m.bytes;
             ++stats_.remote_requests;
           },
           [&](const SlotAnswer& m) { on_answer(peer, m, now, out); },
@@ -351,6 +355,7 @@ void DistributedPolicy::forget_remote(std::uint64_t id) {
   const auto it = remote_requests_.find(id);
   if (it == remote_requests_.end()) return;
   --pending_from_[it->second.peer];
+  pending_bytes_from_[it->second.peer] -= it->second.bytes;
   remote_requests_.erase(it);
 }
 

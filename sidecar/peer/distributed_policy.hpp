@@ -57,13 +57,18 @@ struct DistributedStats {
   std::uint64_t egress_moves = 0;     // granted slots moved because our egress was busy
   std::uint64_t protocol_errors = 0;  // malformed or unexpected peer messages (dropped)
   std::uint64_t peers_lost = 0;
-  std::uint64_t remote_refused = 0;   // peer requests dropped: the peer had too many pending here
+  std::uint64_t remote_refused = 0;   // peer requests dropped: too many (or too many bytes) pending here, or too large
 };
 
 // A peer's requests this sidecar holds at once, at most: what a peer's gradlaned lets its apps
 // have outstanding at its defaults (64 apps x 4,096), so an honest peer never meets it, and a
 // hostile or broken one cannot grow this daemon's memory without bound.
 inline constexpr std::size_t kMaxPendingPerPeer = 64 * 4096;
+// The same for bytes, which become 4 MiB parts in the scheduler: one request at most what a
+// gradlaned lets an app request (DaemonConfig::max_update_bytes, 16 GiB), and a peer's pending
+// requests together what its apps may have owed at its defaults (64 apps x 256 GiB).
+inline constexpr std::uint64_t kMaxPeerRequestBytes = std::uint64_t{16} << 30;
+inline constexpr std::uint64_t kMaxPendingBytesPerPeer = 64 * (std::uint64_t{256} << 30);
 
 class DistributedPolicy final : public sched::Policy {
  public:
@@ -122,6 +127,7 @@ class DistributedPolicy final : public sched::Policy {
   bool hands_out(sched::EndpointId receiver) const override { return schedules_here(receiver); }
   // Requests past `limit` pending from one peer are answered with a drop (tests set it low).
   void limit_pending_per_peer(std::size_t limit) { max_pending_per_peer_ = limit; }
+  void limit_pending_bytes_per_peer(std::uint64_t limit) { max_pending_bytes_per_peer_ = limit; }
 
   const DistributedStats& stats() const noexcept { return stats_; }
   sched::Scheduler& scheduler() noexcept { return scheduler_; }
@@ -138,6 +144,7 @@ class DistributedPolicy final : public sched::Policy {
   struct RemoteRequest {  // a peer's request in our scheduler
     PeerIndex peer = 0;
     std::uint64_t their_id = 0;
+    std::uint64_t bytes = 0;
   };
   struct ProxyTransfer {  // a transfer a peer granted to one of our applications
     PeerIndex peer = 0;
@@ -182,6 +189,8 @@ class DistributedPolicy final : public sched::Policy {
   std::unordered_map<std::uint64_t, RemoteRequest> remote_requests_;  // by our RequestId
   std::map<PeerIndex, std::size_t> pending_from_;                     // remote_requests_ per peer
   std::size_t max_pending_per_peer_ = kMaxPendingPerPeer;
+  std::map<PeerIndex, std::uint64_t> pending_bytes_from_;  // their bytes
+  std::uint64_t max_pending_bytes_per_peer_ = kMaxPendingBytesPerPeer;
   void forget_remote(std::uint64_t id);
   std::unordered_map<std::uint64_t, PeerIndex> granted_to_peer_;      // our TransferId -> peer
   std::unordered_map<std::uint64_t, ProxyTransfer> proxies_;          // proxy TransferId -> peer's

@@ -116,7 +116,7 @@ sched::SchedulerConfig config() {
   return c;
 }
 
-sched::Request request(std::uint64_t id, std::uint32_t sender, std::uint32_t bytes) {
+sched::Request request(std::uint64_t id, std::uint32_t sender, std::uint64_t bytes) {
   return sched::Request{sched::RequestId{id}, sched::JobId{1}, sched::EndpointId{sender}, sched::EndpointId{0},
                         sched::TensorId{static_cast<std::uint32_t>(id)}, bytes, 0, 1.0, 0};
 }
@@ -684,6 +684,32 @@ TEST_F(SlotAgreement, APeersRequestsPastItsPendingLimitAreDroppedAndLaterOnesTak
   exchange();
   EXPECT_EQ(a.stats().remote_requests, 3u);
   EXPECT_EQ(a.stats().remote_refused, 1u);
+}
+
+TEST_F(SlotAgreement, APeersRequestsPastItsPendingBytesOrOverTheLargestUpdateAreDropped) {
+  const auto dropped = [&](std::uint64_t id) {
+    return std::count_if(b_out.begin(), b_out.end(), [&](const sched::Outcome& o) {
+      const auto* d = std::get_if<sched::Drop>(&o);
+      return d != nullptr && d->request == sched::RequestId{id};
+    });
+  };
+  a.limit_pending_bytes_per_peer(2500);
+  for (std::uint64_t id = 1; id <= 3; ++id) ASSERT_EQ(b.submit(request(id, 1, 1000), now), sched::SubmitStatus::accepted);
+  exchange();
+  EXPECT_EQ(a.stats().remote_requests, 2u);
+  EXPECT_EQ(a.stats().remote_refused, 1u);
+  EXPECT_EQ(dropped(3), 1) << "the sender's app hears that its request was not taken";
+  // The first two were decided: their bytes no longer count.
+  ASSERT_EQ(b.submit(request(4, 1, 1000), now), sched::SubmitStatus::accepted);
+  exchange();
+  EXPECT_EQ(a.stats().remote_requests, 3u);
+  EXPECT_EQ(a.stats().remote_refused, 1u);
+  // With room for it, one request larger than any app may ask for (a corrupted or hostile size).
+  a.limit_pending_bytes_per_peer(kMaxPendingBytesPerPeer);
+  ASSERT_EQ(b.submit(request(5, 1, kMaxPeerRequestBytes + 1), now), sched::SubmitStatus::accepted);
+  exchange();
+  EXPECT_EQ(a.stats().remote_refused, 2u);
+  EXPECT_EQ(dropped(5), 1);
 }
 
 TEST(PeerMessages, RoundTrip) {

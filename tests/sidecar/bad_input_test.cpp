@@ -129,6 +129,39 @@ TEST(SidecarBadInput, BookkeepingErrors) {
   EXPECT_EQ(app.wait(2s).kind, GrantKind::go);
 }
 
+// --max-owed-bytes: what an app may have requested and not settled, in bytes. The request
+// that would pass it is refused; the others, and the same request once room is made, are taken.
+TEST(SidecarBadInput, PastItsOwedBytesAnAppIsRefusedUntilItCompletes) {
+  const std::string name = unique_shm_name();
+  DaemonConfig config = test_config(name);
+  config.max_update_bytes = 8192;
+  config.max_owed_bytes = 3 * 4096 + 100;  // three small updates fit, a fourth does not
+  DaemonDriver driver(config);
+  Client app = Client::attach(test_attach(name, 1));
+  std::vector<std::uint64_t> granted;
+  for (int i = 0; i < 3; ++i) {
+    app.request(small_update());
+    const Grant g = app.wait(2s);
+    ASSERT_EQ(g.kind, GrantKind::go) << reason_name(g.reason);
+    granted.push_back(g.request);
+  }
+  app.request(small_update());
+  Grant g = app.wait(2s);
+  EXPECT_EQ(g.kind, GrantKind::error);
+  EXPECT_EQ(g.reason, Reason::too_many_outstanding);
+  // A smaller one still fits in what is left (100 bytes).
+  Update tiny = small_update();
+  tiny.bytes = 64;
+  app.request(tiny);
+  g = app.wait(2s);
+  EXPECT_EQ(g.kind, GrantKind::go) << reason_name(g.reason);
+  // Completing one frees its 4,096 bytes.
+  app.complete(granted.front(), 0, 1us);
+  app.request(small_update());
+  g = app.wait(2s);
+  EXPECT_EQ(g.kind, GrantKind::go) << reason_name(g.reason);
+}
+
 TEST(SidecarBadInput, CorruptedQueueEvictsThatAppOnly) {
   const std::string name = unique_shm_name();
   DaemonDriver driver(test_config(name));
