@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -33,31 +34,36 @@ UniqueFd unix_socket() {
   return fd;
 }
 
-// The pid of the process listening on the claim, or 0 if it cannot be told.
-pid_t holder(const sockaddr_un& address, socklen_t length) {
-  const UniqueFd probe = unix_socket();
-  if (::connect(probe.get(), reinterpret_cast<const sockaddr*>(&address), length) != 0) return 0;
+// Who listens on the claim ("gradlaned pid 12, uid 0"), or "another process" if it cannot be
+// told. Non-blocking: the holder never accepts, so once its backlog is full of earlier probes a
+// blocking connect would wait for good.
+std::string holder(const sockaddr_un& address, socklen_t length) {
+  const UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   ucred credentials{};
   socklen_t size = sizeof credentials;
-  if (::getsockopt(probe.get(), SOL_SOCKET, SO_PEERCRED, &credentials, &size) != 0) return 0;
-  return credentials.pid;
+  if (!probe || ::connect(probe.get(), reinterpret_cast<const sockaddr*>(&address), length) != 0 ||
+      ::getsockopt(probe.get(), SOL_SOCKET, SO_PEERCRED, &credentials, &size) != 0 || credentials.pid <= 0) {
+    return "another process";
+  }
+  // Anyone may bind an abstract name: the uid tells a gradlaned of ours from a squatter.
+  return fmt::format("pid {} (uid {})", credentials.pid, credentials.uid);
 }
 
 }  // namespace
 
 EndpointClaims EndpointClaims::acquire(std::span<const std::uint32_t> endpoints) {
   EndpointClaims claims;
-  for (const std::uint32_t endpoint : endpoints) {
+  // An endpoint named twice is claimed once (--endpoint 1 --endpoint 1 names one NIC).
+  for (const std::uint32_t endpoint : std::set<std::uint32_t>(endpoints.begin(), endpoints.end())) {
     UniqueFd fd = unix_socket();
     const auto [address, length] = claim_address(endpoint);
     if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&address), length) != 0) {
       const int error = errno;
       if (error != EADDRINUSE) detail::throw_call_failed(Errc::system, fmt::format("claiming endpoint {}", endpoint), error);
-      const pid_t pid = holder(address, length);
       throw Error(Errc::invalid_argument,
-                  fmt::format("endpoint {} is already served by {} on this host: two sidecars would both hand out "
-                              "its sequence numbers. Stop that one first, or give this one other --endpoint ids",
-                              endpoint, pid > 0 ? fmt::format("gradlaned pid {}", pid) : std::string("another gradlaned")));
+                  fmt::format("endpoint {} is already claimed on this host, by {}: two sidecars would both hand out "
+                              "its sequence numbers. Stop that gradlaned first, or give this one other --endpoint ids",
+                              endpoint, holder(address, length)));
     }
     // Listening, so a second claimant can connect and read our pid from the credentials.
     if (::listen(fd.get(), 4) != 0) detail::throw_call_failed(Errc::system, "listen(endpoint claim)", errno);

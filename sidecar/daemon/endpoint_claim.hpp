@@ -4,8 +4,10 @@
 // Each --endpoint is claimed by binding an abstract Unix socket named after it. The kernel
 // releases the name when the process dies, however it dies, so a crash leaves nothing stale
 // for a restart to clean up, and no file can be planted in its place. A second claim fails
-// naming the holder's pid, read from the socket's peer credentials. The scope is the network
-// namespace: one host, or one emulated host.
+// naming the holder's pid and uid, read from the socket's peer credentials. The scope is the
+// network namespace: one host, or one emulated host. Any local user may bind an abstract name,
+// so a squatter can keep gradlaned from starting (it is named, uid included); it cannot make
+// two daemons serve one endpoint.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +21,7 @@ namespace gradlane::sidecar {
 class EndpointClaims {
  public:
   // Claims every endpoint, or none: throws Error(invalid_argument) naming the endpoint and the
-  // pid of the gradlaned that holds it, Error(system) if a socket call fails otherwise.
+  // pid and uid of the process that holds it, Error(system) if a socket call fails otherwise.
   static EndpointClaims acquire(std::span<const std::uint32_t> endpoints);
 
  private:

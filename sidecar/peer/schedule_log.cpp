@@ -1,11 +1,13 @@
 #include "sidecar/peer/schedule_log.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <fmt/format.h>
+#include <utility>
 #include <variant>
 
 #include "common/overloaded.hpp"
@@ -88,25 +90,40 @@ std::string completion_json(sched::TransferId transfer, const sched::TransferVie
 
 namespace {
 
-// The log file, never through a symbolic link. `append`: keep what is there (a reopen).
+// Why a path is refused as the log without an errno of its own.
+constexpr int kNotRegular = -1;
+constexpr int kOtherLinks = -2;
+
+// The log file: a regular file with no other name, never reached through a symbolic link, and
+// never blocking on a FIFO planted in its place (gradlaned runs as root; the log may sit in a
+// shared directory). Truncated only once it is known to be that file. `append`: keep what is
+// there (a reopen).
 std::FILE* open_log(const std::string& path, bool append, int& error) {
-  const int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (append ? O_APPEND : O_TRUNC);
+  const int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | (append ? O_APPEND : 0);
   const int fd = ::open(path.c_str(), flags, 0640);
   if (fd < 0) {
-    error = errno;
+    error = errno == ENXIO ? kNotRegular : errno;  // ENXIO: a FIFO nobody reads
     return nullptr;
   }
-  std::FILE* file = ::fdopen(fd, append ? "a" : "w");
+  struct stat st {};
+  error = ::fstat(fd, &st) != 0 ? errno : !S_ISREG(st.st_mode) ? kNotRegular : st.st_nlink != 1 ? kOtherLinks : 0;
+  if (error == 0 && ::fcntl(fd, F_SETFL, append ? O_APPEND : 0) != 0) error = errno;  // blocking again
+  if (error == 0 && !append && ::ftruncate(fd, 0) != 0) error = errno;
+  std::FILE* file = error == 0 ? ::fdopen(fd, append ? "a" : "w") : nullptr;
   if (file == nullptr) {
-    error = errno;
+    if (error == 0) error = errno;
     ::close(fd);
   }
   return file;
 }
 
 std::string open_failure(const std::string& path, int error) {
-  return error == ELOOP ? "schedule log " + path + " is a symbolic link: give the file itself"
-                        : "opening schedule log " + path;
+  switch (error) {
+    case ELOOP: return "schedule log " + path + " is a symbolic link: give the file itself";
+    case kNotRegular: return "schedule log " + path + " is not a regular file: give a file's path";
+    case kOtherLinks: return "schedule log " + path + " has other links to it: give a file of its own";
+    default: return "opening schedule log " + path;
+  }
 }
 
 }  // namespace
@@ -119,7 +136,7 @@ ScheduleLog::ScheduleLog(const std::string& path) : path_(path) {
   int error = 0;
   file_ = open_log(path, /*append=*/false, error);
   if (file_ == nullptr) {
-    if (error == ELOOP) throw Error(Errc::system, open_failure(path, error));
+    if (error == ELOOP || error < 0) throw Error(Errc::system, open_failure(path, error));
     detail::throw_call_failed(Errc::system, open_failure(path, error), error);
   }
   owned_ = true;
@@ -133,9 +150,13 @@ std::optional<std::string> ScheduleLog::reopen() {
   if (!owned_) return std::nullopt;  // stderr: nothing to reopen
   int error = 0;
   std::FILE* file = open_log(path_, /*append=*/true, error);
-  if (file == nullptr) return open_failure(path_, error) + ": " + std::strerror(error) + "; still writing the old file";
+  if (file == nullptr) {
+    return open_failure(path_, error) + (error > 0 ? std::string(": ") + std::strerror(error) : std::string()) +
+           "; still writing the old file";
+  }
   std::fclose(file_);
   file_ = file;
+  failure_said_ = false;  // a new file: its first failure is news
   return std::nullopt;
 }
 
@@ -145,7 +166,8 @@ void ScheduleLog::write_line(const std::string& json) noexcept {
                        std::fflush(file_) == 0;
   if (written) return;
   std::clearerr(file_);
-  if (failed_writes_++ == 0) {
+  ++failed_writes_;
+  if (!std::exchange(failure_said_, true)) {
     std::fprintf(stderr, "gradlaned: cannot write the schedule log %s: %s; scheduling goes on, lines are lost\n",
                  path_.c_str(), std::strerror(errno));
   }

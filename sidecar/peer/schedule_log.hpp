@@ -33,16 +33,17 @@ std::string completion_json(sched::TransferId transfer, const sched::TransferVie
 class ScheduleLog {
  public:
   // Truncates `path` and writes to it ("-" = stderr): a file holds one run's schedule, so a
-  // reader never mixes two runs' clocks and sequence numbers. A symbolic link is refused
-  // (gradlaned runs as root: a link planted in a shared directory must not make it overwrite
-  // another file). Throws Error(system) naming the path if it can't be opened.
+  // reader never mixes two runs' clocks and sequence numbers. Only a regular file of its own
+  // is taken: a symbolic link, a hard link or a FIFO is refused (gradlaned runs as root: one
+  // planted in a shared directory must make it neither overwrite another file nor block).
+  // Throws Error(system) naming the path and why if it can't be opened.
   explicit ScheduleLog(const std::string& path);
   ScheduleLog(const ScheduleLog&) = delete;
   ScheduleLog& operator=(const ScheduleLog&) = delete;
   ~ScheduleLog();
 
-  // A line that cannot be written (disk full, a closed pipe) is counted and said once on
-  // stderr; it never throws: the schedule matters more than its log.
+  // A line that cannot be written (disk full, a closed pipe) is counted and said on stderr once
+  // per file opened; it never throws: the schedule matters more than its log.
   void decision(const sched::Outcome& outcome, sched::Instant now, std::string_view origin);
   void completion(sched::TransferId transfer, const sched::TransferView& granted, sched::Instant now,
                   sched::Nanos measured, sched::TransferResult result);
@@ -58,6 +59,7 @@ class ScheduleLog {
   std::FILE* file_ = nullptr;  // owned unless it is stderr
   bool owned_ = false;
   std::uint64_t failed_writes_ = 0;
+  bool failure_said_ = false;  // the first failure since the file was opened was said
 };
 
 }  // namespace gradlane::sidecar

@@ -131,15 +131,24 @@ TEST(GradlanedService, ASecondDaemonForTheSameEndpointIsRefusedNamingTheFirst) {
                            kScratch + "-b2");
     EXPECT_EQ(exit_status(second, 20s), 1);
     const std::string said = slurp(kScratch + "-b2.err");
-    EXPECT_NE(said.find(fmt::format("endpoint 424242 is already served by gradlaned pid {}", first.pid())),
+    EXPECT_NE(said.find(fmt::format("endpoint 424242 is already claimed on this host, by pid {} (uid {})", first.pid(),
+                                    ::getuid())),
               std::string::npos)
         << said;
+  }
+  // More refused claimants than the holder's backlog: each still exits at once (its probe of
+  // the holder does not block), and an endpoint named twice by one daemon is claimed once.
+  for (int i = 0; i < 8; ++i) {
+    ExternalProcess again(gradlaned({}, "/gradlane-service-test-b2", {"--endpoint", "424242", "--endpoint", "424242"}),
+                          kScratch + "-b2");
+    ASSERT_EQ(exit_status(again, 20s), 1) << "claimant " << i << ": " << slurp(kScratch + "-b2.err");
   }
   // Its claim ends with it: a daemon after it takes the endpoint.
   ::kill(first.pid(), SIGTERM);
   ASSERT_EQ(exit_status(first, 10s), 0);
-  ExternalProcess third(gradlaned({notify.variable()}, "/gradlane-service-test-b3", {"--endpoint", "424242"}),
-                        kScratch + "-b3");
+  ExternalProcess third(
+      gradlaned({notify.variable()}, "/gradlane-service-test-b3", {"--endpoint", "424242", "--endpoint", "424242"}),
+      kScratch + "-b3");
   ASSERT_TRUE(ready(notify, third.pid(), 20s)) << slurp(kScratch + "-b3.err");
   ::kill(third.pid(), SIGTERM);
   EXPECT_EQ(exit_status(third, 10s), 0);
@@ -164,6 +173,35 @@ TEST(GradlanedService, SighupReopensTheScheduleLogAfterItWasMovedAway) {
   EXPECT_EQ(exit_status(d, 10s), 0) << "SIGHUP must not stop it: " << slurp(kScratch + "-c.err");
   ::unlink(log.c_str());
   ::unlink((log + ".1").c_str());
+}
+
+// A FIFO or a hard link planted where the log goes: refused at once, neither blocking on the
+// FIFO's open nor truncating the linked file.
+TEST(GradlanedService, AScheduleLogThatIsAFifoOrAHardLinkIsRefused) {
+  const std::string fifo = kScratch + "-fifo.jsonl";
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  {
+    ExternalProcess d(gradlaned({}, "/gradlane-service-test-f", {"--schedule-log", fifo}), kScratch + "-f");
+    EXPECT_EQ(exit_status(d, 20s), 1) << "it must not wait for a reader of a FIFO";
+    const std::string said = slurp(kScratch + "-f.err");
+    EXPECT_NE(said.find("not a regular file"), std::string::npos) << said;
+  }
+  ::unlink(fifo.c_str());
+  const std::string target = kScratch + "-linked";
+  const std::string link = kScratch + "-hard.jsonl";
+  std::ofstream(target) << "not to be truncated\n";
+  ::unlink(link.c_str());
+  ASSERT_EQ(::link(target.c_str(), link.c_str()), 0);
+  {
+    ExternalProcess d(gradlaned({}, "/gradlane-service-test-g", {"--schedule-log", link}), kScratch + "-g");
+    EXPECT_EQ(exit_status(d, 20s), 1);
+    const std::string said = slurp(kScratch + "-g.err");
+    EXPECT_NE(said.find("has other links"), std::string::npos) << said;
+  }
+  EXPECT_EQ(slurp(target), "not to be truncated\n");
+  ::unlink(link.c_str());
+  ::unlink(target.c_str());
 }
 
 TEST(GradlanedService, AScheduleLogThatIsASymbolicLinkIsRefused) {
