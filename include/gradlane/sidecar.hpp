@@ -138,6 +138,10 @@ enum class Reason : std::uint8_t {
   // the sequence, before this part was decided. Not stale and not lost for good: the push did
   // not happen; a new request goes to the new owner (the same receiver id).
   receiver_moved = 3,
+  // drop: the receiver's sidecar (on another host) would not hold the request: larger than it
+  // takes from a peer (its --max-update-bytes), or too many requests or bytes already pending
+  // there from this host. Not stale: the push did not happen; a later request may be taken.
+  peer_refused = 4,
   unknown_job = 10,          // error: the entry names a job this app did not attach as
   bad_size = 11,             // error: zero bytes, or more than the daemon's --max-update-bytes
   bad_offset = 12,           // error: [region_offset, +bytes) is outside the app's region

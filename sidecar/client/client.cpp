@@ -385,6 +385,7 @@ std::string_view reason_name(Reason reason) noexcept {
     case Reason::stale: return "stale";
     case Reason::peer_lost: return "peer_lost";
     case Reason::receiver_moved: return "receiver_moved";
+    case Reason::peer_refused: return "peer_refused";
     case Reason::unknown_job: return "unknown_job";
     case Reason::bad_size: return "bad_size";
     case Reason::bad_offset: return "bad_offset";

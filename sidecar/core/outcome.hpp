@@ -89,6 +89,10 @@ enum class DropReason : std::uint8_t {
   // Not the scheduler's: the receiver's sidecar refused the request, its server being an app
   // of another job (Scheduler::serve_job). Not stale; asking again gets the same answer.
   receiver_of_another_job,
+  // Not the scheduler's: the receiver's sidecar would not hold the request, it being larger
+  // than a peer may ask for or its sender's sidecar having too many requests or bytes pending
+  // there (DistributedPolicy's bounds). Not stale; the push did not happen.
+  peer_refused,
 };
 
 // Do not send this part; tell the application. For staleness_bound it should pull a fresh

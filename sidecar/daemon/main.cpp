@@ -303,6 +303,11 @@ int main(int argc, char** argv) {
   }
   if (replica_bound > 0) sched_config.replica_bound = replica_bound;
   config.endpoints = fabric_options.endpoints;
+  fabric_options.peer_request_bytes = config.max_update_bytes;
+  // Saturating: a product past 2^64 means no bound worth the name.
+  fabric_options.peer_pending_bytes = config.max_owed_bytes > UINT64_MAX / std::max<std::uint64_t>(config.max_apps, 1)
+                                          ? UINT64_MAX
+                                          : config.max_owed_bytes * config.max_apps;
 
   try {
     for (const std::string& seat : aggregators) sched_config.aggregation.aggregators.push_back(parse_aggregator(seat));

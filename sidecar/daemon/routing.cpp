@@ -52,6 +52,8 @@ Reason reason_for(sched::DropReason reason) {
       return Reason::receiver_moved;
     case sched::DropReason::receiver_of_another_job:
       return Reason::receiver_of_another_job;
+    case sched::DropReason::peer_refused:
+      return Reason::peer_refused;
   }
   return Reason::none;
 }

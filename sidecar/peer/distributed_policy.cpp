@@ -25,6 +25,7 @@ DropCause drop_cause(sched::DropReason reason) {
   switch (reason) {
     case sched::DropReason::receiver_moved: return DropCause::receiver_moved;
     case sched::DropReason::receiver_of_another_job: return DropCause::receiver_of_another_job;
+    case sched::DropReason::peer_refused: return DropCause::refused;
     case sched::DropReason::staleness_bound:
     case sched::DropReason::peer_lost: break;
   }
@@ -35,6 +36,7 @@ sched::DropReason drop_reason(DropCause cause) {
   switch (cause) {
     case DropCause::receiver_moved: return sched::DropReason::receiver_moved;
     case DropCause::receiver_of_another_job: return sched::DropReason::receiver_of_another_job;
+    case DropCause::refused: return sched::DropReason::peer_refused;
     case DropCause::stale: break;
   }
   return sched::DropReason::staleness_bound;
@@ -184,15 +186,15 @@ void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched
             if (!is_local(sched::EndpointId{m.receiver})) {
               throw Error(Errc::protocol, fmt::format("slot request for endpoint {}, which is not on this host", m.receiver));
             }
-            if (m.bytes > kMaxPeerRequestBytes || pending_from_[peer] >= max_pending_per_peer_ ||
+            if (m.bytes > max_request_bytes_ || pending_from_[peer] >= max_pending_per_peer_ ||
                 m.bytes > max_pending_bytes_per_peer_ - pending_bytes_from_[peer]) {  // never above the max
               if (stats_.remote_refused++ == 0) {
                 note(fmt::format("peer {} asked for {} bytes with {} requests ({} bytes) pending here: requests over {} "
                                  "bytes, or past {} requests or {} bytes pending, are dropped",
                                  transport_.describe(peer), m.bytes, pending_from_[peer], pending_bytes_from_[peer],
-                                 kMaxPeerRequestBytes, max_pending_per_peer_, max_pending_bytes_per_peer_));
+                                 max_request_bytes_, max_pending_per_peer_, max_pending_bytes_per_peer_));
               }
-              send(peer, drop_answer(m.request, 0, 1, 0, m.bytes, 0));
+              send(peer, drop_answer(m.request, 0, 1, 0, m.bytes, 0, DropCause::refused));
               ++stats_.answers_sent;
               return;
             }

@@ -127,7 +127,12 @@ class DistributedPolicy final : public sched::Policy {
   bool hands_out(sched::EndpointId receiver) const override { return schedules_here(receiver); }
   // Requests past `limit` pending from one peer are answered with a drop (tests set it low).
   void limit_pending_per_peer(std::size_t limit) { max_pending_per_peer_ = limit; }
-  void limit_pending_bytes_per_peer(std::uint64_t limit) { max_pending_bytes_per_peer_ = limit; }
+  // Bytes: one request at most `request`, a peer's pending ones together at most `pending`
+  // (gradlaned sets them from --max-update-bytes and --max-apps x --max-owed-bytes).
+  void limit_peer_bytes(std::uint64_t request, std::uint64_t pending) {
+    max_request_bytes_ = request;
+    max_pending_bytes_per_peer_ = pending;
+  }
 
   const DistributedStats& stats() const noexcept { return stats_; }
   sched::Scheduler& scheduler() noexcept { return scheduler_; }
@@ -191,6 +196,7 @@ class DistributedPolicy final : public sched::Policy {
   std::size_t max_pending_per_peer_ = kMaxPendingPerPeer;
   std::map<PeerIndex, std::uint64_t> pending_bytes_from_;  // their bytes
   std::uint64_t max_pending_bytes_per_peer_ = kMaxPendingBytesPerPeer;
+  std::uint64_t max_request_bytes_ = kMaxPeerRequestBytes;
   void forget_remote(std::uint64_t id);
   std::unordered_map<std::uint64_t, PeerIndex> granted_to_peer_;      // our TransferId -> peer
   std::unordered_map<std::uint64_t, ProxyTransfer> proxies_;          // proxy TransferId -> peer's

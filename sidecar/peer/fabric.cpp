@@ -58,6 +58,7 @@ Fabric::~Fabric() = default;
 std::unique_ptr<sched::Policy> Fabric::make_policy(sched::SchedulerConfig config) {
   if (options_.link_rate_gbps > 0) config.bandwidth.default_bytes_per_sec = options_.link_rate_gbps * 1e9 / 8;
   auto policy = std::make_unique<DistributedPolicy>(config, options_.endpoints, *links_->transport, log_);
+  policy->limit_peer_bytes(options_.peer_request_bytes, options_.peer_pending_bytes);
   if (schedule_log_) {
     policy->on_decision([this](const sched::Outcome& outcome, sched::Instant now, std::string_view origin) {
       schedule_log_->decision(outcome, now, origin);

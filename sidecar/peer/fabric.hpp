@@ -15,6 +15,7 @@
 #include "gradlane/options.hpp"
 #include "sidecar/core/config.hpp"
 #include "sidecar/core/policy.hpp"
+#include "sidecar/peer/distributed_policy.hpp"
 #include "sidecar/peer/peer_transport.hpp"
 #include "sidecar/peer/schedule_log.hpp"
 
@@ -30,6 +31,11 @@ struct FabricOptions {
   std::chrono::milliseconds connect_timeout{60'000};  // all peer links up within this
   std::string schedule_log;              // --schedule-log FILE ("-" = stderr; empty = none)
   TransportOptions transport;            // the peer links' (their job key: --key-file)
+  // What a peer may ask this sidecar to hold: one request, and its pending requests together
+  // (gradlaned: what it lets an app request, --max-update-bytes, and what its apps may owe
+  // together, --max-apps x --max-owed-bytes, so a peer configured alike is never refused).
+  std::uint64_t peer_request_bytes = kMaxPeerRequestBytes;
+  std::uint64_t peer_pending_bytes = kMaxPendingBytesPerPeer;
 };
 
 class Fabric {

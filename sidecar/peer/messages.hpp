@@ -52,7 +52,9 @@ struct SlotRequest {
 enum class AnswerKind : std::uint8_t { go = 1, redirect = 2, drop = 3, aggregate = 4 };
 // Why a part was dropped (drop answers only): too stale, or its receiver moved to another
 // sidecar before it was decided (sched::DropReason::receiver_moved).
-enum class DropCause : std::uint8_t { stale = 0, receiver_moved = 1, receiver_of_another_job = 2 };
+// refused: the receiver's sidecar would not hold the request (too large, or too much pending
+// from this peer); not stale, the same request may be taken later.
+enum class DropCause : std::uint8_t { stale = 0, receiver_moved = 1, receiver_of_another_job = 2, refused = 3 };
 
 struct SlotAnswer {
   AnswerKind kind = AnswerKind::go;

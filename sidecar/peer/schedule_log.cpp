@@ -30,6 +30,8 @@ std::string_view drop_reason(sched::DropReason reason) {
       return "receiver_moved";
     case sched::DropReason::receiver_of_another_job:
       return "receiver_of_another_job";
+    case sched::DropReason::peer_refused:
+      return "peer_refused";
   }
   return "unknown";
 }

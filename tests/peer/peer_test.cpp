@@ -676,9 +676,9 @@ TEST_F(SlotAgreement, APeersRequestsPastItsPendingLimitAreDroppedAndLaterOnesTak
   EXPECT_EQ(a.stats().remote_requests, 2u);
   const auto dropped = std::count_if(b_out.begin(), b_out.end(), [](const sched::Outcome& o) {
     const auto* d = std::get_if<sched::Drop>(&o);
-    return d != nullptr && d->request == sched::RequestId{3};
+    return d != nullptr && d->request == sched::RequestId{3} && d->reason == sched::DropReason::peer_refused;
   });
-  EXPECT_EQ(dropped, 1) << "the sender's app hears that its request was not taken";
+  EXPECT_EQ(dropped, 1) << "the sender's app hears that its request was not taken (refused, not stale)";
   // The first two were decided, so the peer's count is back under the limit.
   ASSERT_EQ(b.submit(request(4, 1, 1000), now), sched::SubmitStatus::accepted);
   exchange();
@@ -687,13 +687,14 @@ TEST_F(SlotAgreement, APeersRequestsPastItsPendingLimitAreDroppedAndLaterOnesTak
 }
 
 TEST_F(SlotAgreement, APeersRequestsPastItsPendingBytesOrOverTheLargestUpdateAreDropped) {
+  // Drops of request `id`, each refused (not stale: the sender's model is fine).
   const auto dropped = [&](std::uint64_t id) {
     return std::count_if(b_out.begin(), b_out.end(), [&](const sched::Outcome& o) {
       const auto* d = std::get_if<sched::Drop>(&o);
-      return d != nullptr && d->request == sched::RequestId{id};
+      return d != nullptr && d->request == sched::RequestId{id} && d->reason == sched::DropReason::peer_refused;
     });
   };
-  a.limit_pending_bytes_per_peer(2500);
+  a.limit_peer_bytes(kMaxPeerRequestBytes, 2500);
   for (std::uint64_t id = 1; id <= 3; ++id) ASSERT_EQ(b.submit(request(id, 1, 1000), now), sched::SubmitStatus::accepted);
   exchange();
   EXPECT_EQ(a.stats().remote_requests, 2u);
@@ -705,7 +706,7 @@ TEST_F(SlotAgreement, APeersRequestsPastItsPendingBytesOrOverTheLargestUpdateAre
   EXPECT_EQ(a.stats().remote_requests, 3u);
   EXPECT_EQ(a.stats().remote_refused, 1u);
   // With room for it, one request larger than any app may ask for (a corrupted or hostile size).
-  a.limit_pending_bytes_per_peer(kMaxPendingBytesPerPeer);
+  a.limit_peer_bytes(kMaxPeerRequestBytes, kMaxPendingBytesPerPeer);
   ASSERT_EQ(b.submit(request(5, 1, kMaxPeerRequestBytes + 1), now), sched::SubmitStatus::accepted);
   exchange();
   EXPECT_EQ(a.stats().remote_refused, 2u);
@@ -736,6 +737,8 @@ TEST(PeerMessages, RoundTrip) {
   moved.kind = AnswerKind::drop;
   moved.drop_cause = DropCause::receiver_moved;
   EXPECT_EQ(std::get<SlotAnswer>(decode(encode(moved))).drop_cause, DropCause::receiver_moved);
+  moved.drop_cause = DropCause::refused;
+  EXPECT_EQ(std::get<SlotAnswer>(decode(encode(moved))).drop_cause, DropCause::refused);
   moved.drop_cause = DropCause::receiver_of_another_job;
   EXPECT_EQ(std::get<SlotAnswer>(decode(encode(moved))).drop_cause, DropCause::receiver_of_another_job);
   SlotAnswer stamped = m;
@@ -801,8 +804,8 @@ TEST(PeerMessages, MalformedInputIsAProtocolErrorNamingTheProblem) {
   expect_bad(encode(cause_on_go), "not a drop");
   SlotAnswer unknown_cause;
   unknown_cause.kind = AnswerKind::drop;
-  unknown_cause.drop_cause = static_cast<DropCause>(3);
-  expect_bad(encode(unknown_cause), "unknown drop cause 3");
+  unknown_cause.drop_cause = static_cast<DropCause>(4);
+  expect_bad(encode(unknown_cause), "unknown drop cause 4");
   auto unknown_type = encode(TransferDone{1, 2, false});
   unknown_type[6] = std::byte{99};
   expect_bad(unknown_type, "unknown message type 99");

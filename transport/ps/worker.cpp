@@ -680,7 +680,8 @@ struct Worker::State {
         // decided: the model is not stale, the push simply did not happen.
         refused_since.reset();
         PushResult dropped;
-        const bool lost = g.reason == sidecar::Reason::peer_lost || g.reason == sidecar::Reason::receiver_moved;
+        const bool lost = g.reason == sidecar::Reason::peer_lost || g.reason == sidecar::Reason::receiver_moved ||
+                          g.reason == sidecar::Reason::peer_refused;
         (lost ? dropped.lost : dropped.dropped) = true;
         return dropped;
       }
