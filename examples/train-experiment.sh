@@ -6,28 +6,35 @@
 #        [TAU=N] (gradlaned's staleness bound; default 2 x WORKERS)
 # REPLICA=0 runs without the replica; REPLICA_READS=1 has it READ each update from the server's
 # slot instead of every writer mirroring it (examples/train-job.sh).
-# Writes every run's directory, a table (results.md) and the raw summaries (results.json) into
-# RESULTS=perf/results/train-softroce (or the RESULTS= given); runs already there are kept, so
-# seeds can be added by later invocations (command.txt lists them all).
+# Writes a table (results.md, headed by the commands and the commit), the raw summaries
+# (results.json) and command.txt into RESULTS=perf/results/train-softroce (or the RESULTS= given),
+# and every run's directory and log into RUNS=out/train-softroce/runs (ignored by git; see below);
+# runs already there are kept, so seeds can be added by later invocations (command.txt lists them all).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
 BUILD=build
 if [[ $# -gt 0 && $1 != *=* ]]; then BUILD=$1; shift; fi
 SEEDS="1" STRAGGLERS="0 1" SERVER_RATE=4mbit STEPS=150 WORKERS=4 RESULTS=$ROOT/perf/results/train-softroce MODES="gradlane fifo sync aggregate"
-REPLICA=1 REPLICA_READS=0
+REPLICA=1 REPLICA_READS=0 RUNS=''
 for setting in "$@"; do
   case $setting in
-    SEEDS=*|STRAGGLERS=*|SERVER_RATE=*|STEPS=*|WORKERS=*|RESULTS=*|MODES=*|REPLICA=*|REPLICA_READS=*|TAU=*) declare "$setting" ;;
+    SEEDS=*|STRAGGLERS=*|SERVER_RATE=*|STEPS=*|WORKERS=*|RESULTS=*|RUNS=*|MODES=*|REPLICA=*|REPLICA_READS=*|TAU=*) declare "$setting" ;;
     *) echo "train-experiment.sh: unknown setting '$setting'" >&2; exit 2 ;;
   esac
 done
-mkdir -p "$RESULTS/runs"
+# Raw runs go to RUNS (default: out/<RESULTS' path under perf/results>/runs, ignored by git; RESULTS
+# outside perf/results keeps its runs in RESULTS/runs); RESULTS gets the summary only.
+if [[ -z $RUNS ]]; then
+  rel=$(realpath -m --relative-to="$ROOT/perf/results" "$RESULTS")
+  case $rel in ..|../*) RUNS=$RESULTS/runs ;; *) RUNS=$ROOT/out/$rel/runs ;; esac
+fi
+mkdir -p "$RESULTS" "$RUNS"
 printf '%s\n' "bash examples/train-experiment.sh $*" >> "$RESULTS/command.txt"
 for straggler in $STRAGGLERS; do
   for seed in $SEEDS; do
     for mode in $MODES; do
-      run=$RESULTS/runs/straggler$straggler-$mode-seed$seed
+      run=$RUNS/straggler$straggler-$mode-seed$seed
       rm -rf "$run"
       bash "$HERE/train.sh" "$BUILD" MODE="$mode" SEED="$seed" STEPS="$STEPS" WORKERS="$WORKERS" \
            SERVER_RATE="$SERVER_RATE" STRAGGLER="$straggler" REPLICA="$REPLICA" REPLICA_READS="$REPLICA_READS" \
@@ -36,4 +43,4 @@ for straggler in $STRAGGLERS; do
     done
   done
 done
-python3 "$HERE/train_table.py" "$RESULTS"
+python3 "$HERE/train_table.py" "$RESULTS" "$RUNS"

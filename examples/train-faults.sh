@@ -6,7 +6,8 @@
 # (examples/train_faults.py): finished or a clear error within 5 s, nothing hung, server and
 # replica bitwise equal at equal versions, no acknowledged update lost.
 #   bash examples/train-faults.sh [BUILD_DIR] [SEED=1] [FAULTS="kill:server kill:replica ..."]
-#        [WORKERS=3] [STEPS=150] [OUT=perf/results/train-faults] [GRANT_WINDOWS=1]
+#        [WORKERS=3] [STEPS=150] [OUT=perf/results/train-faults] [RUNS=out/train-faults/runs]
+#        [GRANT_WINDOWS=1]
 # Faults (KIND:TARGET): kill:ROLE, stop:ROLE (SIGSTOP 6 s, SIGCONT), restart:workerI (SIGKILL,
 # started again 1 s later from its next step: it must rejoin), link:HOST (down 4 s, up),
 # netem:HOST (loss 10% delay 20ms, 5 s); ROLE = server | replica | workerI | aggregator;
@@ -14,23 +15,31 @@
 # gradlaned-a (host 0's sidecar: the server's, host 2's workers', the aggregator's) or
 # gradlaned-b (host 1's), run in gradlane mode. FAULT@MODE runs a fault in another mode:
 # kill:server@gradlane (the replica's sidecar takes the server's sequence over).
-# Writes OUT/table.md, OUT/table.json and OUT/runs/; exits 1 if a fault was not survived.
+# Writes OUT/table.md and OUT/table.json (headed by the command and the commit) and each fault's
+# raw run to RUNS/ (default out/train-faults/runs, ignored by git; OUT outside perf/results keeps
+# them in OUT/runs); exits 1 if a fault was not survived.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
 BUILD=build
 if [[ $# -gt 0 && $1 != *=* ]]; then BUILD=$1; shift; fi
 BUILD=$(cd "$BUILD" && pwd)
-SEED=1 WORKERS=3 STEPS=150 OUT=$ROOT/perf/results/train-faults GRANT_WINDOWS=0
+SEED=1 WORKERS=3 STEPS=150 OUT=$ROOT/perf/results/train-faults GRANT_WINDOWS=0 RUNS=''
 FAULTS="kill:server kill:server@gradlane kill:replica kill:worker1 restart:worker1 stop:worker2 link:2 link:0 netem:0 kill:aggregator stop:aggregator kill:gradlaned-a restart:gradlaned-a kill:gradlaned-b restart:gradlaned-b replace:server replace:server@gradlane restart:aggregator restart:aggregator@gradlane"
 for setting in "$@"; do
   case $setting in
-    SEED=*|FAULTS=*|WORKERS=*|STEPS=*|OUT=*|GRANT_WINDOWS=*) declare "$setting" ;;
-    *) echo "train-faults.sh: settings are SEED, FAULTS, WORKERS, STEPS, OUT, GRANT_WINDOWS; got '$setting'" >&2; exit 2 ;;
+    SEED=*|FAULTS=*|WORKERS=*|STEPS=*|OUT=*|RUNS=*|GRANT_WINDOWS=*) declare "$setting" ;;
+    *) echo "train-faults.sh: settings are SEED, FAULTS, WORKERS, STEPS, OUT, RUNS, GRANT_WINDOWS; got '$setting'" >&2; exit 2 ;;
   esac
 done
 [[ -x $BUILD/examples/gradlane_train ]] || { echo "train-faults.sh: build $BUILD/examples/gradlane_train first" >&2; exit 2; }
-mkdir -p "$OUT/runs"
+# Raw runs go to RUNS (default: out/<OUT's path under perf/results>/runs, ignored by git; OUT
+# outside perf/results keeps its runs in OUT/runs); OUT gets the table only.
+if [[ -z $RUNS ]]; then
+  rel=$(realpath -m --relative-to="$ROOT/perf/results" "$OUT")
+  case $rel in ..|../*) RUNS=$OUT/runs ;; *) RUNS=$ROOT/out/$rel/runs ;; esac
+fi
+mkdir -p "$OUT" "$RUNS"
 RANDOM=$SEED  # the injection times: the same for the same SEED and FAULTS
 n=0
 for spec in $FAULTS; do
@@ -53,7 +62,7 @@ for spec in $FAULTS; do
     sh "$HERE/train-job.sh" "$BUILD" MODE=$mode WORKERS="$WORKERS" STEPS="$steps" SEED="$SEED" \
     GRANT_WINDOWS="$GRANT_WINDOWS" FAULT="$fault:$delay_ms" > "$work/job.out" 2>&1 || rc=$?
   run=$work/train-$mode
-  dest=$OUT/runs/$name
+  dest=$RUNS/$name
   rm -rf "$dest"; mkdir -p "$dest"
   cp "$work/job.out" "$dest/"
   # Everything but the snapshots (the model every 250 ms: large, and not what is checked here).
@@ -63,4 +72,4 @@ for spec in $FAULTS; do
     python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("   ", "survived" if r["survived"] else "FAILED", "|", r["outcome"], "| lost", r["lost"], "| equal", r["equal"], "| hung", r["hung"], "|", "; ".join(r.get("problems", [])))' "$row"
   rm -rf "$work"
 done
-python3 "$HERE/train_faults_table.py" "$OUT" "bash examples/train-faults.sh SEED=$SEED WORKERS=$WORKERS STEPS=$STEPS FAULTS=\"$FAULTS\""
+python3 "$HERE/train_faults_table.py" "$OUT" "$RUNS" "bash examples/train-faults.sh SEED=$SEED WORKERS=$WORKERS STEPS=$STEPS FAULTS=\"$FAULTS\""

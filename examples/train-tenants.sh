@@ -6,28 +6,37 @@
 # fresh VM, and writes the table and a plot:
 #   bash examples/train-tenants.sh [BUILD_DIR] [SEEDS="1 2 3"] [RATE=1mbit]
 #        [VARIANTS="gradlane fifo undeclared"] [RESULTS=perf/results/train-tenants]
+#        [RUNS=out/train-tenants/runs]
 # Variants: gradlane (declared work left), undeclared (gradlane, nothing declared: the NIC
 # compares the bytes each job has queued), fifo (no sidecar: the link shares itself).
 # Extra NAME=VALUE settings (LONG_STEPS, SHORT_STEPS, LONG_WORKERS, SHORT_WORKERS, LR, BATCH, TAU)
-# go to every trial. Writes RESULTS/results.md, results.json, jct.png and runs/<variant>-seed<N>/.
+# go to every trial. Writes RESULTS/results.md (headed by the command and the commit), results.json,
+# jct.png, command.txt, and each trial's raw run to RUNS/<variant>-seed<N>/ (ignored by git).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
 BUILD=build
 if [[ $# -gt 0 && $1 != *=* ]]; then BUILD=$1; shift; fi
 BUILD=$(cd "$BUILD" && pwd)
-SEEDS="1 2 3" RATE=1mbit VARIANTS="gradlane fifo undeclared" RESULTS=$ROOT/perf/results/train-tenants
+SEEDS="1 2 3" RATE=1mbit VARIANTS="gradlane fifo undeclared" RESULTS=$ROOT/perf/results/train-tenants RUNS=''
 JOB=()
 for setting in "$@"; do
   case $setting in
-    SEEDS=*|RATE=*|VARIANTS=*|RESULTS=*) declare "$setting" ;;
+    SEEDS=*|RATE=*|VARIANTS=*|RESULTS=*|RUNS=*) declare "$setting" ;;
     LONG_STEPS=*|SHORT_STEPS=*|LONG_WORKERS=*|SHORT_WORKERS=*|LR=*|BATCH=*|TAU=*) JOB+=("$setting") ;;
-    *) echo "train-tenants.sh: settings are SEEDS, RATE, VARIANTS, RESULTS and the job's (see the top); got '$setting'" >&2
+    *) echo "train-tenants.sh: settings are SEEDS, RATE, VARIANTS, RESULTS, RUNS and the job's (see the top); got '$setting'" >&2
        exit 2 ;;
   esac
 done
-mkdir -p "$RESULTS/runs"
+# Raw runs go to RUNS (default: out/<RESULTS' path under perf/results>/runs, ignored by git; RESULTS
+# outside perf/results keeps its runs in RESULTS/runs); RESULTS gets the summary only.
+if [[ -z $RUNS ]]; then
+  rel=$(realpath -m --relative-to="$ROOT/perf/results" "$RESULTS")
+  case $rel in ..|../*) RUNS=$RESULTS/runs ;; *) RUNS=$ROOT/out/$rel/runs ;; esac
+fi
+mkdir -p "$RESULTS" "$RUNS"
 RESULTS=$(cd "$RESULTS" && pwd)
+RUNS=$(cd "$RUNS" && pwd)
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 { printf 'bash examples/train-tenants.sh'; printf ' %q' "$@"; printf '\n'; } > "$RESULTS/command.txt"
@@ -45,16 +54,16 @@ for seed in $SEEDS; do
     if ! SOFTROCE_OUT=$TMP bash "$ROOT/ci/softroce.sh" --hosts 3 --shape "1:$RATE:out" --shape "2:$RATE:out" -- \
          sh "$HERE/train-tenants-job.sh" "$BUILD" "${settings[@]}" SEED="$seed" RATE="$RATE" NAME="$name" \
          "${JOB[@]}"; then
-      echo "train-tenants.sh: $name failed (its logs: $RESULTS/runs/$name)" >&2
+      echo "train-tenants.sh: $name failed (its logs: $RUNS/$name)" >&2
       failed=1
     fi
-    rm -rf "$RESULTS/runs/$name"
-    cp -r "$TMP/tenants-$name" "$RESULTS/runs/$name"
+    rm -rf "$RUNS/$name"
+    cp -r "$TMP/tenants-$name" "$RUNS/$name"
     for job in 1 2; do  # the final model's accuracy on the full test set, outside the emulator
-      dir=$RESULTS/runs/$name/job$job
+      dir=$RUNS/$name/job$job
       [[ -f $dir/snapshots.bin ]] && "$BUILD/examples/gradlane_train" evaluate --out "$dir" --target 0.7 > "$dir/evaluate.txt"
     done
   done
 done
-python3 "$HERE/train_tenants_table.py" "$RESULTS"
+python3 "$HERE/train_tenants_table.py" "$RESULTS" "$RUNS"
 exit $failed

@@ -1,22 +1,33 @@
 #!/usr/bin/env python3
-"""The fault table: every OUT/runs/*/row.json (train_faults.py's rows) as OUT/table.md and
-OUT/table.json, and the summary line. Exits 1 if a fault was not survived.
-  python3 examples/train_faults_table.py OUT "COMMAND" < /dev/null"""
+"""The fault table: every RUNS/*/row.json (train_faults.py's rows; RUNS defaults to OUT/runs) as
+OUT/table.md and OUT/table.json, headed by the command and the commit, and the summary line.
+Exits 1 if a fault was not survived.
+  python3 examples/train_faults_table.py OUT [RUNS] "COMMAND" < /dev/null"""
 import glob
 import json
 import os
+import subprocess
 import sys
 
-out, command = sys.argv[1], sys.argv[2]
+if len(sys.argv) > 3:
+    out, runs_dir, command = sys.argv[1], sys.argv[2], sys.argv[3]
+else:
+    out, command = sys.argv[1], sys.argv[2]
+    runs_dir = os.path.join(out, 'runs')
+commit = subprocess.run(['git', '-C', os.path.dirname(os.path.abspath(__file__)), 'rev-parse', '--short', 'HEAD'],
+                        capture_output=True, text=True).stdout.strip() or 'unknown'
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+shown = os.path.relpath(os.path.abspath(runs_dir), root)
+shown = runs_dir if shown.startswith('..') else shown
 rows = []
-for path in sorted(glob.glob(os.path.join(out, 'runs', '*', 'row.json'))):
+for path in sorted(glob.glob(os.path.join(runs_dir, '*', 'row.json'))):
     with open(path) as f:
         row = json.load(f)
     row['name'] = os.path.basename(os.path.dirname(path))
     rows.append(row)
 survived = sum(1 for r in rows if r['survived'])
 failed = len(rows) - survived
-lines = [f'Command: `{command}`', '',
+lines = [f'Command: `{command}`', '', f'Produced at commit {commit} (raw runs: {shown})', '',
          '| fault | target | mode | injected at | outcome | updates lost | server==replica | hung? | verdict |',
          '|---|---|---|---|---|---|---|---|---|']
 for r in rows:
@@ -38,9 +49,10 @@ for r in rows:
                  f"{r['equal']} | {r['hung']} | {verdict} |")
 summary = f'faults: {survived} survived, {failed} failed'
 lines += ['', summary]
+os.makedirs(out, exist_ok=True)
 with open(os.path.join(out, 'table.md'), 'w') as f:
     f.write('\n'.join(lines) + '\n')
 with open(os.path.join(out, 'table.json'), 'w') as f:
-    json.dump({'command': command, 'rows': rows, 'survived': survived, 'failed': failed}, f, indent=1)
+    json.dump({'command': command, 'commit': commit, 'rows': rows, 'survived': survived, 'failed': failed}, f, indent=1)
 print('\n'.join(lines))
 sys.exit(1 if failed else 0)

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Collects the summary.json of every run under RESULTS/runs into results.json and a markdown
-table results.md: per (straggler, mode) the median and range over seeds."""
+"""Collects the summary.json of every run under RUNS (default RESULTS/runs) into results.json and a
+markdown table results.md: per (straggler, mode) the median and range over seeds, headed by the
+commands (RESULTS/command.txt) and the commit that produced it.
+  python3 examples/train_table.py RESULTS [RUNS]"""
 import glob
 import json
 import os
@@ -19,9 +21,28 @@ def fmt(values, digits=1):
     return f"{med:.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
 
 
-def main(results):
+def produced(results):
+    """'Produced at commit <hash> by: <command>' from RESULTS/command.txt and the checkout's HEAD."""
+    import subprocess
+    here = os.path.dirname(os.path.abspath(__file__))
+    commit = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or "unknown"
+    path = os.path.join(results, "command.txt")
+    commands = [c for c in open(path).read().splitlines() if c.strip()] if os.path.exists(path) else []
+    return f"Produced at commit {commit} by: " + ("; ".join(f"`{c}`" for c in commands) or "(no command.txt)")
+
+
+def shown(path):
+    """PATH relative to the repository when it lies inside it (what a committed table names)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rel = os.path.relpath(os.path.abspath(path), root)
+    return path if rel.startswith("..") else rel
+
+
+def main(results, runs=None):
+    runs_dir = runs or os.path.join(results, "runs")
     rows = {}
-    for path in sorted(glob.glob(os.path.join(results, "runs", "*", "train-*", "summary.json"))):
+    for path in sorted(glob.glob(os.path.join(runs_dir, "*", "train-*", "summary.json"))):
         # runs/straggler<S>-<mode>-seed<N>[-replica0][-lr<LR>]/train-<mode>/summary.json
         m = re.search(r"straggler(\d)-(\w+)-seed(\d+)((?:-[\w.]+)*)/", path)
         if not m:
@@ -63,19 +84,20 @@ def main(results):
                      f"{fmt([per_gradient(r) for r in runs], 1)} | "
                      f"{fmt([r['delay_median'] for r in runs])} / {fmt([r['delay_max'] for r in runs], 0)} |")
     target = next(iter(rows.values()))[0]["target"] if rows else None
-    text = f"Target accuracy {target}; values are the median (min–max) over seeds.\n\n" + "\n".join(lines) + "\n"
+    text = (f"{produced(results)} (raw runs: {shown(runs_dir)})\n\n"
+            f"Target accuracy {target}; values are the median (min–max) over seeds.\n\n" + "\n".join(lines) + "\n")
     open(os.path.join(results, "results.md"), "w").write(text)
     print(text)
-    plot(results)
+    plot(results, runs_dir)
 
 
-def plot(results):
+def plot(results, runs_dir):
     """accuracy-straggler<S>.png: test accuracy over wall time, one line per mode, seed 1."""
     import subprocess
     for straggler in (0, 1):
         curves = []
         for mode in ("gradlane", "fifo", "sync", "aggregate"):
-            path = os.path.join(results, "runs", f"straggler{straggler}-{mode}-seed1", f"train-{mode}", "accuracy.csv")
+            path = os.path.join(runs_dir, f"straggler{straggler}-{mode}-seed1", f"train-{mode}", "accuracy.csv")
             if os.path.exists(path):
                 curves.append(f"'{path}' using 1:3 with lines lw 2 title '{mode}'")
         if not curves:
@@ -90,4 +112,4 @@ def plot(results):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Table and plot of examples/train-tenants.sh's runs: job completion times of two jobs sharing hosts.
 
-  python3 examples/train_tenants_table.py RESULTS
+  python3 examples/train_tenants_table.py RESULTS [RUNS]
 
-Reads RESULTS/runs/<variant>-seed<N>/job{1,2}/ (server.stats.json, worker*.json, accuracy.json)
-and writes RESULTS/results.md, results.json and jct.png (gnuplot, if installed).
+Reads RUNS/<variant>-seed<N>/job{1,2}/ (RUNS: default RESULTS/runs; server.stats.json, worker*.json, accuracy.json)
+and writes RESULTS/results.md (headed by the command and the commit), results.json and jct.png (gnuplot, if installed).
 
 A job's completion time (JCT) is measured on one clock for both jobs: from the moment the first
 of the two began training (every one of its workers connected) to the moment its server
@@ -72,8 +72,9 @@ def spread(values, digits=1):
 
 def main():
     results = sys.argv[1]
+    runs_dir = sys.argv[2] if len(sys.argv) > 2 else os.path.join(results, 'runs')
     runs = {}
-    for d in sorted(glob.glob(os.path.join(results, 'runs', '*-seed*'))):
+    for d in sorted(glob.glob(os.path.join(runs_dir, '*-seed*'))):
         m = re.match(r'(.+)-seed(\d+)$', os.path.basename(d))
         row = run_row(d)
         if m and row:
@@ -114,10 +115,8 @@ def main():
         lines.append(f"| {v} | {len(rows)} | {spread(s['short_jct_s'])} | {spread(s['short_speedup'], 2)} | "
                      f"{spread(s['long_jct_s'])} | {spread(s['long_speedup'], 2)} | {spread(s['mean_jct_s'])} | "
                      f"{spread(s['mean_speedup'], 2)} | {dropped} | {accuracy} |")
-    command = open(os.path.join(results, 'command.txt')).read().strip() if os.path.exists(
-        os.path.join(results, 'command.txt')) else ''
     md = ['# Two jobs sharing hosts: job completion times', '',
-          f'`{command}`', '',
+          train_table.produced(results) + f' (raw runs: {train_table.shown(runs_dir)})', '',
           'Median (min–max) over seeds; speed-ups per seed against fifo of the same seed.', ''] + lines + [''] + \
          [f'- {v}: {NOTES[v]}' for v in variants] + ['']
     with open(os.path.join(results, 'results.md'), 'w') as f:

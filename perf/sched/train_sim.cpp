@@ -4,7 +4,7 @@
 // server), sync (barrier per step), or a baseline from the literature: fifo-sa (staleness-aware
 // learning rate), backup (sync with backup workers), ssp (stale-synchronous parallel) — and
 // reports accuracy over simulated time and the time to a target accuracy. perf/sched/train-sim-experiment runs the grid, the modes, the regimes and
-// the tau sweep and writes perf/results/train-sim/.
+// the tau sweep and writes its tables to perf/results/train-sim-NETWORK/ (raw runs to out/).
 //
 // Data: the first --train-rows of Fashion-MNIST's training set train; --eval validation
 // evaluates on the rest of it (the last 10,000 rows by default: for choosing the learning
