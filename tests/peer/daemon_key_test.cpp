@@ -8,7 +8,6 @@
 
 #include <chrono>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,20 +16,15 @@
 #include <gtest/gtest.h>
 
 #include "../common/external_process.hpp"
+#include "../common/text_file.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
 using gradlane::testing::ExternalProcess;
+using gradlane::testing::read_text_file;
 
 const std::string kScratch = fmt::format("/tmp/gradlaned-key-test-{}", ::getpid());
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // gradlaned with `args`, none of the key variables in its environment (the harness would add
 // GRADLANE_INSECURE=1 to a child's).
@@ -55,9 +49,9 @@ std::pair<int, std::string> refusal(const std::string& shm, std::vector<std::str
   const auto status = d.wait_exit(20s);
   if (!status) {
     d.kill_hard();
-    return {-1, "still running after 20 s: " + slurp(kScratch + ".err")};
+    return {-1, "still running after 20 s: " + read_text_file(kScratch + ".err")};
   }
-  return {WIFEXITED(*status) ? WEXITSTATUS(*status) : -1, slurp(kScratch + ".err")};
+  return {WIFEXITED(*status) ? WEXITSTATUS(*status) : -1, read_text_file(kScratch + ".err")};
 }
 
 void write_key(const std::string& path, mode_t mode) {
@@ -71,14 +65,14 @@ std::string serve_then_stop(ExternalProcess& d) {
   const auto give_up = std::chrono::steady_clock::now() + 20s;
   std::string err;
   while (std::chrono::steady_clock::now() < give_up) {
-    err = slurp(kScratch + ".err");
+    err = read_text_file(kScratch + ".err");
     if (err.find("serving") != std::string::npos) break;
     if (d.wait_exit(0ms)) return err;
     std::this_thread::sleep_for(20ms);
   }
   ::kill(d.pid(), SIGTERM);
   (void)d.wait_exit(10s);
-  return slurp(kScratch + ".err");
+  return read_text_file(kScratch + ".err");
 }
 
 TEST(GradlanedKey, WithoutAKeyItRefusesToStartSayingHowToGiveOne) {

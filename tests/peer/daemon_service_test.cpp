@@ -25,6 +25,7 @@
 #include <gtest/gtest.h>
 
 #include "../common/external_process.hpp"
+#include "../common/text_file.hpp"
 #include "common/unique_fd.hpp"
 
 namespace {
@@ -32,15 +33,9 @@ namespace {
 using namespace std::chrono_literals;
 using gradlane::sidecar::UniqueFd;
 using gradlane::testing::ExternalProcess;
+using gradlane::testing::read_text_file;
 
 const std::string kScratch = fmt::format("/tmp/gradlaned-service-test-{}", ::getpid());
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 bool exists(const std::string& path) {
   struct stat st {};
@@ -111,8 +106,8 @@ TEST(GradlanedService, ItSaysReadyToSystemdOnceItServesAndStoppingOnSigterm) {
   NotifySocket notify(fmt::format("gradlane-notify-test-{}", ::getpid()));
   ASSERT_TRUE(notify.ok());
   ExternalProcess d(gradlaned({notify.variable()}, "/gradlane-service-test-a", {}), kScratch + "-a");
-  ASSERT_TRUE(ready(notify, d.pid(), 20s)) << slurp(kScratch + "-a.err");
-  EXPECT_NE(slurp(kScratch + "-a.err").find("serving"), std::string::npos) << "READY before the serving line";
+  ASSERT_TRUE(ready(notify, d.pid(), 20s)) << read_text_file(kScratch + "-a.err");
+  EXPECT_NE(read_text_file(kScratch + "-a.err").find("serving"), std::string::npos) << "READY before the serving line";
   ::kill(d.pid(), SIGTERM);
   const auto stopping = notify.next(10s);
   ASSERT_TRUE(stopping);
@@ -125,12 +120,12 @@ TEST(GradlanedService, ASecondDaemonForTheSameEndpointIsRefusedNamingTheFirst) {
   ASSERT_TRUE(notify.ok());
   ExternalProcess first(gradlaned({notify.variable()}, "/gradlane-service-test-b1", {"--endpoint", "424242"}),
                         kScratch + "-b1");
-  ASSERT_TRUE(ready(notify, first.pid(), 20s)) << slurp(kScratch + "-b1.err");
+  ASSERT_TRUE(ready(notify, first.pid(), 20s)) << read_text_file(kScratch + "-b1.err");
   {
     ExternalProcess second(gradlaned({}, "/gradlane-service-test-b2", {"--endpoint", "7", "--endpoint", "424242"}),
                            kScratch + "-b2");
     EXPECT_EQ(exit_status(second, 20s), 1);
-    const std::string said = slurp(kScratch + "-b2.err");
+    const std::string said = read_text_file(kScratch + "-b2.err");
     EXPECT_NE(said.find(fmt::format("endpoint 424242 is already claimed on this host, by pid {} (uid {})", first.pid(),
                                     ::getuid())),
               std::string::npos)
@@ -141,7 +136,7 @@ TEST(GradlanedService, ASecondDaemonForTheSameEndpointIsRefusedNamingTheFirst) {
   for (int i = 0; i < 8; ++i) {
     ExternalProcess again(gradlaned({}, "/gradlane-service-test-b2", {"--endpoint", "424242", "--endpoint", "424242"}),
                           kScratch + "-b2");
-    ASSERT_EQ(exit_status(again, 20s), 1) << "claimant " << i << ": " << slurp(kScratch + "-b2.err");
+    ASSERT_EQ(exit_status(again, 20s), 1) << "claimant " << i << ": " << read_text_file(kScratch + "-b2.err");
   }
   // Its claim ends with it: a daemon after it takes the endpoint.
   ::kill(first.pid(), SIGTERM);
@@ -149,7 +144,7 @@ TEST(GradlanedService, ASecondDaemonForTheSameEndpointIsRefusedNamingTheFirst) {
   ExternalProcess third(
       gradlaned({notify.variable()}, "/gradlane-service-test-b3", {"--endpoint", "424242", "--endpoint", "424242"}),
       kScratch + "-b3");
-  ASSERT_TRUE(ready(notify, third.pid(), 20s)) << slurp(kScratch + "-b3.err");
+  ASSERT_TRUE(ready(notify, third.pid(), 20s)) << read_text_file(kScratch + "-b3.err");
   ::kill(third.pid(), SIGTERM);
   EXPECT_EQ(exit_status(third, 10s), 0);
 }
@@ -162,7 +157,7 @@ TEST(GradlanedService, SighupReopensTheScheduleLogAfterItWasMovedAway) {
   ::unlink((log + ".1").c_str());
   ExternalProcess d(gradlaned({notify.variable()}, "/gradlane-service-test-c", {"--schedule-log", log}),
                     kScratch + "-c");
-  ASSERT_TRUE(ready(notify, d.pid(), 20s)) << slurp(kScratch + "-c.err");
+  ASSERT_TRUE(ready(notify, d.pid(), 20s)) << read_text_file(kScratch + "-c.err");
   ASSERT_TRUE(exists(log));
   ASSERT_EQ(::rename(log.c_str(), (log + ".1").c_str()), 0);  // what logrotate does
   ::kill(d.pid(), SIGHUP);
@@ -170,53 +165,47 @@ TEST(GradlanedService, SighupReopensTheScheduleLogAfterItWasMovedAway) {
   while (!exists(log) && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(10ms);
   EXPECT_TRUE(exists(log)) << "SIGHUP did not reopen the schedule log";
   ::kill(d.pid(), SIGTERM);
-  EXPECT_EQ(exit_status(d, 10s), 0) << "SIGHUP must not stop it: " << slurp(kScratch + "-c.err");
+  EXPECT_EQ(exit_status(d, 10s), 0) << "SIGHUP must not stop it: " << read_text_file(kScratch + "-c.err");
   ::unlink(log.c_str());
   ::unlink((log + ".1").c_str());
 }
 
-// A FIFO or a hard link planted where the log goes: refused at once, neither blocking on the
-// FIFO's open nor truncating the linked file.
-TEST(GradlanedService, AScheduleLogThatIsAFifoOrAHardLinkIsRefused) {
-  const std::string fifo = kScratch + "-fifo.jsonl";
-  ::unlink(fifo.c_str());
-  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  {
-    ExternalProcess d(gradlaned({}, "/gradlane-service-test-f", {"--schedule-log", fifo}), kScratch + "-f");
-    EXPECT_EQ(exit_status(d, 20s), 1) << "it must not wait for a reader of a FIFO";
-    const std::string said = slurp(kScratch + "-f.err");
-    EXPECT_NE(said.find("not a regular file"), std::string::npos) << said;
-  }
-  ::unlink(fifo.c_str());
-  const std::string target = kScratch + "-linked";
-  const std::string link = kScratch + "-hard.jsonl";
+// gradlaned started with its schedule log at `log` must exit 1 at once, saying `reason`.
+void expect_schedule_log_refused(const std::string& log, const std::string& tag, const std::string& reason) {
+  ExternalProcess d(gradlaned({}, "/gradlane-service-test-" + tag, {"--schedule-log", log}), kScratch + "-" + tag);
+  EXPECT_EQ(exit_status(d, 20s), 1) << "it must refuse the log at once, not wait on it";
+  const std::string said = read_text_file(kScratch + "-" + tag + ".err");
+  EXPECT_NE(said.find(reason), std::string::npos) << said;
+}
+
+// A link planted where the log goes, to a file that must keep its bytes.
+void expect_linked_schedule_log_refused(decltype(&::link) make_link, const std::string& tag, const std::string& reason) {
+  const std::string target = kScratch + "-" + tag + "-victim";
+  const std::string log = kScratch + "-" + tag + ".jsonl";
   std::ofstream(target) << "not to be truncated\n";
-  ::unlink(link.c_str());
-  ASSERT_EQ(::link(target.c_str(), link.c_str()), 0);
-  {
-    ExternalProcess d(gradlaned({}, "/gradlane-service-test-g", {"--schedule-log", link}), kScratch + "-g");
-    EXPECT_EQ(exit_status(d, 20s), 1);
-    const std::string said = slurp(kScratch + "-g.err");
-    EXPECT_NE(said.find("has other links"), std::string::npos) << said;
-  }
-  EXPECT_EQ(slurp(target), "not to be truncated\n");
-  ::unlink(link.c_str());
+  ::unlink(log.c_str());
+  ASSERT_EQ(make_link(target.c_str(), log.c_str()), 0);
+  expect_schedule_log_refused(log, tag, reason);
+  EXPECT_EQ(read_text_file(target), "not to be truncated\n");
+  ::unlink(log.c_str());
   ::unlink(target.c_str());
 }
 
+// A FIFO where the log goes: refused without blocking on the open for a reader.
+TEST(GradlanedService, AScheduleLogThatIsAFifoIsRefused) {
+  const std::string fifo = kScratch + "-fifo.jsonl";
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_schedule_log_refused(fifo, "f", "not a regular file");
+  ::unlink(fifo.c_str());
+}
+
+TEST(GradlanedService, AScheduleLogThatIsAHardLinkIsRefused) {
+  expect_linked_schedule_log_refused(&::link, "g", "has other links");
+}
+
 TEST(GradlanedService, AScheduleLogThatIsASymbolicLinkIsRefused) {
-  const std::string target = kScratch + "-victim";
-  const std::string link = kScratch + "-link.jsonl";
-  std::ofstream(target) << "not to be overwritten\n";
-  ::unlink(link.c_str());
-  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
-  ExternalProcess d(gradlaned({}, "/gradlane-service-test-d", {"--schedule-log", link}), kScratch + "-d");
-  EXPECT_EQ(exit_status(d, 20s), 1);
-  const std::string said = slurp(kScratch + "-d.err");
-  EXPECT_NE(said.find("is a symbolic link"), std::string::npos) << said;
-  EXPECT_EQ(slurp(target), "not to be overwritten\n");
-  ::unlink(link.c_str());
-  ::unlink(target.c_str());
+  expect_linked_schedule_log_refused(&::symlink, "d", "is a symbolic link");
 }
 
 // Its stderr a pipe whose reader has exited: every log line fails (EPIPE, or SIGPIPE were it
@@ -242,7 +231,7 @@ std::pair<int, std::string> check_config(const std::vector<std::string>& args, c
   argv.insert(argv.end(), args.begin(), args.end());
   ExternalProcess p(argv, kScratch + tag);
   const int status = exit_status(p, 20s);
-  return {status, slurp(kScratch + tag + ".out") + slurp(kScratch + tag + ".err")};
+  return {status, read_text_file(kScratch + tag + ".out") + read_text_file(kScratch + tag + ".err")};
 }
 
 TEST(GradlanedConfig, AFilesOptionsAreTakenTheCommandLineWinsAndThePrintedFileReadsBack) {
@@ -256,12 +245,12 @@ TEST(GradlanedConfig, AFilesOptionsAreTakenTheCommandLineWinsAndThePrintedFileRe
   EXPECT_NE(said.find("\nmax-outstanding=4096\n"), std::string::npos) << "defaults are printed too: " << said;
   EXPECT_EQ(said.find("serving"), std::string::npos) << "it must not start";
   // What it printed, given back, prints the same.
-  const std::string printed = slurp(kScratch + "-f1.out");
+  const std::string printed = read_text_file(kScratch + "-f1.out");
   const std::string again = kScratch + "-again.toml";
   std::ofstream(again) << printed;
   const auto [status2, said2] = check_config({"--config", again}, "-f2");
   ASSERT_EQ(status2, 0) << said2;
-  EXPECT_EQ(slurp(kScratch + "-f2.out"), printed);
+  EXPECT_EQ(read_text_file(kScratch + "-f2.out"), printed);
   ::unlink(file.c_str());
   ::unlink(again.c_str());
 }

@@ -11,12 +11,14 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "../common/text_file.hpp"
 #include "tool_process.hpp"
 
 namespace gradlane::perf_testing {
 namespace {
 
 using namespace std::chrono_literals;
+using gradlane::testing::read_text_file;
 using nlohmann::json;
 
 std::string env_or_fail(const char* name) {
@@ -50,8 +52,8 @@ Pair run_pair(const std::string& tool, const std::string& name, std::vector<std:
   p.client_out = client.out();
   EXPECT_EQ(client_rc, 0) << "client stderr: " << client.err() << "\nstdout: " << p.client_out;
   EXPECT_EQ(server_rc, 0) << "server stderr: " << server.err() << "\nstdout: " << p.server_out;
-  p.server = json::parse(read_file(dir + "/server.json"), nullptr, false);
-  p.client = json::parse(read_file(dir + "/client.json"), nullptr, false);
+  p.server = json::parse(read_text_file(dir + "/server.json"), nullptr, false);
+  p.client = json::parse(read_text_file(dir + "/client.json"), nullptr, false);
   EXPECT_FALSE(p.server.is_discarded()) << "server JSON did not parse";
   EXPECT_FALSE(p.client.is_discarded()) << "client JSON did not parse";
   return p;
@@ -173,7 +175,7 @@ TEST(PerfTools, DoctorAgainstADoctorPeer) {
   EXPECT_EQ(client.wait(60s), 0) << client.out() << client.err();
   EXPECT_EQ(server.wait(30s), 0) << server.out() << server.err();
   for (const char* side : {"client", "server"}) {
-    const json j = json::parse(read_file(dir + "/" + side + ".json"), nullptr, false);
+    const json j = json::parse(read_text_file(dir + "/" + side + ".json"), nullptr, false);
     ASSERT_FALSE(j.is_discarded()) << side;
     EXPECT_EQ(j.value("role", ""), side);
     EXPECT_EQ(j.value("failed", -1), 0) << j.dump(2);

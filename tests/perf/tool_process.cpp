@@ -1,14 +1,16 @@
 #include "tool_process.hpp"
 
+#include "../common/text_file.hpp"
+
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 namespace gradlane::perf_testing {
+
+using gradlane::testing::read_text_file;
 
 namespace {
 std::vector<std::string> command_line(const std::string& exe, const std::vector<std::string>& args) {
@@ -34,21 +36,14 @@ std::optional<int> ToolProcess::wait(std::chrono::milliseconds timeout) {
   return std::nullopt;
 }
 
-std::string ToolProcess::out() const { return read_file(log_ + ".out"); }
-std::string ToolProcess::err() const { return read_file(log_ + ".err"); }
+std::string ToolProcess::out() const { return read_text_file(log_ + ".out"); }
+std::string ToolProcess::err() const { return read_text_file(log_ + ".err"); }
 
 std::string scratch_dir(const std::string& name) {
   const char* base = std::getenv("GRADLANE_OUT_DIR");
   std::string dir = std::string(base && *base ? base : "/tmp") + "/perf-smoke-" + name + "-" + std::to_string(::getpid());
   ::mkdir(dir.c_str(), 0755);
   return dir;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 }  // namespace gradlane::perf_testing

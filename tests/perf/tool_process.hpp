@@ -34,6 +34,5 @@ class ToolProcess {
 // A fresh directory for one test's files: under GRADLANE_OUT_DIR when set (the VM's results
 // share, kept for inspection), else under /tmp.
 std::string scratch_dir(const std::string& name);
-std::string read_file(const std::string& path);
 
 }  // namespace gradlane::perf_testing

@@ -6,24 +6,19 @@
 #include <unistd.h>
 
 #include <fstream>
-#include <sstream>
 #include <string>
 
 #include "gradlane/error.hpp"
 #include "sidecar/daemon/pid_file.hpp"
+#include "../common/text_file.hpp"
 
 namespace gradlane::sidecar {
 namespace {
 
+using gradlane::testing::read_text_file;
+
 std::string temp_path(const char* what) {
   return ::testing::TempDir() + "gradlane-pidfile-" + what + "-" + std::to_string(::getpid());
-}
-
-std::string contents(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 bool exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
@@ -32,9 +27,9 @@ TEST(PidFile, HoldsThePidAndIsRemovedWithItsOwner) {
   const std::string path = temp_path("owner");
   {
     PidFile pid = PidFile::acquire(path);
-    EXPECT_EQ(contents(path), "") << "empty until the daemon is ready";
+    EXPECT_EQ(read_text_file(path), "") << "empty until the daemon is ready";
     pid.publish(4242);
-    EXPECT_EQ(contents(path), "4242\n");
+    EXPECT_EQ(read_text_file(path), "4242\n");
   }
   EXPECT_FALSE(exists(path)) << "a clean exit removes the pid file";
 }
@@ -52,7 +47,7 @@ TEST(PidFile, ASecondDaemonOnTheSameFileIsRefusedNamingTheFirst) {
     EXPECT_NE(what.find("already running (pid " + std::to_string(::getpid()) + ","), std::string::npos) << what;
     EXPECT_NE(what.find(path), std::string::npos) << what;
   }
-  EXPECT_EQ(contents(path), std::to_string(::getpid()) + "\n") << "the refused start must not touch the file";
+  EXPECT_EQ(read_text_file(path), std::to_string(::getpid()) + "\n") << "the refused start must not touch the file";
 }
 
 TEST(PidFile, AFileLeftByADeadDaemonIsTakenOver) {
@@ -62,9 +57,9 @@ TEST(PidFile, AFileLeftByADeadDaemonIsTakenOver) {
   }
   {
     PidFile pid = PidFile::acquire(path);
-    EXPECT_EQ(contents(path), "") << "the dead daemon's pid must not be left in the file";
+    EXPECT_EQ(read_text_file(path), "") << "the dead daemon's pid must not be left in the file";
     pid.publish(77);
-    EXPECT_EQ(contents(path), "77\n");
+    EXPECT_EQ(read_text_file(path), "77\n");
   }
   EXPECT_FALSE(exists(path));
 }

@@ -1,23 +1,17 @@
 // The README shows examples/push_update.cpp and docs/parameter-server.md shows
 // examples/ps_quickstart.cpp; this keeps each page's block identical to its file so the example a
 // reader copies is the one the softroce suite compiles and runs.
-#include <fstream>
-#include <sstream>
-
 #include <gtest/gtest.h>
+
+#include "../common/text_file.hpp"
 
 namespace {
 
-std::string slurp(const char* path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using gradlane::testing::read_text_file;
 
 TEST(Readme, EmbeddingExampleIsExamplesPushUpdateVerbatim) {
-  const std::string readme = slurp(GRADLANE_SOURCE_DIR "/README.md");
-  const std::string example = slurp(GRADLANE_SOURCE_DIR "/examples/push_update.cpp");
+  const std::string readme = read_text_file(GRADLANE_SOURCE_DIR "/README.md");
+  const std::string example = read_text_file(GRADLANE_SOURCE_DIR "/examples/push_update.cpp");
   ASSERT_FALSE(example.empty());
   const std::string fence = "```cpp\n// Push one 4 MiB gradient update";
   const auto start = readme.find(fence);
@@ -29,8 +23,8 @@ TEST(Readme, EmbeddingExampleIsExamplesPushUpdateVerbatim) {
 }
 
 TEST(Docs, ParameterServerPageExampleIsExamplesPsQuickstartVerbatim) {
-  const std::string page = slurp(GRADLANE_SOURCE_DIR "/docs/parameter-server.md");
-  const std::string example = slurp(GRADLANE_SOURCE_DIR "/examples/ps_quickstart.cpp");
+  const std::string page = read_text_file(GRADLANE_SOURCE_DIR "/docs/parameter-server.md");
+  const std::string example = read_text_file(GRADLANE_SOURCE_DIR "/examples/ps_quickstart.cpp");
   ASSERT_FALSE(example.empty());
   const auto start = page.find("```cpp\n// A parameter server, its replica and a worker");
   ASSERT_NE(start, std::string::npos) << "docs/parameter-server.md has no parameter-server example block";
