@@ -5,7 +5,9 @@
 //
 //   ps_node role=replica device=rxe1 port=7801 floats=4096 slots=8 workers=4 updates=50 out=DIR
 //   ps_node role=server  device=rxe0 port=7800 floats=4096 slots=8 workers=4 updates=50 out=DIR
-//           replica=ADDR:7801
+//           replica=ADDR:7801 [die_at=K]: SIGKILL itself once it has applied K updates
+//           [die_behind_hole=N]: SIGKILL itself once N updates wait behind a sequence not
+//           yet written (a worker holding its grant)
 //   ps_node role=worker  device=rxe2 id=1 server=ADDR:7800 replica=ADDR:7801 floats=4096
 //           updates=50 gradient=pattern|uniform out=DIR [die_after=K] [aggregator=ADDR:7802]
 //           [stall_after=K stall_ms=M]: at step K, stall M ms between the request and the grant
@@ -170,8 +172,14 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(stall));
   }
-  if (die_at != 0 && role == gradlane::ps::Role::server) {
-    while (shard.version() < die_at) shard.progress();
+  // die_behind_hole=N: the server kills itself once N updates wait behind a sequence not yet
+  // written (a worker holds its grant): written, acknowledged and not yet applied.
+  const std::uint64_t die_behind_hole = a.number("die_behind_hole", 0);
+  if (role == gradlane::ps::Role::server && (die_at != 0 || die_behind_hole != 0)) {
+    const auto dies = [&] {
+      return die_behind_hole != 0 ? shard.waiting_behind_hole() >= die_behind_hole : shard.version() >= die_at;
+    };
+    while (!dies()) shard.progress();
     const auto now = std::chrono::steady_clock::now().time_since_epoch();
     std::ofstream(out + "/server.died") << std::chrono::duration_cast<std::chrono::nanoseconds>(now).count() << " "
                                         << shard.version() << "\n";

@@ -25,10 +25,14 @@
 //      model at the same version. The replica acknowledges what it applied; the server never
 //      grants a sequence whose slot the replica has not freed.
 // Failover (direct mode): when the server dies, the replica sees its connection drop and
-// becomes the server at the version it reached: no update it had acknowledged is lost, at most
-// `slots` that the server applied are. Workers switch their server to the replica (they are
-// already connected to it); a push that was in flight reports lost = true, and pulls go to the
-// new server. The promoted server has no replica; bringing a new one up is not supported yet.
+// becomes the server at the version it reached: no push a worker saw succeed is lost (the
+// replica holds its mirror and applies it, skipping a sequence granted and never written
+// before it), at most `slots` that the server applied and whose mirrors never came are.
+// Workers switch their server to the replica (they are already connected to it); a push that
+// was in flight reports lost = true, and pulls go to the new server. The promoted server
+// grants from `slots` past the version it reached, as in sidecar mode below, so a late write
+// granted by the dead server is refused. It has no replica until a new one joins it
+// (ShardServer::join_server).
 // With a sidecar (sidecar mode; the server and each worker attach to their host's gradlaned):
 // the receiver's sidecar owns the sequence instead. A worker asks its sidecar (Client::request),
 // and the go grant carries the sequence and the slot time; the worker writes as above and
@@ -275,6 +279,9 @@ class ShardServer {
   bool cut_off() const;
 
   std::uint64_t version() const;  // the shard's model version: sequences decided (applied or skipped)
+  // Sequences that arrived (or were cancelled) and wait behind the next one, which has not:
+  // head-of-line blocking, as when a worker holds its grant. 0 when the next one is here.
+  std::size_t waiting_behind_hole() const;
   std::span<const float> model() const;           // the shard (read it only between progress())
   const ServerStats& stats() const;
   const std::vector<AppliedUpdate>& history() const;  // what was applied or skipped, in order

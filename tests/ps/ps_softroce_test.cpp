@@ -49,6 +49,9 @@ struct RunSpec {
   // server's sequence; gradlaned B serves host 1 (endpoint 1) and reaches A over RDMA.
   bool sidecar = false;
   std::uint64_t server_dies_at = 0;  // the server SIGKILLs itself after applying this many (0: never)
+  // The server SIGKILLs itself once this many updates wait behind a sequence not yet written.
+  std::uint64_t server_dies_behind_hole = 0;
+  bool server_dies() const { return server_dies_at != 0 || server_dies_behind_hole != 0; }
   // Worker 4 reaches only the replica (as a worker whose link to the server failed does): it
   // connects to the replica as its server; the server expects the other three.
   bool worker4_reaches_only_the_replica = false;
@@ -127,6 +130,9 @@ class ShardRun : public ::testing::Test {
     if (spec.grant_windows) server_args.push_back("grant_windows=1");
     if (spec.sidecar) server_args.insert(server_args.end(), {std::string("sidecar=") + kShmA, "endpoint=0"});
     if (spec.server_dies_at != 0) server_args.push_back("die_at=" + std::to_string(spec.server_dies_at));
+    if (spec.server_dies_behind_hole != 0) {
+      server_args.push_back("die_behind_hole=" + std::to_string(spec.server_dies_behind_hole));
+    }
     std::vector<std::string> server_command = args(server_args);
     if (spec.worker4_reaches_only_the_replica) server_command.push_back("workers=" + std::to_string(kWorkers - 1));
     ExternalProcess server(server_command, out_ + "/server");
@@ -191,7 +197,7 @@ class ShardRun : public ::testing::Test {
     for (auto* p : {&server, &replica}) {
       const auto status = p->wait_exit(120s);
       ASSERT_TRUE(status.has_value()) << (p == &server ? "server" : "replica") << " did not finish";
-      const bool killed = p == &server ? spec.server_dies_at != 0 : spec.promoted_dies_at != 0;
+      const bool killed = p == &server ? spec.server_dies() : spec.promoted_dies_at != 0;
       if (killed) {
         EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL) << "status " << *status;
       } else if (p == &server && spec.worker4_reaches_only_the_replica) {
@@ -233,7 +239,7 @@ class ShardRun : public ::testing::Test {
       return;
     }
     replica_model_ = read_model(out_ + "/replica.model", spec.floats);
-    if (spec.server_dies_at != 0 || spec.worker4_reaches_only_the_replica) {  // the promoted replica finished it
+    if (spec.server_dies() || spec.worker4_reaches_only_the_replica) {  // the promoted replica finished it
       history_ = read_lines(out_ + "/replica.jsonl");
       server_model_ = replica_model_;
     } else {
@@ -687,6 +693,50 @@ TEST_F(ShardRun, WhenTheServerIsKilledTheReplicaTakesOverWithinThreeSeconds) {
   ASSERT_LE(applied + reported_lost, pushed);
   EXPECT_LE(pushed - reported_lost - applied, 8u) << "more than B updates lost silently";
   EXPECT_GT(applied, died_at_version) << "training did not continue after the failover";
+}
+
+TEST_F(ShardRun, AcknowledgedPushesBehindAHoleAreAppliedByThePromotedReplica) {
+  // Worker 4 takes its grant at step 5 and stalls (as SIGSTOP would) past its grant_lifetime;
+  // the server waits on that hole (hole_timeout 60 s) while the others' later pushes are
+  // written to it and to the replica, acknowledged, and wait behind the hole, until the window
+  // is full (7 behind the hole, 8 slots) and the server dies. The promoted replica skips the hole and applies those mirrors;
+  // worker 4 does not write its stale grant and reports that push lost.
+  RunSpec spec;
+  spec.hole_timeout_ms = "60000";
+  spec.server_dies_behind_hole = 7;
+  spec.worker4_args = {"stall_after=5", "stall_ms=3000", "grant_lifetime_ms=500"};
+  run(spec);
+  const json stats = read_lines(out_ + "/replica.stats.json").at(0);
+  EXPECT_EQ(stats["lost_in_failover"].get<std::uint64_t>(), 0u) << "acknowledged mirrors were not applied";
+  std::map<std::uint64_t, std::uint64_t> applied_by;  // sequence -> the worker the history names
+  std::uint64_t first_hole = 0;
+  for (std::size_t i = 0; i < history_.size(); ++i) {
+    ASSERT_EQ(history_[i]["seq"].get<std::uint64_t>(), i + 1);
+    if (!history_[i]["skipped"].get<bool>()) {
+      applied_by[i + 1] = history_[i]["worker"].get<std::uint64_t>();
+    } else if (first_hole == 0) {
+      first_hole = i + 1;
+    }
+  }
+  ASSERT_NE(first_hole, 0u) << "worker 4's held grant must be skipped";
+  std::uint64_t acked_behind_the_hole = 0;
+  for (std::uint32_t id = 1; id <= kWorkers; ++id) {
+    const json report = json::parse(std::ifstream(out_ + "/worker" + std::to_string(id) + ".json"));
+    EXPECT_EQ(report["failovers"].get<std::uint64_t>(), 1u) << "worker " << id;
+    for (const json& sequence : report["acked"]) {
+      const auto s = sequence.get<std::uint64_t>();
+      const auto at = applied_by.find(s);
+      EXPECT_TRUE(at != applied_by.end() && at->second == id)
+          << "worker " << id << "'s acknowledged push " << s << " is not in the promoted replica's history";
+      acked_behind_the_hole += s > first_hole && s < first_hole + 8 ? 1 : 0;
+    }
+  }
+  // The 7 behind the hole had arrived at the server, their mirrors written first: the server's
+  // NIC acknowledged each write before its doorbell was seen, so nearly all are acknowledged.
+  EXPECT_GE(acked_behind_the_hole, 4u) << "the scenario did not hold acknowledged pushes behind the hole";
+  const json worker4 = json::parse(std::ifstream(out_ + "/worker4.json"));
+  EXPECT_GE(worker4["lost"].get<std::uint64_t>(), 1u) << "its stale grant's push must report lost";
+  EXPECT_TRUE(bitwise_equal(server_model_, reference())) << "the promoted replica's model is not its history applied";
 }
 
 TEST_F(ShardRun, ANewReplicaJoinsThePromotedServerAndEndsBitwiseEqualToIt) {

@@ -93,25 +93,32 @@ bool ShardServer::State::take_own_sequence_over(const Error& lost) {
   return true;
 }
 
+// A promoted replica goes on `slots` past what it reached: every sequence the dead server may
+// have granted lies below (it never granted past the replica's ack plus `slots`). Those are
+// skipped as they enter the window, so a late write granted by the old owner rings for a
+// sequence already skipped and is refused, never applied as another worker's update; the floor
+// is published first, and a worker reads it after each write (its push then reports lost).
+void ShardServer::State::fence_old_owners_sequences() {
+  skip_below = next_grant + options.slots;
+  shard.header().refuse_below.store(skip_below, std::memory_order_release);
+  while (order.next_sequence() < skip_below && skip_old_owners_sequences() + apply() > 0) {
+  }
+  next_grant = skip_below;
+}
+
 // Replica promoted in sidecar mode: its host's gradlaned takes the server's sequence over,
 // `slots` past what we reached (see ps.hpp). Attaching can fail (no gradlaned, not started
 // with --standby): then nobody can grant our sequence, and the job must hear it, not hang.
 void ShardServer::State::take_over_at_sidecar() {
-  skip_below = next_grant + options.slots;
-  shard.header().refuse_below.store(skip_below, std::memory_order_release);
+  // The gradlaned grants from skip_below the moment we attach, and a worker on its host writes
+  // at once: the old owner's sequences are skipped and what came applied before (a doorbell
+  // of ours arriving while they are still ahead would be refused, its push acknowledged).
+  fence_old_owners_sequences();
   sidecar::AttachOptions attach = *options.sidecar;
   attach.region_bytes = slots.slot_bytes() * options.slots;
   attach.take_over_at = skip_below - 1;
   attach.slots = options.slots;  // grants never run past our slots (AttachOptions::slots)
   attach.grant_key = windowed() ? grant_key : std::nullopt;  // a promoted replica: its server's key
-  // The gradlaned grants from skip_below the moment we attach, and a worker on its host writes
-  // at once. ApplyOrder takes `slots` sequences from next_sequence() on, so a doorbell of ours
-  // arriving while the old owner's sequences are still ahead would be refused — and its worker,
-  // whose floor READ says skip_below <= its sequence, told the push succeeded (seen in CI: three
-  // acknowledged pushes lost). Skip the old owner's sequences and apply what came until the
-  // window starts at skip_below, before anybody can be granted one of ours.
-  while (order.next_sequence() < skip_below && skip_old_owners_sequences() + apply() > 0) {
-  }
   sidecar.emplace(sidecar::Client::attach(attach));
   reported = 0;
   // Tags in sidecar mode count each worker's arrivals: go on from the history and from what
@@ -127,24 +134,24 @@ void ShardServer::State::take_over_at_sidecar() {
                attach.shm_name.c_str(), attach.endpoint, static_cast<unsigned long long>(skip_below));
 }
 
-// Replica whose server died: it becomes the server (direct mode) at the version it reached.
-// A decided update whose mirror never came cannot be re-read from a dead server: skipped,
-// counted lost. After the decided ones, the mirrors that arrived without a decision are
-// applied too, in sequence order while there is no gap: their workers wrote them to us first
-// and were told the push succeeded (acknowledged), and the dead server applied in sequence
-// order, so this is the order it would have applied them in. Their history entries name the
-// worker whose doorbell brought them; the tag (which only the dead server heard, in the
-// request) is taken as one past that worker's last decided tag: exact for workers that tag
-// their pushes with consecutive steps, as every user here does (each worker has one push in
-// flight, and direct mode drops none), and 0 for a worker with no decided update. Mirrors
-// after a gap (a sequence granted and never written to us) are lost, counted in
-// lost_in_failover.
+// Replica whose server died: it becomes the server at the version it reached. A decided
+// update whose mirror never came cannot be re-read from a dead server: skipped, counted lost.
+// After the decided ones, the mirrors that arrived without a decision are applied too, in
+// sequence order: their workers wrote them to us first and were told the push succeeded
+// (acknowledged), and the dead server applied in sequence order, so this is the order it would
+// have applied them in. A gap before one (a sequence granted and never written to us: its
+// worker wrote nothing yet, or is writing now) is skipped; that late write is refused (see
+// fence_old_owners_sequences). Their history entries name the worker whose doorbell brought
+// them; the tag (which only the dead server heard, in the request) is taken as one past that
+// worker's last decided tag: exact for workers that tag their pushes with consecutive steps,
+// as every user here does (each worker has one push in flight, and direct mode drops none),
+// and 0 for a worker with no decided update.
 void ShardServer::State::promote() {
   const auto now = Clock::now();
-  // Sidecar mode: refuse everything until we know from where on, and say so first (a worker
-  // that failed over reads it after each write). A write whose READ of it came before this
-  // store has its doorbell in our queue already, and the reap below takes it.
-  if (options.sidecar) shard.header().refuse_below.store(~std::uint64_t{0}, std::memory_order_seq_cst);
+  // Refuse everything until we know from where on, and say so first (a worker reads it after
+  // each mirror). A write whose READ of it came before this store has its doorbell in our queue
+  // already, and the reap below takes it.
+  shard.header().refuse_below.store(~std::uint64_t{0}, std::memory_order_seq_cst);
   // Every mirror that is here counts. The failure was seen while input was being taken, so
   // doorbells of other workers may still wait, reaped or not (a worker acknowledged a push
   // whose mirror's doorbell was still in our queue, and it was skipped: kill:server@gradlane).
@@ -178,14 +185,9 @@ void ShardServer::State::promote() {
     fed[sequence] = Decided{sequence, worker, next_tag(worker)};
   };
   for (; arrived.contains(head) && !decisions.contains(head); ++head) take_mirror(head);
-  // Sidecar mode: mirrors after a gap too, the gaps skipped. A gap is a sequence the old owner
-  // granted whose mirror is not here: its worker wrote nothing yet, or is writing now — the
-  // sidecar that takes over starts `slots` further on, so that late write is refused (and its
-  // worker, whose write to the dead server fails, hears the push was lost). The mirrors beyond
-  // are acknowledged pushes whose workers' writes to the server completed (seen in the
-  // kill:server fault: two lost behind one gap). In direct mode this server grants the gaps
-  // again itself, so there they stay the end.
-  if (options.sidecar && !arrived.empty()) {
+  // Mirrors after a gap, the gaps skipped: acknowledged pushes whose workers' writes to the
+  // server completed (the kill:server fault: two lost behind one gap).
+  if (!arrived.empty()) {
     const std::uint64_t last = arrived.rbegin()->first;
     for (; head <= last && head < order.next_sequence() + options.slots; ++head) {
       if (arrived.contains(head)) {
@@ -205,7 +207,11 @@ void ShardServer::State::promote() {
   stats.promoted_at_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
   std::fprintf(stderr, "gradlane ps replica: promoted to server at sequence %llu (the server is gone)\n",
                static_cast<unsigned long long>(next_grant));
-  if (options.sidecar) take_over_at_sidecar();
+  if (options.sidecar) {
+    take_over_at_sidecar();
+  } else {
+    fence_old_owners_sequences();
+  }
 }
 
 // A new replica joining a running server (ps.hpp, ShardServer::join_server).

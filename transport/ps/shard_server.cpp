@@ -771,6 +771,9 @@ bool ShardServer::cut_off() const {
 }
 
 std::uint64_t ShardServer::version() const { return state_->writer.model_version(); }
+std::size_t ShardServer::waiting_behind_hole() const {
+  return state_->order.next() ? 0 : state_->order.pending();
+}
 std::span<const float> ShardServer::model() const { return state_->shard.floats(); }
 const ServerStats& ShardServer::stats() const { return state_->stats; }
 const std::vector<AppliedUpdate>& ShardServer::history() const { return state_->history; }

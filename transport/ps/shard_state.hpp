@@ -176,6 +176,7 @@ struct ShardServer::State {
   std::size_t take_sidecar();
   std::size_t skip_stuck_head();
   std::size_t skip_old_owners_sequences();
+  void fence_old_owners_sequences();
   void take_over_at_sidecar();
   bool take_own_sequence_over(const Error& lost);
   void take_every_doorbell_here();

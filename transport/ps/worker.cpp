@@ -389,19 +389,19 @@ struct Worker::State {
       announce_mirroring = false;
     }
     if (mirrors) mirrored = replica->write_and_ring(gradient_region, 0, mirror_slot, 0, bytes, imm);
-    // Sidecar mode: the replica's refusal floor too, behind the mirror. A server SIGKILLed a
+    // The replica's refusal floor, READ behind the mirror on the same QP. A server SIGKILLed a
     // moment ago still has its writes acknowledged by the kernel, while the replica, promoted
     // meanwhile, refuses the mirror (below the floor it took over at): that push would be
     // acknowledged and applied nowhere. Read into a spare word of our header copy, so the two
     // READs do not land on each other.
     constexpr std::size_t kReplicaFloorAt = offsetof(ShardHeader, refuse_below) + sizeof(std::uint64_t);
     static_assert(kReplicaFloorAt + sizeof(std::uint64_t) <= sizeof(ShardHeader));
-    // Sidecar mode: ours, or the sidecar-mode aggregator's forward (write_as).
-    const bool floors = sidecar.has_value() || sidecar_forward;
-    if (mirrored && floors) {
+    if (mirrored) {
       mirrored = replica->read(model_region, kReplicaFloorAt, replica_shard, offsetof(ShardHeader, refuse_below),
                                sizeof(std::uint64_t));
     }
+    // Sidecar mode: ours, or the sidecar-mode aggregator's forward (write_as).
+    const bool floors = sidecar.has_value() || sidecar_forward;
     // The grant's age once more, right before the server's write. A stall since too_late() — a
     // SIGSTOP delivered as the mirror's post returned; the server may skip the sequence
     // meanwhile, and the late write would still be acknowledged here — may have outlived
@@ -433,7 +433,7 @@ struct Worker::State {
     result.sequence = sequence;
     result.wire_time = Clock::now() - start;
     if (floor_read && refused_below_floor(sequence, kFloorAt)) result.lost = true;
-    if (mirrored && floors && refused_below_floor(sequence, kReplicaFloorAt)) result.lost = true;
+    if (mirrored && refused_below_floor(sequence, kReplicaFloorAt)) result.lost = true;
     return result;
   }
 
