@@ -104,8 +104,9 @@ if [ "$MODE" = gradlane ]; then
   B_EXTRA=""; i=1
   # Workers and the aggregator write each update to the replica too, unless the replica READs it.
   if [ "$REPLICA" = 1 ] && [ "${REPLICA_READS:-0}" != 1 ]; then A_EXTRA="$A_EXTRA --writers-mirror"; B_EXTRA="--writers-mirror"; fi
-  # The replica runs on host 1: if it is promoted, gradlaned B takes the server's sequence over.
-  [ "$REPLICA" = 1 ] && B_EXTRA="$B_EXTRA --standby 0"
+  # The replica (job 1, gradlane_train's default) runs on host 1: if it is promoted, gradlaned B
+  # takes the server's sequence over.
+  [ "$REPLICA" = 1 ] && B_EXTRA="$B_EXTRA --standby 0:1"
   while [ $i -le "$WORKERS" ]; do
     if [ "$(host_of $i)" = 1 ]; then B_EXTRA="$B_EXTRA --endpoint $((100 + i))"; else A_EXTRA="$A_EXTRA --endpoint $((100 + i))"; fi
     i=$((i + 1))

@@ -128,7 +128,7 @@ struct ShardOptions {
   std::chrono::milliseconds rejoin_grace{0};
   // Server in sidecar mode: attach to the host's gradlaned as the server's endpoint (job and
   // endpoint as the workers' requests name them). Replica in sidecar mode: the same job and
-  // the server's endpoint, for its own host's gradlaned (started with --standby ENDPOINT); it
+  // the server's endpoint, for its own host's gradlaned (started with --standby ENDPOINT:JOB); it
   // attaches only when promoted, taking the server's sequence over there (failover below).
   std::optional<sidecar::AttachOptions> sidecar;
   TransportOptions transport{};

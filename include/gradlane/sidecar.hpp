@@ -70,7 +70,7 @@ struct AttachOptions {
   std::chrono::microseconds spin{50};
   // Failover: a replica promoted to be `endpoint`'s server attaches with the version it took
   // over at (every sequence <= it decided there). The daemon — which must have been started
-  // with `--standby endpoint` — then owns that receiver's sequence, hands it out from
+  // with `--standby endpoint:job` — then owns that receiver's sequence, hands it out from
   // take_over_at + 1, and tells its peers (the old owner drops what it had pending: Reason::
   // receiver_moved). Refused with Reason::bad_takeover otherwise. Only the first attach takes
   // over: a transparent reattach to a restarted daemon is a plain attach.

@@ -89,9 +89,9 @@ std::string attach_refusal_hint(Reason reason, const shm::Header& h, const Attac
     case Reason::bad_attach:
       return " (AttachOptions::region_bytes must be > 0)";
     case Reason::bad_takeover:
-      return fmt::format(" (AttachOptions::take_over_at: gradlaned (pid {}) was not started with --standby {}, so "
-                         "it does not take over that endpoint's sequence)",
-                         h.daemon_pid, o.endpoint);
+      return fmt::format(" (AttachOptions::take_over_at: gradlaned (pid {}) was not started with --standby {}:{}, "
+                         "so it does not take over that endpoint's sequence for job {})",
+                         h.daemon_pid, o.endpoint, o.job, o.job);
     case Reason::unknown_endpoint:
       return fmt::format(" (AttachOptions::endpoint {} is not a NIC of this host: gradlaned (pid {}) serves only "
                          "the endpoints given to it with --endpoint)",

@@ -10,6 +10,7 @@
 // known without reasoning about credits and slots. Cost: one indirect call per entry.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -43,7 +44,13 @@ class Policy {
   // <= version is decided there): from now on this policy hands out its sequence from
   // version + 1. What was pending for the receiver under its old server is dropped
   // (receiver_moved) by the next schedule(). False if this policy cannot take it over.
-  virtual bool take_over(sched::EndpointId receiver, sched::Version version, sched::Instant now) = 0;
+  // `job`: the promoted replica's.
+  virtual bool take_over(sched::EndpointId receiver, sched::Version version, sched::JobId job, sched::Instant now) = 0;
+  // Whether the server app serving `receiver` on this host is alive right now (the daemon sees
+  // a dead app only at its next liveness sweep). The daemon gives it; a policy that takes its
+  // peers' takeovers asks before handing a receiver served here over.
+  using ServerAlive = std::function<bool(sched::EndpointId receiver)>;
+  virtual void check_servers_with(ServerAlive /*alive*/) {}
   // `receiver`'s server reuses `slots` slots: never grant its sequence more than that past
   // what it acknowledged (replica_ack), with or without a replica. A policy that hands out no
   // sequences of its own (pass-through: not for real traffic) ignores it.
@@ -81,7 +88,7 @@ class SchedulerPolicy final : public Policy {
   }
   bool replica_ack(sched::EndpointId receiver, sched::Seq seq) override { return scheduler_.replica_ack(receiver, seq); }
   std::optional<sched::Instant> next_wakeup() const override { return scheduler_.next_wakeup(); }
-  bool take_over(sched::EndpointId receiver, sched::Version version, sched::Instant) override {
+  bool take_over(sched::EndpointId receiver, sched::Version version, sched::JobId, sched::Instant) override {
     scheduler_.close_receiver(receiver, moved_);
     return scheduler_.open_receiver(receiver, version);
   }
@@ -113,7 +120,7 @@ class PassThroughPolicy final : public Policy {
                 sched::TransferResult result) override;
   bool replica_ack(sched::EndpointId, sched::Seq) override { return true; }  // no window here
   std::optional<sched::Instant> next_wakeup() const override { return std::nullopt; }
-  bool take_over(sched::EndpointId, sched::Version, sched::Instant) override { return false; }  // no sequences to move
+  bool take_over(sched::EndpointId, sched::Version, sched::JobId, sched::Instant) override { return false; }  // no sequences to move
 
  private:
   std::vector<sched::Request> pending_;

@@ -117,13 +117,16 @@ void Daemon::accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now)
     // A promoted replica: its receiver's sequence is ours from now on, if we stand by for it.
     // Or the very server that outlived the daemon before us (same process, job and segment),
     // taking its own sequence on from where it says (its receiver is held until then).
-    const auto& standby = config_.standby_endpoints;
+    const auto& standby = config_.standby;
     const auto held = held_.find(endpoint);
     const bool survivor = held != held_.end() && held->second.server.pid == shm::claim_pid(claim) &&
                           held->second.server.start_time == s.owner_start_time && held->second.server.job == job &&
                           held->second.served == slot / config_.max_apps;
-    if ((!survivor && std::find(standby.begin(), standby.end(), endpoint) == standby.end()) ||
-        !policy_->take_over(sched::EndpointId{endpoint}, take_over - 1, now)) {
+    const bool standing_by = std::any_of(standby.begin(), standby.end(), [&](const DaemonConfig::Standby& named) {
+      return named.endpoint == endpoint && named.job == job;
+    });
+    if ((!survivor && !standing_by) || !policy_->take_over(sched::EndpointId{endpoint}, take_over - 1,
+                                                           sched::JobId{job}, now)) {
       reject(slot, claim, Reason::bad_takeover);
       return;
     }
@@ -194,6 +197,14 @@ void Daemon::release_detached(std::uint32_t slot, sched::Instant now) {
   forget(*apps_[slot], now);
   free_slot(slot);
   ++stats_.detached;
+}
+
+bool Daemon::server_alive(std::uint32_t endpoint) const {
+  const auto server = receiver_servers_.find(endpoint);
+  // Exiting counts as gone: its connections close before its pidfd says it exited, so the
+  // replica that saw them close may ask to take over first.
+  return server != receiver_servers_.end() && apps_[server->second.slot] &&
+         !apps_[server->second.slot]->owner->exiting();
 }
 
 bool Daemon::serves(std::uint32_t endpoint) const {

@@ -84,6 +84,7 @@ Daemon::Daemon(DaemonConfig config, std::unique_ptr<sched::Policy> policy)
   // Before create() replaces a dead daemon's segment: its servers that outlived it. The
   // segment is the one gradlaned made for our user, or it is ignored.
   hold_survivors(surviving_servers(config_.shm_name, own_uid), 0);
+  policy_->check_servers_with([this](sched::EndpointId receiver) { return server_alive(sched::to_int(receiver)); });
   shm::Segment shared = shm::Segment::create(config_.shm_name, bytes);
   std::vector<Served> jobs;
   std::map<std::uint32_t, JobDoor::Job> door_jobs;

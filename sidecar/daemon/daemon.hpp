@@ -103,6 +103,7 @@ class Daemon {
   void reclaim(std::uint32_t slot, sched::Instant now);
   void release_detached(std::uint32_t slot, sched::Instant now);
   bool serves(std::uint32_t endpoint) const;
+  bool server_alive(std::uint32_t endpoint) const;  // the app serving it here, checked now
   bool has_own_segment(std::uint32_t job) const;
   void forget(AppSession& app, sched::Instant now);
   void take_last_completions(AppSession& app, sched::Instant now);

@@ -20,11 +20,17 @@ struct DaemonConfig {
   // NIC this sidecar does not own. Empty (no --endpoint flag): every endpoint is accepted,
   // the permissive single-daemon mode the in-process tests and benchmarks use.
   std::vector<std::uint32_t> endpoints;
-  // --standby: receivers (server endpoints) whose replica runs on this host. If that replica
-  // is promoted, it attaches with AttachOptions::take_over_at and this sidecar takes over the
-  // receiver's sequence (the policy's take_over). Any other takeover is refused
-  // (Reason::bad_takeover): a stray app must not be able to move a server's sequence.
-  std::vector<std::uint32_t> standby_endpoints;
+  // --standby ENDPOINT:JOB: a receiver (server endpoint) whose replica, an app of JOB, runs on
+  // this host. If that replica is promoted, it attaches with AttachOptions::take_over_at and
+  // this sidecar takes over the receiver's sequence (the policy's take_over). Any other
+  // takeover is refused (Reason::bad_takeover): an app of another job, or a stray one, must not
+  // be able to move a server's sequence. (Only --job-user makes the job an app says it is
+  // more than its word: see there.)
+  struct Standby {
+    std::uint32_t endpoint = 0;
+    std::uint32_t job = 0;
+  };
+  std::vector<Standby> standby;
   // --job-user JOB:USER: job JOB gets a segment of its own, which only USER's processes (and
   // root's) can get: a sealed memfd (no name in /dev/shm; nobody can resize it under the
   // daemon) handed out by the daemon's door, which asks the kernel who is knocking
@@ -75,5 +81,7 @@ struct DaemonConfig {
 // --job-user JOB:USER, USER a name (its primary group too) or a numeric uid (group = uid);
 // Error(invalid_argument) naming the flag for anything else.
 DaemonConfig::JobSegment parse_job_user(const std::string& text);
+// --standby ENDPOINT:JOB, two numbers; Error(invalid_argument) naming the flag otherwise.
+DaemonConfig::Standby parse_standby(const std::string& text);
 
 }  // namespace gradlane::sidecar

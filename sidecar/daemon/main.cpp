@@ -45,6 +45,7 @@ namespace {
 using gradlane::sidecar::Daemon;
 using gradlane::sidecar::DaemonConfig;
 using gradlane::sidecar::parse_job_user;
+using gradlane::sidecar::parse_standby;
 using gradlane::sidecar::UniqueFd;
 
 // A line on stderr that a closed or full stderr cannot turn into an exception (SIGPIPE is
@@ -226,15 +227,17 @@ int main(int argc, char** argv) {
   sched_config.replica_bound.reset();
   std::uint32_t staleness_bound = sched_config.staleness_bound.value_or(0);
   std::uint64_t replica_bound = 0;
+  std::vector<std::string> standbys;
   cli.add_option("--device", fabric_options.device, "RDMA device for links to peer sidecars (e.g. mlx5_0)");
   cli.add_option("--endpoint", fabric_options.endpoints,
                  "scheduler endpoint id of a NIC on this host (repeat for several). Applications may attach only "
                  "from these; requests to receivers on these are scheduled here, to others by the peer that "
                  "announces them, and to a receiver no sidecar serves are refused (unknown_receiver). Without "
                  "any --endpoint (and no peers) every endpoint is accepted and scheduled here");
-  cli.add_option("--standby", config.standby_endpoints,
-                 "endpoint id of a server whose replica runs on this host (repeatable): if that replica is promoted "
-                 "(the server died), this sidecar takes over the server's sequence and tells its peers");
+  cli.add_option("--standby", standbys,
+                 "ENDPOINT:JOB, a server's endpoint id and the job whose replica of it runs on this host "
+                 "(repeatable): if that replica is promoted (the server died), this sidecar takes over the server's "
+                 "sequence and tells its peers; an app of another job may not");
   cli.add_option("--listen-port", fabric_options.listen_port, "port peer sidecars connect to")->capture_default_str();
   cli.add_option("--peer", fabric_options.peers, "ADDRESS:PORT of a peer sidecar to connect to (repeatable)");
   cli.add_option("--expect-peers", fabric_options.expect_peers, "peer sidecars that connect to this one")
@@ -313,6 +316,7 @@ int main(int argc, char** argv) {
     for (const std::string& seat : aggregators) sched_config.aggregation.aggregators.push_back(parse_aggregator(seat));
     for (const std::string& rate : link_rates) sched_config.bandwidth.declared.push_back(parse_link_rate(rate));
     for (const std::string& job : job_users) config.job_segments.push_back(parse_job_user(job));
+    for (const std::string& standby : standbys) config.standby.push_back(parse_standby(standby));
     // The flags stand in for their variables; the one parser checks the key file and refuses to
     // run without a key.
     fabric_options.transport = gradlane::TransportOptions::from_env([&](const char* name) -> std::optional<std::string> {

@@ -64,8 +64,22 @@ DistributedPolicy::DistributedPolicy(sched::SchedulerConfig config, std::vector<
       log_(std::move(log)) {}
 
 void DistributedPolicy::start() {
-  const Hello hello{{local_.begin(), local_.end()}};
-  for (PeerIndex p = 0; p < transport_.peer_count(); ++p) send(p, hello);
+  const Hello ours = hello();
+  for (PeerIndex p = 0; p < transport_.peer_count(); ++p) send(p, ours);
+}
+
+Hello DistributedPolicy::hello() const {
+  Hello h{{local_.begin(), local_.end()}, {}};
+  for (const auto& [endpoint, mark] : takeovers_) {
+    if (h.takeovers.size() == kMaxTakeoverMarks) break;
+    h.takeovers.push_back(mark);
+  }
+  return h;
+}
+
+void DistributedPolicy::learn(const TakeoverMark& mark) {
+  TakeoverMark& known = takeovers_[mark.endpoint];
+  if (mark.epoch > known.epoch) known = mark;
 }
 
 void DistributedPolicy::admit_joined() {
@@ -73,7 +87,7 @@ void DistributedPolicy::admit_joined() {
   // Hello takes over the endpoints its previous, lost, link announced.
   for (PeerIndex p : transport_.take_joined()) {
     note(fmt::format("peer {} joined", transport_.describe(p)));
-    send(p, Hello{{local_.begin(), local_.end()}});
+    send(p, hello());
   }
 }
 
@@ -173,6 +187,7 @@ void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched
               }
             }
             for (auto e : hello.endpoints) endpoint_owner_[e] = peer;
+            for (const TakeoverMark& mark : hello.takeovers) learn(mark);
             greeted_.insert(peer);
             note(fmt::format("peer {} hosts {} endpoint(s)", transport_.describe(peer), hello.endpoints.size()));
           },
@@ -220,24 +235,7 @@ void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched
             ++stats_.remote_requests;
           },
           [&](const SlotAnswer& m) { on_answer(peer, m, now, out); },
-          [&](const Takeover& m) {
-            const sched::EndpointId receiver{m.endpoint};
-            if (is_local(receiver)) {
-              // Its server failed over to a replica there: what we had pending for it is dropped
-              // (receiver_moved, routed by the next schedule()); its sequence is no longer ours.
-              const std::size_t before = moved_.size();
-              const std::size_t aggregates = scheduler_.close_receiver(receiver, moved_);
-              local_.erase(m.endpoint);
-              grant_keys_.erase(m.endpoint);  // its new owner stamps its grants
-              note(fmt::format("peer {} took over endpoint {} at version {}: {} pending part(s) dropped, {} pending "
-                               "aggregate(s) forgotten",
-                               transport_.describe(peer), m.endpoint, m.version, moved_.size() - before, aggregates));
-            } else {
-              note(fmt::format("peer {} took over endpoint {} at version {}", transport_.describe(peer), m.endpoint,
-                               m.version));
-            }
-            endpoint_owner_[m.endpoint] = peer;
-          },
+          [&](const Takeover& m) { on_takeover(peer, m); },
           [&](const TransferDone& m) {
             const auto it = granted_to_peer_.find(m.transfer);
             if (it == granted_to_peer_.end() || it->second != peer) {
@@ -249,6 +247,51 @@ void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched
           },
       },
       message);
+}
+
+// A takeover moves a receiver's sequence for good: only one past every epoch known here, and
+// not while a server attached here serves the receiver (of another job, or alive).
+std::optional<std::string> DistributedPolicy::refuse_takeover(const Takeover& m) const {
+  const sched::EndpointId receiver{m.endpoint};
+  if (const auto known = takeovers_.find(m.endpoint); known != takeovers_.end()) {
+    if (m.epoch <= known->second.epoch) {
+      return fmt::format("epoch {} is not past {}, the latest known here: a stale or repeated takeover", m.epoch,
+                         known->second.epoch);
+    }
+  }
+  if (const auto served = served_job_.find(m.endpoint); served != served_job_.end()) {
+    if (served->second != m.job) return fmt::format("its server here is an app of job {}", served->second);
+    if (is_local(receiver) && (!server_alive_ || server_alive_(receiver))) {
+      return std::string("its server here is alive: the sequence stays with it");
+    }
+  }
+  return std::nullopt;
+}
+
+void DistributedPolicy::on_takeover(PeerIndex peer, const Takeover& m) {
+  if (const auto why = refuse_takeover(m)) {
+    ++stats_.takeovers_refused;
+    note(fmt::format("refused peer {}'s takeover of endpoint {} at version {} (epoch {}, job {}): {}",
+                     transport_.describe(peer), m.endpoint, m.version, m.epoch, m.job, *why));
+    return;
+  }
+  learn(TakeoverMark{m.endpoint, m.epoch, m.job});
+  const sched::EndpointId receiver{m.endpoint};
+  if (is_local(receiver)) {
+    // Its server failed over to a replica there: what we had pending for it is dropped
+    // (receiver_moved, routed by the next schedule()); its sequence is no longer ours.
+    const std::size_t before = moved_.size();
+    const std::size_t aggregates = scheduler_.close_receiver(receiver, moved_);
+    local_.erase(m.endpoint);
+    grant_keys_.erase(m.endpoint);  // its new owner stamps its grants
+    note(fmt::format("peer {} took over endpoint {} at version {} (epoch {}): {} pending part(s) dropped, {} "
+                     "pending aggregate(s) forgotten",
+                     transport_.describe(peer), m.endpoint, m.version, m.epoch, moved_.size() - before, aggregates));
+  } else {
+    note(fmt::format("peer {} took over endpoint {} at version {} (epoch {})", transport_.describe(peer), m.endpoint,
+                     m.version, m.epoch));
+  }
+  endpoint_owner_[m.endpoint] = peer;
 }
 
 sched::Slot DistributedPolicy::book_egress(sched::EndpointId sender, sched::Slot slot) {
@@ -420,18 +463,22 @@ bool DistributedPolicy::complete(sched::TransferId transfer, sched::Instant now,
   return true;
 }
 
-bool DistributedPolicy::take_over(sched::EndpointId receiver, sched::Version version, sched::Instant now) {
+bool DistributedPolicy::take_over(sched::EndpointId receiver, sched::Version version, sched::JobId job,
+                                  sched::Instant now) {
   last_now_ = std::max(last_now_, now);
+  const std::uint32_t e = sched::to_int(receiver);
+  const std::uint64_t latest = takeovers_.contains(e) ? takeovers_.at(e).epoch : 0;
   scheduler_.close_receiver(receiver, moved_);  // ours already (the replica shares the server's host)
   if (!scheduler_.open_receiver(receiver, version)) return false;
-  const std::uint32_t e = sched::to_int(receiver);
+  const TakeoverMark ours{e, latest + 1, sched::to_int(job)};
+  takeovers_[e] = ours;
   local_.insert(e);
   endpoint_owner_.erase(e);
   // Our requests a peer was scheduling for it stay forwarded: that peer drops them
   // (receiver_moved) when our Takeover reaches it, or lose_peer() does if it is gone.
-  for (PeerIndex p = 0; p < transport_.peer_count(); ++p) send(p, Takeover{e, version});
-  note(fmt::format("took over endpoint {} at version {} (its replica here was promoted, or its server here "
-                   "outlived the sidecar before us)", e, version));
+  for (PeerIndex p = 0; p < transport_.peer_count(); ++p) send(p, Takeover{e, version, ours.epoch, ours.job});
+  note(fmt::format("took over endpoint {} at version {}, epoch {} (its replica here was promoted, or its server "
+                   "here outlived the sidecar before us)", e, version, ours.epoch));
   return true;
 }
 

@@ -58,6 +58,7 @@ struct DistributedStats {
   std::uint64_t protocol_errors = 0;  // malformed or unexpected peer messages (dropped)
   std::uint64_t peers_lost = 0;
   std::uint64_t remote_refused = 0;   // peer requests dropped: too many (or too many bytes) pending here, or too large
+  std::uint64_t takeovers_refused = 0;  // peers' takeovers not taken: a stale epoch, another job, our server alive
 };
 
 // A peer's requests this sidecar holds at once, at most: what a peer's gradlaned lets its apps
@@ -87,6 +88,8 @@ class DistributedPolicy final : public sched::Policy {
 
   void on_decision(DecisionHook hook) { decision_hook_ = std::move(hook); }
   void on_completion(CompletionHook hook) { completion_hook_ = std::move(hook); }
+  // Without it, a receiver whose server attached here counts as alive until serve_job(nullopt).
+  void check_servers_with(ServerAlive alive) override { server_alive_ = std::move(alive); }
 
   // Announces our endpoints to every peer. Call once the links are up.
   void start();
@@ -102,11 +105,12 @@ class DistributedPolicy final : public sched::Policy {
     return schedules_here(receiver) && scheduler_.replica_ack(receiver, seq);
   }
   std::optional<sched::Instant> next_wakeup() const override;
-  // Failover: the replica of `receiver` on this host was promoted at `version`. This sidecar
-  // owns the receiver's sequence from now on and tells every peer (Takeover); the old owner
-  // drops what it had pending for it (receiver_moved). If this sidecar owned it already (the
-  // replica on the server's host), its own pending parts are dropped and the sequence restarts.
-  bool take_over(sched::EndpointId receiver, sched::Version version, sched::Instant now) override;
+  // Failover: the replica of `receiver` on this host, an app of `job`, was promoted at
+  // `version`. This sidecar owns the receiver's sequence from now on and tells every peer
+  // (Takeover, at the next epoch); the old owner drops what it had pending for it
+  // (receiver_moved). If this sidecar owned it already (the replica on the server's host), its
+  // own pending parts are dropped and the sequence restarts.
+  bool take_over(sched::EndpointId receiver, sched::Version version, sched::JobId job, sched::Instant now) override;
   // Only where this sidecar hands the receiver's sequence out does the limit act; kept anyway.
   void limit_window(sched::EndpointId receiver, std::uint64_t slots) override {
     scheduler_.limit_window(receiver, slots);
@@ -117,7 +121,11 @@ class DistributedPolicy final : public sched::Policy {
   void serve_job(sched::EndpointId receiver, std::optional<sched::JobId> job,
                  std::optional<sched::GrantKey> key = std::nullopt) override {
     scheduler_.serve_job(receiver, job);
-    if (!job) return;
+    if (!job) {
+      served_job_.erase(sched::to_int(receiver));
+      return;
+    }
+    served_job_[sched::to_int(receiver)] = sched::to_int(*job);
     if (key) {
       grant_keys_[sched::to_int(receiver)] = *key;
     } else {
@@ -159,6 +167,11 @@ class DistributedPolicy final : public sched::Policy {
   void pump(sched::Instant now, std::vector<sched::Outcome>& out);
   void on_message(PeerIndex peer, const Message& message, sched::Instant now, std::vector<sched::Outcome>& out);
   void on_answer(PeerIndex peer, const SlotAnswer& answer, sched::Instant now, std::vector<sched::Outcome>& out);
+  void on_takeover(PeerIndex peer, const Takeover& m);
+  // Why a peer's takeover must not be taken, or nullopt.
+  std::optional<std::string> refuse_takeover(const Takeover& m) const;
+  Hello hello() const;
+  void learn(const TakeoverMark& mark);
   static void check_answer_fits(const Forwarded& f, const SlotAnswer& answer);
   void answer_remote(const sched::Outcome& outcome, sched::Instant now);
   void lose_peer(PeerIndex peer, sched::Instant now, std::vector<sched::Outcome>& out);
@@ -188,6 +201,9 @@ class DistributedPolicy final : public sched::Policy {
   DecisionHook decision_hook_;
   CompletionHook completion_hook_;
   std::map<std::uint32_t, PeerIndex> endpoint_owner_;  // remote endpoint -> its sidecar
+  std::map<std::uint32_t, TakeoverMark> takeovers_;    // endpoint -> its latest takeover we know of
+  std::map<std::uint32_t, std::uint32_t> served_job_;  // our receiver -> the job of its attached server
+  ServerAlive server_alive_;
   std::set<PeerIndex> greeted_;
   std::set<PeerIndex> lost_;
   std::unordered_map<std::uint64_t, Forwarded> forwarded_;           // by our RequestId

@@ -85,6 +85,8 @@ std::vector<std::byte> encode(const Message& message) {
           header(w, Type::hello);
           w.put(static_cast<std::uint32_t>(m.endpoints.size()));
           for (auto e : m.endpoints) w.put(e);
+          w.put(static_cast<std::uint32_t>(m.takeovers.size()));
+          for (const TakeoverMark& t : m.takeovers) w.put(t.endpoint), w.put(t.epoch), w.put(t.job);
         } else if constexpr (std::is_same_v<M, SlotRequest>) {
           header(w, Type::slot_request);
           w.put(m.request), w.put(m.job), w.put(m.sender), w.put(m.receiver), w.put(m.tensor);
@@ -101,7 +103,7 @@ std::vector<std::byte> encode(const Message& message) {
           for (auto id : m.members) w.put(id);
         } else if constexpr (std::is_same_v<M, Takeover>) {
           header(w, Type::takeover);
-          w.put(m.endpoint), w.put(m.version);
+          w.put(m.endpoint), w.put(m.version), w.put(m.epoch), w.put(m.job);
         } else {
           header(w, Type::transfer_done);
           w.put(m.transfer), w.put(m.measured_ns), w.put(static_cast<std::uint8_t>(m.failed ? 1 : 0));
@@ -126,6 +128,16 @@ Message decode(std::span<const std::byte> bytes) {
       const auto n = r.get<std::uint32_t>("endpoint count");
       if (n == 0 || n > kMaxEndpoints) bad(fmt::format("hello lists {} endpoints (1..{})", n, kMaxEndpoints));
       for (std::uint32_t i = 0; i < n; ++i) m.endpoints.push_back(r.get<std::uint32_t>("endpoint"));
+      const auto marks = r.get<std::uint32_t>("takeover count");
+      if (marks > kMaxTakeoverMarks) bad(fmt::format("hello lists {} takeovers (at most {})", marks, kMaxTakeoverMarks));
+      for (std::uint32_t i = 0; i < marks; ++i) {
+        TakeoverMark t;
+        t.endpoint = r.get<std::uint32_t>("takeover endpoint");
+        t.epoch = r.get<std::uint64_t>("takeover epoch");
+        t.job = r.get<std::uint32_t>("takeover job");
+        if (t.epoch == 0) bad(fmt::format("hello lists a takeover of endpoint {} at epoch 0 (they start at 1)", t.endpoint));
+        m.takeovers.push_back(t);
+      }
       r.expect_end("hello");
       return m;
     }
@@ -204,6 +216,9 @@ Message decode(std::span<const std::byte> bytes) {
       Takeover m;
       m.endpoint = r.get<std::uint32_t>("endpoint");
       m.version = r.get<std::uint64_t>("version");
+      m.epoch = r.get<std::uint64_t>("epoch");
+      m.job = r.get<std::uint32_t>("job");
+      if (m.epoch == 0) bad(fmt::format("takeover of endpoint {} at epoch 0 (they start at 1)", m.endpoint));
       r.expect_end("takeover");
       return m;
     }

@@ -27,12 +27,23 @@ namespace gradlane::peer {
 
 inline constexpr std::uint32_t kMagic = 0x50534c47;  // "GLSP"
 // 2: Takeover, SlotAnswer::drop_cause; 3: SlotRequest::job_remaining; 4: SlotRequest::direct_only;
-// 5: SlotAnswer::token
-inline constexpr std::uint16_t kVersion = 5;
+// 5: SlotAnswer::token; 6: Takeover::epoch and job, Hello::takeovers
+inline constexpr std::uint16_t kVersion = 6;
 
-// First message on a link: which scheduler endpoints (NICs) the sending sidecar hosts.
+// The latest takeover of `endpoint` a sidecar knows of (see Takeover). A hello carries at most
+// kMaxTakeoverMarks (2 KiB: with a host's endpoints it fits one 4 KiB control message).
+inline constexpr std::uint32_t kMaxTakeoverMarks = 128;
+struct TakeoverMark {
+  std::uint32_t endpoint = 0;
+  std::uint64_t epoch = 0;
+  std::uint32_t job = 0;
+};
+
+// First message on a link: which scheduler endpoints (NICs) the sending sidecar hosts, and the
+// takeovers it knows of, so a sidecar that (re)joins never fences with an epoch already used.
 struct Hello {
   std::vector<std::uint32_t> endpoints;
+  std::vector<TakeoverMark> takeovers;
 };
 
 struct SlotRequest {
@@ -87,9 +98,16 @@ struct TransferDone {
 // from now on it hands out that receiver's sequence, from `version` + 1. Its old owner drops
 // what it had pending for it (receiver_moved) and answers later requests for it with drops;
 // every sidecar forwards new requests for it here.
+// `epoch` fences takeovers: each takeover of an endpoint carries one more than the latest its
+// sender knew of (the first: 1), and a sidecar takes only an epoch past every one it knows for
+// that endpoint, so a stale or repeated takeover changes nothing. `job`: the job whose replica
+// took over; a sidecar refuses it while a server attached there serves the endpoint and is
+// alive, or is an app of another job.
 struct Takeover {
   std::uint32_t endpoint = 0;
   std::uint64_t version = 0;
+  std::uint64_t epoch = 1;
+  std::uint32_t job = 0;
 };
 
 using Message = std::variant<Hello, SlotRequest, SlotAnswer, TransferDone, Takeover>;

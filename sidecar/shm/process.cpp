@@ -11,48 +11,60 @@
 #include <iterator>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace gradlane::sidecar {
 
-std::optional<std::uint64_t> process_start_time(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return std::nullopt;
-  const std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  // "pid (comm) state ppid ...": comm may contain spaces and ')' so fields are counted from
-  // the last ')'. starttime is field 22, i.e. the 20th after the closing parenthesis.
-  const auto close = text.rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  std::istringstream fields(text.substr(close + 1));
-  std::string field;
-  for (int i = 0; i < 20; ++i) {
-    if (!(fields >> field)) return std::nullopt;
-  }
-  std::uint64_t start = 0;
-  const auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), start);
-  if (ec != std::errc{} || end != field.data() + field.size()) return std::nullopt;
-  return start;
-}
-
 namespace {
 
-// State letter of /proc/<pid>/stat: a zombie ('Z') or dead ('X') process has exited even though
-// its pid and /proc entry linger until its parent reaps it.
-bool exited(pid_t pid) {
+// The fields of /proc/<pid>/stat after "pid (comm)", from field 3 (state) on: comm may contain
+// spaces and ')' so they are counted from the last ')'. Empty if the process is gone.
+std::vector<std::string> stat_fields(pid_t pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return {};
   const std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
   const auto close = text.rfind(')');
-  if (close == std::string::npos || close + 2 >= text.size()) return true;
-  const char state = text[close + 2];
-  return state == 'Z' || state == 'X';
+  if (close == std::string::npos) return {};
+  std::istringstream in(text.substr(close + 1));
+  std::vector<std::string> fields;
+  for (std::string field; in >> field;) fields.push_back(std::move(field));
+  return fields;
 }
 
+// Field `number` (1-based, as proc(5) counts) as a number.
+std::optional<std::uint64_t> stat_number(const std::vector<std::string>& fields, std::size_t number) {
+  if (number < 3 || fields.size() < number - 2) return std::nullopt;
+  const std::string& field = fields[number - 3];
+  std::uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), value);
+  if (ec != std::errc{} || end != field.data() + field.size()) return std::nullopt;
+  return value;
+}
+
+// A zombie ('Z') or dead ('X') process has exited even though its pid and /proc entry linger
+// until its parent reaps it.
+bool exited(const std::vector<std::string>& fields) {
+  return fields.empty() || fields[0] == "Z" || fields[0] == "X";
+}
+
+constexpr std::uint64_t kPfExiting = 0x4;  // PF_EXITING in the flags (field 9)
+
 }  // namespace
+
+std::optional<std::uint64_t> process_start_time(pid_t pid) { return stat_number(stat_fields(pid), 22); }
+
+bool process_exiting(pid_t pid) {
+  const auto fields = stat_fields(pid);
+  const auto flags = stat_number(fields, 9);
+  return exited(fields) || !flags || (*flags & kPfExiting) != 0;
+}
 
 bool process_alive(pid_t pid, std::uint64_t start_time) {
   if (pid <= 0) return false;
   if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
-  const auto start = process_start_time(pid);
-  return start && *start == start_time && !exited(pid);
+  const auto fields = stat_fields(pid);
+  const auto start = stat_number(fields, 22);
+  return start && *start == start_time && !exited(fields);
 }
 
 std::optional<ProcessWatch> ProcessWatch::open(pid_t pid, std::uint64_t start_time) {
@@ -74,6 +86,14 @@ bool ProcessWatch::alive() const noexcept {
     return process_alive(pid_, start_time_);
   } catch (...) {
     return true;  // cannot tell (allocation failure): keep the app, look again next sweep
+  }
+}
+
+bool ProcessWatch::exiting() const noexcept {
+  try {
+    return !alive() || process_exiting(pid_);
+  } catch (...) {
+    return false;  // cannot tell (allocation failure): as alive() says
   }
 }
 

@@ -26,6 +26,10 @@ std::optional<std::uint64_t> process_start_time(pid_t pid);
 
 // Whether (pid, start_time) names a live process (one /proc read).
 bool process_alive(pid_t pid, std::uint64_t start_time);
+// Whether `pid` has begun to exit (PF_EXITING), has exited, or is gone. A process's files,
+// sockets and RDMA connections close while it exits, before a pidfd says it exited: its peers
+// can see it gone first.
+bool process_exiting(pid_t pid);
 
 class ProcessWatch {
  public:
@@ -34,6 +38,8 @@ class ProcessWatch {
 
   // One poll() of the pidfd (or a /proc read without pidfd support). Never throws.
   bool alive() const noexcept;
+  // Not alive(), or begun to exit (process_exiting): gone, as its peers may have seen it.
+  bool exiting() const noexcept;
   pid_t pid() const noexcept { return pid_; }
   int pidfd() const noexcept { return pidfd_.get(); }
 

@@ -215,7 +215,8 @@ void peer_seeds(const fs::path& dir) {
   peer::SlotAnswer drop = answer;
   drop.kind = peer::AnswerKind::drop;
   drop.transfer = 0;
-  write(dir, "hello", peer::encode(peer::Hello{{1, 2}}));
+  write(dir, "hello", peer::encode(peer::Hello{{1, 2}, {}}));
+  write(dir, "hello-takeovers", peer::encode(peer::Hello{{1, 2}, {{.endpoint = 0, .epoch = 3, .job = 1}}}));
   write(dir, "slot-request", peer::encode(request));
   write(dir, "slot-answer-go", peer::encode(answer));
   peer::SlotAnswer stamped = answer;
@@ -233,7 +234,8 @@ void peer_seeds(const fs::path& dir) {
   peer::SlotAnswer other_job = drop;
   other_job.drop_cause = peer::DropCause::receiver_of_another_job;
   write(dir, "slot-answer-drop-another-job", peer::encode(other_job));
-  write(dir, "takeover", peer::encode(peer::Takeover{.endpoint = 2, .version = 62}));
+  write(dir, "takeover", peer::encode(peer::Takeover{.endpoint = 2, .version = 62, .epoch = 1, .job = 1}));
+  write(dir, "bad-takeover-epoch-0", peer::encode(peer::Takeover{.endpoint = 2, .version = 62, .epoch = 0, .job = 1}));
   peer::SlotAnswer cause_on_go = answer;
   cause_on_go.drop_cause = peer::DropCause::receiver_moved;
   write(dir, "bad-cause-on-go", peer::encode(cause_on_go));

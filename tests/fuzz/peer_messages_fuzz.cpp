@@ -26,6 +26,8 @@ void check_bounds(const peer::Message& message) {
   std::visit(detail::Overloaded{
                  [](const peer::Hello& m) {
                    require(!m.endpoints.empty() && m.endpoints.size() <= 1024, "hello with an endpoint count out of 1..1024");
+                   require(m.takeovers.size() <= peer::kMaxTakeoverMarks, "hello with too many takeover marks");
+                   for (const peer::TakeoverMark& t : m.takeovers) require(t.epoch != 0, "hello with a takeover at epoch 0");
                  },
                  [](const peer::SlotRequest& m) {
                    require(m.bytes != 0 && m.bytes <= kMaxBytes, "slot request size out of bounds");
@@ -48,7 +50,7 @@ void check_bounds(const peer::Message& message) {
                    require(m.token == 0 || m.kind == peer::AnswerKind::go || m.kind == peer::AnswerKind::aggregate,
                            "a grant token on an answer that grants no sequence");
                  },
-                 [](const peer::Takeover&) {},  // any endpoint and version are well-formed
+                 [](const peer::Takeover& m) { require(m.epoch != 0, "takeover at epoch 0"); },
                  [](const peer::TransferDone& m) { require(m.measured_ns >= 0, "transfer done with a negative time"); },
              },
              message);

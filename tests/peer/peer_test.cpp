@@ -255,7 +255,7 @@ TEST_F(SlotAgreement, ATakeoverMovesTheReceiversSequenceAndTheOldOwnerDropsWhatW
   const std::size_t waiting = 3 - granted_before;
   b_out.clear();
 
-  ASSERT_TRUE(b.take_over(sched::EndpointId{0}, 50, now));
+  ASSERT_TRUE(b.take_over(sched::EndpointId{0}, 50, sched::JobId{1}, now));
   exchange();
   std::size_t moved = 0;
   for (const auto& o : b_out) {
@@ -292,6 +292,51 @@ TEST_F(SlotAgreement, ATakeoverMovesTheReceiversSequenceAndTheOldOwnerDropsWhatW
   EXPECT_EQ(answer.request, 77u);
   EXPECT_EQ(answer.drop_cause, DropCause::receiver_moved);
   EXPECT_EQ(a.scheduler().stats().requests, 3u) << "A scheduled nothing for receiver 0 after the takeover";
+}
+
+// A takeover from a peer moves a receiver for good, so A takes only one past every epoch it
+// knows, of the job its server serves, once that server is gone.
+TEST_F(SlotAgreement, ATakeoverIsRefusedWhileTheServerLivesForAnotherJobAndForAStaleEpoch) {
+  bool alive = true;
+  a.check_servers_with([&](sched::EndpointId receiver) { return receiver == sched::EndpointId{0} && alive; });
+  a.serve_job(sched::EndpointId{0}, sched::JobId{1});
+  const auto offer = [&](std::uint64_t epoch, std::uint32_t job) {
+    wire.to[0].push_back(encode(Takeover{0, 50, epoch, job}));
+    exchange();
+  };
+  offer(1, 1);  // its server is alive: the sequence stays here
+  EXPECT_EQ(a.stats().takeovers_refused, 1u);
+  EXPECT_TRUE(a.hands_out(sched::EndpointId{0}));
+  alive = false;  // the server died; the daemon has not swept it yet
+  offer(1, 2);    // another job's replica
+  EXPECT_EQ(a.stats().takeovers_refused, 2u);
+  EXPECT_TRUE(a.hands_out(sched::EndpointId{0}));
+  offer(1, 1);  // the job's own: taken
+  EXPECT_EQ(a.stats().takeovers_refused, 2u);
+  EXPECT_FALSE(a.hands_out(sched::EndpointId{0})) << "the receiver moved to B";
+  offer(1, 1);  // the same again (a replay), then an older one: nothing moves
+  EXPECT_EQ(a.stats().takeovers_refused, 3u);
+  offer(2, 1);
+  EXPECT_EQ(a.stats().takeovers_refused, 3u) << "the next epoch is taken";
+}
+
+// A hello carries the epochs its sender knows, so a sidecar that joins later fences past them:
+// a takeover it makes goes out one past the highest it heard of.
+TEST_F(SlotAgreement, TakeoverEpochsLearnedFromAHelloAreNeverReused) {
+  wire.to[1].push_back(encode(Hello{{0}, {TakeoverMark{5, 7, 1}}}));  // A knows endpoint 5 moved at epoch 7
+  exchange();
+  wire.to[0].clear();
+  ASSERT_TRUE(b.take_over(sched::EndpointId{5}, 40, sched::JobId{1}, now));
+  ASSERT_FALSE(wire.to[0].empty());
+  const auto sent = std::get<Takeover>(decode(wire.to[0].back()));
+  EXPECT_EQ(sent.endpoint, 5u);
+  EXPECT_EQ(sent.epoch, 8u);
+  EXPECT_EQ(sent.job, 1u);
+  exchange();
+  EXPECT_EQ(a.stats().takeovers_refused, 0u);
+  wire.to[0].push_back(encode(Takeover{5, 40, 8, 1}));  // the same takeover delivered twice
+  exchange();
+  EXPECT_EQ(a.stats().takeovers_refused, 1u);
 }
 
 TEST_F(SlotAgreement, AReceiverWhoseServerServesAnotherJobDropsARemoteRequestSayingSo) {
@@ -426,7 +471,7 @@ TEST(SlotAgreementRejoin, ARestartedPeerSidecarComesBackOnANewLinkWithItsEndpoin
   // A stray sidecar that claims endpoint 1 while B lives: its Hello is refused.
   hub.add(stray, /*joined=*/true);
   const auto errors = a.stats().protocol_errors;
-  stray.to[0].push_back(encode(Hello{{1}}));
+  stray.to[0].push_back(encode(Hello{{1}, {}}));
   a.schedule(now, a_out);
   a.schedule(now, a_out);
   EXPECT_EQ(a.stats().protocol_errors, errors + 1);
@@ -609,7 +654,7 @@ TEST_F(SlotAgreement, HostilePeerMessagesAreDroppedNotFatal) {
   wire.to[1].push_back(encode(bogus));
   wire.to[0].push_back(encode(TransferDone{12345, 10, false}));
   // A peer claiming an endpoint that is ours.
-  wire.to[0].push_back(encode(Hello{{0}}));
+  wire.to[0].push_back(encode(Hello{{0}, {}}));
   exchange();
   EXPECT_EQ(a.stats().protocol_errors, 3u);
   EXPECT_EQ(b.stats().protocol_errors, 1u);
@@ -744,9 +789,19 @@ TEST(PeerMessages, RoundTrip) {
   SlotAnswer stamped = m;
   stamped.token = 0x0123'4567'89ab'cdefULL;
   EXPECT_EQ(std::get<SlotAnswer>(decode(encode(stamped))).token, stamped.token);
-  const auto takeover = std::get<Takeover>(decode(encode(Takeover{7, 1234})));
+  const auto takeover = std::get<Takeover>(decode(encode(Takeover{7, 1234, 3, 9})));
   EXPECT_EQ(takeover.endpoint, 7u);
   EXPECT_EQ(takeover.version, 1234u);
+  EXPECT_EQ(takeover.epoch, 3u);
+  EXPECT_EQ(takeover.job, 9u);
+  EXPECT_THROW(decode(encode(Takeover{7, 1234, 0, 9})), Error) << "epochs start at 1";
+  const auto hello = std::get<Hello>(decode(encode(Hello{{1, 2}, {TakeoverMark{4, 5, 6}}})));
+  ASSERT_EQ(hello.takeovers.size(), 1u);
+  EXPECT_EQ(hello.takeovers[0].endpoint, 4u);
+  EXPECT_EQ(hello.takeovers[0].epoch, 5u);
+  EXPECT_EQ(hello.takeovers[0].job, 6u);
+  Hello crowded{{1}, std::vector<TakeoverMark>(kMaxTakeoverMarks + 1, TakeoverMark{1, 1, 1})};
+  EXPECT_THROW(decode(encode(crowded)), Error);
   const SlotRequest r{1, 2, 3, 4, 5, 6, 7, 0.25, 8, 40'000'000};
   const auto rb = std::get<SlotRequest>(decode(encode(r)));
   EXPECT_EQ(rb.gradient_norm, 0.25);

@@ -107,7 +107,7 @@ class ShardRun : public ::testing::Test {
       const std::string daemon = GRADLANE_GRADLANED;
       sidecar_a.emplace(sidecar_a_command, out_ + "/gradlaned-a");
       sidecar_b.emplace(std::vector<std::string>{daemon, "--foreground", "--shm-name", kShmB, "--device", hosts[1].device,
-                                                 "--endpoint", "1", "--standby", "0", "--listen-port", "7601", "--peer",
+                                                 "--endpoint", "1", "--standby", "0:1", "--listen-port", "7601", "--peer",
                                                  hosts[0].address + ":7600", "--link-rate-gbps", "0.1",
                                                  "--replica-bound", "8", "--schedule-log", out_ + "/sidecar-b.jsonl"},
                         out_ + "/gradlaned-b");
@@ -122,7 +122,7 @@ class ShardRun : public ::testing::Test {
     if (spec.promoted_stalls_ms != 0) {
       replica_args.push_back("stall_after_promotion_ms=" + std::to_string(spec.promoted_stalls_ms));
     }
-    // Promoted, it takes the server's sequence over at its own host's sidecar (--standby 0).
+    // Promoted, it takes the server's sequence over at its own host's sidecar (--standby 0:1).
     if (spec.sidecar) replica_args.insert(replica_args.end(), {std::string("sidecar=") + kShmB, "endpoint=0"});
     if (spec.grant_windows) replica_args.push_back("grant_windows=1");
     ExternalProcess replica(args(replica_args), out_ + "/replica");
@@ -786,7 +786,7 @@ TEST_F(ShardRun, WorkersMirrorToAJoinedReplicaAndFailOverToItWhenThePromotedServ
 
 TEST_F(ShardRun, WithSidecarsWhenTheServerIsKilledTheReplicasSidecarTakesTheSequenceOver) {
   // Sidecar mode: the server SIGKILLs itself after applying 50 updates. The replica is
-  // promoted and attaches to its host's gradlaned (B, --standby 0) to take the server's
+  // promoted and attaches to its host's gradlaned (B, --standby 0:1) to take the server's
   // sequence over there, `slots` (8) past the version it reached; A drops what waited for the
   // dead server (receiver_moved) and every later request for endpoint 0 goes to B. The run must
   // finish with every acknowledged push in the promoted replica's history, its model exactly

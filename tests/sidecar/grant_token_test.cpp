@@ -87,7 +87,7 @@ TEST(GrantToken, AReplicaThatTakesTheSequenceOverHasItsGrantsStampedWithItsKey) 
   // the grants this daemon hands out from then on carry tokens of that key.
   const std::string name = unique_shm_name();
   DaemonConfig config = test_config(name);
-  config.standby_endpoints = {kReceiver};
+  config.standby = {{kReceiver, 1}};
   DaemonDriver driver(config, std::make_unique<sched::SchedulerPolicy>(no_replica()));
   const GrantKey key = random_grant_key();
   AttachOptions promoted = server_of_receiver(name, key);

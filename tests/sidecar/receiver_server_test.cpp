@@ -39,7 +39,7 @@ std::string attach_outcome(const AttachOptions& o) {
 TEST(ReceiverServer, AnotherJobCanNeitherBecomeItsServerNorFreeItsSlotsNorNarrowItsWindow) {
   const std::string name = unique_shm_name();
   DaemonConfig config = test_config(name);
-  config.standby_endpoints = {kReceiver};  // so a takeover is refused for the job, not the standby
+  config.standby = {{kReceiver, 2}};  // so job 2's takeover is refused for the job served, not the standby
   DaemonDriver driver(config, std::make_unique<sched::SchedulerPolicy>(no_replica()));
   Client server = Client::attach(on_receiver(name, 1, 2));
 
@@ -76,6 +76,32 @@ TEST(ReceiverServer, AnotherJobCanNeitherBecomeItsServerNorFreeItsSlotsNorNarrow
   // Once the server has left, the receiver is free: another job may serve it.
   server.detach();
   EXPECT_EQ(attach_outcome(on_receiver(name, 2, 2)), "attached");
+}
+
+// A standby host takes a server's sequence over only for the job named with --standby: an
+// app of another job that attaches with take_over_at (no server attached here to refuse it
+// for) is refused, and the job's own replica takes it over.
+TEST(ReceiverServer, AtAStandbyHostOnlyTheNamedJobTakesTheSequenceOver) {
+  const std::string name = unique_shm_name();
+  DaemonConfig config = test_config(name);
+  config.standby = {{kReceiver, 1}};
+  DaemonDriver driver(config, std::make_unique<sched::SchedulerPolicy>(no_replica()));
+  AttachOptions stranger = on_receiver(name, 2, 4);
+  stranger.take_over_at = 100;
+  const std::string refusal = attach_outcome(stranger);
+  EXPECT_NE(refusal.find("bad_takeover"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("--standby 9:2"), std::string::npos) << "the hint names what is missing: " << refusal;
+  EXPECT_EQ(driver.stats().takeovers, 0U);
+
+  AttachOptions replica = on_receiver(name, 1, 4);
+  replica.take_over_at = 100;
+  Client promoted = Client::attach(replica);
+  EXPECT_EQ(driver.stats().takeovers, 1U);
+  Client worker = Client::attach(test_attach(name, 1));
+  Update fresh = small_update();
+  fresh.computed_on = 100;  // on the promoted replica's model
+  worker.request(fresh);
+  EXPECT_EQ(take_and_complete(worker, 1), (std::vector<std::uint64_t>{101})) << "the sequence goes on after 100";
 }
 
 TEST(ReceiverServer, AnotherJobsRequestForItIsRefusedAndTakesNoSequenceNumber) {

@@ -36,7 +36,7 @@ class ScriptedPolicy final : public sched::Policy {
   bool complete(sched::TransferId, sched::Instant, sched::Nanos, sched::TransferResult) override { return false; }
   bool replica_ack(sched::EndpointId, sched::Seq) override { return false; }
   std::optional<sched::Instant> next_wakeup() const override { return std::nullopt; }
-  bool take_over(sched::EndpointId, sched::Version, sched::Instant) override { return false; }
+  bool take_over(sched::EndpointId, sched::Version, sched::JobId, sched::Instant) override { return false; }
 
  private:
   std::vector<sched::Request> pending_;
