@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Checks that every folder includes only what its layer may use, and that no include cycle
-runs between folders. Prints `layers: N passed, M failed` (one check per source file, plus one
-for the folder graph) and exits non-zero on any violation.
+runs between folders, nor between top-level folders. A public header ("gradlane/…") counts as
+the folder that implements it (PUBLIC_HOME), so a folder that calls another through the public
+API depends on it as much as through an internal header. Prints `layers: N passed, M failed`
+(one check per source file, plus one per folder graph) and exits non-zero on any violation.
+`--tree DIR` checks another checkout (the tests plant cycles in a copy).
 
 The layers, bottom up (a folder may include its own headers and those of the folders listed):
 """
@@ -9,23 +12,42 @@ import os
 import re
 import sys
 
-# folder -> folders it may include (besides itself). Public headers are "gradlane/…".
+# folder -> folders it may include (besides itself).
 ALLOWED = {
-    "include/gradlane": set(),
-    "common": {"include/gradlane"},
-    "memory": {"include/gradlane", "common"},
-    "transport": {"include/gradlane", "common"},
-    "transport/ps": {"include/gradlane", "common"},
+    "common": set(),
+    "device": {"common"},
+    "memory": {"common", "device"},
+    "transport": {"common", "device", "memory"},
     "sidecar/core": set(),
     "train": set(),
-    "sidecar/shm": {"include/gradlane", "common"},
-    "sidecar/client": {"include/gradlane", "common", "sidecar/shm"},
-    "sidecar/peer": {"include/gradlane", "common", "sidecar/core"},
-    "sidecar/daemon": {"include/gradlane", "common", "sidecar/core", "sidecar/shm", "sidecar/peer"},
+    "sidecar/shm": {"common"},
+    "sidecar/client": {"common", "sidecar/shm", "sidecar/core"},
+    "sidecar/peer": {"common", "device", "memory", "transport", "sidecar/core", "sidecar/client"},
+    "sidecar/daemon": {"common", "device", "memory", "transport", "sidecar/core", "sidecar/shm", "sidecar/client",
+                       "sidecar/peer"},
+    "ps": {"common", "device", "memory", "transport", "sidecar/core", "sidecar/client"},
+    # The umbrella header: every public header, for programs.
+    "api": {"common", "device", "memory", "transport", "sidecar/client", "ps"},
     # Users' view: tools and examples see only the public API.
-    "perf/tools": {"include/gradlane"},
-    "examples": {"include/gradlane", "train"},
+    "perf/tools": {"common", "device", "memory", "transport", "sidecar/client", "ps", "api"},
+    "examples": {"common", "device", "memory", "transport", "sidecar/client", "ps", "api", "train"},
 }
+# The folder that implements each public header: including it depends on that folder.
+PUBLIC_HOME = {
+    "include/gradlane/error.hpp": "common",
+    "include/gradlane/device.hpp": "device",
+    "include/gradlane/memory.hpp": "memory",
+    "include/gradlane/memory_window.hpp": "memory",
+    "include/gradlane/registration_cache.hpp": "memory",
+    "include/gradlane/options.hpp": "transport",
+    "include/gradlane/completion_queue.hpp": "transport",
+    "include/gradlane/connection.hpp": "transport",
+    "include/gradlane/sidecar.hpp": "sidecar/client",
+    "include/gradlane/ps.hpp": "ps",
+    "include/gradlane/gradlane.hpp": "api",
+}
+# Folders that users' code lives in: they may include public headers only.
+USERS = {"perf/tools", "examples"}
 # Public headers must not expose internal types: a detail:: name may appear only in a private
 # section (a pimpl) or a forward declaration, never in what an embedder can call or touch.
 DETAIL_IN_PUBLIC = re.compile(r"\bdetail::")
@@ -37,13 +59,20 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 
 def layer_of(path):
-    """The most specific folder of ALLOWED that contains `path`, or None."""
+    """The folder `path` belongs to: its public header's home, else the most specific folder of
+    ALLOWED that contains it, or None."""
+    if path in PUBLIC_HOME:
+        return PUBLIC_HOME[path]
     best = None
     for folder in ALLOWED:
         if path == folder or path.startswith(folder + "/"):
             if best is None or len(folder) > len(best):
                 best = folder
     return best
+
+
+def top(folder):
+    return folder.split("/")[0]
 
 
 def resolve(include, source):
@@ -61,14 +90,14 @@ def main(root):
     os.chdir(root)
     failures, passed = [], 0
     edges = {}
-    for top in ALLOWED:
-        for dirpath, _, names in os.walk(top):
+    for start in list(ALLOWED) + ["include/gradlane"]:
+        for dirpath, _, names in os.walk(start):
             for name in sorted(names):
                 if not name.endswith((".hpp", ".cpp", ".h")):
                     continue
                 path = os.path.join(dirpath, name)
                 own = layer_of(path)
-                if own != top:
+                if own is None or (start != "include/gradlane" and own != start):
                     continue  # visited as part of a more specific folder
                 bad = []
                 access = "public"
@@ -80,26 +109,37 @@ def main(root):
                             access = ACCESS.match(line).group(1)
                         m = INCLUDE.match(line)
                         if m:
-                            target = layer_of(resolve(m.group(1), path))
+                            included = resolve(m.group(1), path)
+                            target = layer_of(included)
+                            if own in USERS and not m.group(1).startswith("gradlane/") and target != own and \
+                                    target is not None and target != "train":
+                                bad.append(f"{path}:{lineno}: {own} sees only the public API, not {m.group(1)}")
+                                continue
                             if target is None or target == own:
                                 continue
                             edges.setdefault(own, set()).add(target)
                             if target not in ALLOWED[own]:
                                 bad.append(f"{path}:{lineno}: {own} may not include {m.group(1)} ({target})")
                         code = line.split("//")[0]
-                        if (own == "include/gradlane" and access == "public" and DETAIL_IN_PUBLIC.search(code)
+                        if (path.startswith("include/gradlane/") and access == "public" and DETAIL_IN_PUBLIC.search(code)
                                 and not code.lstrip().startswith("namespace detail")):
                             bad.append(f"{path}:{lineno}: a public header names an internal detail:: type")
                 if bad:
                     failures += bad
                 else:
                     passed += 1
-    # Cycles between folders, over the includes actually present.
-    cycle = find_cycle(edges)
-    if cycle:
-        failures.append("include cycle between folders: " + " -> ".join(cycle))
-    else:
-        passed += 1
+    # Cycles between folders, and between top-level folders, over the includes actually present.
+    tops = {}
+    for source, targets in edges.items():
+        for target in targets:
+            if top(source) != top(target):
+                tops.setdefault(top(source), set()).add(top(target))
+    for what, graph in (("folders", edges), ("top-level folders", tops)):
+        cycle = find_cycle(graph)
+        if cycle:
+            failures.append(f"include cycle between {what}: " + " -> ".join(cycle))
+        else:
+            passed += 1
     for f in failures:
         print(f, file=sys.stderr)
     print(f"layers: {passed} passed, {len(failures)} failed")
@@ -132,4 +172,8 @@ def find_cycle(edges):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..")))
+    if len(sys.argv) == 3 and sys.argv[1] == "--tree":
+        sys.exit(main(sys.argv[2]))
+    if len(sys.argv) > 1:
+        sys.exit(main(sys.argv[1]))
+    sys.exit(main(os.path.join(os.path.dirname(__file__), "..")))

@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "common/syscall_error.hpp"
-#include "common/window_handle.hpp"
+#include "memory/window_handle.hpp"
 #include "gradlane/error.hpp"
 #include "gradlane/memory_window.hpp"
 

@@ -17,7 +17,7 @@
 #include "gradlane/connection.hpp"
 #include "gradlane/device.hpp"
 #include "gradlane/memory.hpp"
-#include "common/window_handle.hpp"
+#include "memory/window_handle.hpp"
 #include "transport/error_text.hpp"
 #include "transport/shared_cq.hpp"
 #include "transport/wire.hpp"
@@ -95,7 +95,7 @@ class ConnectionState {
   std::uint32_t idle_polls = 0;
   ConnectionStats stats;
   // Memory windows bound on this QP (weakly: they belong to their MemoryWindow). The
-  // destructor revokes those still bound here before the QP goes (common/window_handle.hpp).
+  // destructor revokes those still bound here before the QP goes (memory/window_handle.hpp).
   std::vector<std::weak_ptr<WindowHandle>> bound_windows;
   void revoke_windows() noexcept;
 

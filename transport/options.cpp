@@ -12,7 +12,7 @@
 
 #include "gradlane/error.hpp"
 #include "common/unique_fd.hpp"
-#include "transport/env.hpp"
+#include "common/env.hpp"
 
 namespace gradlane {
 namespace {

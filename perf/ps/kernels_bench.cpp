@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "transport/ps/kernels.hpp"
+#include "ps/kernels.hpp"
 
 namespace {
 

@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "transport/ps/apply_order.hpp"
+#include "ps/apply_order.hpp"
 
 namespace gradlane::ps {
 namespace {

@@ -14,8 +14,8 @@
 #include "gradlane/gradlane.hpp"
 
 #include "../common/hosts.hpp"
-#include "transport/ps/messages.hpp"
-#include "transport/ps/regions.hpp"
+#include "ps/messages.hpp"
+#include "ps/regions.hpp"
 
 namespace gradlane::testing {
 namespace {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "gradlane/error.hpp"
-#include "transport/ps/kernels.hpp"
+#include "ps/kernels.hpp"
 
 namespace gradlane::ps {
 namespace {

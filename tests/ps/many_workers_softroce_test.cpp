@@ -35,7 +35,7 @@
 
 #include "../common/hosts.hpp"
 #include "examples/ps_synthetic.hpp"
-#include "transport/ps/kernels.hpp"
+#include "ps/kernels.hpp"
 
 namespace gradlane::testing {
 namespace {

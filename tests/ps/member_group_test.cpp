@@ -7,8 +7,8 @@
 #include <random>
 
 #include "gradlane/error.hpp"
-#include "transport/ps/kernels.hpp"
-#include "transport/ps/member_group.hpp"
+#include "ps/kernels.hpp"
+#include "ps/member_group.hpp"
 
 namespace gradlane::ps {
 namespace {

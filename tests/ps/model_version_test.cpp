@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "gradlane/error.hpp"
-#include "transport/ps/model_version.hpp"
+#include "ps/model_version.hpp"
 
 namespace gradlane::ps {
 namespace {

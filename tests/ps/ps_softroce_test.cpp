@@ -27,9 +27,9 @@
 #include "../common/hosts.hpp"
 #include "examples/ps_synthetic.hpp"
 #include "ps_run.hpp"
-#include "transport/ps/kernels.hpp"
-#include "transport/ps/messages.hpp"
-#include "transport/ps/regions.hpp"
+#include "ps/kernels.hpp"
+#include "ps/messages.hpp"
+#include "ps/regions.hpp"
 
 namespace gradlane::testing {
 namespace {

@@ -25,7 +25,7 @@
 #include "examples/train/snapshots.hpp"
 #include "train/dataset.hpp"
 #include "train/model.hpp"
-#include "transport/ps/kernels.hpp"
+#include "ps/kernels.hpp"
 
 namespace gradlane::testing {
 namespace {

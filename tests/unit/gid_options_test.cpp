@@ -3,7 +3,7 @@
 #include <map>
 
 #include "gradlane/options.hpp"
-#include "transport/gid.hpp"
+#include "device/gid.hpp"
 
 namespace gradlane {
 namespace {

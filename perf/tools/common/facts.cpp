@@ -21,7 +21,7 @@ HeaderFacts header_facts(const PerfOptions& options, Session& session) {
   // What the library will really inline: the provider may grant more than was asked for.
   f.inline_granted = session.transport().max_inline;
   // The library asks for min(max_qp_rd_atom, max_qp_init_rd_atom, 16) outstanding READs
-  // (transport/device.cpp); DeviceInfo does not carry it, so the header recomputes it.
+  // (device/device.cpp); DeviceInfo does not carry it, so the header recomputes it.
   ibv_device_attr attr{};
   if (ibv_query_device(session.device().context(), &attr) == 0) {
     f.outstanding_reads = std::max(1, std::min({attr.max_qp_rd_atom, attr.max_qp_init_rd_atom, 16}));

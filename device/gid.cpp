@@ -1,4 +1,4 @@
-#include "transport/gid.hpp"
+#include "device/gid.hpp"
 
 #include <fmt/format.h>
 

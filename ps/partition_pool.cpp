@@ -1,4 +1,4 @@
-#include "transport/ps/partition_pool.hpp"
+#include "ps/partition_pool.hpp"
 
 #include <fmt/format.h>
 

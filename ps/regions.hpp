@@ -21,7 +21,7 @@
 
 #include "gradlane/connection.hpp"
 #include "gradlane/memory.hpp"
-#include "transport/ps/model_version.hpp"
+#include "ps/model_version.hpp"
 
 namespace gradlane::ps {
 

@@ -1,4 +1,4 @@
-#include "transport/ps/join.hpp"
+#include "ps/join.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "transport/ps/regions.hpp"
+#include "ps/regions.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "transport/ps/apply_order.hpp"
+#include "ps/apply_order.hpp"
 
 #include <numeric>
 #include <string>

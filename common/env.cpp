@@ -1,4 +1,4 @@
-#include "transport/env.hpp"
+#include "common/env.hpp"
 
 #include <charconv>
 #include <cstdlib>

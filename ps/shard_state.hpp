@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "gradlane/ps.hpp"
-#include "transport/ps/apply_order.hpp"
-#include "transport/ps/join.hpp"
-#include "transport/ps/messages.hpp"
-#include "transport/ps/model_version.hpp"
-#include "transport/ps/outstanding_grants.hpp"
-#include "transport/ps/regions.hpp"
+#include "ps/apply_order.hpp"
+#include "ps/join.hpp"
+#include "ps/messages.hpp"
+#include "ps/model_version.hpp"
+#include "ps/outstanding_grants.hpp"
+#include "ps/regions.hpp"
 
 namespace gradlane::ps {
 namespace shard {

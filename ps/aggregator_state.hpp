@@ -13,14 +13,14 @@
 #include <vector>
 
 #include "gradlane/ps.hpp"
-#include "transport/ps/aggregate_book.hpp"
-#include "transport/ps/apply_order.hpp"
-#include "transport/ps/join.hpp"
-#include "transport/ps/member_group.hpp"
-#include "transport/ps/messages.hpp"
-#include "transport/ps/outstanding_grants.hpp"
-#include "transport/ps/partition_pool.hpp"
-#include "transport/ps/regions.hpp"
+#include "ps/aggregate_book.hpp"
+#include "ps/apply_order.hpp"
+#include "ps/join.hpp"
+#include "ps/member_group.hpp"
+#include "ps/messages.hpp"
+#include "ps/outstanding_grants.hpp"
+#include "ps/partition_pool.hpp"
+#include "ps/regions.hpp"
 
 namespace gradlane::ps {
 

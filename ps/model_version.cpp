@@ -1,4 +1,4 @@
-#include "transport/ps/model_version.hpp"
+#include "ps/model_version.hpp"
 
 #include <exception>
 

@@ -15,9 +15,9 @@
 
 #include "gradlane/ps.hpp"
 #include "common/back_off.hpp"
-#include "transport/ps/messages.hpp"
-#include "transport/ps/regions.hpp"
-#include "transport/ps/slot_wait.hpp"
+#include "ps/messages.hpp"
+#include "ps/regions.hpp"
+#include "ps/slot_wait.hpp"
 
 namespace gradlane::ps {
 namespace {

@@ -7,8 +7,8 @@
 #include <chrono>
 #include <cstdio>
 
-#include "transport/ps/join.hpp"
-#include "transport/ps/shard_state.hpp"
+#include "ps/join.hpp"
+#include "ps/shard_state.hpp"
 
 namespace gradlane::ps {
 using shard::Clock;

@@ -1,4 +1,4 @@
-#include "transport/ps/kernels.hpp"
+#include "ps/kernels.hpp"
 
 #include <Eigen/Core>
 #include <algorithm>

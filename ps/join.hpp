@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "gradlane/connection.hpp"
-#include "transport/ps/messages.hpp"
+#include "ps/messages.hpp"
 
 namespace gradlane::ps {
 

@@ -1,4 +1,4 @@
-#include "transport/ps/aggregate_book.hpp"
+#include "ps/aggregate_book.hpp"
 
 #include <algorithm>
 #include <tuple>

@@ -17,14 +17,14 @@
 #include <memory>
 
 #include "gradlane/ps.hpp"
-#include "transport/ps/apply_order.hpp"
-#include "transport/ps/join.hpp"
-#include "transport/ps/kernels.hpp"
-#include "transport/ps/messages.hpp"
-#include "transport/ps/model_version.hpp"
-#include "transport/ps/outstanding_grants.hpp"
-#include "transport/ps/regions.hpp"
-#include "transport/ps/shard_state.hpp"
+#include "ps/apply_order.hpp"
+#include "ps/join.hpp"
+#include "ps/kernels.hpp"
+#include "ps/messages.hpp"
+#include "ps/model_version.hpp"
+#include "ps/outstanding_grants.hpp"
+#include "ps/regions.hpp"
+#include "ps/shard_state.hpp"
 
 namespace gradlane::ps {
 using shard::Clock;

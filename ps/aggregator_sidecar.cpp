@@ -10,10 +10,10 @@
 #include <cstdio>
 #include <memory>
 
-#include "transport/ps/aggregator_state.hpp"
-#include "transport/ps/join.hpp"
-#include "transport/ps/kernels.hpp"
-#include "transport/ps/slot_wait.hpp"
+#include "ps/aggregator_state.hpp"
+#include "ps/join.hpp"
+#include "ps/kernels.hpp"
+#include "ps/slot_wait.hpp"
 
 namespace gradlane::ps {
 namespace {

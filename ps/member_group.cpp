@@ -1,4 +1,4 @@
-#include "transport/ps/member_group.hpp"
+#include "ps/member_group.hpp"
 
 #include <algorithm>
 #include <string>

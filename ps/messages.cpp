@@ -1,4 +1,4 @@
-#include "transport/ps/messages.hpp"
+#include "ps/messages.hpp"
 
 #include <fmt/format.h>
 

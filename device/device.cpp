@@ -11,8 +11,8 @@
 #include "common/syscall_error.hpp"
 #include "gradlane/device.hpp"
 #include "gradlane/error.hpp"
-#include "transport/env.hpp"
-#include "transport/gid.hpp"
+#include "common/env.hpp"
+#include "device/gid.hpp"
 
 namespace gradlane {
 

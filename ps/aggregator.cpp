@@ -16,9 +16,9 @@
 #include <memory>
 
 #include "gradlane/ps.hpp"
-#include "transport/ps/aggregator_state.hpp"
-#include "transport/ps/join.hpp"
-#include "transport/ps/kernels.hpp"
+#include "ps/aggregator_state.hpp"
+#include "ps/join.hpp"
+#include "ps/kernels.hpp"
 
 namespace gradlane::ps {
 namespace {
