@@ -21,7 +21,8 @@ struct Device::State {
   struct DeallocPd {
     void operator()(ibv_pd* pd) const noexcept {
       if (int rc = ibv_dealloc_pd(pd); rc != 0) {
-        std::fprintf(stderr, "gradlane: %s (an MR or QP still uses it)\n", detail::call_failed("ibv_dealloc_pd", rc).c_str());
+        std::fprintf(stderr, "gradlane: %s (an MR or QP still uses it)\n",
+                     detail::call_failed("ibv_dealloc_pd", rc).c_str());
       }
     }
   };
@@ -54,12 +55,18 @@ struct RdmaDeviceList {
 
 std::string port_state_name(ibv_port_state state) {
   switch (state) {
-    case IBV_PORT_DOWN: return "DOWN";
-    case IBV_PORT_INIT: return "INIT";
-    case IBV_PORT_ARMED: return "ARMED";
-    case IBV_PORT_ACTIVE: return "ACTIVE";
-    case IBV_PORT_ACTIVE_DEFER: return "ACTIVE_DEFER";
-    default: return "NOP";
+    case IBV_PORT_DOWN:
+      return "DOWN";
+    case IBV_PORT_INIT:
+      return "INIT";
+    case IBV_PORT_ARMED:
+      return "ARMED";
+    case IBV_PORT_ACTIVE:
+      return "ACTIVE";
+    case IBV_PORT_ACTIVE_DEFER:
+      return "ACTIVE_DEFER";
+    default:
+      return "NOP";
   }
 }
 
@@ -155,7 +162,8 @@ Device Device::open(const DeviceSelector& selector) {
   info.max_qp_wr = static_cast<std::uint32_t>(dev_attr.max_qp_wr);
   info.max_mr_size = dev_attr.max_mr_size;
   info.max_rd_atomic = std::max(1, std::min({dev_attr.max_qp_rd_atom, dev_attr.max_qp_init_rd_atom, 16}));
-  info.memory_windows = (dev_attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)) != 0;
+  info.memory_windows =
+      (dev_attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)) != 0;
   info.max_memory_windows = static_cast<std::uint32_t>(std::max(0, dev_attr.max_mw));
   info.vendor_id = dev_attr.vendor_id;
   // rdma_rxe reports vendor id 0xffffff (RXE_VENDOR_ID); see DeviceInfo::window_bounds_checked.

@@ -23,9 +23,12 @@ std::string gid_text(const std::array<std::uint8_t, 16>& raw) {
 
 const char* gid_type_name(GidType type) {
   switch (type) {
-    case GidType::ib: return "IB";
-    case GidType::roce_v1: return "RoCE v1";
-    case GidType::roce_v2: return "RoCE v2";
+    case GidType::ib:
+      return "IB";
+    case GidType::roce_v1:
+      return "RoCE v1";
+    case GidType::roce_v2:
+      return "RoCE v2";
   }
   return "?";
 }

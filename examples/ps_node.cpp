@@ -95,12 +95,15 @@ void write_model(const std::string& path, std::span<const float> model) {
 
 int run_shard(const Args& a, gradlane::ps::Role role) {
   const std::string out = a.text("out");
-  const std::string name = a.values.contains("name") ? a.text("name") : role == gradlane::ps::Role::server ? "server" : "replica";
+  const std::string name = a.values.contains("name")            ? a.text("name")
+                           : role == gradlane::ps::Role::server ? "server"
+                                                                : "replica";
   gradlane::ps::ShardOptions options;
   if (a.values.contains("tensors")) {  // this server holds shard `shard` of a sharded model
     const auto shards = static_cast<std::uint32_t>(a.number("shards"));
     const auto tensors = a.tensors();
-    options.floats = gradlane::ps::shard_floats(gradlane::ps::place_tensors(tensors, shards), shards).at(a.number("shard"));
+    options.floats =
+        gradlane::ps::shard_floats(gradlane::ps::place_tensors(tensors, shards), shards).at(a.number("shard"));
   } else {
     options.floats = a.number("floats");
   }
@@ -154,7 +157,8 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
     while (shard.stats().promoted_at_ns == 0 || shard.version() < die_at) {
       shard.progress();
       if (std::chrono::steady_clock::now() > give_up) {
-        std::fprintf(stderr, "%s: not promoted and at version %llu within 300 s\n", name.c_str(), static_cast<unsigned long long>(die_at));
+        std::fprintf(stderr, "%s: not promoted and at version %llu within 300 s\n", name.c_str(),
+                     static_cast<unsigned long long>(die_at));
         return 3;
       }
     }
@@ -165,7 +169,8 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
   // stall_after_promotion_ms=N (a replica): once promoted, N ms without progress() — a loaded
   // host between its takeover and its next round, while its sidecar grants at once and the
   // workers write (what a takeover must survive: ps_softroce_test's sidecar failover).
-  if (const std::uint64_t stall = a.number("stall_after_promotion_ms", 0); stall != 0 && role == gradlane::ps::Role::replica) {
+  if (const std::uint64_t stall = a.number("stall_after_promotion_ms", 0);
+      stall != 0 && role == gradlane::ps::Role::replica) {
     const auto give_up = std::chrono::steady_clock::now() + 300s;
     while (shard.stats().promoted_at_ns == 0 && !shard.finished() && std::chrono::steady_clock::now() < give_up) {
       shard.progress();
@@ -206,18 +211,19 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
       << ",\"sidecars_resumed\":" << st.sidecars_resumed << ",\"claimed\":" << st.claimed
       << ",\"refused_claims\":" << st.refused_claims << ",\"refused_cancels\":" << st.refused_cancels
       << ",\"stepped_down\":" << (st.stepped_down ? "true" : "false") << "}\n";
-  std::printf("%s: version %llu, applied %llu, skipped %llu, refused doorbells %llu, peers lost %llu, left %llu, "
-              "replica acked %llu, updates read from the server %llu\n",
-              name.c_str(), static_cast<unsigned long long>(shard.version()),
-              static_cast<unsigned long long>(st.applied), static_cast<unsigned long long>(st.skipped),
-              static_cast<unsigned long long>(st.refused_doorbells), static_cast<unsigned long long>(st.peers_lost),
-              static_cast<unsigned long long>(st.peers_left),
-              static_cast<unsigned long long>(st.replica_acked), static_cast<unsigned long long>(st.mirrors_fetched));
+  std::printf(
+      "%s: version %llu, applied %llu, skipped %llu, refused doorbells %llu, peers lost %llu, left %llu, "
+      "replica acked %llu, updates read from the server %llu\n",
+      name.c_str(), static_cast<unsigned long long>(shard.version()), static_cast<unsigned long long>(st.applied),
+      static_cast<unsigned long long>(st.skipped), static_cast<unsigned long long>(st.refused_doorbells),
+      static_cast<unsigned long long>(st.peers_lost), static_cast<unsigned long long>(st.peers_left),
+      static_cast<unsigned long long>(st.replica_acked), static_cast<unsigned long long>(st.mirrors_fetched));
   if (!done) std::fprintf(stderr, "%s: timed out\n", name.c_str());
   if (st.stepped_down) {
-    std::fprintf(stderr, "%s: stepped down at version %llu: a worker failed over to the replica, which carries the "
-                 "job on; this model is not the job's final one\n", name.c_str(),
-                 static_cast<unsigned long long>(shard.version()));
+    std::fprintf(stderr,
+                 "%s: stepped down at version %llu: a worker failed over to the replica, which carries the "
+                 "job on; this model is not the job's final one\n",
+                 name.c_str(), static_cast<unsigned long long>(shard.version()));
     return 5;
   }
   return done ? 0 : 3;
@@ -306,12 +312,13 @@ int run_aggregator(const Args& a) {
       << ",\"refused_doorbells\":" << st.refused_doorbells << ",\"peers_lost\":" << st.peers_lost
       << ",\"peers_left\":" << st.peers_left << ",\"peers_joined\":" << st.peers_joined
       << ",\"bytes_copied\":" << st.bytes_copied << "}\n";
-  std::printf("aggregator: forwarded %llu updates summing %llu (short groups %llu), skipped %llu, lost %llu, "
-              "refused doorbells %llu, peers lost %llu, left %llu\n",
-              static_cast<unsigned long long>(st.forwarded), static_cast<unsigned long long>(st.summed),
-              static_cast<unsigned long long>(st.short_groups), static_cast<unsigned long long>(st.skipped),
-              static_cast<unsigned long long>(st.lost), static_cast<unsigned long long>(st.refused_doorbells),
-              static_cast<unsigned long long>(st.peers_lost), static_cast<unsigned long long>(st.peers_left));
+  std::printf(
+      "aggregator: forwarded %llu updates summing %llu (short groups %llu), skipped %llu, lost %llu, "
+      "refused doorbells %llu, peers lost %llu, left %llu\n",
+      static_cast<unsigned long long>(st.forwarded), static_cast<unsigned long long>(st.summed),
+      static_cast<unsigned long long>(st.short_groups), static_cast<unsigned long long>(st.skipped),
+      static_cast<unsigned long long>(st.lost), static_cast<unsigned long long>(st.refused_doorbells),
+      static_cast<unsigned long long>(st.peers_lost), static_cast<unsigned long long>(st.peers_left));
   if (!aggregator.finished()) std::fprintf(stderr, "aggregator: timed out\n");
   return aggregator.finished() ? 0 : 3;
 }
@@ -326,7 +333,7 @@ int run_worker(const Args& a) {
   options.mirror = a.number("replica_reads", 0) == 0;
   options.transport = gradlane::TransportOptions::from_env();
   options.floats = a.number("floats");
-  if (a.values.contains("sidecar")) {  // sidecar=SHM_NAME endpoint=ID server_endpoint=ID
+  if (a.values.contains("sidecar")) {                            // sidecar=SHM_NAME endpoint=ID server_endpoint=ID
     auto attach = gradlane::sidecar::AttachOptions::from_env();  // GRADLANE_SIDECAR_TIMEOUT_MS
     attach.shm_name = a.text("sidecar");
     attach.job = 1;
@@ -346,7 +353,7 @@ int run_worker(const Args& a) {
   gradlane::Device device = gradlane::Device::open({.name = a.text("device")});
   gradlane::ps::Worker worker(device, options);
   std::uint64_t torn = 0, retries = 0, last_version = 0, dropped = 0, lost = 0, expired = 0;
-  std::string acked;  // the sequences of the pushes that succeeded (neither dropped nor lost)
+  std::string acked;        // the sequences of the pushes that succeeded (neither dropped nor lost)
   std::string acked_steps;  // the same, as [sequence, step]: what a sidecar-mode server cannot know
   // Pushes an aggregator took: acknowledged once delivered, as [step, the server's sequence of
   // the sum]; or not delivered (its aggregator died first), as steps.
@@ -400,17 +407,18 @@ int run_worker(const Args& a) {
     take_outcomes();
     if (!pushed.dropped && !pushed.lost && !pushed.pending) {
       acked += (acked.empty() ? "" : ",") + std::to_string(pushed.sequence);
-      acked_steps += (acked_steps.empty() ? "[" : ",[") + std::to_string(pushed.sequence) + "," + std::to_string(step) + "]";
+      acked_steps +=
+          (acked_steps.empty() ? "[" : ",[") + std::to_string(pushed.sequence) + "," + std::to_string(step) + "]";
     }
   }
   const bool settled = worker.settle(30s);
   take_outcomes();
   std::ofstream(a.text("out") + "/worker" + a.text("id") + ".json")
       << "{\"pushes\":" << updates << ",\"dropped\":" << dropped << ",\"lost\":" << lost << ",\"expired\":" << expired
-      << ",\"delivered\":[" << delivered << "],\"undelivered\":[" << undelivered << "],\"unsettled\":"
-      << (settled ? 0 : worker.members_pending())
-      << ",\"failovers\":" << worker.failovers() << ",\"bytes_copied\":" << worker.bytes_copied() << ",\"torn\":" << torn
-      << ",\"pull_retries\":" << retries << ",\"acked\":[" << acked << "],\"acked_steps\":[" << acked_steps << "]}\n";
+      << ",\"delivered\":[" << delivered << "],\"undelivered\":[" << undelivered
+      << "],\"unsettled\":" << (settled ? 0 : worker.members_pending()) << ",\"failovers\":" << worker.failovers()
+      << ",\"bytes_copied\":" << worker.bytes_copied() << ",\"torn\":" << torn << ",\"pull_retries\":" << retries
+      << ",\"acked\":[" << acked << "],\"acked_steps\":[" << acked_steps << "]}\n";
   return torn == 0 ? 0 : 4;
 }
 

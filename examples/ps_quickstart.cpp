@@ -43,8 +43,8 @@ int main(int argc, char** argv) try {
     gradlane::ps::Worker worker(device, options);
     for (int step = 0; step < kSteps; ++step) {
       const gradlane::ps::PullResult pulled = worker.pull();  // one-sided READs, never torn
-      for (float& g : worker.gradient()) g = 0.5F;             // compute in registered memory
-      worker.push(pulled.version, step);                     // request, grant, write + doorbell
+      for (float& g : worker.gradient()) g = 0.5F;            // compute in registered memory
+      worker.push(pulled.version, step);                      // request, grant, write + doorbell
     }
     std::printf("worker: pushed %d updates\n", kSteps);
     return 0;

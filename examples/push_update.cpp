@@ -26,7 +26,7 @@ int main(int argc, char** argv) try {
     auto region = gradlane::MemoryRegion::register_buffer(device, buffer, gradlane::Access::remote_write);
     gradlane::Listener listener(device, kPort, options);
     gradlane::Connection worker = listener.accept(60s);
-    worker.advertise(/*region id=*/1, region.descriptor());  // once per (region, peer)
+    worker.advertise(/*region id=*/1, region.descriptor());     // once per (region, peer)
     const gradlane::Doorbell bell = worker.wait_doorbell(60s);  // payload is in place when it rings
     double sum = 0;
     for (std::size_t i = 0; i < kFloats; ++i) sum += gradient[i];

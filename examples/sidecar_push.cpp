@@ -44,7 +44,6 @@ bool payload_intact(std::span<const std::byte> in, std::uint64_t seq) {
   return true;
 }
 
-
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
@@ -165,8 +164,13 @@ int worker(char** argv) {
   Report report(name);
   for (std::size_t i = 0; i < updates; ++i) {
     const std::int64_t asked = now_ns();
-    const auto id = client.request({.tensor = static_cast<std::uint32_t>(i), .receiver = receiver, .bytes = slot,
-                                    .region_offset = 0, .computed_on = 0, .gradient_norm = 1.0F, .priority = 0});
+    const auto id = client.request({.tensor = static_cast<std::uint32_t>(i),
+                                    .receiver = receiver,
+                                    .bytes = slot,
+                                    .region_offset = 0,
+                                    .computed_on = 0,
+                                    .gradient_norm = 1.0F,
+                                    .priority = 0});
     const sidecar::Grant grant = client.wait(60s);
     if (grant.request != id || grant.kind != sidecar::GrantKind::go || grant.part_count != 1) {
       std::fprintf(stderr, "%s: unexpected answer kind %s reason %s for request %llu\n", name.c_str(),
@@ -183,9 +187,9 @@ int worker(char** argv) {
     }
     const std::int64_t started = now_ns();
     conn->write(source, 0, target, (seq - 1) * slot, slot - 8);
-    conn->wait(conn->write_with_imm(source, slot - 8, target, (seq - 1) * slot + slot - 8, 8,
-                                    static_cast<std::uint32_t>(seq)),
-               60s);
+    conn->wait(
+        conn->write_with_imm(source, slot - 8, target, (seq - 1) * slot + slot - 8, 8, static_cast<std::uint32_t>(seq)),
+        60s);
     const std::int64_t done = now_ns();
     client.complete(id, grant.part_index, std::chrono::nanoseconds(done - started));
     std::printf("%s: job %u update %zu: granted seq %llu, slot +%.2f ms for %.2f ms, sent in %.2f ms\n", name.c_str(),

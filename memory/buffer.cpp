@@ -22,8 +22,7 @@ constexpr std::size_t kHugePage = 2u << 20;
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
 void* map_anonymous(std::size_t bytes, int extra_flags) {
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | extra_flags,
-                   -1, 0);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | extra_flags, -1, 0);
   return p == MAP_FAILED ? nullptr : p;
 }
 
@@ -49,12 +48,11 @@ Buffer Buffer::allocate(std::size_t bytes, Pages pages) {
       return Buffer(own_mapping(p, mapped), bytes, mapped, true);
     }
     if (pages == Pages::huge_only) {
-      detail::throw_call_failed(
-          Errc::resource_exhausted,
-          "mmap(MAP_HUGETLB, " + std::to_string(mapped) +
-              " bytes) — no free 2 MiB hugepages; reserve some with "
-              "`echo N > /proc/sys/vm/nr_hugepages` or allocate with Pages::any",
-          errno);
+      detail::throw_call_failed(Errc::resource_exhausted,
+                                "mmap(MAP_HUGETLB, " + std::to_string(mapped) +
+                                    " bytes) — no free 2 MiB hugepages; reserve some with "
+                                    "`echo N > /proc/sys/vm/nr_hugepages` or allocate with Pages::any",
+                                errno);
     }
   }
   const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));

@@ -33,8 +33,8 @@ bool process_has_cap_ipc_lock() {
 
 }  // namespace
 
-std::optional<std::string> memlock_problem(std::optional<std::uint64_t> limit_bytes,
-                                           bool has_cap_ipc_lock, std::uint64_t bytes_to_pin) {
+std::optional<std::string> memlock_problem(std::optional<std::uint64_t> limit_bytes, bool has_cap_ipc_lock,
+                                           std::uint64_t bytes_to_pin) {
   if (!limit_bytes || has_cap_ipc_lock || bytes_to_pin <= *limit_bytes) return std::nullopt;
   return fmt::format(
       "RLIMIT_MEMLOCK is {} but gradlane needs to pin {} of registered memory. Raise the "

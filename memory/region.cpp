@@ -50,8 +50,7 @@ void deregister(ibv_mr* mr) noexcept {
 
 }  // namespace
 
-MemoryRegion MemoryRegion::register_memory(const Device& device, void* addr, std::size_t length,
-                                           Access access) {
+MemoryRegion MemoryRegion::register_memory(const Device& device, void* addr, std::size_t length, Access access) {
   if (addr == nullptr || length == 0) {
     throw Error(Errc::invalid_argument, "register_memory: empty range");
   }
@@ -59,8 +58,8 @@ MemoryRegion MemoryRegion::register_memory(const Device& device, void* addr, std
   ibv_mr* mr = ibv_reg_mr(device.pd(), addr, length, to_ibv_access(access));
   if (mr == nullptr) {
     const int err = detail::last_errno_or(EINVAL);
-    const std::string call = fmt::format("ibv_reg_mr({}, {} bytes at {}, {})", device.info().name,
-                                         length, addr, access_text(access));
+    const std::string call =
+        fmt::format("ibv_reg_mr({}, {} bytes at {}, {})", device.info().name, length, addr, access_text(access));
     if (err == ENOMEM || err == EPERM || err == EAGAIN) {
       // Pinning beyond RLIMIT_MEMLOCK fails with ENOMEM/EPERM: say what to raise.
       rlimit limit{};

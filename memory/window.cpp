@@ -35,7 +35,8 @@ WindowPtr allocate_window(const Device& device) {
   errno = 0;
   ibv_mw* mw = ibv_alloc_mw(device.pd(), IBV_MW_TYPE_2);
   if (mw == nullptr) {
-    throw_call_failed(Errc::system, fmt::format("ibv_alloc_mw({}, type 2) (max_mw {})", info.name, info.max_memory_windows),
+    throw_call_failed(Errc::system,
+                      fmt::format("ibv_alloc_mw({}, type 2) (max_mw {})", info.name, info.max_memory_windows),
                       last_errno_or(ENOMEM));
   }
   return WindowPtr(mw);

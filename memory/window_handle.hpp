@@ -29,9 +29,9 @@ using WindowPtr = std::unique_ptr<ibv_mw, DeallocWindow>;
 WindowPtr allocate_window(const Device& device);
 
 struct WindowHandle {
-  WindowPtr mw;                            // null once revoked (or moved from)
-  std::optional<RegionDescriptor> bound;   // the slice and key a peer may use, while bound
-  const void* bound_on = nullptr;          // identity of the connection state it is bound on
+  WindowPtr mw;                           // null once revoked (or moved from)
+  std::optional<RegionDescriptor> bound;  // the slice and key a peer may use, while bound
+  const void* bound_on = nullptr;         // identity of the connection state it is bound on
 };
 
 }  // namespace gradlane::detail

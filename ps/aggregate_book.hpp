@@ -37,12 +37,12 @@ struct BookedMember {
 };
 
 struct DueAggregate {
-  std::uint64_t aggregate = 0;            // the sidecar's aggregate id
-  std::uint64_t sequence = 0;             // the server's sequence for the sum
-  std::uint32_t expected = 0;             // members the sidecar redirected
+  std::uint64_t aggregate = 0;             // the sidecar's aggregate id
+  std::uint64_t sequence = 0;              // the server's sequence for the sum
+  std::uint32_t expected = 0;              // members the sidecar redirected
   std::chrono::nanoseconds slot_start{0};  // the forward's slot (steady clock)
-  std::vector<BookedMember> members;      // those that came, in sum order (worker, peer)
-  std::uint64_t token = 0;                // the grant's token for the server (sidecar::Grant::token)
+  std::vector<BookedMember> members;       // those that came, in sum order (worker, peer)
+  std::uint64_t token = 0;                 // the grant's token for the server (sidecar::Grant::token)
 };
 
 enum class Arrival : std::uint8_t {
@@ -84,7 +84,7 @@ class AggregateBook {
   struct Pending {
     std::optional<DueAggregate> grant;  // members are kept here once granted, else in `early`
     std::vector<BookedMember> early;
-    std::uint32_t order = 0;            // grant order
+    std::uint32_t order = 0;  // grant order
     Instant first_seen{};
     Instant give_up{};
   };

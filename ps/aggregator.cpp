@@ -58,8 +58,8 @@ void Aggregator::State::lose(MemberPeer& peer, const Error& why) {
   if (!peer.alive) return;
   peer.alive = false;
   peer.conn.close();  // a peer written off here is told (see ShardServer::State::lose)
-  const bool owes = !peer.outstanding.empty() ||
-                    std::any_of(waiting.begin(), waiting.end(), [&](const Waiting& w) { return &peers[w.peer] == &peer; });
+  const bool owes = !peer.outstanding.empty() || std::any_of(waiting.begin(), waiting.end(),
+                                                             [&](const Waiting& w) { return &peers[w.peer] == &peer; });
   if (left_cleanly(peer.said_bye, owes)) {
     ++stats.peers_left;
     return;
@@ -164,8 +164,10 @@ std::size_t Aggregator::State::expire_holes() {
   work += take_input();
   for (MemberPeer& peer : peers) {
     for (const std::uint64_t sequence : peer.outstanding.expire(now, options.hole_timeout)) {
-      std::fprintf(stderr, "gradlane ps aggregator: worker %u was granted member %llu and wrote nothing in %lld ms: "
-                   "left out\n", peer.worker, static_cast<unsigned long long>(sequence),
+      std::fprintf(stderr,
+                   "gradlane ps aggregator: worker %u was granted member %llu and wrote nothing in %lld ms: "
+                   "left out\n",
+                   peer.worker, static_cast<unsigned long long>(sequence),
                    static_cast<long long>(options.hole_timeout.count()));
       order.cancelled(sequence);
       ++work;
@@ -258,8 +260,8 @@ std::size_t Aggregator::State::admit_joiners() {
     }
     for (MemberPeer& old : peers) {
       if (old.alive && old.worker == j.hello.worker) {
-        lose(old, Error(Errc::protocol, fmt::format("worker {} connected again: this older connection is superseded",
-                                                    j.hello.worker)));
+        lose(old, Error(Errc::protocol,
+                        fmt::format("worker {} connected again: this older connection is superseded", j.hello.worker)));
       }
     }
     MemberPeer peer{std::move(j.conn), j.hello.worker, true, {}};
@@ -296,9 +298,10 @@ Aggregator::Aggregator(const Device& device, std::uint16_t port, const Aggregato
                                                     options.slots, options.group));
   }
   if (options.grant_windows && !options.sidecar) {
-    throw Error(Errc::invalid_argument, "ps::Aggregator: grant_windows needs sidecar mode (in direct mode the members "
-                                        "share the ring's slots by sequence, so there is no partition to confine a "
-                                        "worker to)");
+    throw Error(Errc::invalid_argument,
+                "ps::Aggregator: grant_windows needs sidecar mode (in direct mode the members "
+                "share the ring's slots by sequence, so there is no partition to confine a "
+                "worker to)");
   }
   if (options.grant_windows && !device.info().memory_windows) {
     throw Error(Errc::unsupported, fmt::format("ps::Aggregator: grant_windows: {} has no type-2 memory windows; "
@@ -324,7 +327,9 @@ void Aggregator::accept_workers(std::size_t workers, Millis timeout) {
   State& s = *state_;
   if (s.sidecar_mode()) return s.accept_sidecar_workers(workers, timeout);
   // Kept by LateJoins too: it holds the ring (the state's, which outlives it), not this frame.
-  const auto advertise = [ring = &*s.ring](Connection& conn) { conn.advertise(kSlotRegionId, ring->region().descriptor()); };
+  const auto advertise = [ring = &*s.ring](Connection& conn) {
+    conn.advertise(kSlotRegionId, ring->region().descriptor());
+  };
   for (Joined& j : accept_hellos(s.listener, workers, advertise, timeout, "aggregator")) {
     if (j.hello.kind != PeerKind::worker) {
       throw Error(Errc::protocol, fmt::format("{}: only workers join an aggregator", j.conn.describe()));

@@ -27,7 +27,8 @@ constexpr std::uint32_t kSparePartitions = 4;
 
 // A partition back to the pool, its window (if any) dropped: its connection is closed, so
 // nothing more lands there.
-void release_partition(PartitionPool& pool, std::vector<std::optional<MemoryWindow>>& windows, std::uint32_t partition) {
+void release_partition(PartitionPool& pool, std::vector<std::optional<MemoryWindow>>& windows,
+                       std::uint32_t partition) {
   windows[partition].reset();
   pool.give_back(partition);
 }
@@ -51,8 +52,8 @@ void Aggregator::State::accept_sidecar_workers(std::size_t workers, Millis timeo
   partitions = std::make_shared<PartitionPool>(count);
   partition_windows = std::make_shared<std::vector<std::optional<MemoryWindow>>>(count);
   const SlotRing* windowed = options.grant_windows ? &*ring : nullptr;  // the ring outlives the joins
-  const auto advertise = [pool = partitions, windows = partition_windows, windowed, whole, partition_bytes, dev = device,
-                          count](Connection& conn) {
+  const auto advertise = [pool = partitions, windows = partition_windows, windowed, whole, partition_bytes,
+                          dev = device, count](Connection& conn) {
     const auto index = pool->take();
     if (!index) {
       throw Error(Errc::resource_exhausted,
@@ -106,8 +107,8 @@ std::size_t Aggregator::State::take_doorbells() {
       if (auto bytes = peer.conn.try_receive()) {
         const Message message = decode(*bytes);
         if (!take_bye(message, peer.worker, peer.said_bye)) {
-          throw Error(Errc::protocol,
-                      fmt::format("unexpected message (kind {}) at an aggregator in sidecar mode", message.index() + 1));
+          throw Error(Errc::protocol, fmt::format("unexpected message (kind {}) at an aggregator in sidecar mode",
+                                                  message.index() + 1));
         }
       }
       while (auto bell = peer.conn.try_doorbell()) {
@@ -138,14 +139,16 @@ std::size_t Aggregator::State::take_grants() {
     if (g->kind == sidecar::GrantKind::aggregate) {
       // Members not here by hole_timeout after the slot (or after now, if later) are left out.
       const auto from = std::max(Clock::now(), Clock::time_point(g->slot_start));
-      if (!book->granted(g->request, g->sequence, g->part_count, g->slot_start, from + options.hole_timeout, g->token)) {
+      if (!book->granted(g->request, g->sequence, g->part_count, g->slot_start, from + options.hole_timeout,
+                         g->token)) {
         std::fprintf(stderr, "gradlane ps aggregator: a second grant for aggregate %llu ignored\n",
                      static_cast<unsigned long long>(g->request));
       }
       ++stats.granted;
     } else {
       std::fprintf(stderr, "gradlane ps aggregator: the sidecar answered %s (%s)\n",
-                   std::string(sidecar::kind_name(g->kind)).c_str(), std::string(sidecar::reason_name(g->reason)).c_str());
+                   std::string(sidecar::kind_name(g->kind)).c_str(),
+                   std::string(sidecar::reason_name(g->reason)).c_str());
     }
   }
   return work;
@@ -176,8 +179,8 @@ void Aggregator::State::forward_aggregate(const DueAggregate& due) {
   for (const BookedMember& m : due.members) {
     update.members.push_back({m.worker, 0, 0});
     // m.peer is the member's partition of the ring: one per connection.
-    const auto peer = std::find_if(peers.begin(), peers.end(),
-                                   [&](const MemberPeer& p) { return p.alive && p.partition == m.peer; });
+    const auto peer =
+        std::find_if(peers.begin(), peers.end(), [&](const MemberPeer& p) { return p.alive && p.partition == m.peer; });
     if (peer != peers.end()) tell_forwarded(*peer, due.aggregate, pushed);
   }
   ++stats.forwarded;

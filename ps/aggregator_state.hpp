@@ -61,7 +61,7 @@ struct Aggregator::State {
   // to (shared with the advertising callback too); dropped once the partition comes back.
   std::shared_ptr<std::vector<std::optional<MemoryWindow>>> partition_windows;
   std::size_t first_late_advertised = 0;
-  std::uint32_t rounds = 0;       // progress() calls: late joins are looked at every 64
+  std::uint32_t rounds = 0;  // progress() calls: late joins are looked at every 64
   std::deque<Waiting> waiting;
   std::uint64_t next_grant = 1;
   std::map<std::uint64_t, GroupMember> granted;  // granted, not yet released by `order`

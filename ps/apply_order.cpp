@@ -9,14 +9,22 @@ namespace gradlane::ps {
 
 std::string_view admit_name(Admit admit) noexcept {
   switch (admit) {
-    case Admit::accepted: return "accepted";
-    case Admit::already_done: return "already_done";
-    case Admit::beyond_window: return "beyond_window";
-    case Admit::duplicate: return "duplicate";
-    case Admit::slot_out_of_range: return "slot_out_of_range";
-    case Admit::slot_busy: return "slot_busy";
-    case Admit::already_cancelled: return "already_cancelled";
-    case Admit::already_arrived: return "already_arrived";
+    case Admit::accepted:
+      return "accepted";
+    case Admit::already_done:
+      return "already_done";
+    case Admit::beyond_window:
+      return "beyond_window";
+    case Admit::duplicate:
+      return "duplicate";
+    case Admit::slot_out_of_range:
+      return "slot_out_of_range";
+    case Admit::slot_busy:
+      return "slot_busy";
+    case Admit::already_cancelled:
+      return "already_cancelled";
+    case Admit::already_arrived:
+      return "already_arrived";
   }
   return "unknown";
 }
@@ -71,9 +79,12 @@ Admit ApplyOrder::cancelled(std::uint64_t sequence) {
 std::optional<Step> ApplyOrder::next() const {
   const Entry& e = entry(next_);
   switch (e.state) {
-    case Entry::State::arrived: return Step{next_, Step::Kind::apply, e.slot};
-    case Entry::State::cancelled: return Step{next_, Step::Kind::skip, 0};
-    case Entry::State::empty: break;
+    case Entry::State::arrived:
+      return Step{next_, Step::Kind::apply, e.slot};
+    case Entry::State::cancelled:
+      return Step{next_, Step::Kind::skip, 0};
+    case Entry::State::empty:
+      break;
   }
   return std::nullopt;
 }

@@ -16,8 +16,9 @@ std::optional<Hello> try_hello(Connection& conn) {
   throw Error(Errc::protocol, fmt::format("the first message (kind {}) was not a hello", first.index() + 1));
 }
 
-std::vector<Joined> accept_hellos(Listener& listener, std::size_t count, const std::function<void(Connection&)>& advertise,
-                                  Millis timeout, const char* who, const DroppedBeforeHello& dropped) {
+std::vector<Joined> accept_hellos(Listener& listener, std::size_t count,
+                                  const std::function<void(Connection&)>& advertise, Millis timeout, const char* who,
+                                  const DroppedBeforeHello& dropped) {
   using Clock = std::chrono::steady_clock;
   // Short accept waits, so the hellos of connections already accepted are seen between them.
   constexpr Millis kAcceptSlice{20};
@@ -26,7 +27,8 @@ std::vector<Joined> accept_hellos(Listener& listener, std::size_t count, const s
   std::size_t accepted = 0;
   auto last_join = Clock::now();
   const auto drop = [&](const std::string& peer, const Error& e) {
-    std::fprintf(stderr, "gradlane ps %s: dropped a connection before its hello (%s): %s\n", who, peer.c_str(), e.what());
+    std::fprintf(stderr, "gradlane ps %s: dropped a connection before its hello (%s): %s\n", who, peer.c_str(),
+                 e.what());
   };
   while (joined.size() < count) {
     try {
@@ -62,9 +64,9 @@ std::vector<Joined> accept_hellos(Listener& listener, std::size_t count, const s
       last_join = Clock::now();
     }
     if (joined.size() < count && Clock::now() - last_join > timeout) {
-      throw Error(Errc::timeout, fmt::format("{} of {} peers joined the {} on {}:{}; no other said hello within {} ms",
-                                             joined.size(), count, who, listener.address(), listener.port(),
-                                             timeout.count()));
+      throw Error(Errc::timeout,
+                  fmt::format("{} of {} peers joined the {} on {}:{}; no other said hello within {} ms", joined.size(),
+                              count, who, listener.address(), listener.port(), timeout.count()));
     }
   }
   return joined;
@@ -72,11 +74,16 @@ std::vector<Joined> accept_hellos(Listener& listener, std::size_t count, const s
 
 LateJoins::LateJoins(Listener& listener, std::function<void(Connection&)> advertise, Millis patience, const char* who,
                      DroppedBeforeHello dropped)
-    : listener_(&listener), advertise_(std::move(advertise)), dropped_(std::move(dropped)), patience_(patience), who_(who) {}
+    : listener_(&listener),
+      advertise_(std::move(advertise)),
+      dropped_(std::move(dropped)),
+      patience_(patience),
+      who_(who) {}
 
 void LateJoins::refuse(const Connection& conn, const Error& why) {
   ++refused_;
-  std::fprintf(stderr, "gradlane ps %s: refused a late connection (%s): %s\n", who_, conn.describe().c_str(), why.what());
+  std::fprintf(stderr, "gradlane ps %s: refused a late connection (%s): %s\n", who_, conn.describe().c_str(),
+               why.what());
 }
 
 std::vector<Joined> LateJoins::poll() {

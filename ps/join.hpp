@@ -40,8 +40,9 @@ using DroppedBeforeHello = std::function<void(std::size_t accepted)>;
 // not a hello costs that connection only (and `dropped` hears of it). Throws Error(timeout) when
 // `timeout` passes without a new peer joining; `who` names the acceptor in messages ("server",
 // "aggregator", ...).
-std::vector<Joined> accept_hellos(Listener& listener, std::size_t count, const std::function<void(Connection&)>& advertise,
-                                  Millis timeout, const char* who, const DroppedBeforeHello& dropped = {});
+std::vector<Joined> accept_hellos(Listener& listener, std::size_t count,
+                                  const std::function<void(Connection&)>& advertise, Millis timeout, const char* who,
+                                  const DroppedBeforeHello& dropped = {});
 
 // Peers that join after the start (a restarted worker, a replica joining, workers coming back
 // to a restarted aggregator), taken from an acceptor's poll loop without waiting: each call

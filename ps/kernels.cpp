@@ -27,8 +27,7 @@ ConstArray array(std::span<const float> s, std::size_t begin, std::size_t n) {
   return ConstArray(s.data() + begin, static_cast<Eigen::Index>(n));
 }
 
-void require_same_size(const char* kernel, const char* what, std::size_t expected, const char* other,
-                       std::size_t got) {
+void require_same_size(const char* kernel, const char* what, std::size_t expected, const char* other, std::size_t got) {
   if (expected == got) return;
   throw Error(Errc::invalid_argument, std::string(kernel) + ": " + other + " has " + std::to_string(got) +
                                           " floats but " + what + " has " + std::to_string(expected) +
@@ -81,16 +80,30 @@ void sum_in_order(std::span<float> out, std::span<const std::span<const float>> 
     auto part = [&](std::size_t j) { return array(parts[j], begin, n); };
     Array o = array(out, begin, n);
     switch (std::min<std::size_t>(parts.size(), 4)) {
-      case 1: if (parts[0].data() != out.data()) o = part(0); break;
-      case 2: o = part(0) + part(1); break;
-      case 3: o = (part(0) + part(1)) + part(2); break;
-      default: o = ((part(0) + part(1)) + part(2)) + part(3); break;
+      case 1:
+        if (parts[0].data() != out.data()) o = part(0);
+        break;
+      case 2:
+        o = part(0) + part(1);
+        break;
+      case 3:
+        o = (part(0) + part(1)) + part(2);
+        break;
+      default:
+        o = ((part(0) + part(1)) + part(2)) + part(3);
+        break;
     }
     for (std::size_t j = 4; j < parts.size(); j += 3) {
       switch (std::min<std::size_t>(parts.size() - j, 3)) {
-        case 1: o = o + part(j); break;
-        case 2: o = (o + part(j)) + part(j + 1); break;
-        default: o = ((o + part(j)) + part(j + 1)) + part(j + 2); break;
+        case 1:
+          o = o + part(j);
+          break;
+        case 2:
+          o = (o + part(j)) + part(j + 1);
+          break;
+        default:
+          o = ((o + part(j)) + part(j + 1)) + part(j + 2);
+          break;
       }
     }
   }

@@ -23,8 +23,8 @@
 namespace gradlane::ps {
 
 struct GroupMember {
-  std::uint64_t sequence = 0;     // member sequence at the aggregator
-  std::uint32_t slot = 0;         // member slot it was written into
+  std::uint64_t sequence = 0;  // member sequence at the aggregator
+  std::uint32_t slot = 0;      // member slot it was written into
   std::uint32_t worker = 0;
   std::uint64_t tag = 0;          // the worker's tag (e.g. its step)
   std::uint64_t computed_on = 0;  // model version the member gradient was computed on

@@ -12,12 +12,40 @@ namespace {
 
 // Wire: byte 0 = kind (the variant index + 1), then the fields, little-endian, packed.
 enum class Kind : std::uint8_t {
-  hello = 1, request, grant, decided, ack, bye, failed_over, forwarded, adopted, listening_at, mirroring, claim,
-  replica_key, opened, ask_landed, landed
+  hello = 1,
+  request,
+  grant,
+  decided,
+  ack,
+  bye,
+  failed_over,
+  forwarded,
+  adopted,
+  listening_at,
+  mirroring,
+  claim,
+  replica_key,
+  opened,
+  ask_landed,
+  landed
 };
-constexpr std::size_t kSize[] = {0,          1 + 1 + 4, 1 + 4 + 8 + 8, 1 + 8 + 8 + 4 + 8, 1 + 8 + 4 + 8, 1 + 8, 1 + 4,
-                                 1 + 4,      1 + 8 + 8 + 1, 1 + 8, 1 + 1 + ListeningAt::kAddressBytes + 2, 1 + 4 + 8,
-                                 1 + 8 + 8,  1 + 16, 1 + 8 + 4, 1 + 4, 1 + 8 + 8 + 8};
+constexpr std::size_t kSize[] = {0,
+                                 1 + 1 + 4,
+                                 1 + 4 + 8 + 8,
+                                 1 + 8 + 8 + 4 + 8,
+                                 1 + 8 + 4 + 8,
+                                 1 + 8,
+                                 1 + 4,
+                                 1 + 4,
+                                 1 + 8 + 8 + 1,
+                                 1 + 8,
+                                 1 + 1 + ListeningAt::kAddressBytes + 2,
+                                 1 + 4 + 8,
+                                 1 + 8 + 8,
+                                 1 + 16,
+                                 1 + 8 + 4,
+                                 1 + 4,
+                                 1 + 8 + 8 + 8};
 
 static_assert(std::size(kSize) == static_cast<std::size_t>(Kind::landed) + 1, "a size for every kind");
 
@@ -35,8 +63,10 @@ class Writer {
   }
   // A text of at most `size` bytes, NUL-padded to `size`.
   Writer& put_text(const std::string& text, std::size_t size) {
-    if (text.size() > size) throw Error(Errc::invalid_argument, fmt::format("'{}' is longer than {} bytes", text, size));
-    for (std::size_t i = 0; i < size; ++i) bytes_.at(at_++) = i < text.size() ? static_cast<std::byte>(text[i]) : std::byte{0};
+    if (text.size() > size)
+      throw Error(Errc::invalid_argument, fmt::format("'{}' is longer than {} bytes", text, size));
+    for (std::size_t i = 0; i < size; ++i)
+      bytes_.at(at_++) = i < text.size() ? static_cast<std::byte>(text[i]) : std::byte{0};
     return *this;
   }
   std::vector<std::byte> done() { return std::move(bytes_); }
@@ -65,7 +95,8 @@ class Reader {
         ended = true;
         continue;
       }
-      const bool allowed = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == '.' || c == ':';
+      const bool allowed =
+          (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == '.' || c == ':';
       if (ended || !allowed) throw Error(Errc::protocol, "an address that is not a NUL-padded IP literal");
       text.push_back(c);
     }
@@ -97,7 +128,11 @@ std::vector<std::byte> encode(const Message& message) {
           },
           [](const Adopted& m) { return Writer(Kind::adopted).put(m.version).done(); },
           [](const ListeningAt& m) {
-            return Writer(Kind::listening_at).put(m.kind).put_text(m.address, ListeningAt::kAddressBytes).put(m.port).done();
+            return Writer(Kind::listening_at)
+                .put(m.kind)
+                .put_text(m.address, ListeningAt::kAddressBytes)
+                .put(m.port)
+                .done();
           },
           [](const Mirroring& m) { return Writer(Kind::mirroring).put(m.worker).put(m.from).done(); },
           [](const Claim& m) { return Writer(Kind::claim).put(m.sequence).put(m.token).done(); },
@@ -120,8 +155,8 @@ Message decode(std::span<const std::byte> bytes) {
     throw Error(Errc::protocol, fmt::format("unknown parameter-server message kind {}", kind));
   }
   if (bytes.size() != kSize[kind]) {
-    throw Error(Errc::protocol,
-                fmt::format("parameter-server message of kind {} has {} bytes, expected {}", kind, bytes.size(), kSize[kind]));
+    throw Error(Errc::protocol, fmt::format("parameter-server message of kind {} has {} bytes, expected {}", kind,
+                                            bytes.size(), kSize[kind]));
   }
   Reader in(bytes);
   switch (static_cast<Kind>(kind)) {
@@ -130,9 +165,11 @@ Message decode(std::span<const std::byte> bytes) {
       if (m.kind != PeerKind::worker && m.kind != PeerKind::primary && m.kind != PeerKind::replica) {
         throw Error(Errc::protocol, fmt::format("hello from an unknown kind of peer ({})", static_cast<int>(m.kind)));
       }
-      if (m.kind == PeerKind::worker && m.worker == 0) throw Error(Errc::protocol, "hello from worker id 0 (ids start at 1)");
+      if (m.kind == PeerKind::worker && m.worker == 0)
+        throw Error(Errc::protocol, "hello from worker id 0 (ids start at 1)");
       if (m.kind == PeerKind::replica && m.worker != 0) {
-        throw Error(Errc::protocol, fmt::format("hello from a joining replica with id {} (a replica's is 0)", m.worker));
+        throw Error(Errc::protocol,
+                    fmt::format("hello from a joining replica with id {} (a replica's is 0)", m.worker));
       }
       return m;
     }

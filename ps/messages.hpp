@@ -99,7 +99,7 @@ struct Adopted {
 };
 struct ListeningAt {
   static constexpr std::size_t kAddressBytes = 46;  // INET6_ADDRSTRLEN: an IPv4 or IPv6 literal
-  PeerKind kind = PeerKind::replica;  // replica or aggregator
+  PeerKind kind = PeerKind::replica;                // replica or aggregator
   std::string address;
   std::uint16_t port = 0;
 };
@@ -141,8 +141,8 @@ struct Landed {
   std::uint64_t computed_on = 0;
 };
 
-using Message = std::variant<Hello, Request, Grant, Decided, Ack, Bye, FailedOver, Forwarded, Adopted, ListeningAt, Mirroring,
-                             Claim, ReplicaKey, Opened, AskLanded, Landed>;
+using Message = std::variant<Hello, Request, Grant, Decided, Ack, Bye, FailedOver, Forwarded, Adopted, ListeningAt,
+                             Mirroring, Claim, ReplicaKey, Opened, AskLanded, Landed>;
 
 std::vector<std::byte> encode(const Message& message);
 Message decode(std::span<const std::byte> bytes);

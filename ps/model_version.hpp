@@ -50,9 +50,7 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free &&
               sizeof(std::atomic<std::uint64_t>) == sizeof(std::uint64_t));
 
 // Accept a payload read between header reads that returned v1 and v2.
-constexpr bool consistent_snapshot(std::uint64_t v1, std::uint64_t v2) noexcept {
-  return v1 == v2 && v1 % 2 == 0;
-}
+constexpr bool consistent_snapshot(std::uint64_t v1, std::uint64_t v2) noexcept { return v1 == v2 && v1 % 2 == 0; }
 
 // The server side; the one writer of a shard's header. Not thread-safe (one applier per shard).
 class ShardWriter {

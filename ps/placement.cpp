@@ -17,7 +17,8 @@ std::vector<TensorPlacement> place_tensors(std::span<const std::size_t> tensor_f
   // shard exceeds the mean by at most one tensor.
   std::vector<std::size_t> order(tensor_floats.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return tensor_floats[a] > tensor_floats[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return tensor_floats[a] > tensor_floats[b]; });
   std::vector<std::size_t> load(servers, 0);
   std::vector<TensorPlacement> placement(tensor_floats.size());
   for (const std::size_t t : order) {
@@ -38,7 +39,8 @@ std::vector<std::size_t> shard_floats(std::span<const TensorPlacement> placement
   std::vector<std::size_t> floats(servers, 0);
   for (const TensorPlacement& p : placement) {
     if (p.server >= servers) {
-      throw Error(Errc::invalid_argument, fmt::format("shard_floats: a tensor is placed on server {} of {}", p.server, servers));
+      throw Error(Errc::invalid_argument,
+                  fmt::format("shard_floats: a tensor is placed on server {} of {}", p.server, servers));
     }
     floats[p.server] = std::max(floats[p.server], p.offset + p.floats);
   }

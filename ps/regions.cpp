@@ -20,8 +20,7 @@ MemoryRegion ShardRegion::register_floats_for_reads(const Device& device) const 
 }
 
 ModelSnapshot::ModelSnapshot(const Device& device, std::span<const float> model, std::span<const float> velocity)
-    : buffer_(Buffer::allocate(model.size_bytes() + velocity.size_bytes())),
-      region_([&] {
+    : buffer_(Buffer::allocate(model.size_bytes() + velocity.size_bytes())), region_([&] {
         // A copy on the control path, once per joining replica: the shard goes on changing.
         std::memcpy(buffer_.data(), model.data(), model.size_bytes());
         if (!velocity.empty()) std::memcpy(buffer_.data() + model.size_bytes(), velocity.data(), velocity.size_bytes());
@@ -34,18 +33,19 @@ SlotRing::SlotRing(const Device& device, std::size_t floats, std::uint32_t slots
       floats_(floats),
       // Windowed: remote_read for the replica's READs of a slot, local_write for our own READs
       // into one (a replica re-reading a mirror that never came from its server's slot).
-      region_(MemoryRegion::register_buffer(device, buffer_,
-                                            windowed ? Access::remote_read | Access::local_write
-                                                     : Access::remote_write | Access::remote_read)) {
+      region_(MemoryRegion::register_buffer(
+          device, buffer_,
+          windowed ? Access::remote_read | Access::local_write : Access::remote_write | Access::remote_read)) {
   if (!windowed) return;
   if (slots_per_window == 0 || slots % slots_per_window != 0) {
-    throw Error(Errc::invalid_argument, fmt::format("SlotRing: {} slots are not windows of {}", slots, slots_per_window));
+    throw Error(Errc::invalid_argument,
+                fmt::format("SlotRing: {} slots are not windows of {}", slots, slots_per_window));
   }
   const std::size_t window_bytes = slot_bytes() * slots_per_window;
   window_regions_.reserve(slots / slots_per_window);
   for (std::uint32_t i = 0; i < slots / slots_per_window; ++i) {
-    window_regions_.push_back(
-        MemoryRegion::register_slice(device, buffer_, i * window_bytes, window_bytes, Access::local_write | Access::windows));
+    window_regions_.push_back(MemoryRegion::register_slice(device, buffer_, i * window_bytes, window_bytes,
+                                                           Access::local_write | Access::windows));
   }
 }
 

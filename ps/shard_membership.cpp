@@ -29,12 +29,15 @@ void ShardServer::accept_peers(std::size_t workers, Millis timeout) {
       if (j.hello.kind == PeerKind::replica) {
         // Too early: it joins a running server (progress()). Its connection only is refused;
         // it fails there with a clear error and may try again.
-        std::fprintf(stderr, "gradlane ps %s: refused a replica joining before the start (%s): it joins a running "
-                     "server\n", who, j.conn.describe().c_str());
+        std::fprintf(stderr,
+                     "gradlane ps %s: refused a replica joining before the start (%s): it joins a running "
+                     "server\n",
+                     who, j.conn.describe().c_str());
         continue;
       }
       if (j.hello.kind == PeerKind::primary) {
-        if (s.role != Role::replica || s.primary) throw Error(Errc::protocol, "a second primary, or a primary at a server");
+        if (s.role != Role::replica || s.primary)
+          throw Error(Errc::protocol, "a second primary, or a primary at a server");
         s.primary_slots = j.conn.wait_region(kSlotRegionId, timeout);
         s.primary = s.peers.size();
       }
@@ -46,8 +49,9 @@ void ShardServer::accept_peers(std::size_t workers, Millis timeout) {
 }
 
 void ShardServer::State::start_admitting() {
-  late.emplace(listener, [this](Connection& conn) { advertise(conn); }, options.transport.connect_timeout,
-               role == Role::server ? "server" : "replica");
+  late.emplace(
+      listener, [this](Connection& conn) { advertise(conn); }, options.transport.connect_timeout,
+      role == Role::server ? "server" : "replica");
 }
 
 // Membership after the start: connections accepted from the poll loop (one non-blocking look
@@ -82,7 +86,8 @@ void ShardServer::State::admit(Connection&& conn, const Hello& hello) {
   for (Peer& old : peers) {
     if (old.alive && old.kind == PeerKind::worker && old.worker == hello.worker) {
       lose(old, Error(Errc::protocol, fmt::format("worker {} connected again ({}): this older connection is "
-                                                  "superseded", hello.worker, conn.describe())));
+                                                  "superseded",
+                                                  hello.worker, conn.describe())));
     }
   }
   peers.push_back(Peer{std::move(conn), PeerKind::worker, hello.worker, true, {}, {}, {}, false, false, true});
@@ -92,8 +97,8 @@ void ShardServer::State::admit(Connection&& conn, const Hello& hello) {
     if (replica_at) tell_workers(*replica_at, 0, &peers.back());
     for (const auto& [aggregator, at] : aggregators_at) tell_workers(at, aggregator, &peers.back());
   }
-  std::fprintf(stderr, "gradlane ps %s: worker %u joined the running job\n", role == Role::server ? "server" : "replica",
-               hello.worker);
+  std::fprintf(stderr, "gradlane ps %s: worker %u joined the running job\n",
+               role == Role::server ? "server" : "replica", hello.worker);
 }
 
 // A replica joining this running server (ShardServer::join_server): it gets a copy of the model

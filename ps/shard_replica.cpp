@@ -117,7 +117,7 @@ void ShardServer::State::take_over_at_sidecar() {
   sidecar::AttachOptions attach = *options.sidecar;
   attach.region_bytes = slots.slot_bytes() * options.slots;
   attach.take_over_at = skip_below - 1;
-  attach.slots = options.slots;  // grants never run past our slots (AttachOptions::slots)
+  attach.slots = options.slots;                              // grants never run past our slots (AttachOptions::slots)
   attach.grant_key = windowed() ? grant_key : std::nullopt;  // a promoted replica: its server's key
   sidecar.emplace(sidecar::Client::attach(attach));
   reported = 0;
@@ -245,10 +245,10 @@ void ShardServer::join_server(const std::string& address, std::uint16_t port, Mi
   // alike, or the replica would apply differently.
   const std::size_t expected = model.size_bytes() * (s.velocity.empty() ? 1 : 2);
   if (snapshot.length != expected) {
-    throw Error(Errc::protocol, fmt::format("{}: the server's snapshot has {} bytes, this replica expects {} (its model{}): "
-                                            "the same shard, and momentum on both or neither?",
-                                            conn.describe(), snapshot.length, expected,
-                                            s.velocity.empty() ? "" : " and velocity"));
+    throw Error(Errc::protocol,
+                fmt::format("{}: the server's snapshot has {} bytes, this replica expects {} (its model{}): "
+                            "the same shard, and momentum on both or neither?",
+                            conn.describe(), snapshot.length, expected, s.velocity.empty() ? "" : " and velocity"));
   }
   // The model at the server's version, read straight into the shard (odd meanwhile: no reader
   // takes it); the velocity through a buffer of its own (once, on the control path).
@@ -306,7 +306,8 @@ std::size_t ShardServer::State::decide_head() {
       // slot, which the server keeps until we acknowledge it.
       const auto now = Clock::now();
       if (!head_waiting_since) head_waiting_since = now;
-      const auto patience = mirror_coming(decision->second) ? Clock::duration(options.hole_timeout) : Clock::duration::zero();
+      const auto patience =
+          mirror_coming(decision->second) ? Clock::duration(options.hole_timeout) : Clock::duration::zero();
       if (now - *head_waiting_since < patience || !primary) break;
       Connection& conn = peers[*primary].conn;
       const std::uint64_t offset = (head % options.slots) * slots.slot_bytes();

@@ -62,8 +62,8 @@ void ShardServer::State::lose(Peer& peer, const Error& why) {
   // for grants that never come — 120 s, seen in the link:2 fault.
   peer.conn.close();
   // Left or lost: messages.hpp (left_cleanly).
-  const bool owes = !peer.outstanding.empty() ||
-                    std::any_of(waiting.begin(), waiting.end(), [&](const Waiting& w) { return &peers[w.peer] == &peer; });
+  const bool owes = !peer.outstanding.empty() || std::any_of(waiting.begin(), waiting.end(),
+                                                             [&](const Waiting& w) { return &peers[w.peer] == &peer; });
   if (peer.kind == PeerKind::worker && left_cleanly(peer.said_bye, owes)) {
     ++stats.peers_left;
     return;
@@ -104,8 +104,8 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
       }
       waiting.push_back({index, *request});
       if (role == Role::replica) tell_primary_failed_over(peer);
-    } else if (const auto* decided = std::get_if<Decided>(&message); decided && role == Role::replica &&
-                                                                       peer.kind == PeerKind::primary) {
+    } else if (const auto* decided = std::get_if<Decided>(&message);
+               decided && role == Role::replica && peer.kind == PeerKind::primary) {
       decisions[decided->sequence] = *decided;
     } else if (const auto* mirroring = std::get_if<Mirroring>(&message); mirroring && peer.kind == PeerKind::worker) {
       // In any role: a replica promoted just before the worker's first mirror went out takes it
@@ -127,8 +127,8 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
       }
     } else if (const auto* ask = std::get_if<AskLanded>(&message); ask && peer.kind == PeerKind::worker) {
       if (ask->worker != peer.worker) {
-        throw Error(Errc::protocol, fmt::format("ask-landed names worker {} on the connection of worker {}", ask->worker,
-                                                peer.worker));
+        throw Error(Errc::protocol,
+                    fmt::format("ask-landed names worker {} on the connection of worker {}", ask->worker, peer.worker));
       }
       // Its doorbells first: one that came before the ask (RC order) waits in the connection's
       // doorbell queue, taken after the messages — answered before it, the ask missed the push
@@ -149,7 +149,8 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
         aggregators_at[peer.worker] = *at;
         if (peer.joined_late) tell_workers(*at, peer.worker);
       }
-    } else if (const auto* ack = std::get_if<Ack>(&message); ack && role == Role::server && peer.kind == PeerKind::primary) {
+    } else if (const auto* ack = std::get_if<Ack>(&message);
+               ack && role == Role::server && peer.kind == PeerKind::primary) {
       stats.replica_acked = std::max(stats.replica_acked, ack->through);
     } else if ((peer.kind == PeerKind::worker || (peer.kind == PeerKind::primary && role == Role::replica)) &&
                take_bye(message, peer.worker, peer.said_bye)) {
@@ -232,9 +233,11 @@ std::size_t ShardServer::State::take_input() {
         const Message message = decode(*bytes);
         if (const auto* moved = std::get_if<FailedOver>(&message)) {
           if (!stats.stepped_down) {
-            std::fprintf(stderr, "gradlane ps server: worker %u asked the replica for a slot while this server lives "
+            std::fprintf(stderr,
+                         "gradlane ps server: worker %u asked the replica for a slot while this server lives "
                          "(its link to us failed): stepping down — no more grants, what was granted is finished, "
-                         "then the replica serves the whole job\n", moved->worker);
+                         "then the replica serves the whole job\n",
+                         moved->worker);
           }
           stats.stepped_down = true;
           continue;
@@ -293,7 +296,8 @@ std::size_t ShardServer::State::expire_holes() {
   for (const Peer& p : peers) any = any || !p.outstanding.empty();
   if (!any) return 0;
   const auto now = Clock::now();
-  if (std::none_of(peers.begin(), peers.end(), [&](const Peer& p) { return p.outstanding.any_expired(now, options.hole_timeout); })) {
+  if (std::none_of(peers.begin(), peers.end(),
+                   [&](const Peer& p) { return p.outstanding.any_expired(now, options.hole_timeout); })) {
     return 0;
   }
   // A process stopped or descheduled between its last look at the input and here wakes to find
@@ -302,8 +306,9 @@ std::size_t ShardServer::State::expire_holes() {
   work += take_input();
   for (Peer& peer : peers) {
     for (const std::uint64_t sequence : peer.outstanding.expire(now, options.hole_timeout)) {
-      std::fprintf(stderr, "gradlane ps server: worker %u granted sequence %llu and wrote nothing in %lld ms: skipped\n",
-                   peer.worker, static_cast<unsigned long long>(sequence), static_cast<long long>(options.hole_timeout.count()));
+      std::fprintf(
+          stderr, "gradlane ps server: worker %u granted sequence %llu and wrote nothing in %lld ms: skipped\n",
+          peer.worker, static_cast<unsigned long long>(sequence), static_cast<long long>(options.hole_timeout.count()));
       order.cancelled(sequence);
       close_window(peer, sequence);  // a late write is refused by the NIC, not landed in a reused slot
       ++work;
@@ -357,7 +362,8 @@ void ShardServer::State::answer_claim(std::size_t index, const Claim& claim) {
   }
   if (!grant_key) {
     throw Error(Errc::protocol, fmt::format("worker {} claimed sequence {}, but this server binds no grant windows "
-                                            "(its grants carry no tokens)", peer.worker, claim.sequence));
+                                            "(its grants carry no tokens)",
+                                            peer.worker, claim.sequence));
   }
   check_token(peer, claim, "sequence");
   const Admit admit = order.would_admit(claim.sequence, static_cast<std::uint32_t>(claim.sequence % options.slots));
@@ -402,13 +408,15 @@ void ShardServer::State::answer_mirror_claim(std::size_t index, const Claim& cla
 // A claim's token against our key; a wrong one is a forgery (or a grant of another server).
 void ShardServer::State::check_token(const Peer& peer, const Claim& claim, const char* what) {
   if (sidecar::grant_token(*grant_key, claim.sequence) == claim.token) return;
-  refuse_claim(peer, claim, what, "its token is not the one its grant carried: a forged claim, or a grant of another server");
+  refuse_claim(peer, claim, what,
+               "its token is not the one its grant carried: a forged claim, or a grant of another server");
 }
 
 // Counts the refusal and throws it: the claimant's connection goes (take_input's lose()).
 void ShardServer::State::refuse_claim(const Peer& peer, const Claim& claim, const char* what, std::string_view why) {
   ++stats.refused_claims;
-  throw Error(Errc::protocol, fmt::format("worker {} claimed {} {}, refused: {}", peer.worker, what, claim.sequence, why));
+  throw Error(Errc::protocol,
+              fmt::format("worker {} claimed {} {}, refused: {}", peer.worker, what, claim.sequence, why));
 }
 
 // Opens `sequence`'s slot to the claimant at `index` (a window bound on its QP, the key sent
@@ -431,9 +439,7 @@ bool ShardServer::State::rung_by_claimant(Peer& peer, std::uint64_t sequence) {
   return true;
 }
 
-ReplicaKey ShardServer::State::replica_key() const {
-  return ReplicaKey{grant_key.value_or(sidecar::GrantKey{})};
-}
+ReplicaKey ShardServer::State::replica_key() const { return ReplicaKey{grant_key.value_or(sidecar::GrantKey{})}; }
 
 // Replica: our server's key (all zero: it binds no windows). A ring of ours that no key opens
 // needs it, or no worker could mirror here.
@@ -441,7 +447,8 @@ void ShardServer::State::take_replica_key(const ReplicaKey& key) {
   if (key.key == sidecar::GrantKey{}) {
     grant_key.reset();
     if (options.grant_windows) {
-      std::fprintf(stderr, "gradlane ps replica: our server binds no grant windows, but our ring is windowed "
+      std::fprintf(stderr,
+                   "gradlane ps replica: our server binds no grant windows, but our ring is windowed "
                    "(grant_windows): its workers cannot mirror here. Run server and replica both with grant_windows, "
                    "or neither\n");
     }
@@ -472,7 +479,8 @@ std::size_t ShardServer::State::take_sidecar() {
       if (cancel(g->sequence) != Admit::accepted) ++stats.refused_cancels;
     } else {
       std::fprintf(stderr, "gradlane ps server: the sidecar answered: %s (%s)\n",
-                   std::string(sidecar::kind_name(g->kind)).c_str(), std::string(sidecar::reason_name(g->reason)).c_str());
+                   std::string(sidecar::kind_name(g->kind)).c_str(),
+                   std::string(sidecar::reason_name(g->reason)).c_str());
     }
   }
   return work;
@@ -490,7 +498,8 @@ std::size_t ShardServer::State::skip_stuck_head() {
   if (!gap_since) gap_since = now;
   if (now - *gap_since < options.hole_timeout) return 0;
   std::fprintf(stderr, "gradlane ps server: sequence %llu did not arrive in %lld ms while later ones did: skipped\n",
-               static_cast<unsigned long long>(order.next_sequence()), static_cast<long long>(options.hole_timeout.count()));
+               static_cast<unsigned long long>(order.next_sequence()),
+               static_cast<long long>(options.hole_timeout.count()));
   cancel(order.next_sequence());
   gap_since.reset();
   return 1;
@@ -516,8 +525,10 @@ void ShardServer::State::tell_replica(const AppliedUpdate& record) {
 }
 
 void ShardServer::State::lose_replica(const Error& why) {
-  std::fprintf(stderr, "gradlane ps server: lost the replica: %s; serving without it (a new one may join: "
-               "ShardServer::join_server)\n", why.what());
+  std::fprintf(stderr,
+               "gradlane ps server: lost the replica: %s; serving without it (a new one may join: "
+               "ShardServer::join_server)\n",
+               why.what());
   ++stats.peers_lost;
   replica.reset();
   snapshot.reset();
@@ -619,8 +630,8 @@ ShardServer::ShardServer(const Device& device, Role role, std::uint16_t port, co
     throw Error(Errc::invalid_argument, "ShardServer: the shard needs floats > 0 and slots > 0");
   }
   if (initial.size() != options.floats) {
-    throw Error(Errc::invalid_argument, fmt::format("ShardServer: initial model has {} floats, the shard {}",
-                                                    initial.size(), options.floats));
+    throw Error(Errc::invalid_argument,
+                fmt::format("ShardServer: initial model has {} floats, the shard {}", initial.size(), options.floats));
   }
   state_ = std::make_unique<State>(device, role, port, options);
   // Grant windows: a server's key for its grants' tokens (a replica learns its server's).
@@ -629,7 +640,7 @@ ShardServer::ShardServer(const Device& device, Role role, std::uint16_t port, co
   if (options.sidecar && role == Role::server) {  // a replica attaches when promoted
     sidecar::AttachOptions attach = *options.sidecar;
     attach.region_bytes = state_->slots.slot_bytes() * options.slots;
-    attach.slots = options.slots;  // grants never run past our slots (AttachOptions::slots)
+    attach.slots = options.slots;          // grants never run past our slots (AttachOptions::slots)
     attach.grant_key = state_->grant_key;  // its grants carry our tokens (grant windows)
     state_->sidecar.emplace(sidecar::Client::attach(attach));
   }
@@ -771,9 +782,7 @@ bool ShardServer::cut_off() const {
 }
 
 std::uint64_t ShardServer::version() const { return state_->writer.model_version(); }
-std::size_t ShardServer::waiting_behind_hole() const {
-  return state_->order.next() ? 0 : state_->order.pending();
-}
+std::size_t ShardServer::waiting_behind_hole() const { return state_->order.next() ? 0 : state_->order.pending(); }
 std::span<const float> ShardServer::model() const { return state_->shard.floats(); }
 const ServerStats& ShardServer::stats() const { return state_->stats; }
 const std::vector<AppliedUpdate>& ShardServer::history() const { return state_->history; }

@@ -36,7 +36,7 @@ struct Peer {
   // after the connection, so they go first.
   std::map<std::uint64_t, MemoryWindow> windows;
   std::vector<MemoryWindow> spare_windows;
-  bool said_bye = false;  // the worker (or, at a replica, the server) said it finished: a leave
+  bool said_bye = false;      // the worker (or, at a replica, the server) said it finished: a leave
   bool told_primary = false;  // replica: the primary heard this worker failed over to us
   bool joined_late = false;   // admitted after accept_peers (a restarted worker or aggregator)
 };
@@ -113,10 +113,10 @@ struct ShardServer::State {
   // leaves without the drain — each round of it would wait the attach timeout again — and the
   // replica takes over as after a crash (its promotion applies every acknowledged mirror).
   bool sidecar_lost = false;
-  std::uint64_t reported = 0;                       // last `through` sent with Client::applied
-  std::map<std::uint64_t, std::uint32_t> rung_by;   // sequence -> worker whose doorbell brought it
-  std::map<std::uint32_t, std::uint64_t> arrivals;  // worker -> updates arrived from it
-  std::optional<shard::Clock::time_point> gap_since;       // head missing while later updates wait
+  std::uint64_t reported = 0;                         // last `through` sent with Client::applied
+  std::map<std::uint64_t, std::uint32_t> rung_by;     // sequence -> worker whose doorbell brought it
+  std::map<std::uint32_t, std::uint64_t> arrivals;    // worker -> updates arrived from it
+  std::optional<shard::Clock::time_point> gap_since;  // head missing while later updates wait
   // Promoted in sidecar mode: sequences below this were the old owner's to grant (skipped).
   std::uint64_t skip_below = 0;
   // Grant windows: the key of our grants' tokens — drawn by a server (in sidecar mode its
@@ -137,11 +137,11 @@ struct ShardServer::State {
   void note_landed(std::uint32_t worker, const Landed& update);
 
   // ---- replica ----
-  std::optional<std::size_t> primary;        // index in peers
-  RegionDescriptor primary_slots;            // the server's ring: where a lost mirror is re-read
-  std::map<std::uint64_t, Decided> decisions;  // sequence -> what the server did (worker 0 = skip)
-  std::map<std::uint64_t, Decided> fed;        // decisions handed to `order`, until applied
-  std::map<std::uint64_t, std::uint32_t> arrived;  // doorbells seen: sequence -> the worker that rang
+  std::optional<std::size_t> primary;                          // index in peers
+  RegionDescriptor primary_slots;                              // the server's ring: where a lost mirror is re-read
+  std::map<std::uint64_t, Decided> decisions;                  // sequence -> what the server did (worker 0 = skip)
+  std::map<std::uint64_t, Decided> fed;                        // decisions handed to `order`, until applied
+  std::map<std::uint64_t, std::uint32_t> arrived;              // doorbells seen: sequence -> the worker that rang
   std::optional<shard::Clock::time_point> head_waiting_since;  // head decided "apply", data not here
   std::uint64_t acked = 0;
   // A replica that joined running: worker -> the first sequence it mirrors here (Mirroring).
@@ -161,10 +161,10 @@ struct ShardServer::State {
   [[noreturn]] void refuse_claim(const shard::Peer& peer, const Claim& claim, const char* what, std::string_view why);
   void open_claim(std::size_t index, std::uint64_t sequence);
   bool rung_by_claimant(shard::Peer& peer, std::uint64_t sequence);
-  void take_replica_key(const ReplicaKey& key);                      // replica
-  ReplicaKey replica_key() const;                                    // server: what to tell it
-  void close_claim(std::uint64_t sequence);  // its window and its claimant's outstanding entry
-  Admit cancel(std::uint64_t sequence);      // order.cancelled, closing its claim
+  void take_replica_key(const ReplicaKey& key);  // replica
+  ReplicaKey replica_key() const;                // server: what to tell it
+  void close_claim(std::uint64_t sequence);      // its window and its claimant's outstanding entry
+  Admit cancel(std::uint64_t sequence);          // order.cancelled, closing its claim
   std::size_t take_doorbells(shard::Peer& peer);
   void promote();
   std::size_t take_input();
@@ -189,7 +189,7 @@ struct ShardServer::State {
   // Where `at` listens, to every live worker but `except` (the aggregator it describes), or
   // only to `only` (a worker admitted later).
   void tell_workers(const ListeningAt& at, std::uint32_t except = 0, shard::Peer* only = nullptr);
-  std::uint32_t rounds = 0;                 // progress() calls, to read the clock only so often
+  std::uint32_t rounds = 0;  // progress() calls, to read the clock only so often
   shard::Clock::time_point last_probe{};
   void report_applied();
   void tell_replica(const AppliedUpdate& record);

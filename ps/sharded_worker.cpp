@@ -14,9 +14,8 @@ ShardedWorker::ShardedWorker(const Device& device, std::span<const std::size_t> 
   workers_.reserve(servers);
   for (std::uint32_t s = 0; s < servers; ++s) {
     if (floats[s] == 0) {
-      throw Error(Errc::invalid_argument,
-                  fmt::format("ShardedWorker: {} servers for {} tensors leaves server {} empty", servers,
-                              tensor_floats.size(), s));
+      throw Error(Errc::invalid_argument, fmt::format("ShardedWorker: {} servers for {} tensors leaves server {} empty",
+                                                      servers, tensor_floats.size(), s));
     }
     shards[s].floats = floats[s];
     workers_.emplace_back(device, shards[s]);
@@ -43,7 +42,8 @@ std::span<const float> ShardedWorker::model(std::size_t tensor) const {
 
 std::vector<PushResult> ShardedWorker::push(std::span<const std::uint64_t> computed_on, std::uint64_t tag) {
   if (computed_on.size() != workers_.size()) {
-    throw Error(Errc::invalid_argument, fmt::format("push: {} versions for {} shards", computed_on.size(), workers_.size()));
+    throw Error(Errc::invalid_argument,
+                fmt::format("push: {} versions for {} shards", computed_on.size(), workers_.size()));
   }
   for (std::size_t s = 0; s < workers_.size(); ++s) workers_[s].start_push(computed_on[s], tag);
   std::vector<PushResult> results;

@@ -36,7 +36,9 @@ std::uint64_t version_in(const std::byte* header) {
 }
 
 // How long the constructor tries to reach a peer (WorkerOptions::connect_within).
-Millis connect_bound(const WorkerOptions& o) { return o.connect_within > Millis::zero() ? o.connect_within : o.timeout; }
+Millis connect_bound(const WorkerOptions& o) {
+  return o.connect_within > Millis::zero() ? o.connect_within : o.timeout;
+}
 
 }  // namespace
 
@@ -72,7 +74,7 @@ struct Worker::State {
   RegionDescriptor aggregator_slots;
   std::uint64_t failovers = 0;
   std::uint64_t failovers_at_pull = 0;  // `failovers` when the last pull read its version
-  std::uint64_t bytes_copied = 0;  // Worker::bytes_copied()
+  std::uint64_t bytes_copied = 0;       // Worker::bytes_copied()
 
   Connection& push_target() { return aggregator ? *aggregator : server; }
 
@@ -113,8 +115,10 @@ struct Worker::State {
   bool said_bye_to_aggregator = false;  // settle(): pushes no more
 
   void drop_aggregator(const std::string& why) {
-    std::fprintf(stderr, "gradlane ps worker %u: aggregator lost (%s); %zu update(s) it held reported not delivered; "
-                 "%s\n", options.id, why.c_str(), pending_members.size(),
+    std::fprintf(stderr,
+                 "gradlane ps worker %u: aggregator lost (%s); %zu update(s) it held reported not delivered; "
+                 "%s\n",
+                 options.id, why.c_str(), pending_members.size(),
                  sidecar ? "updates redirected to it are reported lost" : "pushing to the server directly");
     for (const PendingMember& p : pending_members) member_outcomes.push_back({p.tag, p.member, 0, false});
     pending_members.clear();
@@ -127,8 +131,10 @@ struct Worker::State {
     if (it == pending_members.end()) {
       // Not ours (a stray or a rogue report, or one for a write this process never made):
       // nothing pending changes.
-      std::fprintf(stderr, "gradlane ps worker %u: the aggregator reported member %llu, which is not pending here: "
-                   "ignored\n", options.id, static_cast<unsigned long long>(f.member));
+      std::fprintf(stderr,
+                   "gradlane ps worker %u: the aggregator reported member %llu, which is not pending here: "
+                   "ignored\n",
+                   options.id, static_cast<unsigned long long>(f.member));
       return;
     }
     member_outcomes.push_back({it->tag, it->member, f.sequence, f.delivered});
@@ -260,7 +266,8 @@ struct Worker::State {
       std::fprintf(stderr, "gradlane ps worker %u: pushing through the aggregator again from the next push, %s\n",
                    options.id, rejoined_aggregator->describe().c_str());
     } catch (const Error& e) {
-      std::fprintf(stderr, "gradlane ps worker %u: the aggregator at %s:%u is out of reach, pushing to the server: %s\n",
+      std::fprintf(stderr,
+                   "gradlane ps worker %u: the aggregator at %s:%u is out of reach, pushing to the server: %s\n",
                    options.id, at.address.c_str(), at.port, e.what());
     }
   }
@@ -318,15 +325,16 @@ struct Worker::State {
   }
 
   // A grant is too old to write once `since` (direct mode: when the worker last saw its queue
-  // empty before the grant; sidecar mode: its slot's start) is more than grant_lifetime ago; asks again then, up to kMaxGrantRequests in all. Returns false when the
-  // push has asked often enough and is to be reported lost.
+  // empty before the grant; sidecar mode: its slot's start) is more than grant_lifetime ago; asks again then, up to
+  // kMaxGrantRequests in all. Returns false when the push has asked often enough and is to be reported lost.
   static constexpr std::uint32_t kMaxGrantRequests = 3;
   bool too_late(Clock::time_point since, std::uint32_t& expired) {
     if (Clock::now() <= write_by(since)) return false;
     ++expired;
-    std::fprintf(stderr, "gradlane ps worker %u: a grant came %lld ms after %s (grant_lifetime %lld ms): not "
-                 "written, %s\n", options.id,
-                 static_cast<long long>(std::chrono::duration_cast<Millis>(Clock::now() - since).count()),
+    std::fprintf(stderr,
+                 "gradlane ps worker %u: a grant came %lld ms after %s (grant_lifetime %lld ms): not "
+                 "written, %s\n",
+                 options.id, static_cast<long long>(std::chrono::duration_cast<Millis>(Clock::now() - since).count()),
                  sidecar ? "its slot's start" : "it arrived", static_cast<long long>(options.grant_lifetime.count()),
                  expired < kMaxGrantRequests ? "asking again" : "the push is reported lost");
     return true;
@@ -361,7 +369,8 @@ struct Worker::State {
   PushResult write(std::uint64_t sequence, Clock::time_point deadline, std::uint32_t window_rkey = 0,
                    std::uint64_t token = 0, bool mirror_claimed = false) {
     if (aggregator && !sidecar) {  // a member slot of the aggregator's ring
-      PushResult member = write_member(sequence % (aggregator_slots.length / bytes), static_cast<std::uint32_t>(sequence));
+      PushResult member =
+          write_member(sequence % (aggregator_slots.length / bytes), static_cast<std::uint32_t>(sequence));
       member.sequence = sequence;  // the aggregator's member sequence
       pending_members.push_back({sequence, push_tag});
       return member;
@@ -410,17 +419,19 @@ struct Worker::State {
     // request left; grant windows close even that (a claim).
     if (Clock::now() > deadline) {
       if (mirrored) replica->wait(*mirrored, options.timeout);  // held there until the server's skip
-      std::fprintf(stderr, "gradlane ps worker %u: stalled past the grant of sequence %llu before writing it to the "
-                   "server (grant_lifetime %lld ms): not written, reported lost\n", options.id,
-                   static_cast<unsigned long long>(sequence), static_cast<long long>(options.grant_lifetime.count()));
+      std::fprintf(stderr,
+                   "gradlane ps worker %u: stalled past the grant of sequence %llu before writing it to the "
+                   "server (grant_lifetime %lld ms): not written, reported lost\n",
+                   options.id, static_cast<unsigned long long>(sequence),
+                   static_cast<long long>(options.grant_lifetime.count()));
       PushResult lost;
       lost.lost = true;
       return lost;
     }
-    const OpId written =
-        window_rkey == 0 ? server.write_and_ring(gradient_region, 0, server_slots, offset, bytes, imm)
-                         : server.write_and_ring(gradient_region, 0, {server_slots.addr + offset, bytes, window_rkey}, 0,
-                                                 bytes, imm);
+    const OpId written = window_rkey == 0
+                             ? server.write_and_ring(gradient_region, 0, server_slots, offset, bytes, imm)
+                             : server.write_and_ring(gradient_region, 0,
+                                                     {server_slots.addr + offset, bytes, window_rkey}, 0, bytes, imm);
     // Sidecar mode: the server's refusal floor, READ behind the write on the same QP (so it
     // completes after it, and waiting for it waits for the write).
     constexpr std::size_t kFloorAt = offsetof(ShardHeader, refuse_below);
@@ -492,8 +503,10 @@ struct Worker::State {
       // Nowhere to write it: the sidecar hears it failed (the aggregate goes on without it).
       sidecar->complete(g.request, g.part_index, std::chrono::nanoseconds{0}, /*failed=*/true);
       if (!warned_redirect) {
-        std::fprintf(stderr, "gradlane ps worker %u: the sidecar redirected an update to aggregator endpoint %u, %s; "
-                     "reported lost\n", options.id, g.target,
+        std::fprintf(stderr,
+                     "gradlane ps worker %u: the sidecar redirected an update to aggregator endpoint %u, %s; "
+                     "reported lost\n",
+                     options.id, g.target,
                      aggregator ? "not the one this worker is connected to" : "and this worker has no aggregator");
         warned_redirect = true;
       }
@@ -554,16 +567,19 @@ struct Worker::State {
       }
       const auto* opened = std::get_if<Opened>(&answer);
       if (opened == nullptr) {
-        throw Error(Errc::protocol, fmt::format("{}: expected the answer to the claim of sequence {}, got message kind {}",
-                                                conn.describe(), sequence, answer.index() + 1));
+        throw Error(Errc::protocol,
+                    fmt::format("{}: expected the answer to the claim of sequence {}, got message kind {}",
+                                conn.describe(), sequence, answer.index() + 1));
       }
       if (opened->sequence == sequence) return opened->window_rkey;
     }
   }
 
   PushResult decided_before_claim(std::uint64_t sequence, const char* where) const {
-    std::fprintf(stderr, "gradlane ps worker %u: the %s had decided sequence %llu before our claim: not written, "
-                 "reported lost\n", options.id, where, static_cast<unsigned long long>(sequence));
+    std::fprintf(stderr,
+                 "gradlane ps worker %u: the %s had decided sequence %llu before our claim: not written, "
+                 "reported lost\n",
+                 options.id, where, static_cast<unsigned long long>(sequence));
     PushResult lost;
     lost.lost = true;
     return lost;
@@ -582,7 +598,8 @@ struct Worker::State {
       last_empty = Clock::now();
       const auto waited = last_empty - start;
       if (waited > options.timeout) {
-        throw Error(Errc::timeout, fmt::format("{}: no grant within {} ms", target.describe(), options.timeout.count()));
+        throw Error(Errc::timeout,
+                    fmt::format("{}: no grant within {} ms", target.describe(), options.timeout.count()));
       }
       // Waiting for a message, the connection is idle: a peer gone without a disconnect reaching
       // us (its host or process died while the link was down, so its DREQ was lost) would go
@@ -620,8 +637,8 @@ struct Worker::State {
       if (std::holds_alternative<Opened>(answer)) continue;  // a mirror claim's answer from before a failover
       const auto* grant = std::get_if<Grant>(&answer);
       if (grant == nullptr || grant->sequence == 0) {
-        throw Error(Errc::protocol, fmt::format("{}: expected a grant, got message kind {}", target.describe(),
-                                                answer.index() + 1));
+        throw Error(Errc::protocol,
+                    fmt::format("{}: expected a grant, got message kind {}", target.describe(), answer.index() + 1));
       }
       // Not written, an expired grant is a hole the server skips after its hole_timeout.
       if (!too_late(arrived_after, expired)) {
@@ -647,7 +664,8 @@ struct Worker::State {
     for (std::uint32_t expired = 0;;) {
       const sidecar::Grant g = sidecar->wait(options.timeout);
       if (g.request != request) {
-        throw Error(Errc::protocol, fmt::format("the sidecar answered request {} while {} was in flight", g.request, request));
+        throw Error(Errc::protocol,
+                    fmt::format("the sidecar answered request {} while {} was in flight", g.request, request));
       }
       const bool writes = g.kind == sidecar::GrantKind::go || g.kind == sidecar::GrantKind::redirect;
       if (!writes || !too_late(Clock::time_point(g.slot_start), expired)) {
@@ -707,7 +725,8 @@ struct Worker::State {
           }
           throw Error(Errc::protocol,
                       fmt::format("the sidecar refused the push for {} ms: {} (endpoint {}); no sidecar took the "
-                                  "server over", std::chrono::duration_cast<Millis>(now - *refused_since).count(),
+                                  "server over",
+                                  std::chrono::duration_cast<Millis>(now - *refused_since).count(),
                                   sidecar::reason_name(g.reason), options.server_endpoint));
         }
         // The model was pulled from a server that died since, which had applied updates its
@@ -904,8 +923,10 @@ PushResult Worker::write_as(std::uint64_t sequence, std::uint64_t token) {
       return s.write_claimed(sequence, kNoDeadline, token, mirror_claimed);
     }
     if (s.server_decided(sequence)) {
-      std::fprintf(stderr, "gradlane ps worker %u: the server skipped sequence %llu before it was written: not "
-                   "written, reported lost\n", s.options.id, static_cast<unsigned long long>(sequence));
+      std::fprintf(stderr,
+                   "gradlane ps worker %u: the server skipped sequence %llu before it was written: not "
+                   "written, reported lost\n",
+                   s.options.id, static_cast<unsigned long long>(sequence));
       PushResult lost;
       lost.lost = true;
       return lost;
@@ -922,9 +943,10 @@ PushResult Worker::write_as(std::uint64_t sequence, std::uint64_t token) {
 std::optional<LandedPush> Worker::last_landed() {
   State& s = *state_;
   if (s.sidecar || s.aggregator) {
-    throw Error(Errc::invalid_argument, fmt::format("worker {}: last_landed() needs direct mode pushing to the server (in "
-                                                    "sidecar mode or through an aggregator the server learns no tags)",
-                                                    s.options.id));
+    throw Error(Errc::invalid_argument,
+                fmt::format("worker {}: last_landed() needs direct mode pushing to the server (in "
+                            "sidecar mode or through an aggregator the server learns no tags)",
+                            s.options.id));
   }
   for (;;) {
     try {

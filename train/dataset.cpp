@@ -35,8 +35,8 @@ std::vector<std::uint8_t> read_all(const std::filesystem::path& file) {
 }
 
 std::uint32_t big_endian(const std::vector<std::uint8_t>& b, std::size_t at) {
-  return (std::uint32_t{b[at]} << 24) | (std::uint32_t{b[at + 1]} << 16) |
-         (std::uint32_t{b[at + 2]} << 8) | std::uint32_t{b[at + 3]};
+  return (std::uint32_t{b[at]} << 24) | (std::uint32_t{b[at + 1]} << 16) | (std::uint32_t{b[at + 2]} << 8) |
+         std::uint32_t{b[at + 3]};
 }
 
 // IDX header: magic 0x00000800 | dims, then one big-endian u32 per dimension.
@@ -45,8 +45,8 @@ std::vector<std::size_t> idx_dims(const std::filesystem::path& file, const std::
   if (b.size() < 4 + 4 * std::size_t{want_dims}) fail(file, "shorter than an IDX header");
   const std::uint32_t magic = big_endian(b, 0);
   if (magic != (0x0800U | want_dims)) {
-    fail(file, "not an IDX file of unsigned bytes with " + std::to_string(want_dims) +
-                   " dimensions (magic " + std::to_string(magic) + ")");
+    fail(file, "not an IDX file of unsigned bytes with " + std::to_string(want_dims) + " dimensions (magic " +
+                   std::to_string(magic) + ")");
   }
   std::vector<std::size_t> dims;
   std::size_t total = 1;
@@ -82,8 +82,8 @@ Dataset load_idx(const std::filesystem::path& images, const std::filesystem::pat
   const auto image_dims = idx_dims(images, image_bytes, 3);
   const auto label_dims = idx_dims(labels, label_bytes, 1);
   if (image_dims[0] != label_dims[0]) {
-    fail(labels, std::to_string(label_dims[0]) + " labels for " + std::to_string(image_dims[0]) +
-                     " images in " + images.string());
+    fail(labels, std::to_string(label_dims[0]) + " labels for " + std::to_string(image_dims[0]) + " images in " +
+                     images.string());
   }
   Dataset set;
   set.rows = image_dims[0];
@@ -97,8 +97,7 @@ Dataset load_idx(const std::filesystem::path& images, const std::filesystem::pat
   set.labels.assign(label_bytes.begin() + kLabelHeader, label_bytes.end());
   for (std::size_t i = 0; i < set.labels.size(); ++i) {
     if (set.labels[i] >= set.classes) {
-      fail(labels, "label " + std::to_string(set.labels[i]) + " at row " + std::to_string(i) +
-                       " is not a class 0..9");
+      fail(labels, "label " + std::to_string(set.labels[i]) + " at row " + std::to_string(i) + " is not a class 0..9");
     }
   }
   return set;

@@ -16,22 +16,20 @@ namespace gradlane::train {
 inline constexpr const char* kDefaultFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 
 struct Dataset {
-  std::size_t rows = 0;       // images
-  std::size_t features = 0;   // pixels per image (784)
-  std::vector<float> pixels;  // rows × features, row-major, each in [0, 1]
+  std::size_t rows = 0;              // images
+  std::size_t features = 0;          // pixels per image (784)
+  std::vector<float> pixels;         // rows × features, row-major, each in [0, 1]
   std::vector<std::uint8_t> labels;  // rows, each < classes
   std::size_t classes = 10;
 
-  std::span<const float> image(std::size_t row) const {
-    return {pixels.data() + row * features, features};
-  }
+  std::span<const float> image(std::size_t row) const { return {pixels.data() + row * features, features}; }
   // Rows [first, first + count) as a new set (a validation split, a small test set).
   Dataset slice(std::size_t first, std::size_t count) const;
 };
 
 struct FashionMnist {
-  Dataset train;       // 60,000 images unless limited
-  Dataset test;        // 10,000
+  Dataset train;  // 60,000 images unless limited
+  Dataset test;   // 10,000
 };
 
 // Reads one IDX images file and its labels file (".gz" or not). Throws std::runtime_error

@@ -14,9 +14,7 @@ using ConstRowVector = Eigen::Map<const Eigen::RowVectorXf>;
 
 // The tensors of a flat parameter (or gradient) vector.
 
-std::size_t first_layer_outputs(const ModelSpec& s) {
-  return s.kind == ModelKind::mlp ? s.hidden : s.classes;
-}
+std::size_t first_layer_outputs(const ModelSpec& s) { return s.kind == ModelKind::mlp ? s.hidden : s.classes; }
 
 void gather(const Dataset& data, std::span<const std::uint32_t> rows, RowMatrix& x) {
   x.resize(static_cast<Eigen::Index>(rows.size()), static_cast<Eigen::Index>(data.features));

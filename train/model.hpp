@@ -28,7 +28,7 @@ const char* to_string(ModelKind kind);
 struct ModelSpec {
   ModelKind kind = ModelKind::softmax;
   std::size_t inputs = 784;
-  std::size_t hidden = 256;   // mlp only
+  std::size_t hidden = 256;  // mlp only
   std::size_t classes = 10;
 };
 

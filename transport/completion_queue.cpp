@@ -160,8 +160,9 @@ void SharedCq::check_events() {
 int SharedCq::poll() {
   ibv_wc wcs[32];
   const int n = ibv_poll_cq(cq.get(), 32, wcs);
-  if (n < 0) throw Error(Errc::system, fmt::format("ibv_poll_cq on the shared completion queue of {} failed ({})",
-                                                   device.info().name, n));
+  if (n < 0)
+    throw Error(Errc::system,
+                fmt::format("ibv_poll_cq on the shared completion queue of {} failed ({})", device.info().name, n));
   for (int i = 0; i < n; ++i) {
     const auto owner = owners_.find(wcs[i].qp_num);
     if (owner == owners_.end()) {  // a connection already gone; a shared buffer it took comes back

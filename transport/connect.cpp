@@ -41,8 +41,7 @@ void DestroyId::operator()(rdma_cm_id* id) const noexcept {
 ChannelPtr make_channel() {
   ChannelPtr channel(rdma_create_event_channel());
   if (!channel) {
-    throw_call_failed(Errc::system,
-                      "rdma_create_event_channel (is /dev/infiniband/rdma_cm present? load rdma_ucm)",
+    throw_call_failed(Errc::system, "rdma_create_event_channel (is /dev/infiniband/rdma_cm present? load rdma_ucm)",
                       last_errno_or(ENODEV));
   }
   const int flags = ::fcntl(channel->fd, F_GETFL);
@@ -163,8 +162,9 @@ std::unique_ptr<ConnectionState> new_state(const Device& device, const Transport
 }
 
 void describe(ConnectionState& state) {
-  state.description = fmt::format("{} {} -> {}", state.device.info().name, address_text(rdma_get_local_addr(state.id.get())),
-                                  address_text(rdma_get_peer_addr(state.id.get())));
+  state.description =
+      fmt::format("{} {} -> {}", state.device.info().name, address_text(rdma_get_local_addr(state.id.get())),
+                  address_text(rdma_get_peer_addr(state.id.get())));
 }
 
 }  // namespace
@@ -181,11 +181,11 @@ void ConnectionState::create_queue_pair() {
   }
   ibv_cq* completions = shared ? shared->cq.get() : cq.get();
   if (uses_shared_receives() && slot_bytes() > shared->srq_slot_bytes) {
-    throw Error(Errc::invalid_argument,
-                fmt::format("this connection's max_message_bytes ({}) is larger than the shared receive queue's "
-                            "buffers ({} bytes of payload): create the CompletionQueue with max_message_bytes ≥ {}",
-                            options.max_message_bytes, shared->srq_slot_bytes - kFrameHeaderSize,
-                            options.max_message_bytes));
+    throw Error(
+        Errc::invalid_argument,
+        fmt::format("this connection's max_message_bytes ({}) is larger than the shared receive queue's "
+                    "buffers ({} bytes of payload): create the CompletionQueue with max_message_bytes ≥ {}",
+                    options.max_message_bytes, shared->srq_slot_bytes - kFrameHeaderSize, options.max_message_bytes));
   }
   ibv_qp_init_attr attr{};
   attr.send_cq = completions;
@@ -199,12 +199,12 @@ void ConnectionState::create_queue_pair() {
   attr.cap.max_recv_sge = 1;
   attr.cap.max_inline_data = options.max_inline;
   if (rdma_create_qp(id.get(), device.pd(), &attr) != 0) {
-    throw_call_failed(Errc::system,
-                      fmt::format("rdma_create_qp({}, send {} / recv {} WRs, inline {}) — lower GRADLANE_SQ_DEPTH / "
-                                  "GRADLANE_RQ_DEPTH / GRADLANE_MAX_INLINE if the device limits them (max_qp_wr {})",
-                                  info.name, options.send_queue_depth, options.recv_queue_depth, options.max_inline,
-                                  info.max_qp_wr),
-                      last_errno_or(EINVAL));
+    throw_call_failed(
+        Errc::system,
+        fmt::format("rdma_create_qp({}, send {} / recv {} WRs, inline {}) — lower GRADLANE_SQ_DEPTH / "
+                    "GRADLANE_RQ_DEPTH / GRADLANE_MAX_INLINE if the device limits them (max_qp_wr {})",
+                    info.name, options.send_queue_depth, options.recv_queue_depth, options.max_inline, info.max_qp_wr),
+        last_errno_or(EINVAL));
   }
   // Before anything can complete: the shared queue grows for this QP and routes its completions.
   if (shared) shared->attach(id->qp->qp_num, *this, cq_entries());
@@ -233,9 +233,8 @@ namespace {
 // The IB spec's RNR timer codes (IBTA 9.7.5.2.8): the delay, in µs, a sender waits before it
 // tries again after this side refused it for want of a posted receive.
 constexpr std::array<std::uint32_t, 32> kRnrDelayMicros{
-    655360, 10,    20,    30,    40,    60,    80,     120,    160,    240,    320,
-    480,    640,   960,   1280,  1920,  2560,  3840,   5120,   7680,   10240,  15360,
-    20480,  30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520};
+    655360, 10,   20,   30,   40,    60,    80,    120,   160,   240,   320,   480,    640,    960,    1280,   1920,
+    2560,   3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520};
 // 0.64 ms, as perftest and NCCL use. rdma_cm leaves code 0, the longest (655 ms): a burst that
 // outran the receives (a shared receive queue run dry, a server busy applying) then stalls its
 // sender 0.65 s per refusal, and under rxe the stall can outlast the ACK timeout and its
@@ -250,9 +249,10 @@ void ConnectionState::shorten_receiver_not_ready_delay() {
   ibv_qp_attr attr{};
   attr.min_rnr_timer = kRnrDelayCode;
   if (const int rc = ibv_modify_qp(id->qp, &attr, IBV_QP_MIN_RNR_TIMER); rc != 0) {
-    std::fprintf(stderr, "gradlane: %s; a sender this side refuses for want of a receive waits rdma_cm's default\n",
-                 call_failed(fmt::format("ibv_modify_qp(min_rnr_timer={}) on {}", kRnrDelayCode, device.info().name),
-                             rc).c_str());
+    std::fprintf(
+        stderr, "gradlane: %s; a sender this side refuses for want of a receive waits rdma_cm's default\n",
+        call_failed(fmt::format("ibv_modify_qp(min_rnr_timer={}) on {}", kRnrDelayCode, device.info().name), rc)
+            .c_str());
   }
 }
 
@@ -313,18 +313,19 @@ Connection connect_on(const Device& device, const std::string& address, std::uin
   // picks the device that owns the *destination* and the traffic never leaves that device.
   if (rdma_resolve_addr(state->id.get(), reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
                         static_cast<int>(left().count())) != 0) {
-    detail::throw_call_failed(Errc::address_unresolved, fmt::format("rdma_resolve_addr({} -> {})", dev.info().ipv4_address, peer),
-                              errno);
+    detail::throw_call_failed(Errc::address_unresolved,
+                              fmt::format("rdma_resolve_addr({} -> {})", dev.info().ipv4_address, peer), errno);
   }
   auto expect = [&](rdma_cm_event_type wanted, CmPhase phase) {
     auto event = detail::next_cm_event(state->channel.get(), left());
     if (!event) {
-      throw Error(Errc::unreachable, fmt::format("no answer from {} within {} ms while {}: the host is down or "
-                                                 "the address is wrong (GRADLANE_CONNECT_TIMEOUT_MS)",
-                                                 peer, timeout.count(),
-                                                 phase == CmPhase::connect ? "connecting" : "resolving"));
+      throw Error(Errc::unreachable,
+                  fmt::format("no answer from {} within {} ms while {}: the host is down or "
+                              "the address is wrong (GRADLANE_CONNECT_TIMEOUT_MS)",
+                              peer, timeout.count(), phase == CmPhase::connect ? "connecting" : "resolving"));
     }
-    if (event->type == RDMA_CM_EVENT_REJECTED && detail::decode_refusal(event->private_data) == detail::Refusal::job_key) {
+    if (event->type == RDMA_CM_EVENT_REJECTED &&
+        detail::decode_refusal(event->private_data) == detail::Refusal::job_key) {
       throw Error(Errc::connection_rejected,
                   fmt::format("connection to {} refused by the listener: this side's job key (GRADLANE_JOB_KEY, "
                               "TransportOptions::job_key) is not the listener's — it serves another job, or the "
@@ -356,7 +357,8 @@ Connection connect_on(const Device& device, const std::string& address, std::uin
     detail::check_handshake(established.private_data);
   } catch (const Error& e) {
     throw Error(Errc::connection_rejected, fmt::format("{} accepted the connection but is not a gradlane listener of "
-                                                       "this protocol: {}", peer, e.what()));
+                                                       "this protocol: {}",
+                                                       peer, e.what()));
   }
   if (!detail::same_job_key(established.private_data, state->options.job_key)) {
     throw Error(Errc::connection_rejected,
@@ -411,7 +413,7 @@ class ListenerState {
   IdPtr id;
   std::string address;
   std::uint16_t port = 0;
-  std::string here;  // "address:port", for errors: formatted once, not on every try_accept()
+  std::string here;                  // "address:port", for errors: formatted once, not on every try_accept()
   std::shared_ptr<SharedCq> shared;  // completion queue for the connections accepted, or null
   // Declared after `channel`/`id`: destroyed first (their ids live on the listener's channel).
   std::vector<PendingPeer> pending;
@@ -551,7 +553,8 @@ std::optional<Connection> take_event(detail::ListenerState& s, const detail::CmE
   detail::PendingPeer peer = std::move(*it);
   s.pending.erase(it);
   if (event.type != RDMA_CM_EVENT_ESTABLISHED) {
-    drop_peer(here, peer.peer, detail::cm_event_error(event.type, event.status, detail::CmPhase::accept, peer.peer).what());
+    drop_peer(here, peer.peer,
+              detail::cm_event_error(event.type, event.status, detail::CmPhase::accept, peer.peer).what());
     return std::nullopt;
   }
   auto& state = *peer.state;
@@ -585,8 +588,8 @@ Connection Listener::accept(Millis timeout) {
       expire_pending(s, here, now);
       auto until = deadline;
       for (const auto& p : s.pending) until = std::min(until, p.deadline);
-      const auto wait = std::max(std::chrono::milliseconds(0),
-                                 std::chrono::duration_cast<std::chrono::milliseconds>(until - now));
+      const auto wait =
+          std::max(std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(until - now));
       // A zero wait would be a single non-blocking look: wait at least 1 ms while time is left.
       event = detail::next_cm_event(s.channel.get(), wait.count() > 0 ? wait : std::chrono::milliseconds(1));
     }

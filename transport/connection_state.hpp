@@ -24,9 +24,13 @@
 
 namespace gradlane::detail {
 
-struct DestroyChannel { void operator()(rdma_event_channel* channel) const noexcept; };
+struct DestroyChannel {
+  void operator()(rdma_event_channel* channel) const noexcept;
+};
 // Destroys the id's QP (if any) first: rdma_destroy_id does not.
-struct DestroyId { void operator()(rdma_cm_id* id) const noexcept; };
+struct DestroyId {
+  void operator()(rdma_cm_id* id) const noexcept;
+};
 
 using ChannelPtr = std::unique_ptr<rdma_event_channel, DestroyChannel>;
 using IdPtr = std::unique_ptr<rdma_cm_id, DestroyId>;
@@ -134,8 +138,7 @@ class ConnectionState {
   OpId post(ibv_send_wr& wr, const OpRecord& record, bool force_signal);
   // Posts `first` and `second` chained in one ibv_post_send (one doorbell to the NIC); the
   // first follows the automatic signalling, the second is signalled. Returns the second's id.
-  OpId post_pair(ibv_send_wr& first, const OpRecord& first_record, ibv_send_wr& second,
-                 const OpRecord& second_record);
+  OpId post_pair(ibv_send_wr& first, const OpRecord& first_record, ibv_send_wr& second, const OpRecord& second_record);
   bool prepare(ibv_send_wr& wr, const OpRecord& record, bool force_signal, OpId op);
   void posted(OpId op, bool signalled);
   // Waits until `ops` more operations fit in the send queue.

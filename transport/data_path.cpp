@@ -164,8 +164,9 @@ void ConnectionState::handle_completion(const ibv_wc& wc) {
   if (wc.status != IBV_WC_SUCCESS) {
     const OpRecord& op = ops[wc.wr_id % ops.size()];
     const std::string what = fmt::format("{} (op {})", describe_op(op), wc.wr_id);
-    fail(wc.status == IBV_WC_WR_FLUSH_ERR && !failure_error ? silent_flush_error(what, description)
-                                                            : completion_error(wc.status, wc.vendor_err, what, description));
+    fail(wc.status == IBV_WC_WR_FLUSH_ERR && !failure_error
+             ? silent_flush_error(what, description)
+             : completion_error(wc.status, wc.vendor_err, what, description));
     return;
   }
   completed = std::max<OpId>(completed, wc.wr_id);
@@ -247,10 +248,9 @@ void ConnectionState::wait_for_send_queue_space(std::uint64_t wanted) {
   if (fits()) return;
   const auto limit = stall_limit(options);
   if (!poll_until(*this, limit, fits)) {
-    throw fail(Error(Errc::timeout,
-                     fmt::format("send queue of {} stayed full ({} ops outstanding) for {} ms: the peer "
-                                 "stopped acknowledging",
-                                 description, next_op - 1 - completed, limit.count())));
+    throw fail(Error(Errc::timeout, fmt::format("send queue of {} stayed full ({} ops outstanding) for {} ms: the peer "
+                                                "stopped acknowledging",
+                                                description, next_op - 1 - completed, limit.count())));
   }
 }
 
@@ -374,8 +374,8 @@ namespace {
 // `last_length` bytes at the returned offset, whose completion follows every earlier one on the
 // RC queue pair. Returns that offset from the start of the operation.
 std::uint64_t post_all_but_last(detail::ConnectionState& s, ibv_wr_opcode opcode, const MemoryRegion& local,
-                                std::size_t local_offset, const RegionDescriptor& remote,
-                                std::uint64_t remote_offset, std::size_t length, std::size_t& last_length) {
+                                std::size_t local_offset, const RegionDescriptor& remote, std::uint64_t remote_offset,
+                                std::size_t length, std::size_t& last_length) {
   const std::vector<detail::MessageSpan> spans = detail::split_into_messages(length, s.device.info().max_message_bytes);
   for (std::size_t i = 0; i + 1 < spans.size(); ++i) {
     ibv_sge sge{};
@@ -395,7 +395,8 @@ OpId Connection::write(const MemoryRegion& src, std::size_t src_offset, const Re
   std::size_t n = 0;
   const auto at = post_all_but_last(*state_, IBV_WR_RDMA_WRITE, src, src_offset, dst, dst_offset, length, n);
   ibv_sge sge{};
-  auto wr = one_sided(IBV_WR_RDMA_WRITE, sge, src, src_offset + at, dst, dst_offset + at, n, state_->options.max_inline);
+  auto wr =
+      one_sided(IBV_WR_RDMA_WRITE, sge, src, src_offset + at, dst, dst_offset + at, n, state_->options.max_inline);
   return state_->post(wr, {IBV_WR_RDMA_WRITE, n, wr.wr.rdma.remote_addr, dst.rkey}, signal == Signal::always);
 }
 
@@ -408,8 +409,7 @@ OpId Connection::write_with_imm(const MemoryRegion& src, std::size_t src_offset,
   auto wr = one_sided(IBV_WR_RDMA_WRITE_WITH_IMM, sge, src, src_offset + at, dst, dst_offset + at, n,
                       state_->options.max_inline);
   wr.imm_data = htonl(imm);
-  return state_->post(wr, {IBV_WR_RDMA_WRITE_WITH_IMM, n, wr.wr.rdma.remote_addr, dst.rkey},
-                      signal == Signal::always);
+  return state_->post(wr, {IBV_WR_RDMA_WRITE_WITH_IMM, n, wr.wr.rdma.remote_addr, dst.rkey}, signal == Signal::always);
 }
 
 OpId Connection::write_and_ring(const MemoryRegion& src, std::size_t src_offset, const RegionDescriptor& dst,
@@ -420,8 +420,8 @@ OpId Connection::write_and_ring(const MemoryRegion& src, std::size_t src_offset,
   src_offset += at;
   dst_offset += at;
   ibv_sge payload_sge{};
-  auto payload = one_sided(IBV_WR_RDMA_WRITE, payload_sge, src, src_offset, dst, dst_offset, length,
-                           state_->options.max_inline);
+  auto payload =
+      one_sided(IBV_WR_RDMA_WRITE, payload_sge, src, src_offset, dst, dst_offset, length, state_->options.max_inline);
   // The doorbell carries no bytes (num_sge 0): only the immediate, placed after the payload
   // by RC ordering. Its address is the payload's end, inside the region the rkey covers.
   ibv_send_wr doorbell{};
@@ -576,9 +576,9 @@ void Connection::wait(OpId op, Millis timeout) {
                             op));
   }
   if (!detail::poll_until(s, timeout, [&] { return s.completed >= op; })) {
-    throw Error(Errc::timeout, fmt::format("{} (op {}) not complete on {} after {} ms",
-                                           detail::describe_op(s.ops[op % s.ops.size()]), op, s.description,
-                                           timeout.count()));
+    throw Error(Errc::timeout,
+                fmt::format("{} (op {}) not complete on {} after {} ms", detail::describe_op(s.ops[op % s.ops.size()]),
+                            op, s.description, timeout.count()));
   }
 }
 

@@ -9,13 +9,20 @@ namespace detail {
 
 const char* op_name(ibv_wr_opcode opcode) {
   switch (opcode) {
-    case IBV_WR_RDMA_WRITE: return "RDMA WRITE";
-    case IBV_WR_RDMA_WRITE_WITH_IMM: return "RDMA WRITE_WITH_IMM";
-    case IBV_WR_RDMA_READ: return "RDMA READ";
-    case IBV_WR_SEND: return "SEND";
-    case IBV_WR_BIND_MW: return "BIND_MW";
-    case IBV_WR_LOCAL_INV: return "LOCAL_INV";
-    default: return "work request";
+    case IBV_WR_RDMA_WRITE:
+      return "RDMA WRITE";
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return "RDMA WRITE_WITH_IMM";
+    case IBV_WR_RDMA_READ:
+      return "RDMA READ";
+    case IBV_WR_SEND:
+      return "SEND";
+    case IBV_WR_BIND_MW:
+      return "BIND_MW";
+    case IBV_WR_LOCAL_INV:
+      return "LOCAL_INV";
+    default:
+      return "work request";
   }
 }
 
@@ -27,17 +34,20 @@ std::string describe_op(const OpRecord& op) {
   }
   if (op.opcode == IBV_WR_LOCAL_INV) return fmt::format("LOCAL_INV of memory window rkey {:#x}", op.rkey);
   const char* dir = op.opcode == IBV_WR_RDMA_READ ? "from" : "to";
-  return fmt::format("{} of {} bytes {} remote {:#x} (rkey {:#x})", op_name(op.opcode), op.length, dir,
-                     op.remote_addr, op.rkey);
+  return fmt::format("{} of {} bytes {} remote {:#x} (rkey {:#x})", op_name(op.opcode), op.length, dir, op.remote_addr,
+                     op.rkey);
 }
 
 Errc errc_for_completion(ibv_wc_status status) {
   switch (status) {
     case IBV_WC_REM_ACCESS_ERR:
-    case IBV_WC_REM_INV_REQ_ERR: return Errc::remote_access;
+    case IBV_WC_REM_INV_REQ_ERR:
+      return Errc::remote_access;
     case IBV_WC_RETRY_EXC_ERR:
-    case IBV_WC_RNR_RETRY_EXC_ERR: return Errc::peer_gone;
-    default: return Errc::operation_failed;
+    case IBV_WC_RNR_RETRY_EXC_ERR:
+      return Errc::peer_gone;
+    default:
+      return Errc::operation_failed;
   }
 }
 
@@ -79,8 +89,7 @@ Error completion_error(ibv_wc_status status, std::uint32_t vendor_err, const std
                        const std::string& connection) {
   return Error(errc_for_completion(status),
                fmt::format("{} on {} failed: {} (status {}, vendor error {:#x}): {}", what, connection,
-                           ibv_wc_status_str(status), static_cast<int>(status), vendor_err,
-                           completion_hint(status)));
+                           ibv_wc_status_str(status), static_cast<int>(status), vendor_err, completion_hint(status)));
 }
 
 Error silent_flush_error(const std::string& what, const std::string& connection) {
@@ -103,8 +112,8 @@ Error cm_event_error(rdma_cm_event_type event, int status, CmPhase phase, const 
                    status < 0 ? -status : 0);
     case RDMA_CM_EVENT_ROUTE_ERROR:
       return Error(Errc::route_unresolved,
-                   fmt::format("no route to {}: {} ({}) — check `ip route get` for it from the device's netdev",
-                               peer, status < 0 ? std::strerror(-status) : "route error", name),
+                   fmt::format("no route to {}: {} ({}) — check `ip route get` for it from the device's netdev", peer,
+                               status < 0 ? std::strerror(-status) : "route error", name),
                    status < 0 ? -status : 0);
     case RDMA_CM_EVENT_REJECTED:
       // IB CM reject reason 8 = invalid service id: no listener on that port.

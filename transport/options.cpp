@@ -24,8 +24,7 @@ void apply(const detail::Getenv& getenv, const char* name, std::uint64_t min, st
 
 }  // namespace
 
-TransportOptions TransportOptions::from_env(
-    const std::function<std::optional<std::string>(const char*)>& getenv_fn) {
+TransportOptions TransportOptions::from_env(const std::function<std::optional<std::string>(const char*)>& getenv_fn) {
   const auto getenv = detail::env_or_process(getenv_fn);
   TransportOptions o;
   apply(getenv, "GRADLANE_ACK_TIMEOUT", 1, 31, o.ack_timeout);
@@ -56,9 +55,10 @@ TransportOptions TransportOptions::from_env(
   }
   if (o.job_key.empty()) {
     // fputs, not fmt::print: a closed stderr must not turn a warning into an exception.
-    std::fputs("gradlane: warning: running without a job key (GRADLANE_INSECURE=1): any process that "
-               "reaches this host's RDMA ports can connect\n",
-               stderr);
+    std::fputs(
+        "gradlane: warning: running without a job key (GRADLANE_INSECURE=1): any process that "
+        "reaches this host's RDMA ports can connect\n",
+        stderr);
   }
   return o;
 }
@@ -96,9 +96,10 @@ void TransportOptions::validate() const {
   if (send_queue_depth < 2) fail("send_queue_depth must be at least 2");
   if (recv_queue_depth < 1) fail("recv_queue_depth must be at least 1");
   if (signal_interval < 1 || signal_interval > send_queue_depth / 2) {
-    fail(fmt::format("signal_interval {} must be in [1, send_queue_depth/2 = {}] so a full send queue "
-                     "always has a signalled request in flight",
-                     signal_interval, send_queue_depth / 2));
+    fail(
+        fmt::format("signal_interval {} must be in [1, send_queue_depth/2 = {}] so a full send queue "
+                    "always has a signalled request in flight",
+                    signal_interval, send_queue_depth / 2));
   }
   if (max_message_bytes < 64) fail("max_message_bytes must be at least 64");
   if (job_key.size() > kMaxJobKeyBytes) {

@@ -24,9 +24,15 @@ class ConnectionState;
 // the shared receive queue's).
 inline constexpr std::uint64_t kRecvTag = 1ull << 63;
 
-struct DestroyCq { void operator()(ibv_cq* cq) const noexcept; };
-struct DestroyCompChannel { void operator()(ibv_comp_channel* channel) const noexcept; };
-struct DestroySrq { void operator()(ibv_srq* srq) const noexcept; };
+struct DestroyCq {
+  void operator()(ibv_cq* cq) const noexcept;
+};
+struct DestroyCompChannel {
+  void operator()(ibv_comp_channel* channel) const noexcept;
+};
+struct DestroySrq {
+  void operator()(ibv_srq* srq) const noexcept;
+};
 using CqPtr = std::unique_ptr<ibv_cq, DestroyCq>;
 using CompChannelPtr = std::unique_ptr<ibv_comp_channel, DestroyCompChannel>;
 using SrqPtr = std::unique_ptr<ibv_srq, DestroySrq>;

@@ -30,8 +30,8 @@ void check_bind(const detail::ConnectionState& s, const Device& region_device, A
   const auto refuse = [&](const std::string& why) {
     throw Error(Errc::invalid_argument, fmt::format("bind_window on {}: {}; nothing was posted", s.description, why));
   };
-  if (access == Access::local || (static_cast<unsigned>(access) &
-                                  ~static_cast<unsigned>(Access::remote_write | Access::remote_read)) != 0) {
+  if (access == Access::local ||
+      (static_cast<unsigned>(access) & ~static_cast<unsigned>(Access::remote_write | Access::remote_read)) != 0) {
     refuse("a window grants remote_write and/or remote_read, nothing else");
   }
   if (!has(region_access, Access::windows)) refuse("the region was not registered with Access::windows");
@@ -39,7 +39,8 @@ void check_bind(const detail::ConnectionState& s, const Device& region_device, A
       !has(region_access, Access::remote_write)) {
     refuse("a writable window needs a region registered with local_write (IB C10-74)");
   }
-  if (region_device.pd() != s.device.pd()) refuse("the region belongs to another protection domain than this connection");
+  if (region_device.pd() != s.device.pd())
+    refuse("the region belongs to another protection domain than this connection");
   if (length == 0) refuse("a window of 0 bytes");
   if (offset > region_length || length > region_length - offset) {
     throw Error(Errc::out_of_range,

@@ -72,7 +72,7 @@ Frame decode_frame(std::span<const std::byte> bytes) {
 }
 
 std::array<std::byte, 4 + RegionDescriptor::kWireSize> encode_region_advert(std::uint32_t id,
-                                                                           const RegionDescriptor& region) {
+                                                                            const RegionDescriptor& region) {
   std::array<std::byte, 4 + RegionDescriptor::kWireSize> out{};
   put_u32(out.data(), id);
   region.encode(std::span<std::byte, RegionDescriptor::kWireSize>(out.data() + 4, RegionDescriptor::kWireSize));
@@ -138,13 +138,14 @@ void check_handshake(std::span<const std::byte> private_data) {
     throw Error(Errc::protocol, "connect request without a gradlane handshake (not a gradlane peer)");
   }
   if (const auto version = get_u16(private_data.data() + 4); version != kProtocolVersion) {
-    throw Error(Errc::protocol, fmt::format("peer speaks gradlane protocol version {}, this side {}", version,
-                                            kProtocolVersion));
+    throw Error(Errc::protocol,
+                fmt::format("peer speaks gradlane protocol version {}, this side {}", version, kProtocolVersion));
   }
 }
 
 std::vector<MessageSpan> split_into_messages(std::uint64_t length, std::uint64_t largest_message) {
-  const std::uint64_t limit = std::max<std::uint64_t>(1, std::min<std::uint64_t>(largest_message, std::uint64_t{1} << 31));
+  const std::uint64_t limit =
+      std::max<std::uint64_t>(1, std::min<std::uint64_t>(largest_message, std::uint64_t{1} << 31));
   std::vector<MessageSpan> spans;
   std::uint64_t offset = 0;
   do {

@@ -23,7 +23,7 @@ namespace gradlane::detail {
 
 inline constexpr std::uint32_t kFrameMagic = 0x31434c47;      // "GLC1" little-endian
 inline constexpr std::uint32_t kHandshakeMagic = 0x314e4c47;  // "GLN1"
-inline constexpr std::uint16_t kProtocolVersion = 2;  // 2: the job key in the handshake
+inline constexpr std::uint16_t kProtocolVersion = 2;          // 2: the job key in the handshake
 inline constexpr std::size_t kFrameHeaderSize = 12;
 // magic u32, version u16, key length u16, key (kMaxJobKeyBytes, zero-padded): 40 of the 56
 // bytes of private data a RoCE/IB connect request carries.
@@ -45,7 +45,7 @@ std::size_t encode_frame(FrameKind kind, std::span<const std::byte> payload, std
 Frame decode_frame(std::span<const std::byte> bytes);
 
 std::array<std::byte, 4 + RegionDescriptor::kWireSize> encode_region_advert(std::uint32_t id,
-                                                                           const RegionDescriptor& region);
+                                                                            const RegionDescriptor& region);
 struct RegionAdvert {
   std::uint32_t id = 0;
   RegionDescriptor region;

@@ -36,7 +36,8 @@ class ForwardLog {
     for (; written_ < history.size(); ++written_) {
       const auto& u = history[written_];
       // Members first: an update line promises its members are on disk.
-      for (const auto& m : u.members) members_ << u.sequence << ',' << m.worker << ',' << m.tag << ',' << m.computed_on << '\n';
+      for (const auto& m : u.members)
+        members_ << u.sequence << ',' << m.worker << ',' << m.tag << ',' << m.computed_on << '\n';
       members_.flush();
       updates_ << u.sequence << ',' << u.tag << ',' << u.computed_on << ',' << u.members.size() << ','
                << (u.lost ? 1 : 0) << '\n';
@@ -55,8 +56,7 @@ void write_stats(const Config& c, const ps::Aggregator& aggregator) {
       << "{\"group\":" << c.group << ",\"granted\":" << st.granted << ",\"summed\":" << st.summed
       << ",\"skipped\":" << st.skipped << ",\"forwarded\":" << st.forwarded << ",\"short_groups\":" << st.short_groups
       << ",\"lost\":" << st.lost << ",\"peers_lost\":" << st.peers_lost << ",\"peers_joined\":" << st.peers_joined
-      << ",\"bytes_copied\":" << st.bytes_copied
-      << "}\n";
+      << ",\"bytes_copied\":" << st.bytes_copied << "}\n";
 }
 
 }  // namespace
@@ -107,8 +107,9 @@ int run_aggregator(const Config& c) {
     } else if (++idle % 64 == 0) {  // a clock read costs ~1 µs under some VMs
       const auto now = Clock::now();
       if (c.rejoin && aggregator->stats().peers_joined == 0 && now > started + 60s) {
-        std::fprintf(stderr, "gradlane_train aggregator: restarted, and no worker came back in 60 s (is the job "
-                             "over, or in gradlane mode, where a restarted aggregator is not found again?)\n");
+        std::fprintf(stderr,
+                     "gradlane_train aggregator: restarted, and no worker came back in 60 s (is the job "
+                     "over, or in gradlane mode, where a restarted aggregator is not found again?)\n");
         finished = false;
         break;
       }
@@ -121,10 +122,11 @@ int run_aggregator(const Config& c) {
   log.catch_up(*aggregator);
   write_stats(c, *aggregator);
   const auto& st = aggregator->stats();
-  std::printf("aggregator: forwarded %llu updates summing %llu gradients (short groups %llu), skipped %llu, lost %llu\n",
-              static_cast<unsigned long long>(st.forwarded), static_cast<unsigned long long>(st.summed),
-              static_cast<unsigned long long>(st.short_groups), static_cast<unsigned long long>(st.skipped),
-              static_cast<unsigned long long>(st.lost));
+  std::printf(
+      "aggregator: forwarded %llu updates summing %llu gradients (short groups %llu), skipped %llu, lost %llu\n",
+      static_cast<unsigned long long>(st.forwarded), static_cast<unsigned long long>(st.summed),
+      static_cast<unsigned long long>(st.short_groups), static_cast<unsigned long long>(st.skipped),
+      static_cast<unsigned long long>(st.lost));
   return finished ? 0 : 3;
 }
 

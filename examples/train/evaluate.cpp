@@ -39,8 +39,8 @@ int run_evaluate(const Config& c) {
   }
   const double wall = static_cast<double>(snapshots.back().at_ns) / 1e9;
   std::ofstream(c.out + "/accuracy.json")
-      << "{\"target\":" << c.target << ",\"time_to_target_s\":"
-      << (time_to_target < 0 ? std::string("null") : std::to_string(time_to_target))
+      << "{\"target\":" << c.target
+      << ",\"time_to_target_s\":" << (time_to_target < 0 ? std::string("null") : std::to_string(time_to_target))
       << ",\"version_at_target\":" << version_at_target << ",\"final_accuracy\":" << final_accuracy
       << ",\"best_accuracy\":" << best << ",\"wall_s\":" << wall << ",\"final_version\":" << snapshots.back().version
       << ",\"snapshots\":" << snapshots.size() << ",\"test_images\":" << test.rows << "}\n";

@@ -28,10 +28,14 @@ Mode parse_mode(const std::string& name) {
 
 const char* to_string(Mode mode) {
   switch (mode) {
-    case Mode::gradlane: return "gradlane";
-    case Mode::fifo: return "fifo";
-    case Mode::sync: return "sync";
-    case Mode::aggregate: return "aggregate";
+    case Mode::gradlane:
+      return "gradlane";
+    case Mode::fifo:
+      return "fifo";
+    case Mode::sync:
+      return "sync";
+    case Mode::aggregate:
+      return "aggregate";
   }
   return "?";
 }
@@ -94,9 +98,10 @@ int main(int argc, char** argv) {
   worker->add_option("--first-step", c.first_step,
                      "resume at this step: a worker restarted from a checkpoint rejoins the running job (the server "
                      "admits it under its --id) and computes steps first-step .. steps-1");
-  worker->add_option("--rejoin-within", c.rejoin_within_s,
-                     "seconds a worker that lost its server and its replica (a link down, a peer unreachable) keeps "
-                     "trying to rejoin the running job before it exits with the error (0: exit at once)")
+  worker
+      ->add_option("--rejoin-within", c.rejoin_within_s,
+                   "seconds a worker that lost its server and its replica (a link down, a peer unreachable) keeps "
+                   "trying to rejoin the running job before it exits with the error (0: exit at once)")
       ->check(CLI::Range(0U, 3600U));
   worker->add_option("--batch", c.batch, "minibatch size")->check(CLI::Range(1U, 50000U));
   worker->add_option("--server-endpoint", c.server_endpoint, "gradlane mode: the server's endpoint id");
@@ -108,8 +113,9 @@ int main(int argc, char** argv) {
                      "the updates gradlaned redirects to --aggregator-endpoint)");
   worker->add_option("--aggregator-endpoint", c.aggregator_endpoint, "gradlane mode: the aggregator's endpoint id");
   worker->callback([&c] { c.role = "worker"; });
-  auto* aggregator = app.add_subcommand("aggregator", "run an aggregator (aggregate mode, or gradlane mode: the groups "
-                                                      "gradlaned forms; attach it with --sidecar and --endpoint)");
+  auto* aggregator = app.add_subcommand("aggregator",
+                                        "run an aggregator (aggregate mode, or gradlane mode: the groups "
+                                        "gradlaned forms; attach it with --sidecar and --endpoint)");
   common(aggregator);
   aggregator->add_option("--device", c.device, "RDMA device")->required();
   aggregator->add_option("--port", c.port, "listen port (workers connect here)");

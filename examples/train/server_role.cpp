@@ -40,12 +40,13 @@ void write_stats(const Config& c, const ps::ShardServer& shard, const std::strin
   std::ofstream(c.out + "/" + name + ".stats.json")
       << "{\"mode\":\"" << to_string(c.mode) << "\",\"version\":" << shard.version() << ",\"applied\":" << st.applied
       << ",\"skipped\":" << st.skipped << ",\"refused_doorbells\":" << st.refused_doorbells
-      << ",\"peers_lost\":" << st.peers_lost << ",\"peers_joined\":" << st.peers_joined << ",\"replica_acked\":" << st.replica_acked
-      << ",\"promoted_at_ns\":" << st.promoted_at_ns << ",\"lost_in_failover\":" << st.lost_in_failover
-      << ",\"replicas_joined\":" << st.replicas_joined << ",\"joined_at\":" << st.joined_at
-      << ",\"sidecars_resumed\":" << st.sidecars_resumed << ",\"claimed\":" << st.claimed
-      << ",\"refused_claims\":" << st.refused_claims
-      << ",\"start_unix\":" << std::fixed << start_unix << std::defaultfloat << ",\"seconds\":" << seconds << ",\"error\":\"" << quoted << "\"}\n";
+      << ",\"peers_lost\":" << st.peers_lost << ",\"peers_joined\":" << st.peers_joined
+      << ",\"replica_acked\":" << st.replica_acked << ",\"promoted_at_ns\":" << st.promoted_at_ns
+      << ",\"lost_in_failover\":" << st.lost_in_failover << ",\"replicas_joined\":" << st.replicas_joined
+      << ",\"joined_at\":" << st.joined_at << ",\"sidecars_resumed\":" << st.sidecars_resumed
+      << ",\"claimed\":" << st.claimed << ",\"refused_claims\":" << st.refused_claims
+      << ",\"start_unix\":" << std::fixed << start_unix << std::defaultfloat << ",\"seconds\":" << seconds
+      << ",\"error\":\"" << quoted << "\"}\n";
   // What was applied, in order: the delay of each update is (updates applied before it) −
   // (the version it was computed on).
   std::ofstream log(c.out + "/" + name + ".applied.csv");
@@ -64,7 +65,8 @@ void write_stats(const Config& c, const ps::ShardServer& shard, const std::strin
 // models at equal versions, also for a role that was killed.
 class VersionLog {
  public:
-  explicit VersionLog(const std::string& path) : fd_(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644)) {
+  explicit VersionLog(const std::string& path)
+      : fd_(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644)) {
     if (fd_ < 0) throw std::runtime_error("cannot create " + path);
   }
   VersionLog(const VersionLog&) = delete;
@@ -87,7 +89,8 @@ class VersionLog {
     char line[64];
     const int len = std::snprintf(line, sizeof line, "%llu,%016llx\n", static_cast<unsigned long long>(version),
                                   static_cast<unsigned long long>(hash));
-    if (::write(fd_, line, static_cast<std::size_t>(len)) != len) throw std::runtime_error("writing the version log failed");
+    if (::write(fd_, line, static_cast<std::size_t>(len)) != len)
+      throw std::runtime_error("writing the version log failed");
   }
 
  private:
@@ -114,7 +117,7 @@ int run_server(const Config& c) {
   options.floats = model.parameters();
   options.slots = c.slots;
   options.read_updates_from_server = c.replica_reads;
-  options.grant_windows = c.grant_windows;  // the replica's ring too: mirrors are claimed
+  options.grant_windows = c.grant_windows;                        // the replica's ring too: mirrors are claimed
   options.rejoin_grace = std::chrono::seconds(c.rejoin_grace_s);  // a worker cut off by a link may come back
   // sync: every step's N gradients are applied one by one at lr/N — their average at lr.
   options.learning_rate = c.mode == Mode::sync ? c.learning_rate / static_cast<float>(c.workers) : c.learning_rate;
@@ -205,16 +208,19 @@ int run_server(const Config& c) {
               static_cast<unsigned long long>(shard.stats().skipped),
               static_cast<unsigned long long>(shard.stats().peers_lost));
   if (is_server && shard.cut_off()) {
-    std::fprintf(stderr, "%s: cut off at version %llu: lost every worker, none of which said it finished; the "
+    std::fprintf(stderr,
+                 "%s: cut off at version %llu: lost every worker, none of which said it finished; the "
                  "replica (promoted) may carry the job on; versions past %llu, which it never confirmed, are not "
-                 "the job's\n", name.c_str(), static_cast<unsigned long long>(shard.version()),
+                 "the job's\n",
+                 name.c_str(), static_cast<unsigned long long>(shard.version()),
                  static_cast<unsigned long long>(shard.stats().replica_acked));
     return 6;
   }
   if (shard.stats().stepped_down) {
-    std::fprintf(stderr, "%s: stepped down at version %llu: a worker failed over to the replica, which carries the "
-                 "job on; this model is not the job's final one\n", name.c_str(),
-                 static_cast<unsigned long long>(shard.version()));
+    std::fprintf(stderr,
+                 "%s: stepped down at version %llu: a worker failed over to the replica, which carries the "
+                 "job on; this model is not the job's final one\n",
+                 name.c_str(), static_cast<unsigned long long>(shard.version()));
     return 5;
   }
   return shard.finished() ? 0 : 3;

@@ -164,8 +164,10 @@ int run_worker(const Config& c) {
   const auto resume_after_landed = [&](std::uint64_t from, bool in_flight) {
     if (c.mode == Mode::fifo || c.mode == Mode::sync) {
       if (const auto landed = worker->last_landed(); landed && landed->tag >= from) {
-        std::fprintf(stderr, "gradlane_train worker %u: the server took step %llu already (sequence %llu): resuming "
-                     "after it\n", c.id, static_cast<unsigned long long>(landed->tag),
+        std::fprintf(stderr,
+                     "gradlane_train worker %u: the server took step %llu already (sequence %llu): resuming "
+                     "after it\n",
+                     c.id, static_cast<unsigned long long>(landed->tag),
                      static_cast<unsigned long long>(landed->sequence));
         pushes << landed->tag << ',' << landed->computed_on << ',' << landed->sequence << ",0,0,0,0\n" << std::flush;
         return landed->tag + 1;
@@ -217,9 +219,10 @@ int run_worker(const Config& c) {
       // worker would, its connections new, instead of ending a worker that will be needed.
       if (!unreachable(e) || c.rejoin_within_s == 0) throw;
       const auto lost_at = Clock::now();
-      std::fprintf(stderr, "gradlane_train worker %u: lost its server and replica at step %llu (%s); rejoining the "
-                   "running job for up to %u s\n", c.id, static_cast<unsigned long long>(step), e.what(),
-                   c.rejoin_within_s);
+      std::fprintf(stderr,
+                   "gradlane_train worker %u: lost its server and replica at step %llu (%s); rejoining the "
+                   "running job for up to %u s\n",
+                   c.id, static_cast<unsigned long long>(step), e.what(), c.rejoin_within_s);
       failovers += worker->failovers();
       worker.reset();
       worker.emplace(rejoin(device, options, lost_at + std::chrono::seconds(c.rejoin_within_s)));
@@ -238,11 +241,11 @@ int run_worker(const Config& c) {
   std::ofstream(c.out + "/worker" + std::to_string(c.id) + ".json")
       << "{\"id\":" << c.id << ",\"mode\":\"" << to_string(c.mode) << "\",\"steps\":" << c.steps
       << ",\"dropped\":" << dropped << ",\"lost\":" << lost << ",\"undelivered\":" << undelivered
-      << ",\"unsettled\":" << (settled ? 0 : worker->members_pending()) << ",\"failovers\":" << failovers + worker->failovers()
-      << ",\"rejoins\":" << rejoins << ",\"rejoining_s\":" << seconds(rejoining_for)
-      << ",\"pull_retries\":" << pull_retries << ",\"seconds\":" << seconds(Clock::now() - start)
-      << ",\"pull_s\":" << seconds(waiting) << ",\"compute_s\":" << seconds(computing)
-      << ",\"push_s\":" << seconds(pushing) << "}\n";
+      << ",\"unsettled\":" << (settled ? 0 : worker->members_pending())
+      << ",\"failovers\":" << failovers + worker->failovers() << ",\"rejoins\":" << rejoins
+      << ",\"rejoining_s\":" << seconds(rejoining_for) << ",\"pull_retries\":" << pull_retries
+      << ",\"seconds\":" << seconds(Clock::now() - start) << ",\"pull_s\":" << seconds(waiting)
+      << ",\"compute_s\":" << seconds(computing) << ",\"push_s\":" << seconds(pushing) << "}\n";
   return 0;
 }
 

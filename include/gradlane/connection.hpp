@@ -81,12 +81,11 @@ class Connection {
   // than the port's largest message (DeviceInfo::max_message_bytes, 8 MiB on rxe) is posted as
   // a chain of work requests of at most that size; the OpId returned is the last one's, whose
   // completion on the RC queue pair follows every earlier one's, so waiting for it waits for all.
-  OpId write(const MemoryRegion& src, std::size_t src_offset, const RegionDescriptor& dst,
-             std::uint64_t dst_offset, std::size_t length, Signal signal = Signal::automatic);
+  OpId write(const MemoryRegion& src, std::size_t src_offset, const RegionDescriptor& dst, std::uint64_t dst_offset,
+             std::size_t length, Signal signal = Signal::automatic);
   // `length` may be 0: a doorbell with only the immediate.
   OpId write_with_imm(const MemoryRegion& src, std::size_t src_offset, const RegionDescriptor& dst,
-                      std::uint64_t dst_offset, std::size_t length, std::uint32_t imm,
-                      Signal signal = Signal::always);
+                      std::uint64_t dst_offset, std::size_t length, std::uint32_t imm, Signal signal = Signal::always);
   // The push: the payload's WRITE (signalled automatically) chained with a zero-length
   // WRITE_WITH_IMM doorbell (signalled) in one post, so the NIC is rung once. When the
   // receiver sees the doorbell, the payload is in place. Returns the doorbell's op: waiting for
@@ -94,8 +93,8 @@ class Connection {
   OpId write_and_ring(const MemoryRegion& src, std::size_t src_offset, const RegionDescriptor& dst,
                       std::uint64_t dst_offset, std::size_t length, std::uint32_t imm);
   // READs are always signalled: the data is only usable once the completion arrives.
-  OpId read(const MemoryRegion& dst, std::size_t dst_offset, const RegionDescriptor& src,
-            std::uint64_t src_offset, std::size_t length);
+  OpId read(const MemoryRegion& dst, std::size_t dst_offset, const RegionDescriptor& src, std::uint64_t src_offset,
+            std::size_t length);
 
   // ---- memory windows (gradlane/memory_window.hpp) ----
   // Binds `window` over region[offset, offset+length) with `access` (remote_write and/or

@@ -22,8 +22,8 @@ struct ibv_pd;
 namespace gradlane {
 
 struct DeviceSelector {
-  std::string name;     // e.g. "rxe0"; empty = the only device (error if several)
-  int gid_index = -1;   // -1 = GRADLANE_GID_INDEX when set, else automatic (see Device::open)
+  std::string name;    // e.g. "rxe0"; empty = the only device (error if several)
+  int gid_index = -1;  // -1 = GRADLANE_GID_INDEX when set, else automatic (see Device::open)
   std::uint8_t port = 1;
 
   // A selector from GRADLANE_DEVICE (the name) and GRADLANE_GID_INDEX, read through `getenv`
@@ -35,19 +35,19 @@ struct DeviceSelector {
 struct DeviceInfo {
   std::string name;
   std::uint8_t port = 1;
-  std::string link_layer;   // "Ethernet" (RoCE) or "InfiniBand"
-  std::string port_state;   // "ACTIVE", "DOWN", ...
-  std::uint32_t active_mtu = 0;   // bytes
+  std::string link_layer;        // "Ethernet" (RoCE) or "InfiniBand"
+  std::string port_state;        // "ACTIVE", "DOWN", ...
+  std::uint32_t active_mtu = 0;  // bytes
   int gid_index = -1;
-  std::string gid;          // "0000:0000:0000:0000:0000:ffff:c612:0001"
-  std::string gid_type;     // "RoCE v2", "RoCE v1", "IB"
-  std::string ipv4_address; // from an IPv4-mapped GID; empty for IB
+  std::string gid;           // "0000:0000:0000:0000:0000:ffff:c612:0001"
+  std::string gid_type;      // "RoCE v2", "RoCE v1", "IB"
+  std::string ipv4_address;  // from an IPv4-mapped GID; empty for IB
   std::uint32_t max_qp_wr = 0;
   std::uint64_t max_mr_size = 0;
   // Largest message one work request may carry on this port (max_msg_sz; ≤ 2^31 on IB/RoCE).
   // Longer writes/reads are refused before posting, never cut.
   std::uint64_t max_message_bytes = 0;
-  int max_rd_atomic = 1;    // RDMA READs a QP may have outstanding (device limit, capped at 16)
+  int max_rd_atomic = 1;  // RDMA READs a QP may have outstanding (device limit, capped at 16)
   // Type-2 memory windows (device_cap_flags MEM_WINDOW_TYPE_2A or _2B): a window bound per
   // grant over one slot, usable only by the QP that bound it (see MemoryWindow). rdma_rxe has
   // them; without them the NIC enforces only whole-region bounds and access.

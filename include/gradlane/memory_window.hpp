@@ -73,8 +73,8 @@ class MemoryWindow {
   Device device_;
   std::shared_ptr<ibv_mr> previous_region_;  // the MR of the bind before, until the next bind
   std::shared_ptr<void> previous_pages_;
-  std::shared_ptr<ibv_mr> region_;     // the MR bound over (shared with its MemoryRegion)
-  std::shared_ptr<void> pages_;        // that region's Buffer pages
+  std::shared_ptr<ibv_mr> region_;                // the MR bound over (shared with its MemoryRegion)
+  std::shared_ptr<void> pages_;                   // that region's Buffer pages
   std::shared_ptr<detail::WindowHandle> handle_;  // shared (weakly) with the connection it is bound on
 };
 

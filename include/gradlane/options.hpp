@@ -65,8 +65,7 @@ struct TransportOptions {
   // This is how gradlane's programs take their settings, so it refuses to run unauthenticated
   // by accident: without a job key it throws unless GRADLANE_INSECURE=1. Options built by hand
   // are the embedding program's decision (an empty key connects only to keyless peers).
-  static TransportOptions from_env(
-      const std::function<std::optional<std::string>(const char*)>& getenv = {});
+  static TransportOptions from_env(const std::function<std::optional<std::string>(const char*)>& getenv = {});
   // The job key in `path`, checked as GRADLANE_JOB_KEY_FILE is: a regular file, mode 0600 or
   // stricter, one line of 1 to kMaxJobKeyBytes bytes. Throws Error(invalid_argument) saying
   // what to fix.

@@ -113,10 +113,10 @@ namespace gradlane::ps {
 enum class Role : std::uint8_t { server = 1, replica = 2 };
 
 struct ShardOptions {
-  std::size_t floats = 0;      // shard size (float32 parameters)
-  std::uint32_t slots = 8;     // update slots in the ring: also how far the replica may lag
+  std::size_t floats = 0;   // shard size (float32 parameters)
+  std::uint32_t slots = 8;  // update slots in the ring: also how far the replica may lag
   float learning_rate = 0.01F;
-  float momentum = 0.0F;       // 0: plain SGD
+  float momentum = 0.0F;  // 0: plain SGD
   // A granted sequence whose write has not arrived by then is skipped (server only; in sidecar
   // mode, a head-of-line gap with later updates already here).
   std::chrono::milliseconds hole_timeout{3000};
@@ -172,32 +172,32 @@ struct ShardOptions {
 };
 
 struct ServerStats {
-  std::uint64_t granted = 0;          // sequence numbers handed out (server)
-  std::uint64_t applied = 0;          // updates applied to the shard
-  std::uint64_t skipped = 0;          // holes skipped in order
+  std::uint64_t granted = 0;            // sequence numbers handed out (server)
+  std::uint64_t applied = 0;            // updates applied to the shard
+  std::uint64_t skipped = 0;            // holes skipped in order
   std::uint64_t refused_doorbells = 0;  // doorbells for a sequence not granted to that peer, or done
-  std::uint64_t refused_cancels = 0;  // sidecar cancels for a sequence already here or done
-  std::uint64_t claimed = 0;          // sidecar mode, grant windows: slots opened to the worker
-                                      // that showed its grant's token
-  std::uint64_t refused_claims = 0;   // sidecar mode, grant windows: claims with a token that is
-                                      // not the grant's, or of a sequence not open to writing
-  std::uint64_t peers_lost = 0;       // connections that failed with work outstanding, or sent
-                                      // a malformed message
-  std::uint64_t peers_left = 0;       // workers that disconnected with nothing outstanding
-  std::uint64_t peers_joined = 0;     // workers admitted after accept_peers (a restarted
-                                      // worker rejoining, or a new one)
-  std::uint64_t joins_refused = 0;    // connections refused after accept_peers (no hello in
-                                      // time, or not a worker's)
-  std::uint64_t replica_acked = 0;    // server: the replica applied every sequence up to this
-  std::uint64_t mirrors_fetched = 0;  // replica: updates re-read from the server's slot because
-                                      // the worker's mirror write never came
-  std::int64_t promoted_at_ns = 0;    // replica: when it became the server (steady clock), or 0
-  std::uint64_t lost_in_failover = 0;  // replica: decided updates it could not apply at promotion
-  std::uint64_t replicas_joined = 0;  // server: replicas that joined it running (join_server)
-  std::uint64_t joined_at = 0;        // replica that joined a running server: the version of the
-                                      // snapshot it started from
-  std::uint64_t sidecars_resumed = 0;  // sidecar mode: times our gradlaned died and we took our
-                                       // sequence over at the one restarted on this host
+  std::uint64_t refused_cancels = 0;    // sidecar cancels for a sequence already here or done
+  std::uint64_t claimed = 0;            // sidecar mode, grant windows: slots opened to the worker
+                                        // that showed its grant's token
+  std::uint64_t refused_claims = 0;     // sidecar mode, grant windows: claims with a token that is
+                                        // not the grant's, or of a sequence not open to writing
+  std::uint64_t peers_lost = 0;         // connections that failed with work outstanding, or sent
+                                        // a malformed message
+  std::uint64_t peers_left = 0;         // workers that disconnected with nothing outstanding
+  std::uint64_t peers_joined = 0;       // workers admitted after accept_peers (a restarted
+                                        // worker rejoining, or a new one)
+  std::uint64_t joins_refused = 0;      // connections refused after accept_peers (no hello in
+                                        // time, or not a worker's)
+  std::uint64_t replica_acked = 0;      // server: the replica applied every sequence up to this
+  std::uint64_t mirrors_fetched = 0;    // replica: updates re-read from the server's slot because
+                                        // the worker's mirror write never came
+  std::int64_t promoted_at_ns = 0;      // replica: when it became the server (steady clock), or 0
+  std::uint64_t lost_in_failover = 0;   // replica: decided updates it could not apply at promotion
+  std::uint64_t replicas_joined = 0;    // server: replicas that joined it running (join_server)
+  std::uint64_t joined_at = 0;          // replica that joined a running server: the version of the
+                                        // snapshot it started from
+  std::uint64_t sidecars_resumed = 0;   // sidecar mode: times our gradlaned died and we took our
+                                        // sequence over at the one restarted on this host
   // Server: a worker reached the replica for a slot while this server lived (its link to us
   // failed), so this server stopped granting, finished what it had granted and handed the job
   // to the replica (promoted when we go): its model is not the job's final one.
@@ -207,8 +207,8 @@ struct ServerStats {
 // What the server decided for one sequence number, in the order it applied them.
 struct AppliedUpdate {
   std::uint64_t sequence = 0;
-  std::uint32_t worker = 0;   // 0 for a hole
-  std::uint64_t tag = 0;      // the worker's tag (e.g. its step)
+  std::uint32_t worker = 0;       // 0 for a hole
+  std::uint64_t tag = 0;          // the worker's tag (e.g. its step)
   std::uint64_t computed_on = 0;  // model version the gradient was computed on
   bool skipped = false;
 };
@@ -282,7 +282,7 @@ class ShardServer {
   // Sequences that arrived (or were cancelled) and wait behind the next one, which has not:
   // head-of-line blocking, as when a worker holds its grant. 0 when the next one is here.
   std::size_t waiting_behind_hole() const;
-  std::span<const float> model() const;           // the shard (read it only between progress())
+  std::span<const float> model() const;  // the shard (read it only between progress())
   const ServerStats& stats() const;
   const std::vector<AppliedUpdate>& history() const;  // what was applied or skipped, in order
   std::size_t live_workers() const;
@@ -299,17 +299,17 @@ struct Endpoint {
 };
 
 struct WorkerOptions {
-  std::uint32_t id = 1;                // unique among the shard's workers, > 0
+  std::uint32_t id = 1;  // unique among the shard's workers, > 0
   Endpoint server;
-  std::optional<Endpoint> replica;     // where every update is mirrored; where pulls and pushes
-                                       // go if the server fails
+  std::optional<Endpoint> replica;  // where every update is mirrored; where pulls and pushes
+                                    // go if the server fails
   // Write every update to the replica's slot too (R3: the server's NIC does not forward it). Off:
   // the worker only stays connected to the replica for failover, and the replica reads each
   // update from the server's slot (ShardOptions::read_updates_from_server must be on there, or
   // it waits hole_timeout per update before reading).
   bool mirror = true;
-  std::size_t floats = 0;              // the shard's size
-  Millis timeout{30000};               // bound on each wait (grant, completion, connect)
+  std::size_t floats = 0;  // the shard's size
+  Millis timeout{30000};   // bound on each wait (grant, completion, connect)
   // How long the constructor tries to reach each peer while nothing listens there or it does
   // not answer (0: `timeout`). A worker rejoining after a link failure bounds it by what is
   // left of its own deadline.
@@ -317,11 +317,11 @@ struct WorkerOptions {
   // A grant taken up later than this after it arrived (direct mode: after the worker last saw
   // its receive queue empty — a grant that waited at a slow server is fresh, one that sat here
   // while the worker was stopped, or while the app ran between start_push() and wait_push(),
-  // is not) or after its slot start (sidecar mode) is not written: the server may already have skipped its sequence (it waits
-  // ShardOptions::hole_timeout, 3 s by default, for a granted write), and a write into a
-  // skipped sequence would be acknowledged here and never applied. The worker asks for a new
-  // grant instead (at most 3 times, then the push reports lost). Keep it well below the
-  // server's hole_timeout: the margin covers the write itself and the grant's trip.
+  // is not) or after its slot start (sidecar mode) is not written: the server may already have skipped its sequence (it
+  // waits ShardOptions::hole_timeout, 3 s by default, for a granted write), and a write into a skipped sequence would
+  // be acknowledged here and never applied. The worker asks for a new grant instead (at most 3 times, then the push
+  // reports lost). Keep it well below the server's hole_timeout: the margin covers the write itself and the grant's
+  // trip.
   Millis grant_lifetime{1500};
   // Sidecar mode: ask the host's gradlaned (attached as this worker's NIC endpoint and job)
   // for each push; `server_endpoint` is the server's endpoint id, `tensor` the shard's id.
@@ -343,25 +343,25 @@ struct WorkerOptions {
 };
 
 struct PushResult {
-  bool dropped = false;                    // sidecar mode: too stale, never sent (pull again)
-  bool lost = false;                       // the server (or, in sidecar mode, the receiver's
-                                           // sidecar, or this host's sidecar restarted) was
-                                           // lost mid-push: pull again and go on. It may or
-                                           // may not be applied (a promoted replica applies a
-                                           // mirror it holds); never resent
-  std::uint64_t sequence = 0;              // what the server will apply it as (0 if dropped or
-                                           // redirected; direct mode with an aggregator: its
-                                           // member sequence there)
-  std::uint64_t aggregate = 0;             // sidecar mode: redirected to the aggregator as a
-                                           // member of this aggregate (it reaches the server
-                                           // summed; AggregatedUpdate::tag names it)
-  std::chrono::nanoseconds wire_time{0};   // first post to last completion
-  std::uint32_t expired_grants = 0;        // grants taken up too late to write (the worker
-                                           // stalled past WorkerOptions::grant_lifetime):
-                                           // not written, asked for again
-  bool pending = false;                    // in an aggregator's slot, not yet forwarded: not
-                                           // acknowledged until take_member_outcomes() says
-                                           // it was delivered
+  bool dropped = false;                   // sidecar mode: too stale, never sent (pull again)
+  bool lost = false;                      // the server (or, in sidecar mode, the receiver's
+                                          // sidecar, or this host's sidecar restarted) was
+                                          // lost mid-push: pull again and go on. It may or
+                                          // may not be applied (a promoted replica applies a
+                                          // mirror it holds); never resent
+  std::uint64_t sequence = 0;             // what the server will apply it as (0 if dropped or
+                                          // redirected; direct mode with an aggregator: its
+                                          // member sequence there)
+  std::uint64_t aggregate = 0;            // sidecar mode: redirected to the aggregator as a
+                                          // member of this aggregate (it reaches the server
+                                          // summed; AggregatedUpdate::tag names it)
+  std::chrono::nanoseconds wire_time{0};  // first post to last completion
+  std::uint32_t expired_grants = 0;       // grants taken up too late to write (the worker
+                                          // stalled past WorkerOptions::grant_lifetime):
+                                          // not written, asked for again
+  bool pending = false;                   // in an aggregator's slot, not yet forwarded: not
+                                          // acknowledged until take_member_outcomes() says
+                                          // it was delivered
 };
 
 // What became of a push an aggregator took (PushResult::pending).
@@ -462,19 +462,19 @@ class Worker {
 // ---- aggregation: sum k workers' updates off the server ----
 
 struct AggregatorOptions {
-  std::uint32_t id = 0;         // its worker id at the server: unique among the shard's workers, > 0
+  std::uint32_t id = 0;  // its worker id at the server: unique among the shard's workers, > 0
   Endpoint server;
   std::optional<Endpoint> replica;  // the aggregate is mirrored there, as any worker's update
-  std::size_t floats = 0;       // the shard's size
-  std::uint32_t group = 4;      // k: member updates summed into one forwarded update
-  std::uint32_t slots = 0;      // member slots in the ring, >= group (0: 2 × group, so the next
-                                // group is written while one is summed and forwarded)
+  std::size_t floats = 0;           // the shard's size
+  std::uint32_t group = 4;          // k: member updates summed into one forwarded update
+  std::uint32_t slots = 0;          // member slots in the ring, >= group (0: 2 × group, so the next
+                                    // group is written while one is summed and forwarded)
   // A granted member whose write has not arrived by then is left out of its group.
   std::chrono::milliseconds hole_timeout{3000};
   // A short group is forwarded when no member is granted or waiting and none has arrived for
   // this long (or at once when every worker has left), so no gradient waits without bound.
   std::chrono::milliseconds linger{500};
-  Millis timeout{30000};        // bound on each wait (connect, the forward's grant and write)
+  Millis timeout{30000};  // bound on each wait (connect, the forward's grant and write)
   TransportOptions transport{};
   // Sidecar mode: attach to the host's gradlaned as this job and endpoint (gradlaned started
   // with --aggregator JOB:ENDPOINT). Its scheduler forms the groups: it redirects members here
@@ -510,28 +510,28 @@ struct AggregateMember {
 // Sidecar mode: tag is the sidecar's aggregate id (PushResult::aggregate at the members'
 // workers); a member's tag and computed_on are 0 (the aggregator only sees its write).
 struct AggregatedUpdate {
-  std::uint64_t tag = 0;          // the group's number (1, 2, …): the tag the server records
-  std::uint64_t sequence = 0;     // the server's sequence for it (0 if the push was lost)
-  std::uint64_t computed_on = 0;  // the oldest member's
+  std::uint64_t tag = 0;                 // the group's number (1, 2, …): the tag the server records
+  std::uint64_t sequence = 0;            // the server's sequence for it (0 if the push was lost)
+  std::uint64_t computed_on = 0;         // the oldest member's
   std::vector<AggregateMember> members;  // in the order they were summed (worker id, then tag)
-  bool lost = false;              // the server failed mid-push (the replica took over)
+  bool lost = false;                     // the server failed mid-push (the replica took over)
 };
 
 struct AggregatorStats {
-  std::uint64_t granted = 0;     // member slots handed out (sidecar mode: aggregate grants)
-  std::uint64_t summed = 0;      // member updates summed into forwarded updates
-  std::uint64_t skipped = 0;     // granted members that never came (left out of their group)
-  std::uint64_t forwarded = 0;   // updates pushed to the server
-  std::uint64_t short_groups = 0;  // of them, with fewer than `group` members
-  std::uint64_t lost = 0;        // forwards lost to a server failure
+  std::uint64_t granted = 0;            // member slots handed out (sidecar mode: aggregate grants)
+  std::uint64_t summed = 0;             // member updates summed into forwarded updates
+  std::uint64_t skipped = 0;            // granted members that never came (left out of their group)
+  std::uint64_t forwarded = 0;          // updates pushed to the server
+  std::uint64_t short_groups = 0;       // of them, with fewer than `group` members
+  std::uint64_t lost = 0;               // forwards lost to a server failure
   std::uint64_t refused_doorbells = 0;  // for a member sequence not granted to that worker, or done
-  std::uint64_t peers_lost = 0;  // workers that failed with work outstanding or misbehaved
-  std::uint64_t peers_left = 0;  // workers that disconnected with nothing outstanding
-  std::uint64_t peers_joined = 0;  // direct mode: workers admitted after accept_workers (they
-                                   // come back to a restarted aggregator)
-  std::uint64_t cancelled = 0;   // sidecar mode: aggregates none of whose members came
-  std::uint64_t displaced = 0;   // sidecar mode: members overwritten in their slot before their
-                                 // aggregate was due (a worker had more than `slots` in flight)
+  std::uint64_t peers_lost = 0;         // workers that failed with work outstanding or misbehaved
+  std::uint64_t peers_left = 0;         // workers that disconnected with nothing outstanding
+  std::uint64_t peers_joined = 0;       // direct mode: workers admitted after accept_workers (they
+                                        // come back to a restarted aggregator)
+  std::uint64_t cancelled = 0;          // sidecar mode: aggregates none of whose members came
+  std::uint64_t displaced = 0;          // sidecar mode: members overwritten in their slot before their
+                                        // aggregate was due (a worker had more than `slots` in flight)
   // Bytes the CPU copied: a group of one member (its "sum" is a copy of the member's slot)
   // and the forward's inline payloads (Worker::bytes_copied). 0 with full groups of > 16 floats.
   std::uint64_t bytes_copied = 0;

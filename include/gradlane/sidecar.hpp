@@ -98,12 +98,12 @@ struct AttachOptions {
 // One gradient update the application wants to send.
 struct Update {
   std::uint32_t tensor = 0;
-  std::uint32_t receiver = 0;      // endpoint id of the server holding the tensor's shard
+  std::uint32_t receiver = 0;  // endpoint id of the server holding the tensor's shard
   std::uint64_t bytes = 0;
   std::uint64_t region_offset = 0;  // where the gradient starts in the registered region
   std::uint64_t computed_on = 0;    // server model version the gradient was computed on
   float gradient_norm = 0.0F;
-  std::uint32_t priority = 0;       // lower = earlier layer = needed first
+  std::uint32_t priority = 0;  // lower = earlier layer = needed first
   // Bytes this job still has to send, this update included (e.g. steps left × update bytes ×
   // workers); 0 = not declared. Where several jobs share a NIC, gradlaned serves the one with
   // the least work left first (MLNet's prioritization: the average job completion time drops);
@@ -127,7 +127,7 @@ enum class GrantKind : std::uint8_t {
 
 enum class Reason : std::uint8_t {
   none = 0,
-  stale = 1,                 // drop: applied next it would already exceed the staleness bound
+  stale = 1,  // drop: applied next it would already exceed the staleness bound
   // drop: the sidecar that owns the receiver's sequence (on another host) was lost before it
   // decided this part. part_offset/part_bytes are the part's bytes when the daemon knows the
   // split (some parts were answered), else the whole update (part 0 of 1). Nothing about the
@@ -142,29 +142,29 @@ enum class Reason : std::uint8_t {
   // takes from a peer (its --max-update-bytes), or too many requests or bytes already pending
   // there from this host. Not stale: the push did not happen; a later request may be taken.
   peer_refused = 4,
-  unknown_job = 10,          // error: the entry names a job this app did not attach as
-  bad_size = 11,             // error: zero bytes, or more than the daemon's --max-update-bytes
-  bad_offset = 12,           // error: [region_offset, +bytes) is outside the app's region
-  bad_format = 13,           // error: unknown entry format or operation
-  unknown_fields = 14,       // error: reserved fields/flags are set (a newer client?)
-  bad_value = 15,            // error: e.g. a NaN gradient norm
-  duplicate_request = 16,    // error: that request id is still outstanding
-  unknown_request = 17,      // error: complete() for a request/part that was never granted
+  unknown_job = 10,           // error: the entry names a job this app did not attach as
+  bad_size = 11,              // error: zero bytes, or more than the daemon's --max-update-bytes
+  bad_offset = 12,            // error: [region_offset, +bytes) is outside the app's region
+  bad_format = 13,            // error: unknown entry format or operation
+  unknown_fields = 14,        // error: reserved fields/flags are set (a newer client?)
+  bad_value = 15,             // error: e.g. a NaN gradient norm
+  duplicate_request = 16,     // error: that request id is still outstanding
+  unknown_request = 17,       // error: complete() for a request/part that was never granted
   too_many_outstanding = 18,  // error: the app has too many unanswered/uncompleted requests, or bytes
-  bad_receiver = 19,         // error: the receiver is the app's own endpoint
-  version_from_future = 20,  // error: computed_on is ahead of the server (re-pull the model)
+  bad_receiver = 19,          // error: the receiver is the app's own endpoint
+  version_from_future = 20,   // error: computed_on is ahead of the server (re-pull the model)
   // error: the receiver's sequence is owned by a peer sidecar whose link failed; this sidecar
   // does not schedule it in its place (two owners would hand out the same sequence number).
   receiver_unreachable = 21,
   // error: no sidecar serves the receiver endpoint (not one of this gradlaned's --endpoint ids
   // nor any peer's). Only a gradlaned started with --endpoint checks; one without serves all.
   unknown_receiver = 22,
-  sidecar_restarted = 30,    // error (made by the client): the daemon that owed this restarted
+  sidecar_restarted = 30,  // error (made by the client): the daemon that owed this restarted
   // Attach refusals / evictions (reported as exceptions, not grants):
-  bad_attach = 40,           // region_bytes == 0 or an unreadable identity
-  owner_mismatch = 41,       // the pid/start time in the slot is not the process that claimed it
-  corrupt_ring = 42,         // the app's queue indices were overwritten
-  unknown_endpoint = 43,     // AttachOptions::endpoint is not one of the daemon's --endpoint ids
+  bad_attach = 40,        // region_bytes == 0 or an unreadable identity
+  owner_mismatch = 41,    // the pid/start time in the slot is not the process that claimed it
+  corrupt_ring = 42,      // the app's queue indices were overwritten
+  unknown_endpoint = 43,  // AttachOptions::endpoint is not one of the daemon's --endpoint ids
   // AttachOptions::take_over_at for an endpoint this daemon was not started to stand by for
   // (--standby), or one it cannot take over (a daemon without a scheduler).
   bad_takeover = 44,
@@ -182,7 +182,7 @@ std::string_view kind_name(GrantKind kind) noexcept;
 // An answer from the sidecar. Slot times are CLOCK_MONOTONIC of this host, i.e. comparable
 // with std::chrono::steady_clock::now().time_since_epoch() in this process.
 struct Grant {
-  std::uint64_t request = 0;   // the id request() returned (aggregate: the aggregate id)
+  std::uint64_t request = 0;  // the id request() returned (aggregate: the aggregate id)
   GrantKind kind = GrantKind::error;
   Reason reason = Reason::none;
   // go/aggregate: server endpoint; redirect: aggregator endpoint; error: which call was
@@ -194,7 +194,7 @@ struct Grant {
   std::uint64_t part_offset = 0;  // bytes [part_offset, part_offset + part_bytes) of the tensor
   std::uint64_t part_bytes = 0;
   std::uint32_t part_index = 0;
-  std::uint32_t part_count = 1;   // aggregate: number of members summed
+  std::uint32_t part_count = 1;  // aggregate: number of members summed
   // go/aggregate to a server that gave gradlaned a grant key: grant_token(key, sequence), to
   // show the server before writing (it then opens that slot to this connection). 0: none.
   std::uint64_t token = 0;
@@ -218,16 +218,13 @@ class Client {
   // full, waits up to `wait_for_space` for room, then throws Error(resource_exhausted): an
   // entry is never dropped silently. Throws Error(sidecar_unavailable) if the daemon is gone
   // and no new one answers within attach_timeout.
-  std::uint64_t request(const Update& update,
-                        std::chrono::nanoseconds wait_for_space = std::chrono::nanoseconds{0});
+  std::uint64_t request(const Update& update, std::chrono::nanoseconds wait_for_space = std::chrono::nanoseconds{0});
   // Reports that granted part `part` of `request` (or aggregate `request`, for kind
   // aggregate) reached its target; `wire_time` (post to completion) refines the daemon's
   // bandwidth estimates. Same full-queue behaviour as request().
-  void complete(std::uint64_t request, std::uint32_t part, std::chrono::nanoseconds wire_time,
-                bool failed = false,
+  void complete(std::uint64_t request, std::uint32_t part, std::chrono::nanoseconds wire_time, bool failed = false,
                 std::chrono::nanoseconds wait_for_space = std::chrono::nanoseconds{0});
-  void complete_aggregate(std::uint64_t aggregate, std::chrono::nanoseconds wire_time,
-                          bool failed = false);
+  void complete_aggregate(std::uint64_t aggregate, std::chrono::nanoseconds wire_time, bool failed = false);
   // A server app (attached as its receiver's endpoint): every sequence <= `through` is applied
   // at the server and at its replica, so their slots may be granted again (the window B).
   void applied(std::uint64_t through);

@@ -19,7 +19,10 @@ struct FakeRegistration {
 
 BasicRegistrationCache<FakeRegistration> fake_cache(std::size_t capacity) {
   return BasicRegistrationCache<FakeRegistration>(
-      [](void* addr, std::size_t length, Access) { return FakeRegistration{addr, length}; }, capacity);
+      [](void* addr, std::size_t length, Access) {
+        return FakeRegistration{addr, length};
+      },
+      capacity);
 }
 
 // range(0) entries already cached; hit the middle one.

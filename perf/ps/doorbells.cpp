@@ -71,7 +71,8 @@ class Receiver {
     if (mode_ == "percq") {
       for (std::size_t i = 0; i < conns_.size(); ++i) {
         while (conns_[i].try_doorbell()) take(i), ++got;
-        while (conns_[i].try_receive()) {}
+        while (conns_[i].try_receive()) {
+        }
       }
       return got;
     }
@@ -79,7 +80,8 @@ class Receiver {
     for (std::size_t i = 0; i < conns_.size(); ++i) {
       if (!conns_[i].has_pending_input()) continue;
       while (conns_[i].try_doorbell()) take(i), ++got;
-      while (conns_[i].try_receive()) {}
+      while (conns_[i].try_receive()) {
+      }
     }
     if (got == 0 && (mode_ == "blocking" || mode_ == "srq")) cq_->wait(20ms);
     return got;
@@ -139,7 +141,8 @@ int server(const Options& o, const gradlane::Device& device) {
   // The worker may still be flushing its last doorbells: leave only once each said it is done.
   for (auto& c : conns) c.send(bytes_of("done"));
   for (auto& c : conns) {
-    while (c.receive(std::chrono::seconds(o.timeout_s)).size() != 3) {}  // "fin"
+    while (c.receive(std::chrono::seconds(o.timeout_s)).size() != 3) {
+    }  // "fin"
   }
   const double rate = static_cast<double>(total) / seconds;
   // Registered receive buffers: the shared queue knows; per-connection CQs keep depth × slot each.
@@ -150,9 +153,12 @@ int server(const Options& o, const gradlane::Device& device) {
   std::printf(" %11zu  %-8s  %9llu  %7.3f  %11.0f  %15.2f  %8.2f\n", o.connections, o.mode.c_str(),
               static_cast<unsigned long long>(total), seconds, rate, cpu / static_cast<double>(total) * 1e6, idle_cpu);
   if (!o.out_json.empty()) {
-    std::ofstream(o.out_json) << nlohmann::json{{"connections", o.connections}, {"mode", o.mode},
-                                                {"doorbells", total},         {"seconds", seconds},
-                                                {"doorbells_per_s", rate},    {"cpu_s", cpu},
+    std::ofstream(o.out_json) << nlohmann::json{{"connections", o.connections},
+                                                {"mode", o.mode},
+                                                {"doorbells", total},
+                                                {"seconds", seconds},
+                                                {"doorbells_per_s", rate},
+                                                {"cpu_s", cpu},
                                                 {"cpu_us_per_doorbell", cpu / static_cast<double>(total) * 1e6},
                                                 {"idle_cpu_fraction", idle_cpu},
                                                 {"receive_buffer_bytes", receive_bytes}}
@@ -181,7 +187,8 @@ int worker(const Options& o, const gradlane::Device& device) {
   const auto local = gradlane::MemoryRegion::register_buffer(device, source, gradlane::Access::local);
   std::vector<gradlane::RegionDescriptor> targets;
   for (auto& c : conns) targets.push_back(c.wait_region(1, std::chrono::seconds(o.timeout_s)));
-  for (auto& c : conns) (void)c.receive(std::chrono::seconds(o.timeout_s) + std::chrono::milliseconds(o.idle_ms));  // go
+  for (auto& c : conns)
+    (void)c.receive(std::chrono::seconds(o.timeout_s) + std::chrono::milliseconds(o.idle_ms));  // go
   std::vector<std::uint64_t> credits(conns.size(), o.window), sent(conns.size(), 0);
   std::uint64_t left = o.connections * o.per_connection;
   while (left > 0) {
@@ -210,8 +217,9 @@ int worker(const Options& o, const gradlane::Device& device) {
 
 int main(int argc, char** argv) {
   Options o;
-  CLI::App app{"Doorbell handling of a receiver with N worker connections: per-connection CQs, one shared CQ, "
-               "or a shared CQ with a blocking wait."};
+  CLI::App app{
+      "Doorbell handling of a receiver with N worker connections: per-connection CQs, one shared CQ, "
+      "or a shared CQ with a blocking wait."};
   app.add_option("--role", o.role, "server | worker")->required()->check(CLI::IsMember({"server", "worker"}));
   app.add_option("-d,--ib-dev", o.device, "RDMA device (default: the only device)");
   app.add_option("-p,--port", o.port, "rdma_cm port (server)")->check(CLI::Range(1, 65535));
@@ -225,7 +233,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 32));
   app.add_option("--window", o.window, "unanswered doorbells per connection (≤ 128, the receive queue)")
       ->check(CLI::Range(2U, 128U));
-  app.add_option("--idle_ms", o.idle_ms, "server: idle loop before go, to measure idle CPU")->check(CLI::Range(0, 60000));
+  app.add_option("--idle_ms", o.idle_ms, "server: idle loop before go, to measure idle CPU")
+      ->check(CLI::Range(0, 60000));
   app.add_option("--timeout", o.timeout_s, "seconds: bound on connects and on any wait without progress")
       ->check(CLI::Range(1, 3600));
   app.add_option("--out_json", o.out_json, "server: also write the results as JSON here");

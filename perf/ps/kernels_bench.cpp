@@ -18,7 +18,8 @@ constexpr std::size_t kFloats = kBytes / sizeof(float);
 
 // Page-aligned like the registered buffers the kernels run on, and touched before timing.
 struct Floats {
-  std::unique_ptr<float, decltype(&std::free)> memory{static_cast<float*>(std::aligned_alloc(4096, kBytes)), &std::free};
+  std::unique_ptr<float, decltype(&std::free)> memory{static_cast<float*>(std::aligned_alloc(4096, kBytes)),
+                                                      &std::free};
   explicit Floats(float value) {
     std::span<float> s = span();
     for (std::size_t i = 0; i < s.size(); ++i) s[i] = value + static_cast<float>(i % 1024) * 1e-3F;

@@ -38,7 +38,7 @@ using namespace std::chrono_literals;
 namespace ps = gradlane::ps;
 
 constexpr const char* kName = "gradlane_ps_push_bw";
-constexpr double kBytesPerMB = 1048576.0;  // perftest's MB/sec (0x100000)
+constexpr double kBytesPerMB = 1048576.0;    // perftest's MB/sec (0x100000)
 constexpr double kBytesPerGb = 125000000.0;  // perftest's Gb/sec (10^9 bits)
 
 struct Options {
@@ -85,8 +85,9 @@ ps::Endpoint parse_endpoint(const std::string& flag, const std::string& text) {
 std::variant<Options, int> parse(int argc, char** argv) {
   Options o;
   std::string server, replica;
-  CLI::App app{"Parameter-server push throughput over gradlane (ps::Worker::push into a ShardServer), "
-               "in perftest's columns."};
+  CLI::App app{
+      "Parameter-server push throughput over gradlane (ps::Worker::push into a ShardServer), "
+      "in perftest's columns."};
   app.get_formatter()->column_width(30);
   app.add_option("--role", o.role, "server | replica | worker")
       ->required()
@@ -99,12 +100,13 @@ std::variant<Options, int> parse(int argc, char** argv) {
   app.add_option("--replica", replica, "the replica, ADDR:PORT (server: connect to it; worker: mirror to it)");
   app.add_option("-s,--size", o.bytes, "update size in bytes, a multiple of 4 (the shard is size/4 floats)")
       ->check(CLI::Range(std::uint64_t{4}, std::uint64_t{1} << 30));
-  app.add_option("-n,--iters", o.iterations, "updates per worker")->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 32));
+  app.add_option("-n,--iters", o.iterations, "updates per worker")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 32));
   app.add_option("--workers", o.workers, "workers to accept (server, replica)")->check(CLI::Range(1, 256));
   app.add_option("--id", o.id, "this worker's id, unique per shard, > 0 (worker)")->check(CLI::Range(1U, 1U << 30));
-  app.add_option("--slots", o.slots, "update slots in the shard's ring (server, replica)")->check(CLI::Range(1U, 1024U));
-  app.add_option("--timeout", o.timeout_s,
-                 "seconds: bound on connect/accept and on any wait without progress")
+  app.add_option("--slots", o.slots, "update slots in the shard's ring (server, replica)")
+      ->check(CLI::Range(1U, 1024U));
+  app.add_option("--timeout", o.timeout_s, "seconds: bound on connect/accept and on any wait without progress")
       ->check(CLI::Range(1, 86400));
   app.add_option("--idle_nap_us", o.idle_nap_us,
                  "server/replica: after 256 idle rounds nap 20 µs, doubling up to this (0 = spin, as run_until)")
@@ -121,11 +123,13 @@ std::variant<Options, int> parse(int argc, char** argv) {
   app.add_option("--out_json", o.out_json, "also write the results as JSON to this file");
   try {
     app.parse(argc, argv);
-    if (o.bytes % sizeof(float) != 0) throw CLI::ValidationError("-s", fmt::format("{} is not a multiple of 4", o.bytes));
+    if (o.bytes % sizeof(float) != 0)
+      throw CLI::ValidationError("-s", fmt::format("{} is not a multiple of 4", o.bytes));
     if (!server.empty()) o.server = parse_endpoint("--server", server);
     if (!replica.empty()) o.replica = parse_endpoint("--replica", replica);
     if (o.role == "worker" && !o.server) throw CLI::RequiredError("--server (the worker needs the server's ADDR:PORT)");
-    if (o.role == "replica" && o.replica) throw CLI::ValidationError("--replica", "a replica has no replica of its own");
+    if (o.role == "replica" && o.replica)
+      throw CLI::ValidationError("--replica", "a replica has no replica of its own");
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
     return 0;
@@ -202,8 +206,8 @@ int run_shard(const Options& o) {
   if (!o.sidecar.empty() && role == ps::Role::server) shard_options.sidecar = sidecar_attach(o);
   const std::vector<float> initial(shard_options.floats, 0.0F);
   ps::ShardServer shard(device, role, o.port, shard_options, initial);
-  std::cout << " " << o.role << " listening on port " << shard.port() << ", expecting " << o.workers
-            << " worker(s) × " << o.iterations << " updates\n"
+  std::cout << " " << o.role << " listening on port " << shard.port() << ", expecting " << o.workers << " worker(s) × "
+            << o.iterations << " updates\n"
             << std::flush;
   if (role == ps::Role::server && o.replica) shard.connect_replica(o.replica->address, o.replica->port, timeout);
   shard.accept_peers(o.workers, timeout);
@@ -272,28 +276,40 @@ int run_shard(const Options& o) {
                "t_apply avg/med/max[usec]\n"
             << fmt::format(" {:<10} {:<11} {:<11} {:<14.2f} {:<20.2f} {:<10.3f} {:.1f} {:.1f} {:.1f}\n", o.bytes,
                            applied, st.skipped, rate, mbps, seconds, apply.avg, apply.median, apply.max)
-            << fmt::format(" granted {}, claimed {}, refused doorbells {}, peers lost {}, left {}, replica acked {}, "
-                           "mirrors fetched {}\n",
-                           st.granted, st.claimed, st.refused_doorbells, st.peers_lost, st.peers_left, st.replica_acked,
-                           st.mirrors_fetched)
+            << fmt::format(
+                   " granted {}, claimed {}, refused doorbells {}, peers lost {}, left {}, replica acked {}, "
+                   "mirrors fetched {}\n",
+                   st.granted, st.claimed, st.refused_doorbells, st.peers_lost, st.peers_left, st.replica_acked,
+                   st.mirrors_fetched)
             << std::string(79, '-') << '\n'
             << std::flush;
-  write_json(o.out_json,
-             {{"test_info", {{"tool", kName}, {"role", o.role}, {"device", device.info().name},
-                             {"bytes", o.bytes}, {"workers", o.workers}, {"iterations", o.iterations},
-                             {"slots", o.slots}, {"replica", o.replica ? fmt::format("{}:{}", o.replica->address,
-                                                                                     o.replica->port)
-                                                                       : ""},
-                             {"idle_nap_us", o.idle_nap_us}}},
-              {"results",
-               {{"MsgSize", o.bytes}, {"applied", applied}, {"skipped", st.skipped}, {"granted", st.granted},
-                {"applies_per_s", rate}, {"bw_avg", mbps}, {"bw_unit", "MB/sec"}, {"seconds", seconds},
-                {"t_apply_us", to_json(apply)},
-                {"peers_lost", st.peers_lost}, {"refused_doorbells", st.refused_doorbells},
-                {"replica_acked", st.replica_acked}, {"mirrors_fetched", st.mirrors_fetched}}}});
+  write_json(o.out_json, {{"test_info",
+                           {{"tool", kName},
+                            {"role", o.role},
+                            {"device", device.info().name},
+                            {"bytes", o.bytes},
+                            {"workers", o.workers},
+                            {"iterations", o.iterations},
+                            {"slots", o.slots},
+                            {"replica", o.replica ? fmt::format("{}:{}", o.replica->address, o.replica->port) : ""},
+                            {"idle_nap_us", o.idle_nap_us}}},
+                          {"results",
+                           {{"MsgSize", o.bytes},
+                            {"applied", applied},
+                            {"skipped", st.skipped},
+                            {"granted", st.granted},
+                            {"applies_per_s", rate},
+                            {"bw_avg", mbps},
+                            {"bw_unit", "MB/sec"},
+                            {"seconds", seconds},
+                            {"t_apply_us", to_json(apply)},
+                            {"peers_lost", st.peers_lost},
+                            {"refused_doorbells", st.refused_doorbells},
+                            {"replica_acked", st.replica_acked},
+                            {"mirrors_fetched", st.mirrors_fetched}}}});
   if (applied != total) {
-    std::fprintf(stderr, "%s %s: applied %llu of %llu updates (%llu skipped, %llu peers lost)\n", kName,
-                 o.role.c_str(), static_cast<unsigned long long>(applied), static_cast<unsigned long long>(total),
+    std::fprintf(stderr, "%s %s: applied %llu of %llu updates (%llu skipped, %llu peers lost)\n", kName, o.role.c_str(),
+                 static_cast<unsigned long long>(applied), static_cast<unsigned long long>(total),
                  static_cast<unsigned long long>(st.skipped), static_cast<unsigned long long>(st.peers_lost));
     return 3;
   }
@@ -333,10 +349,11 @@ int run_worker(const Options& o) {
     const ps::PushResult r = worker.push(/*computed_on=*/i, /*tag=*/i);
     if (r.lost || r.dropped) {
       // A benchmark of the healthy path: a failover or a drop would make the figure meaningless.
-      throw gradlane::Error(gradlane::Errc::peer_gone,
-                            fmt::format("push {} of {} was {}: the server {}; no throughput is reported", i + 1,
-                                        o.iterations, r.lost ? "lost" : "dropped",
-                                        r.lost ? "died mid-push (see the server's output)" : "refused it as too stale"));
+      throw gradlane::Error(
+          gradlane::Errc::peer_gone,
+          fmt::format("push {} of {} was {}: the server {}; no throughput is reported", i + 1, o.iterations,
+                      r.lost ? "lost" : "dropped",
+                      r.lost ? "died mid-push (see the server's output)" : "refused it as too stale"));
     }
     const auto after = Clock::now();
     const double total = std::chrono::duration<double, std::micro>(after - before).count();
@@ -363,23 +380,16 @@ int run_worker(const Options& o) {
             << fmt::format(" {:<10} {:<14} {:<21.2f} {:<20.6f} {:.6f}\n", o.bytes, o.iterations, mbps, gbps, mpps)
             << " #copies  egress BW[MB/sec]  t_grant avg/med/max[usec]   t_wire avg/med/max[usec]   wire "
                "BW[MB/sec]  wire share\n"
-            << fmt::format(" {:<8} {:<18.2f} {:>8.1f} {:>8.1f} {:>9.1f}  {:>9.1f} {:>9.1f} {:>9.1f}  {:<15.2f} {:.3f}\n",
-                           copies, egress_mbps, grant.avg, grant.median, grant.max, wire.avg, wire.median, wire.max,
-                           wire_mbps, wire_share)
+            << fmt::format(
+                   " {:<8} {:<18.2f} {:>8.1f} {:>8.1f} {:>9.1f}  {:>9.1f} {:>9.1f} {:>9.1f}  {:<15.2f} {:.3f}\n",
+                   copies, egress_mbps, grant.avg, grant.median, grant.max, wire.avg, wire.median, wire.max, wire_mbps,
+                   wire_share)
             << std::string(79, '-') << '\n'
             << std::flush;
-  nlohmann::json row = {{"MsgSize", o.bytes},
-                        {"n_iterations", o.iterations},
-                        {"bw_avg", mbps},
-                        {"bw_unit", "MB/sec"},
-                        {"bw_avg_gbps", gbps},
-                        {"msgRate_avg", mpps},
-                        {"egress_bw_avg", egress_mbps},
-                        {"wire_bw_avg", wire_mbps},
-                        {"wire_share", wire_share},
-                        {"wall_seconds", seconds},
-                        {"t_push_us", to_json(push)},
-                        {"t_grant_us", to_json(grant)},
+  nlohmann::json row = {{"MsgSize", o.bytes},           {"n_iterations", o.iterations}, {"bw_avg", mbps},
+                        {"bw_unit", "MB/sec"},          {"bw_avg_gbps", gbps},          {"msgRate_avg", mpps},
+                        {"egress_bw_avg", egress_mbps}, {"wire_bw_avg", wire_mbps},     {"wire_share", wire_share},
+                        {"wall_seconds", seconds},      {"t_push_us", to_json(push)},   {"t_grant_us", to_json(grant)},
                         {"t_wire_us", to_json(wire)}};
   nlohmann::json info = {{"tool", kName},
                          {"role", "worker"},

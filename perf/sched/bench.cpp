@@ -124,8 +124,8 @@ void run(benchmark::State& state, Mode mode) {
   }
   state.counters["pending"] = static_cast<double>(b.s.pending_parts());
   state.counters["decisions_per_call"] = static_cast<double>(decisions) / static_cast<double>(calls);
-  state.counters["ns_per_decision"] = benchmark::Counter(
-      static_cast<double>(decisions), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_decision"] =
+      benchmark::Counter(static_cast<double>(decisions), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
   state.SetItemsProcessed(static_cast<std::int64_t>(decisions));
 }
 
@@ -154,8 +154,8 @@ void BM_Batch(benchmark::State& state) {
     b.s.schedule(b.now, b.out);
     decisions += b.out.size();
   }
-  state.counters["ns_per_decision"] = benchmark::Counter(
-      static_cast<double>(decisions), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_decision"] =
+      benchmark::Counter(static_cast<double>(decisions), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_Batch)->Arg(1000)->Unit(benchmark::kMicrosecond);
 

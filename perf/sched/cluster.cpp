@@ -22,13 +22,20 @@ constexpr Nanos kGrantAtOnce = std::chrono::hours{24 * 365};
 
 const char* to_string(Mode mode) {
   switch (mode) {
-    case Mode::fifo: return "fifo";
-    case Mode::gradlane: return "gradlane";
-    case Mode::sync: return "sync";
-    case Mode::fifo_sa: return "fifo-sa";
-    case Mode::backup: return "backup";
-    case Mode::ssp: return "ssp";
-    case Mode::ring: return "ring";
+    case Mode::fifo:
+      return "fifo";
+    case Mode::gradlane:
+      return "gradlane";
+    case Mode::sync:
+      return "sync";
+    case Mode::fifo_sa:
+      return "fifo-sa";
+    case Mode::backup:
+      return "backup";
+    case Mode::ssp:
+      return "ssp";
+    case Mode::ring:
+      return "ring";
   }
   return "?";
 }
@@ -48,8 +55,10 @@ bool is_synchronous(Mode mode) { return mode == Mode::sync || mode == Mode::back
 
 const char* to_string(NetworkModel network) {
   switch (network) {
-    case NetworkModel::fair: return "fair";
-    case NetworkModel::exclusive: return "exclusive";
+    case NetworkModel::fair:
+      return "fair";
+    case NetworkModel::exclusive:
+      return "exclusive";
   }
   return "?";
 }
@@ -70,7 +79,8 @@ std::optional<std::string> ClusterParams::validate() const {
   if (workers == 0) return "workers must be at least 1";
   if (servers == 0) return "servers must be at least 1";
   if (stragglers > workers) return "stragglers cannot exceed workers";
-  if (is_synchronous(mode) && servers != 1) return "sync, backup and ring modes simulate one server (ring: its version)";
+  if (is_synchronous(mode) && servers != 1)
+    return "sync, backup and ring modes simulate one server (ring: its version)";
   if (mode == Mode::ring && !(ring_hop_us >= 0)) return "ring hop cost must be >= 0";
   if (mode == Mode::backup && backup_workers >= workers) return "backup workers must be fewer than workers";
   if (bytes == 0) return "bytes must be positive";
@@ -488,8 +498,8 @@ void Cluster::apply(EndpointId at, std::vector<RequestId> requests, Seq seq, Ins
   scratch_.clear();
   for (const RequestId request : requests) scratch_.push_back(record_applied(request, seq, now));
   applied_[at] = seq;
-  push(now + Nanos{static_cast<std::int64_t>(p_.replica_lag_us * 1e3)}, Kind::replica_ack,
-       to_int(at) - kServerBase, seq);
+  push(now + Nanos{static_cast<std::int64_t>(p_.replica_lag_us * 1e3)}, Kind::replica_ack, to_int(at) - kServerBase,
+       seq);
   if (!is_synchronous(p_.mode)) {
     if (observer_) observer_->applied(scratch_, now);
     return;
@@ -517,8 +527,8 @@ void Cluster::apply_step(Instant now) {
 void Cluster::arrive_for_backup_step(EndpointId at, Seq seq, RequestId request, Instant now) {
   // Arrival order decides, so the replica is acknowledged per arrival (the window only needs
   // the highest sequence number applied).
-  push(now + Nanos{static_cast<std::int64_t>(p_.replica_lag_us * 1e3)}, Kind::replica_ack,
-       to_int(at) - kServerBase, seq);
+  push(now + Nanos{static_cast<std::int64_t>(p_.replica_lag_us * 1e3)}, Kind::replica_ack, to_int(at) - kServerBase,
+       seq);
   applied_[at] = std::max(applied_[at], seq);
   if (gradients_.at(request).step != stats_.steps) {  // late: its step was applied without it
     const Gradient late = gradients_.at(request);

@@ -210,8 +210,8 @@ class Cluster {
     Instant at;
     std::uint64_t order;  // FIFO among equal times: deterministic
     Kind kind;
-    std::uint64_t a;      // worker index / transfer id / server index / wire generation
-    std::uint64_t b;      // seq for acks
+    std::uint64_t a;  // worker index / transfer id / server index / wire generation
+    std::uint64_t b;  // seq for acks
     bool operator>(const Event& o) const { return std::tie(at, order) > std::tie(o.at, o.order); }
   };
   struct Worker {
@@ -224,18 +224,18 @@ class Cluster {
     EndpointId out, in;
     std::uint64_t aggregate = 0;  // for member transfers: the aggregate it feeds
     bool to_server = false;
-    bool direct = false;          // a worker's own update straight to the server
+    bool direct = false;  // a worker's own update straight to the server
     Seq seq = 0;
     Bytes bytes = 0;
     std::vector<RequestId> gradients;
   };
   struct WireFlow {  // fair: a transfer on the wire
     std::uint64_t transfer = 0;
-    std::uint32_t egress_link = 0;   // link keys (see wire_ below)
+    std::uint32_t egress_link = 0;  // link keys (see wire_ below)
     std::uint32_t ingress_link = 0;
     std::optional<std::uint32_t> server;  // the server whose ingress it enters, if any
-    double remaining = 0;            // bytes, as of wire_clock_
-    double rate = 0;                 // bytes per second, since the last reshare
+    double remaining = 0;                 // bytes, as of wire_clock_
+    double rate = 0;                      // bytes per second, since the last reshare
   };
   struct Pending {  // an aggregate being collected
     std::size_t expected = 0;
@@ -304,7 +304,7 @@ class Cluster {
   std::map<std::uint64_t, Transfer> transfers_;
   std::map<std::uint64_t, Instant> begins_;
   std::map<std::uint64_t, Pending> pending_;
-  std::vector<Gradient> step_;  // barrier modes: the gradients of the current step at the server
+  std::vector<Gradient> step_;         // barrier modes: the gradients of the current step at the server
   std::vector<RequestId> ring_ready_;  // ring: the step's gradients computed so far
   // Asynchronous modes: how many workers are at each clock (the first key is the slowest), and
   // (ssp) the workers waiting for the slowest to catch up, by their clock.

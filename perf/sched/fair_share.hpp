@@ -38,13 +38,13 @@ class FairShare {
 
  private:
   std::vector<double> capacity_;
-  std::vector<std::uint32_t> flow_links_;                // every flow's links, one after another
-  std::vector<std::size_t> flow_begin_{0};               // flow f: flow_links_[begin[f], begin[f+1])
+  std::vector<std::uint32_t> flow_links_;   // every flow's links, one after another
+  std::vector<std::size_t> flow_begin_{0};  // flow f: flow_links_[begin[f], begin[f+1])
   // Scratch for solve(), kept between calls.
   std::vector<double> rate_;
-  std::vector<double> remaining_;                        // capacity minus the frozen flows' rates
-  std::vector<std::uint32_t> unfrozen_;                  // flows still rising, per link
-  std::vector<std::size_t> link_begin_;                  // the flows crossing each link (CSR)
+  std::vector<double> remaining_;        // capacity minus the frozen flows' rates
+  std::vector<std::uint32_t> unfrozen_;  // flows still rising, per link
+  std::vector<std::size_t> link_begin_;  // the flows crossing each link (CSR)
   std::vector<std::uint32_t> link_flows_;
   std::vector<bool> frozen_;
 };

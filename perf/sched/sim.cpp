@@ -62,8 +62,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 1000u));
   app.add_option("--bytes", p.bytes, "update size in bytes")->check(CLI::Range(Bytes{1}, Bytes{1} << 34));
   app.add_option("--compute-ms", p.compute_ms, "mean compute time per step")->check(CLI::PositiveNumber);
-  app.add_option("--jitter", p.jitter, "compute time is uniform in mean*(1 +- jitter)")
-      ->check(CLI::Range(0.0, 0.99));
+  app.add_option("--jitter", p.jitter, "compute time is uniform in mean*(1 +- jitter)")->check(CLI::Range(0.0, 0.99));
   app.add_option("--worker-gbps", p.worker_gbps, "worker NIC line rate")->check(CLI::PositiveNumber);
   app.add_option("--server-gbps", p.server_gbps, "server NIC line rate")->check(CLI::PositiveNumber);
   app.add_option("--stragglers", p.stragglers, "workers with a slowed egress");
@@ -82,8 +81,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--horizon-us", p.horizon_us, "grant horizon")->check(CLI::NonNegativeNumber);
   app.add_option("--seed", p.seed, "random seed (compute times)");
-  app.add_option("--policy", policy, "fifo, mlfabric or both")
-      ->check(CLI::IsMember({"fifo", "mlfabric", "both"}));
+  app.add_option("--policy", policy, "fifo, mlfabric or both")->check(CLI::IsMember({"fifo", "mlfabric", "both"}));
   app.add_option("--network", network,
                  "fair: each NIC shared max-min fairly by the transfers crossing it; "
                  "exclusive: one transfer at a time per NIC direction")
@@ -106,9 +104,9 @@ int main(int argc, char** argv) {
       "  workers {} Gb/s (spread {}, redrawn every {} ms), servers {} Gb/s, {} straggler(s) at 1/{} egress, "
       "tau {}, B {}, "
       "{} ms simulated, seed {}, {} network\n\n",
-      p.workers, p.servers, static_cast<double>(p.bytes) / (1 << 20), p.compute_ms, p.jitter * 100,
-      p.worker_gbps, p.spread, p.change_ms, p.server_gbps, p.stragglers, p.straggler_slowdown, tau, p.replica_bound,
-      duration_ms, p.seed, sim::to_string(p.network));
+      p.workers, p.servers, static_cast<double>(p.bytes) / (1 << 20), p.compute_ms, p.jitter * 100, p.worker_gbps,
+      p.spread, p.change_ms, p.server_gbps, p.stragglers, p.straggler_slowdown, tau, p.replica_bound, duration_ms,
+      p.seed, sim::to_string(p.network));
   fmt::print("{:<34}", "");
   for (const Result& r : results) fmt::print("{:>14}", r.name);
   fmt::print("\n");
@@ -132,28 +130,24 @@ int main(int argc, char** argv) {
   row("p99 delay (versions)", [&](const Result& r) { return fmt::format("{}", percentile(r.delays, 0.99)); });
   row("max delay (versions)", [&](const Result& r) { return fmt::format("{}", percentile(r.delays, 1.0)); });
   row("applied with delay <= tau", [&](const Result& r) {
-    return fmt::format("{}", std::count_if(r.delays.begin(), r.delays.end(),
-                                           [&](std::uint64_t d) { return d <= tau; }));
+    return fmt::format("{}",
+                       std::count_if(r.delays.begin(), r.delays.end(), [&](std::uint64_t d) { return d <= tau; }));
   });
   row("drops (never sent)", [](const Result& r) { return fmt::format("{}", r.drops); });
   row("server slots used", [](const Result& r) { return fmt::format("{}", r.server_slots); });
-  row("aggregates (gradients in them)", [](const Result& r) {
-    return fmt::format("{} ({})", r.aggregates, r.aggregated);
-  });
-  row("gradients applied per second", [&](const Result& r) {
-    return fmt::format("{:.0f}", static_cast<double>(r.applied) / (duration_ms / 1e3));
-  });
+  row("aggregates (gradients in them)",
+      [](const Result& r) { return fmt::format("{} ({})", r.aggregates, r.aggregated); });
+  row("gradients applied per second",
+      [&](const Result& r) { return fmt::format("{:.0f}", static_cast<double>(r.applied) / (duration_ms / 1e3)); });
   row("mean submit->applied (ms)", [](const Result& r) {
     return fmt::format("{:.2f}", r.applied ? r.latency_sum_ms / static_cast<double>(r.applied) : 0.0);
   });
-  row("server ingress busy (%)", [&](const Result& r) {
-    return fmt::format("{:.1f}", 100.0 * r.server_busy_ms / (duration_ms * p.servers));
-  });
+  row("server ingress busy (%)",
+      [&](const Result& r) { return fmt::format("{:.1f}", 100.0 * r.server_busy_ms / (duration_ms * p.servers)); });
   row("server ingress bytes carried (%)", [&](const Result& r) {
     return fmt::format("{:.1f}", 100.0 * sim::server_ingress_byte_utilisation(p, r, duration_ms));
   });
-  row("straggler applied / dropped", [](const Result& r) {
-    return fmt::format("{} / {}", r.straggler_applied, r.straggler_drops);
-  });
+  row("straggler applied / dropped",
+      [](const Result& r) { return fmt::format("{} / {}", r.straggler_applied, r.straggler_drops); });
   return 0;
 }

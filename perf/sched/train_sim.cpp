@@ -3,8 +3,9 @@
 // (the sidecar's ordering, tau drops, aggregation), fifo (a plain asynchronous parameter
 // server), sync (barrier per step), or a baseline from the literature: fifo-sa (staleness-aware
 // learning rate), backup (sync with backup workers), ssp (stale-synchronous parallel) — and
-// reports accuracy over simulated time and the time to a target accuracy. perf/sched/train-sim-experiment runs the grid, the modes, the regimes and
-// the tau sweep and writes its tables to perf/results/train-sim-NETWORK/ (raw runs to out/).
+// reports accuracy over simulated time and the time to a target accuracy. perf/sched/train-sim-experiment runs the
+// grid, the modes, the regimes and the tau sweep and writes its tables to perf/results/train-sim-NETWORK/ (raw runs to
+// out/).
 //
 // Data: the first --train-rows of Fashion-MNIST's training set train; --eval validation
 // evaluates on the rest of it (the last 10,000 rows by default: for choosing the learning
@@ -48,9 +49,9 @@ std::uint64_t percentile(std::vector<std::uint64_t> v, double q) {
 
 void print_progress(const sim::EvalPoint& e, void* quiet) {
   if (*static_cast<bool*>(quiet)) return;
-  std::fprintf(stderr, "\r  t %7.0f ms  acc %.4f  gradients %9llu  versions %8llu  drops %7llu  (%.1f s)   ",
-               e.t_ms, e.accuracy, static_cast<unsigned long long>(e.gradients),
-               static_cast<unsigned long long>(e.updates), static_cast<unsigned long long>(e.drops), e.wall_s);
+  std::fprintf(stderr, "\r  t %7.0f ms  acc %.4f  gradients %9llu  versions %8llu  drops %7llu  (%.1f s)   ", e.t_ms,
+               e.accuracy, static_cast<unsigned long long>(e.gradients), static_cast<unsigned long long>(e.updates),
+               static_cast<unsigned long long>(e.drops), e.wall_s);
 }
 
 }  // namespace
@@ -75,7 +76,7 @@ int main(int argc, char** argv) try {
   std::string network = sim::to_string(c.network);
   std::string mode = "gradlane", model_name = "softmax", eval = "test", data_dir = train::kDefaultFashionMnistDir;
   std::string json_path, csv_path;
-  std::int64_t tau = -1;  // -1: default_tau(workers); 0: unbounded
+  std::int64_t tau = -1;             // -1: default_tau(workers); 0: unbounded
   std::int64_t backup_workers = -1;  // -1: default_backup_workers(workers)
   bool no_aggregation = false, quiet = false;
   std::size_t train_rows = 50'000;
@@ -107,7 +108,8 @@ int main(int argc, char** argv) try {
   app.add_option("--spread", c.spread, "worker egress log-uniform in [rate/spread, rate]")->check(CLI::Range(1.0, 1e6));
   app.add_option("--change-ms", c.change_ms, "every this often, redraw some workers' egress (0: never)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--change-fraction", c.change_fraction, "share of workers redrawn per change")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--change-fraction", c.change_fraction, "share of workers redrawn per change")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--stragglers", c.stragglers, "workers whose egress is further slowed");
   app.add_option("--straggler-slowdown", c.straggler_slowdown, "by this factor")->check(CLI::Range(1.0, 1e6));
   app.add_option("--replica-bound", c.replica_bound, "B: sequence numbers ahead of the replica")
@@ -157,11 +159,13 @@ int main(int argc, char** argv) try {
 
   const auto& s = r.stats;
   const double seconds = r.curve.back().t_ms / 1e3;
-  fmt::print("{} lr {} tau {} aggregation {} | {} workers, server {} Gb/s, {} B updates, {} network, seed {}\n",
-             mode, t.learning_rate, tau == 0 ? std::string("unbounded") : std::to_string(tau),
-             c.aggregation ? "on" : "off", c.workers, c.server_gbps, c.bytes, network, c.seed);
-  if (c.mode == sim::Mode::backup) fmt::print("  backup workers {}: steps {}, abandoned {}\n", c.backup_workers, s.steps, s.abandoned);
-  if (c.mode == sim::Mode::ssp) fmt::print("  ssp bound {}: waits {}, max clock lead {}\n", c.ssp_bound, s.ssp_waits, s.max_clock_lead);
+  fmt::print("{} lr {} tau {} aggregation {} | {} workers, server {} Gb/s, {} B updates, {} network, seed {}\n", mode,
+             t.learning_rate, tau == 0 ? std::string("unbounded") : std::to_string(tau), c.aggregation ? "on" : "off",
+             c.workers, c.server_gbps, c.bytes, network, c.seed);
+  if (c.mode == sim::Mode::backup)
+    fmt::print("  backup workers {}: steps {}, abandoned {}\n", c.backup_workers, s.steps, s.abandoned);
+  if (c.mode == sim::Mode::ssp)
+    fmt::print("  ssp bound {}: waits {}, max clock lead {}\n", c.ssp_bound, s.ssp_waits, s.max_clock_lead);
   if (c.mode == sim::Mode::sync) fmt::print("  steps {}\n", s.steps);
   if (c.mode == sim::Mode::ring) fmt::print("  ring hop {} us: steps {}\n", c.ring_hop_us, s.steps);
   if (t.data_shards) fmt::print("  data shards: on\n");
@@ -211,12 +215,18 @@ int main(int argc, char** argv) try {
                    {"duration_ms", t.duration_ms},
                    {"target", t.target},
                    {"stop_at_target", t.stop_at_target},
-                   {"stop_after_sustained", t.stop_after_sustained ? nlohmann::json(*t.stop_after_sustained) : nlohmann::json(nullptr)},
+                   {"stop_after_sustained",
+                    t.stop_after_sustained ? nlohmann::json(*t.stop_after_sustained) : nlohmann::json(nullptr)},
                    {"seed", c.seed}};
     nlohmann::json curve = nlohmann::json::array();
     for (const auto& e : r.curve) {
-      curve.push_back({{"t_ms", e.t_ms}, {"accuracy", e.accuracy}, {"gradients", e.gradients}, {"updates", e.updates},
-                       {"drops", e.drops}, {"server_ingress_bytes", e.server_ingress_bytes}, {"wall_s", e.wall_s}});
+      curve.push_back({{"t_ms", e.t_ms},
+                       {"accuracy", e.accuracy},
+                       {"gradients", e.gradients},
+                       {"updates", e.updates},
+                       {"drops", e.drops},
+                       {"server_ingress_bytes", e.server_ingress_bytes},
+                       {"wall_s", e.wall_s}});
     }
     j["curve"] = curve;
     j["summary"] = {

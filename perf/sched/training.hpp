@@ -65,8 +65,8 @@ class SgdObserver : public Observer {
  public:
   // `train` must outlive the observer. Parameters start at model.initialise(seed).
   // shard_workers: 0 for one global data order, else the workers to split the data between.
-  SgdObserver(const train::Model& model, const train::Dataset& train, Mode mode, float learning_rate,
-              std::size_t batch, std::uint64_t seed, std::uint32_t shard_workers = 0);
+  SgdObserver(const train::Model& model, const train::Dataset& train, Mode mode, float learning_rate, std::size_t batch,
+              std::uint64_t seed, std::uint32_t shard_workers = 0);
 
   std::uint64_t pulled(std::uint32_t worker) override;
   void applied(std::span<const Gradient> gradients, Instant now) override;
@@ -112,23 +112,23 @@ struct TrainParams {
   std::size_t batch = 64;
   double eval_every_ms = 50.0;  // the evaluation cadence, in simulated time
   double duration_ms = 5000.0;
-  double target = 0.80;         // time-to-accuracy: first evaluation at or above it
+  double target = 0.80;  // time-to-accuracy: first evaluation at or above it
   bool stop_at_target = false;
   // Stop once an evaluation at or above the target is followed by this many more that stay
   // there (the experiment's sustained crossing, confirmed): the rest of the run cannot move it.
   std::optional<std::uint32_t> stop_after_sustained;
-  std::uint64_t seed = 1;       // the data order (the cluster has its own seed)
-  bool data_shards = false;     // each worker trains on its own partition of the data (DataOrder)
+  std::uint64_t seed = 1;    // the data order (the cluster has its own seed)
+  bool data_shards = false;  // each worker trains on its own partition of the data (DataOrder)
 };
 
 struct EvalPoint {
-  double t_ms = 0;              // simulated time since the start (all workers start computing at 0)
+  double t_ms = 0;  // simulated time since the start (all workers start computing at 0)
   double accuracy = 0;
   std::uint64_t gradients = 0;  // applied so far
   std::uint64_t updates = 0;    // server versions so far (an aggregate or a sync step is one)
   std::uint64_t drops = 0;
   Bytes server_ingress_bytes = 0;
-  double wall_s = 0;            // real seconds since the start of the run
+  double wall_s = 0;  // real seconds since the start of the run
 };
 
 struct TrainResult {

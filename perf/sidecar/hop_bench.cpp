@@ -101,8 +101,13 @@ AttachOptions attach_options(const std::string& name, std::chrono::microseconds 
   return o;
 }
 
-constexpr Update kUpdate{.tensor = 1, .receiver = 2, .bytes = 4096, .region_offset = 0, .computed_on = 0,
-                         .gradient_norm = 1.0F, .priority = 0};
+constexpr Update kUpdate{.tensor = 1,
+                         .receiver = 2,
+                         .bytes = 4096,
+                         .region_offset = 0,
+                         .computed_on = 0,
+                         .gradient_norm = 1.0F,
+                         .priority = 0};
 
 // ---- the floor ----
 
@@ -143,7 +148,8 @@ BENCHMARK(BM_RawSpscRoundTrip)->MinTime(2.0)->UseRealTime();
 // Args: {daemon idle spin in us (-1: never sleeps), client spin in us, idle gap before each
 // request in us}. The gap is longer than the spins, so both sides are asleep when it ends.
 void sidecar_round_trips(benchmark::State& state, std::unique_ptr<gradlane::sched::Policy> policy) {
-  const auto daemon_spin = state.range(0) < 0 ? std::chrono::nanoseconds(1h) : std::chrono::microseconds(state.range(0));
+  const auto daemon_spin =
+      state.range(0) < 0 ? std::chrono::nanoseconds(1h) : std::chrono::microseconds(state.range(0));
   const auto client_spin = std::chrono::microseconds(state.range(1));
   const auto gap = std::chrono::microseconds(state.range(2));
   DaemonThread daemon(daemon_spin, std::move(policy));
@@ -168,7 +174,7 @@ void sidecar_round_trips(benchmark::State& state, std::unique_ptr<gradlane::sche
       state.SkipWithError(what.c_str());
       break;
     }
-    update.computed_on = g.sequence;  // as if the app pulled the model after each update
+    update.computed_on = g.sequence;         // as if the app pulled the model after each update
     client.complete(id, g.part_index, 1us);  // keeps the daemon's bookkeeping bounded
   }
   report(state, samples);
@@ -184,9 +190,9 @@ void BM_SidecarRoundTripScheduler(benchmark::State& state) {
 }
 BENCHMARK(BM_SidecarRoundTrip)
     ->ArgNames({"daemon_spin_us", "client_spin_us", "gap_us"})
-    ->Args({-1, 50, 0})     // busy: the daemon never sleeps
-    ->Args({200, 50, 0})    // adaptive (the defaults), back to back
-    ->Args({0, 0, 0})       // futex: both sides sleep at once
+    ->Args({-1, 50, 0})   // busy: the daemon never sleeps
+    ->Args({200, 50, 0})  // adaptive (the defaults), back to back
+    ->Args({0, 0, 0})     // futex: both sides sleep at once
     ->MinTime(2.0)
     ->UseRealTime();
 BENCHMARK(BM_SidecarRoundTrip)

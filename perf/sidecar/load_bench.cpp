@@ -83,8 +83,16 @@ class DaemonProcess {
  public:
   DaemonProcess(const Options& o, const std::string& shm) {
     const std::string& binary = o.gradlaned;
-    std::vector<std::string> args{binary,     "--foreground", "--shm-name", shm, "--policy", o.policy, "--max-apps", "16",
-                                  "--staleness-bound", std::to_string(o.staleness_bound)};
+    std::vector<std::string> args{binary,
+                                  "--foreground",
+                                  "--shm-name",
+                                  shm,
+                                  "--policy",
+                                  o.policy,
+                                  "--max-apps",
+                                  "16",
+                                  "--staleness-bound",
+                                  std::to_string(o.staleness_bound)};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -100,8 +108,8 @@ class DaemonProcess {
       if (::sched_setaffinity(pid_, sizeof set, &set) != 0) {
         ::kill(pid_, SIGTERM);
         ::waitpid(pid_, nullptr, 0);
-        throw std::runtime_error(fmt::format("--pin-daemon {}: sched_setaffinity failed (is CPU {} online and allowed?)",
-                                             *o.pin_daemon, *o.pin_daemon));
+        throw std::runtime_error(fmt::format(
+            "--pin-daemon {}: sched_setaffinity failed (is CPU {} online and allowed?)", *o.pin_daemon, *o.pin_daemon));
       }
     }
   }
@@ -148,8 +156,13 @@ AppRun run_app(const std::string& shm, std::uint32_t job, const Options& o, std:
   attach.attach_timeout = 5s;  // gradlaned may still be starting
   attach.spin = std::chrono::microseconds(o.client_spin_us);
   sc::Client client = sc::Client::attach(attach);
-  sc::Update update{.tensor = 1, .receiver = 2, .bytes = 4096, .region_offset = 0, .computed_on = 0,
-                    .gradient_norm = 1.0F, .priority = 0};
+  sc::Update update{.tensor = 1,
+                    .receiver = 2,
+                    .bytes = 4096,
+                    .region_offset = 0,
+                    .computed_on = 0,
+                    .gradient_norm = 1.0F,
+                    .priority = 0};
   while (!start.load(std::memory_order_acquire)) std::this_thread::yield();
   AppRun run;
   run.start = Clock::now();
@@ -275,9 +288,10 @@ int main(int argc, char** argv) try {
   CLI11_PARSE(cli, argc, argv);
 
   std::optional<double> baseline;  // median total requests/s of the first (1-app) count
-  fmt::print("| apps | requests/s total | requests/s per app | share ratio, slowest app | per app / 1 app alone, "
-             "slowest app | go / dropped per rep | gradlaned CPU (cores) | requests per gradlaned CPU-s | gradlaned peak RSS "
-             "(MiB) |\n|---|---|---|---|---|---|---|---|---|\n");
+  fmt::print(
+      "| apps | requests/s total | requests/s per app | share ratio, slowest app | per app / 1 app alone, "
+      "slowest app | go / dropped per rep | gradlaned CPU (cores) | requests per gradlaned CPU-s | gradlaned peak RSS "
+      "(MiB) |\n|---|---|---|---|---|---|---|---|---|\n");
   for (const std::uint32_t apps : o.apps) {
     std::vector<double> totals, per_app, min_ratio, min_alone, rss, cpu, per_cpu;
     std::uint64_t go = 0, dropped = 0;

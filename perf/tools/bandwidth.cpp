@@ -59,10 +59,9 @@ BwSample run_loop(std::vector<Lane>& lanes, const MemoryRegion& local, const Loo
         const bool last = timed ? stopping : l.posted + 1 == run.iterations;
         const bool signal = last || (l.posted + 1) % static_cast<std::uint64_t>(run.cq_mod) == 0;
         const Ticks t = now_ticks();
-        const OpId op = run.verb == Verb::write
-                            ? l.connection->write(local, 0, l.remote, 0, run.bytes,
-                                                  signal ? Signal::always : Signal::automatic)
-                            : l.connection->read(local, 0, l.remote, 0, run.bytes);
+        const OpId op = run.verb == Verb::write ? l.connection->write(local, 0, l.remote, 0, run.bytes,
+                                                                      signal ? Signal::always : Signal::automatic)
+                                                : l.connection->read(local, 0, l.remote, 0, run.bytes);
         if (l.posted == 0) l.first_op = op;
         if (sample.operations == 0) sample.first_post = t;
         if (!timed) sample.posted.push_back(t);

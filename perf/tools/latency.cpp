@@ -40,7 +40,8 @@ class SpinGuard {
     const auto now = Clock::now();
     if (spins_ == 0x10000) deadline_ = now + timeout_;
     if (now > deadline_) {
-      throw Error(Errc::timeout, fmt::format("{} on {}: nothing arrived within --timeout", what_, connection_.describe()));
+      throw Error(Errc::timeout,
+                  fmt::format("{} on {}: nothing arrived within --timeout", what_, connection_.describe()));
     }
   }
 

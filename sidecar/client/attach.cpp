@@ -30,9 +30,10 @@ std::int64_t now_ns() {
 }
 
 std::string start_hint(const std::string& name) {
-  return fmt::format("start it with `gradlaned --shm-name {}` (or point GRADLANE_SIDECAR_SHM at the "
-                     "name a running gradlaned serves)",
-                     name);
+  return fmt::format(
+      "start it with `gradlaned --shm-name {}` (or point GRADLANE_SIDECAR_SHM at the "
+      "name a running gradlaned serves)",
+      name);
 }
 
 // Why this segment cannot be attached right now (retry), or nullopt if it can. Throws for
@@ -52,15 +53,15 @@ std::optional<std::string> unusable(const shm::Segment& segment) {
     throw Error(Errc::protocol,
                 fmt::format("gradlaned (pid {}) serving {} speaks segment layout v{} (queues of {}), this "
                             "library v{} (queues of {}): run a gradlaned from the same gradlane release",
-                            h.daemon_pid, segment.name(), h.layout_version, h.ring_capacity,
-                            shm::kLayoutVersion, shm::kRingCapacity));
+                            h.daemon_pid, segment.name(), h.layout_version, h.ring_capacity, shm::kLayoutVersion,
+                            shm::kRingCapacity));
   }
   if (h.state.load(std::memory_order_acquire) != static_cast<std::uint32_t>(shm::DaemonState::running)) {
     return fmt::format("the gradlaned (pid {}) that served {} has stopped", h.daemon_pid, segment.name());
   }
   if (!segment.locked_by_daemon()) {
-    return fmt::format("the gradlaned (pid {}) that created {} is gone (it died without cleaning up)",
-                       h.daemon_pid, segment.name());
+    return fmt::format("the gradlaned (pid {}) that created {} is gone (it died without cleaning up)", h.daemon_pid,
+                       segment.name());
   }
   const auto age = std::chrono::nanoseconds(now_ns() - h.heartbeat_ns.load(std::memory_order_acquire));
   if (age > kStaleHeartbeat) {
@@ -89,22 +90,26 @@ std::string attach_refusal_hint(Reason reason, const shm::Header& h, const Attac
     case Reason::bad_attach:
       return " (AttachOptions::region_bytes must be > 0)";
     case Reason::bad_takeover:
-      return fmt::format(" (AttachOptions::take_over_at: gradlaned (pid {}) was not started with --standby {}:{}, "
-                         "so it does not take over that endpoint's sequence for job {})",
-                         h.daemon_pid, o.endpoint, o.job, o.job);
+      return fmt::format(
+          " (AttachOptions::take_over_at: gradlaned (pid {}) was not started with --standby {}:{}, "
+          "so it does not take over that endpoint's sequence for job {})",
+          h.daemon_pid, o.endpoint, o.job, o.job);
     case Reason::unknown_endpoint:
-      return fmt::format(" (AttachOptions::endpoint {} is not a NIC of this host: gradlaned (pid {}) serves only "
-                         "the endpoints given to it with --endpoint)",
-                         o.endpoint, h.daemon_pid);
+      return fmt::format(
+          " (AttachOptions::endpoint {} is not a NIC of this host: gradlaned (pid {}) serves only "
+          "the endpoints given to it with --endpoint)",
+          o.endpoint, h.daemon_pid);
     case Reason::own_segment:
-      return fmt::format(" (job {} has a segment of its own, given to its user with gradlaned --job-user: its apps "
-                         "attach there, as that user, getting it from the daemon's door)",
-                         o.job);
+      return fmt::format(
+          " (job {} has a segment of its own, given to its user with gradlaned --job-user: its apps "
+          "attach there, as that user, getting it from the daemon's door)",
+          o.job);
     case Reason::receiver_of_another_job:
-      return fmt::format(" (endpoint {}'s server is an app of another job, attached to gradlaned (pid {}) with "
-                         "AttachOptions::slots or take_over_at: a receiver's sequence serves one job; give this "
-                         "job's server an endpoint of its own)",
-                         o.endpoint, h.daemon_pid);
+      return fmt::format(
+          " (endpoint {}'s server is an app of another job, attached to gradlaned (pid {}) with "
+          "AttachOptions::slots or take_over_at: a receiver's sequence serves one job; give this "
+          "job's server an endpoint of its own)",
+          o.endpoint, h.daemon_pid);
     default:
       return "";
   }
@@ -164,8 +169,9 @@ Claimed claim_slot(Client::State& state, shm::Segment& segment, Clock::time_poin
   std::uint32_t index = 0;
   for (; index < h.max_apps; ++index) {
     std::uint64_t expected = shm::claim_word(SlotState::free, 0);
-    if (shm::slot_at(base, index)->claim.compare_exchange_strong(
-            expected, shm::claim_word(SlotState::claiming, pid), std::memory_order_acq_rel)) {
+    if (shm::slot_at(base, index)
+            ->claim.compare_exchange_strong(expected, shm::claim_word(SlotState::claiming, pid),
+                                            std::memory_order_acq_rel)) {
       break;
     }
   }
@@ -246,8 +252,8 @@ void connect(Client::State& state) {
         state.segment = std::move(segment);
         return;
       } else {
-        problem = fmt::format("gradlaned (pid {}) did not answer the attach",
-                              shm::header_at(segment->base())->daemon_pid);
+        problem =
+            fmt::format("gradlaned (pid {}) did not answer the attach", shm::header_at(segment->base())->daemon_pid);
       }
     }
     if (Clock::now() >= deadline) {

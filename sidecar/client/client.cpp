@@ -42,8 +42,7 @@ std::uint64_t env_number(const char* name, std::uint64_t min, std::uint64_t max,
   const char* end = text + std::char_traits<char>::length(text);
   const auto [ptr, ec] = std::from_chars(text, end, value);
   if (ec != std::errc{} || ptr != end || ptr == text || value < min || value > max) {
-    throw Error(Errc::invalid_argument,
-                fmt::format("{}='{}' is not a number in [{}, {}]", name, text, min, max));
+    throw Error(Errc::invalid_argument, fmt::format("{}='{}' is not a number in [{}, {}]", name, text, min, max));
   }
   return value;
 }
@@ -64,10 +63,9 @@ void ensure_attached(Client::State& s) {
   if (shm::claim_state(word) == SlotState::active) return;
   if (shm::claim_state(word) == SlotState::evicted) {
     const auto reason = static_cast<Reason>(s.slot->reason.load(std::memory_order_relaxed));
-    throw Error(Errc::protocol,
-                fmt::format("gradlaned evicted this app from {} ({}): its queues were overwritten; "
-                            "detach and attach again",
-                            s.options.shm_name, reason_name(reason)));
+    throw Error(Errc::protocol, fmt::format("gradlaned evicted this app from {} ({}): its queues were overwritten; "
+                                            "detach and attach again",
+                                            s.options.shm_name, reason_name(reason)));
   }
   // Freed under us: the daemon took us for dead (e.g. another pid namespace). Start over.
   reattach(s);
@@ -260,11 +258,11 @@ void Client::complete(std::uint64_t request, std::uint32_t part, std::chrono::na
   e.op = shm::Op::complete;
   e.job = s.options.job;
   e.request = request;
-  e.body.complete = shm::AppEntry::Complete{
-      .part = part,
-      .failed = failed ? 1U : 0U,
-      .measured_ns = static_cast<std::uint64_t>(std::max<std::int64_t>(wire_time.count(), 0)),
-      .reserved = {}};
+  e.body.complete =
+      shm::AppEntry::Complete{.part = part,
+                              .failed = failed ? 1U : 0U,
+                              .measured_ns = static_cast<std::uint64_t>(std::max<std::int64_t>(wire_time.count(), 0)),
+                              .reserved = {}};
   push(s, e, wait_for_space);
 }
 
@@ -275,11 +273,11 @@ void Client::complete_aggregate(std::uint64_t aggregate, std::chrono::nanosecond
   e.op = shm::Op::complete_aggregate;
   e.job = s.options.job;
   e.request = aggregate;
-  e.body.complete = shm::AppEntry::Complete{
-      .part = 0,
-      .failed = failed ? 1U : 0U,
-      .measured_ns = static_cast<std::uint64_t>(std::max<std::int64_t>(wire_time.count(), 0)),
-      .reserved = {}};
+  e.body.complete =
+      shm::AppEntry::Complete{.part = 0,
+                              .failed = failed ? 1U : 0U,
+                              .measured_ns = static_cast<std::uint64_t>(std::max<std::int64_t>(wire_time.count(), 0)),
+                              .reserved = {}};
   push(s, e, std::chrono::nanoseconds{0});
 }
 
@@ -289,8 +287,8 @@ void Client::applied(std::uint64_t through) {
   e.format = shm::kEntryFormat;
   e.op = shm::Op::applied;
   e.job = s.options.job;
-  e.body.applied = shm::AppEntry::Applied{
-      .receiver = s.options.endpoint, .reserved0 = 0, .through = through, .reserved = {}};
+  e.body.applied =
+      shm::AppEntry::Applied{.receiver = s.options.endpoint, .reserved0 = 0, .through = through, .reserved = {}};
   push(s, e, std::chrono::nanoseconds{0});
 }
 
@@ -327,11 +325,11 @@ Grant Client::wait(std::chrono::nanoseconds timeout) {
     if (auto g = take(s)) return *g;
     const auto now = Clock::now();
     if (now >= deadline) {
-      throw Error(Errc::timeout, fmt::format("no answer from gradlaned ({}) within {} us ({} requests "
-                                             "outstanding)",
-                                             s.options.shm_name,
-                                             std::chrono::duration_cast<std::chrono::microseconds>(timeout).count(),
-                                             s.owed.size()));
+      throw Error(Errc::timeout,
+                  fmt::format("no answer from gradlaned ({}) within {} us ({} requests "
+                              "outstanding)",
+                              s.options.shm_name,
+                              std::chrono::duration_cast<std::chrono::microseconds>(timeout).count(), s.owed.size()));
     }
     if (now >= next_liveness) {
       next_liveness = now + kLivenessEvery;
@@ -369,44 +367,76 @@ std::size_t Client::outstanding() const noexcept { return state_ ? state_->owed.
 
 std::string_view kind_name(GrantKind kind) noexcept {
   switch (kind) {
-    case GrantKind::go: return "go";
-    case GrantKind::drop: return "drop";
-    case GrantKind::redirect: return "redirect";
-    case GrantKind::aggregate: return "aggregate";
-    case GrantKind::error: return "error";
-    case GrantKind::cancel: return "cancel";
+    case GrantKind::go:
+      return "go";
+    case GrantKind::drop:
+      return "drop";
+    case GrantKind::redirect:
+      return "redirect";
+    case GrantKind::aggregate:
+      return "aggregate";
+    case GrantKind::error:
+      return "error";
+    case GrantKind::cancel:
+      return "cancel";
   }
   return "unknown";
 }
 
 std::string_view reason_name(Reason reason) noexcept {
   switch (reason) {
-    case Reason::none: return "none";
-    case Reason::stale: return "stale";
-    case Reason::peer_lost: return "peer_lost";
-    case Reason::receiver_moved: return "receiver_moved";
-    case Reason::peer_refused: return "peer_refused";
-    case Reason::unknown_job: return "unknown_job";
-    case Reason::bad_size: return "bad_size";
-    case Reason::bad_offset: return "bad_offset";
-    case Reason::bad_format: return "bad_format";
-    case Reason::unknown_fields: return "unknown_fields";
-    case Reason::bad_value: return "bad_value";
-    case Reason::duplicate_request: return "duplicate_request";
-    case Reason::unknown_request: return "unknown_request";
-    case Reason::too_many_outstanding: return "too_many_outstanding";
-    case Reason::bad_receiver: return "bad_receiver";
-    case Reason::version_from_future: return "version_from_future";
-    case Reason::receiver_unreachable: return "receiver_unreachable";
-    case Reason::unknown_receiver: return "unknown_receiver";
-    case Reason::sidecar_restarted: return "sidecar_restarted";
-    case Reason::bad_attach: return "bad_attach";
-    case Reason::owner_mismatch: return "owner_mismatch";
-    case Reason::corrupt_ring: return "corrupt_ring";
-    case Reason::unknown_endpoint: return "unknown_endpoint";
-    case Reason::bad_takeover: return "bad_takeover";
-    case Reason::own_segment: return "own_segment";
-    case Reason::receiver_of_another_job: return "receiver_of_another_job";
+    case Reason::none:
+      return "none";
+    case Reason::stale:
+      return "stale";
+    case Reason::peer_lost:
+      return "peer_lost";
+    case Reason::receiver_moved:
+      return "receiver_moved";
+    case Reason::peer_refused:
+      return "peer_refused";
+    case Reason::unknown_job:
+      return "unknown_job";
+    case Reason::bad_size:
+      return "bad_size";
+    case Reason::bad_offset:
+      return "bad_offset";
+    case Reason::bad_format:
+      return "bad_format";
+    case Reason::unknown_fields:
+      return "unknown_fields";
+    case Reason::bad_value:
+      return "bad_value";
+    case Reason::duplicate_request:
+      return "duplicate_request";
+    case Reason::unknown_request:
+      return "unknown_request";
+    case Reason::too_many_outstanding:
+      return "too_many_outstanding";
+    case Reason::bad_receiver:
+      return "bad_receiver";
+    case Reason::version_from_future:
+      return "version_from_future";
+    case Reason::receiver_unreachable:
+      return "receiver_unreachable";
+    case Reason::unknown_receiver:
+      return "unknown_receiver";
+    case Reason::sidecar_restarted:
+      return "sidecar_restarted";
+    case Reason::bad_attach:
+      return "bad_attach";
+    case Reason::owner_mismatch:
+      return "owner_mismatch";
+    case Reason::corrupt_ring:
+      return "corrupt_ring";
+    case Reason::unknown_endpoint:
+      return "unknown_endpoint";
+    case Reason::bad_takeover:
+      return "bad_takeover";
+    case Reason::own_segment:
+      return "own_segment";
+    case Reason::receiver_of_another_job:
+      return "receiver_of_another_job";
   }
   return "unknown";
 }

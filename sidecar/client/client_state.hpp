@@ -91,8 +91,8 @@ struct Client::State {
   shm::RingReader<shm::GrantEntry, shm::kRingCapacity> grants;
 
   std::uint64_t next_request = 1;
-  OwedWindow owed;  // requests still owed an answer
-  std::deque<Grant> made_here;   // sidecar_restarted answers, delivered before the queue
+  OwedWindow owed;              // requests still owed an answer
+  std::deque<Grant> made_here;  // sidecar_restarted answers, delivered before the queue
   std::uint32_t empty_polls = 0;
   // poll(): when the daemon's liveness is next due (read every kPollsPerClockRead empty polls).
   std::chrono::steady_clock::time_point next_liveness_poll{};

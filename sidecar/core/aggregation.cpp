@@ -7,22 +7,17 @@
 
 namespace gradlane::sched {
 
-std::vector<GroupCandidate> choose_members(const AggregationConfig& config,
-                                           std::vector<GroupCandidate> waiting,
-                                           const DeadlineReservations& reservations,
-                                           Version next_applied_to) {
+std::vector<GroupCandidate> choose_members(const AggregationConfig& config, std::vector<GroupCandidate> waiting,
+                                           const DeadlineReservations& reservations, Version next_applied_to) {
   std::sort(waiting.begin(), waiting.end(), [](const GroupCandidate& a, const GroupCandidate& b) {
-    return std::tuple(a.direct_time, to_int(a.request), a.part) <
-           std::tuple(b.direct_time, to_int(b.request), b.part);
+    return std::tuple(a.direct_time, to_int(a.request), a.part) < std::tuple(b.direct_time, to_int(b.request), b.part);
   });
   if (waiting.size() > config.max_group) waiting.resize(config.max_group);
-  while (waiting.size() >= config.min_group &&
-         !reservations.feasible_with(next_applied_to, group_deadline(waiting))) {
+  while (waiting.size() >= config.min_group && !reservations.feasible_with(next_applied_to, group_deadline(waiting))) {
     // Leave out the stalest member: it is the one pulling the group's deadline in.
-    const auto stalest = std::min_element(
-        waiting.begin(), waiting.end(), [](const GroupCandidate& a, const GroupCandidate& b) {
-          return std::tuple(a.deadline, to_int(a.request), a.part) <
-                 std::tuple(b.deadline, to_int(b.request), b.part);
+    const auto stalest =
+        std::min_element(waiting.begin(), waiting.end(), [](const GroupCandidate& a, const GroupCandidate& b) {
+          return std::tuple(a.deadline, to_int(a.request), a.part) < std::tuple(b.deadline, to_int(b.request), b.part);
         });
     waiting.erase(stalest);
   }
@@ -37,16 +32,14 @@ Version group_deadline(std::span<const GroupCandidate> members) noexcept {
 }
 
 std::optional<GroupPlan> choose_aggregator(const AggregationConfig& config, Instant now,
-                                           std::span<const GroupCandidate> members,
-                                           Bytes length, std::span<const AggregatorOption> options,
-                                           Instant server_free, double server_rate,
-                                           Instant latest_start) {
+                                           std::span<const GroupCandidate> members, Bytes length,
+                                           std::span<const AggregatorOption> options, Instant server_free,
+                                           double server_rate, Instant latest_start) {
   if (members.size() < config.min_group) return std::nullopt;
 
   std::vector<GroupCandidate> arrival(members.begin(), members.end());
   std::sort(arrival.begin(), arrival.end(), [](const GroupCandidate& a, const GroupCandidate& b) {
-    return std::tuple(a.ready, to_int(a.request), a.part) <
-           std::tuple(b.ready, to_int(b.request), b.part);
+    return std::tuple(a.ready, to_int(a.request), a.part) < std::tuple(b.ready, to_int(b.request), b.part);
   });
 
   std::optional<GroupPlan> best;
@@ -71,8 +64,7 @@ std::optional<GroupPlan> choose_aggregator(const AggregationConfig& config, Inst
     if (sum_ready > direct_done) continue;  // no spare bandwidth: the server would be faster
     const Nanos forward = mirrored_transfer_time(length, a.forward_copies, a.egress_rate, server_rate);
     const Instant done = std::max({sum_ready, a.egress_free, server_free}) + forward;
-    if (!best || std::tuple(done, to_int(a.id)) <
-                     std::tuple(best->predicted_done, to_int(best->aggregator))) {
+    if (!best || std::tuple(done, to_int(a.id)) < std::tuple(best->predicted_done, to_int(best->aggregator))) {
       best = GroupPlan{a.id, joined, slots, sum_ready, forward, done};
     }
   }

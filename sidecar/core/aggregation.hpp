@@ -77,21 +77,19 @@ struct AggregationConfig {
 
 // A waiting update that could join a group.
 struct GroupCandidate {
-  std::size_t tag = 0;       // the caller's handle, returned in the plan
+  std::size_t tag = 0;  // the caller's handle, returned in the plan
   EndpointId sender{};
   RequestId request{};
   std::uint32_t part = 0;
-  Instant ready{};           // earliest its sender's egress can start it
-  double egress_rate = 0;    // sender's estimated egress, bytes/s
-  Nanos direct_time{};       // its transfer time straight to the server
+  Instant ready{};                 // earliest its sender's egress can start it
+  double egress_rate = 0;          // sender's estimated egress, bytes/s
+  Nanos direct_time{};             // its transfer time straight to the server
   Version deadline = kNoDeadline;  // latest version it may be applied to
 };
 
 // Members in the order they were chosen (shortest transfer first).
-std::vector<GroupCandidate> choose_members(const AggregationConfig& config,
-                                           std::vector<GroupCandidate> waiting,
-                                           const DeadlineReservations& reservations,
-                                           Version next_applied_to);
+std::vector<GroupCandidate> choose_members(const AggregationConfig& config, std::vector<GroupCandidate> waiting,
+                                           const DeadlineReservations& reservations, Version next_applied_to);
 
 // Latest version the aggregate of `members` may be applied to: its stalest member's deadline.
 Version group_deadline(std::span<const GroupCandidate> members) noexcept;
@@ -123,10 +121,9 @@ struct GroupPlan {
 // group at all under a short horizon.
 // Precondition: options exclude the server and the members' own senders.
 std::optional<GroupPlan> choose_aggregator(const AggregationConfig& config, Instant now,
-                                           std::span<const GroupCandidate> members,
-                                           Bytes length, std::span<const AggregatorOption> options,
-                                           Instant server_free, double server_rate,
-                                           Instant latest_start = Instant::max());
+                                           std::span<const GroupCandidate> members, Bytes length,
+                                           std::span<const AggregatorOption> options, Instant server_free,
+                                           double server_rate, Instant latest_start = Instant::max());
 
 // A relay: `member` alone through the aggregator whose forward reaches the server first, among
 // those whose forward would take at most 1/relay_ratio of the member's direct transfer (so the

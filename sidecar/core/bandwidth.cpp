@@ -36,8 +36,7 @@ void BandwidthEstimator::blend(Estimate& estimate, double sample) {
   const double a = config_.ewma_weight;
   const double seconds_per_byte = (1.0 - a) / estimate.ewma + a / sample;
   estimate.ewma = std::max(config_.min_bytes_per_sec, 1.0 / seconds_per_byte);
-  if (std::abs(estimate.ewma - estimate.published) >
-      config_.republish_fraction * estimate.published) {
+  if (std::abs(estimate.ewma - estimate.published) > config_.republish_fraction * estimate.published) {
     estimate.published = estimate.ewma;
     ++generation_;
   }
@@ -59,8 +58,7 @@ void BandwidthEstimator::set_rate(EndpointId endpoint, Direction direction, doub
   ++generation_;
 }
 
-void BandwidthEstimator::observe(EndpointId endpoint, Direction direction, Bytes bytes,
-                                 Nanos duration) {
+void BandwidthEstimator::observe(EndpointId endpoint, Direction direction, Bytes bytes, Nanos duration) {
   if (bytes == 0 || duration <= Nanos::zero()) return;
   Estimate& e = side(endpoint, direction);
   e.known = true;
@@ -72,8 +70,8 @@ void BandwidthEstimator::observe(EndpointId endpoint, Direction direction, Bytes
   }
 }
 
-void BandwidthEstimator::observe_transfer(EndpointId sender, EndpointId receiver, Bytes bytes,
-                                          Nanos duration, unsigned sender_copies) {
+void BandwidthEstimator::observe_transfer(EndpointId sender, EndpointId receiver, Bytes bytes, Nanos duration,
+                                          unsigned sender_copies) {
   if (bytes == 0 || duration <= Nanos::zero()) return;
   // Each side's sample: what it carried over the transfer's duration.
   const double x_in = static_cast<double>(bytes) * 1e9 / static_cast<double>(duration.count());
@@ -127,8 +125,7 @@ void BandwidthEstimator::observe_transfer(EndpointId sender, EndpointId receiver
 double BandwidthEstimator::rate(EndpointId endpoint, Direction direction) const {
   const auto it = links_.find(endpoint);
   if (it == links_.end()) return config_.default_bytes_per_sec;
-  return direction == Direction::egress ? it->second.egress.published
-                                        : it->second.ingress.published;
+  return direction == Direction::egress ? it->second.egress.published : it->second.ingress.published;
 }
 
 double BandwidthEstimator::path_rate(EndpointId sender, EndpointId receiver) const {

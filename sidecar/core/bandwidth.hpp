@@ -92,8 +92,7 @@ class BandwidthEstimator {
   double path_rate(EndpointId sender, EndpointId receiver) const;
   // Predicted time to move `bytes` over that path, rounded up to whole nanoseconds, with the
   // sender sending `sender_copies` copies meanwhile (see mirrored_transfer_time).
-  Nanos transfer_time(EndpointId sender, EndpointId receiver, Bytes bytes,
-                      unsigned sender_copies = 1) const;
+  Nanos transfer_time(EndpointId sender, EndpointId receiver, Bytes bytes, unsigned sender_copies = 1) const;
 
   // Changes whenever any estimate changes, so callers can cache derived transfer times.
   std::uint64_t generation() const noexcept { return generation_; }

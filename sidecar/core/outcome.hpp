@@ -18,19 +18,19 @@ namespace gradlane::sched {
 
 // Send this part straight to the server, starting at slot.start.
 struct Grant {
-  TransferId transfer{};       // pass to Scheduler::complete() when the transfer ends
+  TransferId transfer{};  // pass to Scheduler::complete() when the transfer ends
   RequestId request{};
-  std::uint32_t part = 0;      // part index, of part_count
+  std::uint32_t part = 0;  // part index, of part_count
   std::uint32_t part_count = 1;
-  Bytes offset = 0;            // bytes [offset, offset + length) of the tensor
+  Bytes offset = 0;  // bytes [offset, offset + length) of the tensor
   Bytes length = 0;
   JobId job{};
   TensorId tensor{};
   EndpointId sender{};
   EndpointId receiver{};
-  Slot slot{};                 // on the sender's egress and the receiver's ingress
-  Seq seq = 0;                 // the server applies it as update `seq`: version seq-1 -> seq
-  std::uint64_t delay = 0;     // its delay at apply (staleness.hpp); always <= tau
+  Slot slot{};              // on the sender's egress and the receiver's ingress
+  Seq seq = 0;              // the server applies it as update `seq`: version seq-1 -> seq
+  std::uint64_t delay = 0;  // its delay at apply (staleness.hpp); always <= tau
   // Not the core's: the grant token of `seq` from the receiver's owner (a peer's answer); the
   // core leaves it 0 and the routing layers stamp their own receivers' (types.hpp GrantKey).
   std::uint64_t token = 0;
@@ -51,9 +51,9 @@ struct Redirect {
   TensorId tensor{};
   EndpointId sender{};
   EndpointId aggregator{};
-  EndpointId receiver{};       // where the aggregate will go
+  EndpointId receiver{};  // where the aggregate will go
   AggregateId aggregate{};
-  Slot slot{};                 // on the sender's egress and the aggregator's ingress
+  Slot slot{};  // on the sender's egress and the aggregator's ingress
 };
 
 // The aggregator's sum of `members` goes to the server at slot.start (and not before all
@@ -108,7 +108,7 @@ struct Drop {
   EndpointId sender{};
   EndpointId receiver{};
   DropReason reason = DropReason::staleness_bound;
-  std::uint64_t delay = 0;       // staleness_bound: its delay if applied next (> tau); else 0
+  std::uint64_t delay = 0;  // staleness_bound: its delay if applied next (> tau); else 0
 };
 
 // Sequence `seq` at `receiver` was granted but its transfer failed (or its sender left): it will
@@ -143,11 +143,21 @@ struct PartMove {
 };
 
 inline PartMove part_move(const Grant& g) {
-  return {g.transfer, g.request, g.part, g.part_count, g.offset, g.length, g.sender, g.receiver, g.seq, g.delay, g.slot};
+  return {g.transfer, g.request,  g.part, g.part_count, g.offset, g.length,
+          g.sender,   g.receiver, g.seq,  g.delay,      g.slot};
 }
 inline PartMove part_move(const Redirect& r) {
-  return {r.transfer, r.request,  r.part, r.part_count, r.offset, r.length, r.sender, r.aggregator,
-          static_cast<std::uint64_t>(r.aggregate), 0, r.slot};
+  return {r.transfer,
+          r.request,
+          r.part,
+          r.part_count,
+          r.offset,
+          r.length,
+          r.sender,
+          r.aggregator,
+          static_cast<std::uint64_t>(r.aggregate),
+          0,
+          r.slot};
 }
 
 }  // namespace gradlane::sched

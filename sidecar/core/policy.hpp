@@ -86,7 +86,9 @@ class SchedulerPolicy final : public Policy {
                 sched::TransferResult result) override {
     return scheduler_.complete(transfer, now, measured, result);
   }
-  bool replica_ack(sched::EndpointId receiver, sched::Seq seq) override { return scheduler_.replica_ack(receiver, seq); }
+  bool replica_ack(sched::EndpointId receiver, sched::Seq seq) override {
+    return scheduler_.replica_ack(receiver, seq);
+  }
   std::optional<sched::Instant> next_wakeup() const override { return scheduler_.next_wakeup(); }
   bool take_over(sched::EndpointId receiver, sched::Version version, sched::JobId, sched::Instant) override {
     scheduler_.close_receiver(receiver, moved_);
@@ -120,7 +122,9 @@ class PassThroughPolicy final : public Policy {
                 sched::TransferResult result) override;
   bool replica_ack(sched::EndpointId, sched::Seq) override { return true; }  // no window here
   std::optional<sched::Instant> next_wakeup() const override { return std::nullopt; }
-  bool take_over(sched::EndpointId, sched::Version, sched::JobId, sched::Instant) override { return false; }  // no sequences to move
+  bool take_over(sched::EndpointId, sched::Version, sched::JobId, sched::Instant) override {
+    return false;
+  }  // no sequences to move
 
  private:
   std::vector<sched::Request> pending_;

@@ -21,8 +21,7 @@ class ReplicationWindow {
  public:
   // bound: B, or nullopt for a server without a replica. start: the version the server is at
   // (0 for a fresh model; the replica's version when it takes over after a failure).
-  explicit ReplicationWindow(std::optional<std::uint64_t> bound = std::nullopt,
-                             Seq start = 0) noexcept
+  explicit ReplicationWindow(std::optional<std::uint64_t> bound = std::nullopt, Seq start = 0) noexcept
       : bound_(bound), granted_(start), acked_(start) {}
 
   bool can_grant() const noexcept { return !bound_ || granted_ - acked_ < *bound_; }

@@ -27,7 +27,8 @@ Scheduler::Scheduler(SchedulerConfig config)
       bandwidth_(config_.bandwidth),
       bandwidth_generation_(bandwidth_.generation()) {
   for (const AggregationConfig::Seat& seat : config_.aggregation.aggregators) add_aggregator(seat.job, seat.endpoint);
-  for (const BandwidthConfig::Declared& d : config_.bandwidth.declared) set_rate(d.endpoint, d.direction, d.bytes_per_sec);
+  for (const BandwidthConfig::Declared& d : config_.bandwidth.declared)
+    set_rate(d.endpoint, d.direction, d.bytes_per_sec);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -52,8 +53,7 @@ const Scheduler::EndpointState* Scheduler::find(EndpointId id) const {
 }
 
 Nanos Scheduler::path_time(Index sender, Index receiver, Bytes bytes) const {
-  return bandwidth_.transfer_time(endpoints_[sender].id, endpoints_[receiver].id, bytes,
-                                  sender_copies(receiver));
+  return bandwidth_.transfer_time(endpoints_[sender].id, endpoints_[receiver].id, bytes, sender_copies(receiver));
 }
 
 unsigned Scheduler::sender_copies(Index receiver) const {
@@ -91,7 +91,9 @@ void Scheduler::hold_receiver(EndpointId receiver) {
   sync_receiver(i);
 }
 
-void Scheduler::serve_job(EndpointId receiver, std::optional<JobId> job) { endpoints_[endpoint(receiver)].serves = job; }
+void Scheduler::serve_job(EndpointId receiver, std::optional<JobId> job) {
+  endpoints_[endpoint(receiver)].serves = job;
+}
 
 bool Scheduler::open_receiver(EndpointId receiver, Version current) {
   EndpointState& r = endpoints_[endpoint(receiver)];
@@ -147,8 +149,9 @@ std::size_t Scheduler::close_receiver(EndpointId receiver_id, std::vector<Outcom
   for (auto& [transfer, record] : transfers_) {
     if (record.receiver == receiver) record.seq = 0;
   }
-  cancels_.erase(std::remove_if(cancels_.begin(), cancels_.end(), [&](const Cancel& c) { return c.receiver == receiver_id; }),
-                 cancels_.end());
+  cancels_.erase(
+      std::remove_if(cancels_.begin(), cancels_.end(), [&](const Cancel& c) { return c.receiver == receiver_id; }),
+      cancels_.end());
   EndpointState& r = endpoints_[receiver];
   r.reservations = DeadlineReservations{};
   r.sequenced = false;
@@ -194,9 +197,9 @@ SubmitStatus Scheduler::submit(const Request& request, Instant now) {
   requests_.emplace(request.id, RequestState{request, sender, receiver, parts, 0});
   for (std::uint32_t i = 0; i < parts; ++i) {
     const Partition p = partitioner_.part(request.bytes, i);
-    endpoints_[sender].queue.push(
-        request.job, QueuedPart{request.priority, request.id, p.index, p.count, p.offset, p.length},
-        request.job_remaining);
+    endpoints_[sender].queue.push(request.job,
+                                  QueuedPart{request.priority, request.id, p.index, p.count, p.offset, p.length},
+                                  request.job_remaining);
   }
   pending_parts_ += parts;
   ++stats_.requests;
@@ -247,8 +250,7 @@ bool Scheduler::complete(TransferId transfer, Instant now, Nanos measured, Trans
   EndpointState& s = endpoints_[rec.sender];
   if (rec.counts_credit) hot_[rec.sender].in_flight -= rec.bytes;
   if (result == TransferResult::ok) {
-    bandwidth_.observe_transfer(s.id, endpoints_[rec.receiver].id, rec.bytes, measured,
-                                sender_copies(rec.receiver));
+    bandwidth_.observe_transfer(s.id, endpoints_[rec.receiver].id, rec.bytes, measured, sender_copies(rec.receiver));
   } else if (rec.seq != 0) {
     cancels_.push_back(Cancel{transfer, rec.job, endpoints_[rec.receiver].id, rec.seq});
   }
@@ -278,8 +280,7 @@ bool Scheduler::replica_ack(EndpointId receiver, Seq seq) {
   return ok;
 }
 
-void Scheduler::observe_transfer(EndpointId sender, EndpointId receiver, Bytes bytes,
-                                 Nanos duration) {
+void Scheduler::observe_transfer(EndpointId sender, EndpointId receiver, Bytes bytes, Nanos duration) {
   bandwidth_.observe_transfer(sender, receiver, bytes, duration);
 }
 
@@ -339,8 +340,8 @@ Scheduler::Pick Scheduler::scan(Instant now, std::vector<Doomed>& hopeless) {
   return best.pick;
 }
 
-void Scheduler::scan_index(const std::map<OrderKey, std::uint32_t>& index, Instant receiver_free,
-                           Instant horizon_end, ScanBest& best) const {
+void Scheduler::scan_index(const std::map<OrderKey, std::uint32_t>& index, Instant receiver_free, Instant horizon_end,
+                           ScanBest& best) const {
   const bool sjf = config_.ordering == Ordering::mlfabric;
   for (const auto& [key, i] : index) {
     const Candidate& c = candidates_[i];
@@ -381,8 +382,7 @@ bool Scheduler::eligible(const Candidate& c) const {
   return r.plain_ok || endpoints_[c.receiver].reservations.earliest(AggregateId{c.id});
 }
 
-Scheduler::Pick Scheduler::scan_all(Instant now, std::vector<Doomed>& hopeless,
-                                    std::optional<Instant>& wake) const {
+Scheduler::Pick Scheduler::scan_all(Instant now, std::vector<Doomed>& hopeless, std::optional<Instant>& wake) const {
   const Instant horizon_end = now + config_.grant_horizon;
   Pick best;
   Instant best_finish{};
@@ -402,8 +402,7 @@ Scheduler::Pick Scheduler::scan_all(Instant now, std::vector<Doomed>& hopeless,
       continue;
     }
     const Instant finish = start + c.duration;
-    if (best.index == kNone ||
-        better(c, finish, candidates_[static_cast<std::size_t>(best.index)], best_finish)) {
+    if (best.index == kNone || better(c, finish, candidates_[static_cast<std::size_t>(best.index)], best_finish)) {
       best = Pick{static_cast<std::int32_t>(i), start};
       best_finish = finish;
     }
@@ -421,7 +420,8 @@ void Scheduler::check_scan(Instant now, const Pick& pick, std::vector<Doomed> ho
   const bool same_hopeless =
       std::equal(hopeless.begin(), hopeless.end(), all_hopeless.begin(), all_hopeless.end(),
                  [](const Doomed& a, const Doomed& b) { return a.request == b.request && a.sender == b.sender; });
-  if (!same_hopeless) throw std::logic_error("gradlane::sched: the indexed scan found other hopeless parts than a full scan");
+  if (!same_hopeless)
+    throw std::logic_error("gradlane::sched: the indexed scan found other hopeless parts than a full scan");
   if (!hopeless.empty()) return;  // the pick is not used
   if (pick.index != all.index || (pick.index != kNone && pick.start != all.start)) {
     throw std::logic_error("gradlane::sched: the indexed scan picked candidate " + std::to_string(pick.index) +
@@ -432,8 +432,7 @@ void Scheduler::check_scan(Instant now, const Pick& pick, std::vector<Doomed> ho
   }
 }
 
-bool Scheduler::better(const Candidate& c, Instant finish, const Candidate& best,
-                       Instant best_finish) const {
+bool Scheduler::better(const Candidate& c, Instant finish, const Candidate& best, Instant best_finish) const {
   // Aggregates before parts on a full tie: they carry several updates' worth of progress.
   const int c_kind = c.aggregate ? 0 : 1;
   const int b_kind = best.aggregate ? 0 : 1;
@@ -457,9 +456,8 @@ void Scheduler::drop(std::vector<Doomed> doomed, std::vector<Outcome>& out) {
     // The request's later parts are just as hopeless (same version, same own count, and the
     // server version only grows): drop them now so the sender hears it once.
     for (const QueuedPart& p : s.queue.remove_request(q.request.job, q.request.id)) {
-      out.emplace_back(Drop{q.request.id, p.index, p.count, p.offset, p.length, q.request.job,
-                            q.request.sender, q.request.receiver, DropReason::staleness_bound,
-                            would_be});
+      out.emplace_back(Drop{q.request.id, p.index, p.count, p.offset, p.length, q.request.job, q.request.sender,
+                            q.request.receiver, DropReason::staleness_bound, would_be});
       ++stats_.drops;
       ++stats_.decisions;
       --pending_parts_;
@@ -499,9 +497,8 @@ void Scheduler::grant_part(const Pick& pick, Instant now, std::vector<Outcome>& 
   hot_[c.sender].in_flight += part.length;
 
   out.emplace_back(Grant{record_transfer(c.sender, c.receiver, part.length, slot, true, seq, q.request.job),
-                         q.request.id, part.index, part.count, part.offset, part.length,
-                         q.request.job, q.request.tensor, q.request.sender, q.request.receiver,
-                         slot, seq, d});
+                         q.request.id, part.index, part.count, part.offset, part.length, q.request.job,
+                         q.request.tensor, q.request.sender, q.request.receiver, slot, seq, d});
   ++stats_.grants;
   ++stats_.decisions;
   finish_request_part(q, /*sequenced=*/true);  // may erase q
@@ -543,16 +540,15 @@ void Scheduler::grant_aggregate(const Pick& pick, Instant now, std::vector<Outco
       Candidate& h = candidates_[static_cast<std::size_t>(sender.head)];
       if (h.id == to_int(m.request)) {
         unindex_candidate(static_cast<std::uint32_t>(sender.head));
-        h.deadline = deadline(q->second.request.computed_on, q->second.parts_sequenced,
-                              config_.staleness_bound);
+        h.deadline = deadline(q->second.request.computed_on, q->second.parts_sequenced, config_.staleness_bound);
         index_candidate(static_cast<std::uint32_t>(sender.head));
       }
     }
   }
 
-  out.emplace_back(AggregateGrant{record_transfer(g.aggregator, g.receiver, g.length, slot, false, seq, g.job),
-                                  id, g.job, g.tensor, g.offset, g.length, a.id, r.id,
-                                  std::move(g.members), slot, seq, applied_to - g.base});
+  out.emplace_back(AggregateGrant{record_transfer(g.aggregator, g.receiver, g.length, slot, false, seq, g.job), id,
+                                  g.job, g.tensor, g.offset, g.length, a.id, r.id, std::move(g.members), slot, seq,
+                                  applied_to - g.base});
   ++stats_.aggregates;
   ++stats_.decisions;
 
@@ -572,8 +568,8 @@ bool Scheduler::try_aggregate(const Candidate& granted, Instant now, std::vector
   // After a grant, the others wait behind it. For the pick itself (not granted yet), they and it
   // are measured against the server as it would be after the pick: those that would then wait,
   // the pick among them, may form the group.
-  const Instant server_free = pick_joins ? std::max(now, endpoints_[receiver].ingress.tail())
-                                         : endpoints_[receiver].ingress.tail();
+  const Instant server_free =
+      pick_joins ? std::max(now, endpoints_[receiver].ingress.tail()) : endpoints_[receiver].ingress.tail();
   const Instant wait_behind = pick_joins ? server_free + granted.duration : server_free;
   const Version next_applied_to = endpoints_[receiver].window.granted();
   const Bytes credit = config_.credit_bytes;
@@ -581,8 +577,8 @@ bool Scheduler::try_aggregate(const Candidate& granted, Instant now, std::vector
   // Candidates for the same slice of the same tensor that would now queue behind the server.
   std::vector<GroupCandidate> waiting;
   for (const Candidate& m : candidates_) {
-    if (m.aggregate || m.direct_only || m.receiver != receiver || m.job != granted.job ||
-        m.tensor != granted.tensor || m.offset != granted.offset || m.length != granted.length) {
+    if (m.aggregate || m.direct_only || m.receiver != receiver || m.job != granted.job || m.tensor != granted.tensor ||
+        m.offset != granted.offset || m.length != granted.length) {
       continue;
     }
     const NicHot& s = hot_[m.sender];
@@ -592,10 +588,11 @@ bool Scheduler::try_aggregate(const Candidate& granted, Instant now, std::vector
     if (ready >= wait_behind || wait_behind - ready < config_.aggregation.min_wait) continue;
     const EndpointId sender_id = endpoints_[m.sender].id;
     waiting.push_back(GroupCandidate{m.sender, sender_id, RequestId{m.id}, m.part, ready,
-                                     bandwidth_.rate(sender_id, Direction::egress), m.duration,
-                                     m.deadline});
+                                     bandwidth_.rate(sender_id, Direction::egress), m.duration, m.deadline});
   }
-  const auto is_pick = [&](const GroupCandidate& m) { return to_int(m.request) == granted.id && m.part == granted.part; };
+  const auto is_pick = [&](const GroupCandidate& m) {
+    return to_int(m.request) == granted.id && m.part == granted.part;
+  };
   const auto has_pick = [&](const std::vector<GroupCandidate>& group) {
     return std::any_of(group.begin(), group.end(), is_pick);
   };
@@ -605,8 +602,7 @@ bool Scheduler::try_aggregate(const Candidate& granted, Instant now, std::vector
   std::optional<GroupCandidate> pick_member;
   if (may_relay) pick_member = *std::find_if(waiting.begin(), waiting.end(), is_pick);
   std::vector<GroupCandidate> members =
-      choose_members(config_.aggregation, std::move(waiting), endpoints_[receiver].reservations,
-                     next_applied_to);
+      choose_members(config_.aggregation, std::move(waiting), endpoints_[receiver].reservations, next_applied_to);
   if (members.empty() || (pick_joins && !has_pick(members))) {
     if (!may_relay || !endpoints_[receiver].reservations.feasible_with(next_applied_to, pick_member->deadline)) {
       return false;
@@ -618,16 +614,15 @@ bool Scheduler::try_aggregate(const Candidate& granted, Instant now, std::vector
   std::vector<std::pair<Instant, Index>> shortlist;
   for (const Index a : job_aggregators->second) {
     if (a == receiver) continue;
-    if (std::any_of(members.begin(), members.end(),
-                    [a](const GroupCandidate& m) { return m.tag == a; })) {
+    if (std::any_of(members.begin(), members.end(), [a](const GroupCandidate& m) { return m.tag == a; })) {
       continue;
     }
     const EndpointState& e = endpoints_[a];
     shortlist.emplace_back(std::max({now, e.ingress.tail(), e.egress.tail(), e.forwards_done}), a);
   }
   const std::size_t k = std::min<std::size_t>(shortlist.size(), config_.aggregation.shortlist);
-  std::partial_sort(shortlist.begin(), shortlist.begin() + static_cast<std::ptrdiff_t>(k),
-                    shortlist.end(), [this](const auto& x, const auto& y) {
+  std::partial_sort(shortlist.begin(), shortlist.begin() + static_cast<std::ptrdiff_t>(k), shortlist.end(),
+                    [this](const auto& x, const auto& y) {
                       return std::tuple(x.first, to_int(endpoints_[x.second].id)) <
                              std::tuple(y.first, to_int(endpoints_[y.second].id));
                     });
@@ -635,11 +630,9 @@ bool Scheduler::try_aggregate(const Candidate& granted, Instant now, std::vector
   options.reserve(k);
   for (std::size_t i = 0; i < k; ++i) {
     const EndpointState& e = endpoints_[shortlist[i].second];
-    options.push_back(AggregatorOption{e.id, e.ingress.tail(),
-                                       std::max(e.egress.tail(), e.forwards_done),
+    options.push_back(AggregatorOption{e.id, e.ingress.tail(), std::max(e.egress.tail(), e.forwards_done),
                                        bandwidth_.rate(e.id, Direction::ingress),
-                                       bandwidth_.rate(e.id, Direction::egress),
-                                       sender_copies(receiver)});
+                                       bandwidth_.rate(e.id, Direction::egress), sender_copies(receiver)});
   }
   const double server_rate = bandwidth_.rate(endpoints_[receiver].id, Direction::ingress);
   const std::optional<GroupPlan> plan =
@@ -655,8 +648,8 @@ bool Scheduler::try_aggregate(const Candidate& granted, Instant now, std::vector
   a.ingress.retire_before(now);
   a.forwards_done = std::max(a.forwards_done, plan->predicted_done);
   // (a's ingress tail is mirrored below, once every member's slot is booked)
-  PendingAggregate g{aggregator, receiver, granted.job, granted.tensor, granted.offset,
-                     granted.length, {}, kNoDeadline, kNone};
+  PendingAggregate g{aggregator,     receiver, granted.job, granted.tensor, granted.offset,
+                     granted.length, {},       kNoDeadline, kNone};
   Version group_deadline_version = kNoDeadline;
   for (std::size_t i = 0; i < plan->members.size(); ++i) {
     const GroupCandidate& m = plan->members[i];
@@ -679,10 +672,9 @@ bool Scheduler::try_aggregate(const Candidate& granted, Instant now, std::vector
     g.members.push_back(PartRef{m.request, part.index});
     g.base = std::min(g.base, q.request.computed_on + q.parts_sequenced);
     group_deadline_version = std::min(group_deadline_version, mc.deadline);
-    out.emplace_back(Redirect{record_transfer(sender, aggregator, part.length, slot, true),
-                              q.request.id, part.index, part.count, part.offset, part.length,
-                              q.request.job, q.request.tensor, q.request.sender, a.id,
-                              endpoints_[receiver].id, id, slot});
+    out.emplace_back(Redirect{record_transfer(sender, aggregator, part.length, slot, true), q.request.id, part.index,
+                              part.count, part.offset, part.length, q.request.job, q.request.tensor, q.request.sender,
+                              a.id, endpoints_[receiver].id, id, slot});
     ++stats_.redirects;
     ++stats_.decisions;
     finish_request_part(q, /*sequenced=*/false);  // may erase q
@@ -735,8 +727,7 @@ void Scheduler::refresh_head(Index sender) {
   s.head = add_candidate(part_candidate(sender, head->job, head->part));
 }
 
-Scheduler::Candidate Scheduler::part_candidate(Index sender, JobId job,
-                                               const QueuedPart& part) const {
+Scheduler::Candidate Scheduler::part_candidate(Index sender, JobId job, const QueuedPart& part) const {
   const RequestState& q = requests_.at(part.request);
   Candidate c;
   c.duration = path_time(sender, q.receiver, part.length);

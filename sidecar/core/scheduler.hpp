@@ -104,10 +104,10 @@ namespace gradlane::sched {
 
 enum class SubmitStatus : std::uint8_t {
   accepted,
-  empty_request,         // bytes == 0
-  sender_is_receiver,    // a NIC cannot be both ends of a transfer
-  duplicate_id,          // a request with this id is still pending
-  version_from_future,   // computed_on is ahead of the server (re-pull: the server restarted?)
+  empty_request,            // bytes == 0
+  sender_is_receiver,       // a NIC cannot be both ends of a transfer
+  duplicate_id,             // a request with this id is still pending
+  version_from_future,      // computed_on is ahead of the server (re-pull: the server restarted?)
   receiver_of_another_job,  // the receiver's server serves another job (serve_job)
   // The two below are a Policy's, never the Scheduler's (it serves every receiver it is asked
   // about). A sidecar with peers knows which sidecar owns each receiver's sequence:
@@ -134,8 +134,8 @@ struct TransferView {
   EndpointId sender{};    // the NIC the bytes leave from (an aggregator for an AggregateGrant)
   EndpointId receiver{};  // the server, or the aggregator of a Redirect
   Bytes bytes = 0;
-  Slot slot{};            // as granted
-  Seq seq = 0;            // the sequence it carries at the receiver (0: a Redirect)
+  Slot slot{};  // as granted
+  Seq seq = 0;  // the sequence it carries at the receiver (0: a Redirect)
   JobId job{};
 };
 
@@ -194,8 +194,7 @@ class Scheduler {
   std::vector<Outcome> schedule(Instant now);
   void schedule(Instant now, std::vector<Outcome>& out);  // appends to `out`
   // Returns false for an unknown (or already completed) transfer id.
-  bool complete(TransferId transfer, Instant now, Nanos measured,
-                TransferResult result = TransferResult::ok);
+  bool complete(TransferId transfer, Instant now, Nanos measured, TransferResult result = TransferResult::ok);
   // Returns false if `seq` was never granted at that server (a protocol error; ignored).
   bool replica_ack(EndpointId receiver, Seq seq);
   // A granted transfer not yet complete()d (nullopt: unknown or already completed). Lets a
@@ -253,15 +252,15 @@ class Scheduler {
     EndpointId id{};
     SlotBook egress;
     SlotBook ingress;
-    TenantArbiter queue;              // as a sender: its queued parts
-    ReceiverQueue waiting;            // as a receiver: the candidates bound for it
-    std::int32_t head = kNone;        // candidate offering queue.head()
-    ReplicationWindow window;         // as a server
-    DeadlineReservations reservations;  // as a server: pending aggregates' deadlines
-    bool sequenced = false;           // a sequence number was granted here
+    TenantArbiter queue;                      // as a sender: its queued parts
+    ReceiverQueue waiting;                    // as a receiver: the candidates bound for it
+    std::int32_t head = kNone;                // candidate offering queue.head()
+    ReplicationWindow window;                 // as a server
+    DeadlineReservations reservations;        // as a server: pending aggregates' deadlines
+    bool sequenced = false;                   // a sequence number was granted here
     std::optional<std::uint64_t> slot_limit;  // as a server: its slots (limit_window)
-    bool held = false;                // hold_receiver() until open_receiver()
-    std::optional<JobId> serves;      // as a server: the only job it takes requests of (serve_job)
+    bool held = false;                        // hold_receiver() until open_receiver()
+    std::optional<JobId> serves;              // as a server: the only job it takes requests of (serve_job)
     // As an aggregator: when the forwards of the aggregates planned here are predicted to be
     // done. They are not on the egress book until granted, but they will use this egress.
     Instant forwards_done{};
@@ -294,7 +293,7 @@ class Scheduler {
     Nanos duration{};
     Version deadline = kNoDeadline;
     Bytes length = 0;
-    Index sender = 0;      // for an aggregate: the aggregator
+    Index sender = 0;  // for an aggregate: the aggregator
     Index receiver = 0;
     bool aggregate = false;
     bool direct_only = false;  // Request::direct_only: never a member of an aggregate
@@ -314,7 +313,7 @@ class Scheduler {
     Bytes offset = 0;
     Bytes length = 0;
     std::vector<PartRef> members;
-    Version base = 0;       // min over members of computed_on + own at grouping
+    Version base = 0;  // min over members of computed_on + own at grouping
     std::int32_t candidate = kNone;
   };
 
@@ -357,8 +356,8 @@ class Scheduler {
   void sync_receiver(Index endpoint);
   Pick scan(Instant now, std::vector<Doomed>& hopeless);
   // Reads one receiver index in order until nothing further in it can beat `best`.
-  void scan_index(const std::map<OrderKey, std::uint32_t>& index, Instant receiver_free,
-                  Instant horizon_end, ScanBest& best) const;
+  void scan_index(const std::map<OrderKey, std::uint32_t>& index, Instant receiver_free, Instant horizon_end,
+                  ScanBest& best) const;
   // Whether candidate c may be granted now, apart from time (credit, reservations).
   bool eligible(const Candidate& c) const;
   // The same decision, from every candidate (SchedulerConfig::check_scan).
@@ -395,7 +394,7 @@ class Scheduler {
   std::unordered_map<RequestId, RequestState> requests_;
   std::unordered_map<AggregateId, PendingAggregate> aggregates_;
   std::unordered_map<TransferId, TransferRecord> transfers_;
-  std::vector<Cancel> cancels_;  // failed sequenced transfers, emitted by the next schedule()
+  std::vector<Cancel> cancels_;                      // failed sequenced transfers, emitted by the next schedule()
   std::map<JobId, std::vector<Index>> aggregators_;  // sorted endpoint indices per job
   std::vector<Candidate> candidates_;
   std::set<Index> receivers_waited_for_;  // receivers with a non-empty `waiting`

@@ -28,9 +28,7 @@ class SlotBook {
  public:
   // End of the last granted slot: nothing may be granted before it.
   Instant tail() const noexcept { return tail_; }
-  Instant earliest_start(Instant not_before) const noexcept {
-    return not_before > tail_ ? not_before : tail_;
-  }
+  Instant earliest_start(Instant not_before) const noexcept { return not_before > tail_ ? not_before : tail_; }
 
   // Grants [max(not_before, tail), + length) and returns it.
   Slot grant(Instant not_before, Nanos length);
@@ -49,9 +47,7 @@ class SlotBook {
   void retire_before(Instant t);
 
   // Granted slots not yet retired, in time order.
-  std::span<const Slot> slots() const noexcept {
-    return std::span<const Slot>(slots_).subspan(first_);
-  }
+  std::span<const Slot> slots() const noexcept { return std::span<const Slot>(slots_).subspan(first_); }
 
  private:
   void append(const Slot& slot);

@@ -42,8 +42,7 @@ constexpr std::uint64_t delay(Version applied_to, Version computed_on, std::uint
 }
 
 // The latest version an update may still be applied to: computed_on + own + tau.
-constexpr Version deadline(Version computed_on, std::uint64_t own,
-                           std::optional<std::uint32_t> tau) noexcept {
+constexpr Version deadline(Version computed_on, std::uint64_t own, std::optional<std::uint32_t> tau) noexcept {
   if (!tau) return kNoDeadline;
   const Version d = computed_on + own + *tau;
   return d < computed_on ? kNoDeadline : d;  // saturate instead of wrapping

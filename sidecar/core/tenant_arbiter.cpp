@@ -10,16 +10,15 @@ namespace {
 // std heap algorithms build max-heaps; "later" puts the most urgent part on top.
 struct Later {
   bool operator()(const QueuedPart& a, const QueuedPart& b) const noexcept {
-    return std::tuple(a.priority, to_int(a.request), a.index) >
-           std::tuple(b.priority, to_int(b.request), b.index);
+    return std::tuple(a.priority, to_int(a.request), a.index) > std::tuple(b.priority, to_int(b.request), b.index);
   }
 };
 
 }  // namespace
 
 const TenantArbiter::JobQueue* TenantArbiter::find(JobId job) const noexcept {
-  const auto it = std::lower_bound(jobs_.begin(), jobs_.end(), job,
-                                   [](const JobQueue& q, JobId j) { return q.job < j; });
+  const auto it =
+      std::lower_bound(jobs_.begin(), jobs_.end(), job, [](const JobQueue& q, JobId j) { return q.job < j; });
   return it != jobs_.end() && it->job == job ? &*it : nullptr;
 }
 
@@ -28,9 +27,9 @@ TenantArbiter::JobQueue* TenantArbiter::find(JobId job) noexcept {
 }
 
 void TenantArbiter::push(JobId job, const QueuedPart& part, Bytes declared) {
-  auto it = std::lower_bound(jobs_.begin(), jobs_.end(), job,
-                             [](const JobQueue& q, JobId j) { return q.job < j; });
-  if (it == jobs_.end() || it->job != job) it = jobs_.insert(it, JobQueue{.job = job, .heap = {}, .remaining = 0, .declared = 0, .owed = 0.0});
+  auto it = std::lower_bound(jobs_.begin(), jobs_.end(), job, [](const JobQueue& q, JobId j) { return q.job < j; });
+  if (it == jobs_.end() || it->job != job)
+    it = jobs_.insert(it, JobQueue{.job = job, .heap = {}, .remaining = 0, .declared = 0, .owed = 0.0});
   it->heap.push_back(part);
   std::push_heap(it->heap.begin(), it->heap.end(), Later{});
   it->remaining += part.length;
@@ -84,8 +83,7 @@ std::vector<QueuedPart> TenantArbiter::remove_request(JobId job, RequestId reque
   std::erase_if(q->heap, [request](const QueuedPart& p) { return p.request == request; });
   std::make_heap(q->heap.begin(), q->heap.end(), Later{});
   for (const QueuedPart& p : removed) q->remaining -= p.length;
-  std::sort(removed.begin(), removed.end(),
-            [](const QueuedPart& a, const QueuedPart& b) { return a.index < b.index; });
+  std::sort(removed.begin(), removed.end(), [](const QueuedPart& a, const QueuedPart& b) { return a.index < b.index; });
   forget_if_idle(static_cast<std::size_t>(q - jobs_.data()));
   return removed;
 }

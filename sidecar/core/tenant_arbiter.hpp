@@ -75,8 +75,8 @@ class TenantArbiter {
   struct JobQueue {
     JobId job{};
     std::vector<QueuedPart> heap;  // min-heap by (priority, request, index)
-    Bytes remaining = 0;  // queued bytes
-    Bytes declared = 0;   // the latest non-zero Request::job_remaining
+    Bytes remaining = 0;           // queued bytes
+    Bytes declared = 0;            // the latest non-zero Request::job_remaining
     double owed = 0.0;
     Bytes work() const noexcept { return remaining > declared ? remaining : declared; }
   };

@@ -43,14 +43,12 @@ enum class RequestId : std::uint64_t {};
 enum class JobId : std::uint32_t {};       // a training job = a tenant of the sidecar
 enum class EndpointId : std::uint32_t {};  // a host NIC: worker, server, aggregator or replica
 enum class TensorId : std::uint32_t {};
-enum class TransferId : std::uint64_t {};   // names one granted transfer, for complete()
+enum class TransferId : std::uint64_t {};  // names one granted transfer, for complete()
 enum class AggregateId : std::uint64_t {};
 
 template <class Id>
-  requires std::is_enum_v<Id>
-constexpr std::underlying_type_t<Id> to_int(Id id) noexcept {
-  return static_cast<std::underlying_type_t<Id>>(id);
-}
+requires std::is_enum_v<Id>
+constexpr std::underlying_type_t<Id> to_int(Id id) noexcept { return static_cast<std::underlying_type_t<Id>>(id); }
 
 // A half-open interval [start, end) on one NIC's timeline.
 struct Slot {
@@ -58,9 +56,7 @@ struct Slot {
   Instant end{};
 
   constexpr Nanos length() const noexcept { return end - start; }
-  constexpr bool overlaps(const Slot& other) const noexcept {
-    return start < other.end && other.start < end;
-  }
+  constexpr bool overlaps(const Slot& other) const noexcept { return start < other.end && other.start < end; }
   friend constexpr bool operator==(const Slot&, const Slot&) = default;
 };
 

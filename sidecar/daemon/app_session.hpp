@@ -65,10 +65,10 @@ class OpenTransfers {
 // A request the app is still owed something for: outcomes for some parts, or the completion
 // of a granted part (which the policy needs back to return credit and learn bandwidth).
 struct OwedRequest {
-  sched::RequestId id{};            // the daemon-wide id the policy knows it by
-  std::uint64_t bytes = 0;          // as requested: counted in AppSession::owed_bytes until settled
-  std::uint32_t part_count = 0;     // 0 until the first outcome tells
-  std::uint32_t decided = 0;        // parts with an outcome
+  sched::RequestId id{};         // the daemon-wide id the policy knows it by
+  std::uint64_t bytes = 0;       // as requested: counted in AppSession::owed_bytes until settled
+  std::uint32_t part_count = 0;  // 0 until the first outcome tells
+  std::uint32_t decided = 0;     // parts with an outcome
   OpenTransfers granted;
 
   bool settled() const noexcept { return part_count != 0 && decided == part_count && granted.empty(); }
@@ -84,9 +84,9 @@ struct AppSession {
   // Grants that did not fit in the ring. Never dropped: while any wait here the daemon stops
   // taking this app's requests, so the backpressure reaches the app as a full request queue.
   std::deque<shm::GrantEntry> outbox;
-  std::unordered_map<std::uint64_t, OwedRequest> owed;                // by the app's request id
-  std::uint64_t owed_bytes = 0;                                       // the sum of owed's bytes
-  std::unordered_map<std::uint64_t, sched::TransferId> aggregates;    // forwarded by this app
+  std::unordered_map<std::uint64_t, OwedRequest> owed;              // by the app's request id
+  std::uint64_t owed_bytes = 0;                                     // the sum of owed's bytes
+  std::unordered_map<std::uint64_t, sched::TransferId> aggregates;  // forwarded by this app
   bool notify = false;  // grants were published this pass: wake the app if it sleeps
 };
 

@@ -125,8 +125,8 @@ void Daemon::accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now)
     const bool standing_by = std::any_of(standby.begin(), standby.end(), [&](const DaemonConfig::Standby& named) {
       return named.endpoint == endpoint && named.job == job;
     });
-    if ((!survivor && !standing_by) || !policy_->take_over(sched::EndpointId{endpoint}, take_over - 1,
-                                                           sched::JobId{job}, now)) {
+    if ((!survivor && !standing_by) ||
+        !policy_->take_over(sched::EndpointId{endpoint}, take_over - 1, sched::JobId{job}, now)) {
       reject(slot, claim, Reason::bad_takeover);
       return;
     }
@@ -143,8 +143,8 @@ void Daemon::accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now)
   app.slot = slot;
   app.pid = static_cast<std::uint32_t>(pid);
   app.owner = std::move(owner);
-  app.limits = AppLimits{.job = job, .endpoint = endpoint, .region_bytes = s.region_bytes,
-                         .max_update_bytes = config_.max_update_bytes};
+  app.limits = AppLimits{
+      .job = job, .endpoint = endpoint, .region_bytes = s.region_bytes, .max_update_bytes = config_.max_update_bytes};
   app.requests = shm::RingReader<shm::AppEntry, shm::kRingCapacity>(&s.requests);
   app.grants = shm::RingWriter<shm::GrantEntry, shm::kRingCapacity>(&s.grants);
 

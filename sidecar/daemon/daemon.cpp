@@ -153,8 +153,7 @@ Daemon::~Daemon() {
 
 sched::Instant Daemon::clock_now() noexcept {
   // steady_clock is CLOCK_MONOTONIC on Linux: the clock the layout promises to applications.
-  return sched::Instant(std::chrono::duration_cast<sched::Nanos>(
-      std::chrono::steady_clock::now().time_since_epoch()));
+  return sched::Instant(std::chrono::duration_cast<sched::Nanos>(std::chrono::steady_clock::now().time_since_epoch()));
 }
 
 std::uint64_t Daemon::generation() const noexcept { return served_.front().header->generation; }
@@ -235,8 +234,8 @@ void Daemon::run(const std::function<bool()>& stop_requested) {
     auto sleep = config_.idle_sleep;
     if (const auto wake = policy_->next_wakeup()) sleep = std::min<std::chrono::nanoseconds>(sleep, *wake - now);
     // Grants waiting in an outbox move only when the app pops; it does not ring us for that.
-    const bool backlog = std::any_of(active_.begin(), active_.end(),
-                                     [this](std::uint32_t s) { return !apps_[s]->outbox.empty(); });
+    const bool backlog =
+        std::any_of(active_.begin(), active_.end(), [this](std::uint32_t s) { return !apps_[s]->outbox.empty(); });
     if (backlog) sleep = std::min<std::chrono::nanoseconds>(sleep, std::chrono::microseconds(500));
     if (sleep > std::chrono::nanoseconds::zero()) wait_for_work(sleep);
     if (stop_requested()) return;

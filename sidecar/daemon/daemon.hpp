@@ -46,22 +46,22 @@
 namespace gradlane::sidecar {
 
 struct DaemonStats {
-  std::uint64_t attached = 0;        // attaches accepted
-  std::uint64_t rejected = 0;        // attaches refused (incl. from an endpoint not served here)
-  std::uint64_t detached = 0;        // clean detaches
-  std::uint64_t reclaimed = 0;       // apps found dead and reclaimed
+  std::uint64_t attached = 0;           // attaches accepted
+  std::uint64_t rejected = 0;           // attaches refused (incl. from an endpoint not served here)
+  std::uint64_t detached = 0;           // clean detaches
+  std::uint64_t reclaimed = 0;          // apps found dead and reclaimed
   std::uint64_t reclaimed_entries = 0;  // entries still queued by departed/dead apps, discarded
-  std::uint64_t evicted = 0;         // apps whose queues were corrupted
-  std::uint64_t submitted = 0;       // requests handed to the policy
-  std::uint64_t completed = 0;       // completions handed to the policy
-  std::uint64_t answers = 0;         // grant entries published (all kinds)
-  std::uint64_t errors = 0;          // of which error grants
-  std::uint64_t orphaned = 0;        // outcomes for apps that had left (transfers failed back)
-  std::uint64_t unrouted = 0;        // aggregate grants with no local aggregator app, cancels
-                                     // with no local server app
-  std::uint64_t cancelled = 0;       // cancels delivered to a server app
-  std::uint64_t acknowledged = 0;    // applied acks taken from server apps
-  std::uint64_t takeovers = 0;       // promoted replicas whose receiver's sequence moved here
+  std::uint64_t evicted = 0;            // apps whose queues were corrupted
+  std::uint64_t submitted = 0;          // requests handed to the policy
+  std::uint64_t completed = 0;          // completions handed to the policy
+  std::uint64_t answers = 0;            // grant entries published (all kinds)
+  std::uint64_t errors = 0;             // of which error grants
+  std::uint64_t orphaned = 0;           // outcomes for apps that had left (transfers failed back)
+  std::uint64_t unrouted = 0;           // aggregate grants with no local aggregator app, cancels
+                                        // with no local server app
+  std::uint64_t cancelled = 0;          // cancels delivered to a server app
+  std::uint64_t acknowledged = 0;       // applied acks taken from server apps
+  std::uint64_t takeovers = 0;          // promoted replicas whose receiver's sequence moved here
 };
 
 class Daemon {
@@ -144,8 +144,7 @@ class Daemon {
   // its sequence over through served_[served].
   void hold_survivors(const std::vector<Survivor>& survivors, std::uint32_t served);
   // Lays the header and the app slots out in a new segment and marks it running.
-  Served publish(shm::Segment segment, std::optional<std::uint32_t> job, std::uint64_t generation,
-                 sched::Instant now);
+  Served publish(shm::Segment segment, std::optional<std::uint32_t> job, std::uint64_t generation, sched::Instant now);
   const Served& served_for(std::uint32_t slot) const noexcept { return served_[slot / config_.max_apps]; }
   std::uint32_t slot_count() const noexcept { return static_cast<std::uint32_t>(apps_.size()); }
 
@@ -180,8 +179,8 @@ class Daemon {
   // The token of a grant of `seq` at `receiver`: stamped here if this daemon hands its sequence
   // out and holds its key, else the one a peer's answer carried (0: none).
   std::uint64_t grant_token(std::uint32_t receiver, std::uint64_t seq, std::uint64_t carried) const;
-  std::vector<std::optional<AppSession>> apps_;  // by slot index
-  std::vector<std::uint32_t> active_;            // slots with a session, in attach order
+  std::vector<std::optional<AppSession>> apps_;         // by slot index
+  std::vector<std::uint32_t> active_;                   // slots with a session, in attach order
   std::unordered_map<sched::RequestId, Route> routes_;  // policy request id -> the app owed
   std::uint64_t next_request_ = 1;
   std::vector<sched::Outcome> outcomes_;  // reused buffer for schedule()

@@ -59,7 +59,8 @@ EndpointClaims EndpointClaims::acquire(std::span<const std::uint32_t> endpoints)
     const auto [address, length] = claim_address(endpoint);
     if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&address), length) != 0) {
       const int error = errno;
-      if (error != EADDRINUSE) detail::throw_call_failed(Errc::system, fmt::format("claiming endpoint {}", endpoint), error);
+      if (error != EADDRINUSE)
+        detail::throw_call_failed(Errc::system, fmt::format("claiming endpoint {}", endpoint), error);
       throw Error(Errc::invalid_argument,
                   fmt::format("endpoint {} is already claimed on this host, by {}: two sidecars would both hand out "
                               "its sequence numbers. Stop that gradlaned first, or give this one other --endpoint ids",

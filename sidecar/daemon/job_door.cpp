@@ -83,8 +83,8 @@ void JobDoor::take_path(const std::string& shm_name) {
   for (int attempt = 0;; ++attempt) {
     if (::bind(listener_.get(), address, door_.length) == 0) break;
     if (errno != EADDRINUSE || attempt == 1) {
-      detail::throw_call_failed(Errc::system, fmt::format("bind({}, the door to {}'s job segments)", door_.path(),
-                                                          shm_name), errno);
+      detail::throw_call_failed(Errc::system,
+                                fmt::format("bind({}, the door to {}'s job segments)", door_.path(), shm_name), errno);
     }
     // Something is there. A door that answers is another gradlaned's (or a squatter's), and a
     // file that is not a socket, or (unless we are root) another user's, is not ours to
@@ -98,8 +98,8 @@ void JobDoor::take_path(const std::string& shm_name) {
     }
     if (st.st_uid != ::geteuid() && ::geteuid() != 0) throw taken(fmt::format("by uid {}'s socket", st.st_uid).c_str());
     if (::unlink(door_.path()) != 0 && errno != ENOENT) {
-      detail::throw_call_failed(Errc::system, fmt::format("unlink({}, a door left by a gradlaned that died)",
-                                                          door_.path()), errno);
+      detail::throw_call_failed(Errc::system,
+                                fmt::format("unlink({}, a door left by a gradlaned that died)", door_.path()), errno);
     }
   }
   // Any user may knock (the door asks the kernel who it is); remember which file is ours.

@@ -51,7 +51,7 @@ class JobDoor {
   ino_t inode_ = 0;  // our socket file, removed by the destructor if it is still there
   dev_t device_ = 0;
   UniqueFd listener_;
-  UniqueFd stop_;  // an eventfd: written once by the destructor
+  UniqueFd stop_;              // an eventfd: written once by the destructor
   std::vector<Knock> knocks_;  // the thread's alone
   std::thread thread_;         // last: starts once everything above is in place
 };

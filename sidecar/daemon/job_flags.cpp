@@ -34,7 +34,8 @@ DaemonConfig::JobSegment parse_job_user(const std::string& text) {
   if (!job || user.empty()) {
     throw Error(Errc::invalid_argument,
                 fmt::format("--job-user '{}': expected JOB:USER, a job number and a user name or uid "
-                            "(e.g. 7:alice or 7:1001)", text));
+                            "(e.g. 7:alice or 7:1001)",
+                            text));
   }
   if (const passwd* pw = ::getpwnam(user.c_str())) {
     return {*job, static_cast<std::uint32_t>(pw->pw_uid)};
@@ -43,7 +44,8 @@ DaemonConfig::JobSegment parse_job_user(const std::string& text) {
   if (!uid) {
     throw Error(Errc::invalid_argument,
                 fmt::format("--job-user '{}': there is no user '{}' on this host (give a user name from "
-                            "/etc/passwd or a numeric uid)", text, user));
+                            "/etc/passwd or a numeric uid)",
+                            text, user));
   }
   return {*job, *uid};
 }

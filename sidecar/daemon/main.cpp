@@ -105,9 +105,9 @@ gradlane::sched::AggregationConfig::Seat parse_aggregator(const std::string& tex
 // --link-rate ENDPOINT:in|out:RATE, RATE in tc's units: 4mbit, 25gbit, 500kbit, 1000bit.
 gradlane::sched::BandwidthConfig::Declared parse_link_rate(const std::string& text) {
   const auto bad = [&] {
-    return gradlane::Error(gradlane::Errc::invalid_argument,
-                           fmt::format("--link-rate '{}': expected ENDPOINT:in|out:RATE, e.g. 0:in:4mbit or 3:out:25gbit",
-                                       text));
+    return gradlane::Error(
+        gradlane::Errc::invalid_argument,
+        fmt::format("--link-rate '{}': expected ENDPOINT:in|out:RATE, e.g. 0:in:4mbit or 3:out:25gbit", text));
   };
   const auto first = text.find(':');
   const auto second = first == std::string::npos ? std::string::npos : text.find(':', first + 1);
@@ -127,18 +127,23 @@ gradlane::sched::BandwidthConfig::Declared parse_link_rate(const std::string& te
   }
   const std::string unit = rate.substr(digits);
   double bits = 0;
-  if (unit == "bit") bits = value;
-  else if (unit == "kbit") bits = value * 1e3;
-  else if (unit == "mbit") bits = value * 1e6;
-  else if (unit == "gbit") bits = value * 1e9;
-  else throw bad();
+  if (unit == "bit")
+    bits = value;
+  else if (unit == "kbit")
+    bits = value * 1e3;
+  else if (unit == "mbit")
+    bits = value * 1e6;
+  else if (unit == "gbit")
+    bits = value * 1e9;
+  else
+    throw bad();
   if (!(bits > 0)) throw bad();
   return {gradlane::sched::EndpointId{endpoint},
           direction == "in" ? gradlane::sched::Direction::ingress : gradlane::sched::Direction::egress, bits / 8};
 }
 
 std::unique_ptr<gradlane::sched::Policy> make_policy(const std::string& name, gradlane::peer::Fabric& fabric,
-                                                       const gradlane::sched::SchedulerConfig& config) {
+                                                     const gradlane::sched::SchedulerConfig& config) {
   if (name == "passthrough") return std::make_unique<gradlane::sched::PassThroughPolicy>();
   return fabric.make_policy(config);
 }
@@ -179,9 +184,10 @@ int main(int argc, char** argv) {
   // failed write is an error return, which say() ignores.
   ::signal(SIGPIPE, SIG_IGN);
   const auto started = std::chrono::steady_clock::now();  // for the "serving" line: how long start-up took
-  CLI::App cli{"gradlaned: the gradlane scheduling sidecar (one per host). Applications attach "
-               "through a shared-memory segment and are told when each gradient update may use "
-               "the network."};
+  CLI::App cli{
+      "gradlaned: the gradlane scheduling sidecar (one per host). Applications attach "
+      "through a shared-memory segment and are told when each gradient update may use "
+      "the network."};
   // Every option's default is shown by --help and written by --check-config.
   cli.option_defaults()->always_capture_default();
   cli.set_config("--config", "",
@@ -190,17 +196,17 @@ int main(int argc, char** argv) {
                  "the command line win; an unknown name is an error");
   cli.allow_config_extras(CLI::config_extras_mode::error);  // a misspelt name must not be ignored
   bool check_config = false;
-  cli.add_flag("--check-config", check_config,
-               "check the options (the --config file and the command line: values, bounds, the key) and print them "
-               "all, defaults included, as a --config file; exit 0 without starting, or non-zero naming the first problem");
+  cli.add_flag(
+      "--check-config", check_config,
+      "check the options (the --config file and the command line: values, bounds, the key) and print them "
+      "all, defaults included, as a --config file; exit 0 without starting, or non-zero naming the first problem");
   DaemonConfig config;
   bool foreground = false;
   std::string pid_file;
   std::string policy = "scheduler";
-  std::uint64_t idle_spin_us = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(config.idle_spin).count());
-  cli.add_option("--shm-name", config.shm_name,
-                 "shared-memory segment applications attach to (GRADLANE_SIDECAR_SHM)")
+  std::uint64_t idle_spin_us =
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(config.idle_spin).count());
+  cli.add_option("--shm-name", config.shm_name, "shared-memory segment applications attach to (GRADLANE_SIDECAR_SHM)")
       ->capture_default_str();
   cli.add_option("--max-apps", config.max_apps, "application slots (each ~33 KiB of shared memory)")
       ->capture_default_str();
@@ -217,8 +223,9 @@ int main(int argc, char** argv) {
   cli.add_option("--idle-spin-us", idle_spin_us,
                  "poll this long after the last work before sleeping (0: sleep at once, lowest CPU)")
       ->capture_default_str();
-  cli.add_option("--policy", policy, "scheduler (the gradlane scheduling core) or passthrough "
-                                     "(grant everything at once: for measuring the queues only)")
+  cli.add_option("--policy", policy,
+                 "scheduler (the gradlane scheduling core) or passthrough "
+                 "(grant everything at once: for measuring the queues only)")
       ->check(CLI::IsMember({"scheduler", "passthrough"}))
       ->capture_default_str();
   gradlane::peer::FabricOptions fabric_options;
@@ -248,7 +255,8 @@ int main(int argc, char** argv) {
   cli.add_option("--schedule-log", fabric_options.schedule_log,
                  "write every scheduling decision and completion as a JSON line to FILE ('-' = stderr); FILE is "
                  "truncated at start, so it holds this run only");
-  cli.add_option("--staleness-bound", staleness_bound, "tau: largest delay (in versions) an applied update may have; 0 = unbounded")
+  cli.add_option("--staleness-bound", staleness_bound,
+                 "tau: largest delay (in versions) an applied update may have; 0 = unbounded")
       ->capture_default_str();
   cli.add_option("--replica-bound", replica_bound,
                  "B: sequence numbers may run at most this far ahead of the replica's ack; 0 = no replica. A "
@@ -319,13 +327,14 @@ int main(int argc, char** argv) {
     for (const std::string& standby : standbys) config.standby.push_back(parse_standby(standby));
     // The flags stand in for their variables; the one parser checks the key file and refuses to
     // run without a key.
-    fabric_options.transport = gradlane::TransportOptions::from_env([&](const char* name) -> std::optional<std::string> {
-      const std::string_view variable(name);
-      if (variable == "GRADLANE_JOB_KEY_FILE" && !key_file.empty()) return key_file;
-      if (variable == "GRADLANE_INSECURE" && insecure) return "1";
-      if (const char* value = std::getenv(name)) return std::string(value);
-      return std::nullopt;
-    });
+    fabric_options.transport =
+        gradlane::TransportOptions::from_env([&](const char* name) -> std::optional<std::string> {
+          const std::string_view variable(name);
+          if (variable == "GRADLANE_JOB_KEY_FILE" && !key_file.empty()) return key_file;
+          if (variable == "GRADLANE_INSECURE" && insecure) return "1";
+          if (const char* value = std::getenv(name)) return std::string(value);
+          return std::nullopt;
+        });
     config.validate();
     if (auto problem = sched_config.validate()) throw gradlane::Error(gradlane::Errc::invalid_argument, *problem);
     if (check_config) {
@@ -347,7 +356,8 @@ int main(int argc, char** argv) {
     gradlane::peer::Fabric fabric(fabric_options, [](const std::string& line) { say("{}", line); });
     Daemon daemon(config, make_policy(policy, fabric, sched_config));
     if (pid) pid->publish(::getpid());
-    say("serving {}{} for up to {} applications each (pid {}, generation {:#x}, policy {}, {}; ready {} ms after start)",
+    say("serving {}{} for up to {} applications each (pid {}, generation {:#x}, policy {}, {}; ready {} ms after "
+        "start)",
         config.shm_name, job_segments_said(config), config.max_apps, ::getpid(), daemon.generation(), policy,
         config.endpoints.empty() ? std::string("every endpoint")
                                  : fmt::format("endpoints {}", fmt::join(config.endpoints, ",")),
@@ -369,7 +379,8 @@ int main(int argc, char** argv) {
     });
     ::sd_notify(0, "STOPPING=1");
     const auto& s = daemon.stats();
-    say("signal {} received, stopping ({} attaches, {} dead apps reclaimed, {} requests, {} answers of which {} errors)",
+    say("signal {} received, stopping ({} attaches, {} dead apps reclaimed, {} requests, {} answers of which {} "
+        "errors)",
         signals.received().value_or(0), s.attached, s.reclaimed, s.submitted, s.answers, s.errors);
     return 0;
   } catch (const std::exception& e) {

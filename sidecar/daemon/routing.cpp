@@ -58,9 +58,9 @@ Reason reason_for(sched::DropReason reason) {
   return Reason::none;
 }
 
-shm::GrantEntry grant_entry(shm::GrantKind kind, std::uint64_t request, std::uint32_t target,
-                            std::uint64_t sequence, const sched::Slot& slot, std::uint64_t offset,
-                            std::uint64_t length, std::uint32_t part, std::uint32_t part_count) {
+shm::GrantEntry grant_entry(shm::GrantKind kind, std::uint64_t request, std::uint32_t target, std::uint64_t sequence,
+                            const sched::Slot& slot, std::uint64_t offset, std::uint64_t length, std::uint32_t part,
+                            std::uint32_t part_count) {
   return shm::GrantEntry{.format = shm::kEntryFormat,
                          .kind = kind,
                          .reason = static_cast<std::uint8_t>(Reason::none),
@@ -296,9 +296,9 @@ void Daemon::route(const sched::Outcome& outcome, sched::Instant now) {
               AppSession& app = *apps_[slot];
               if (app.limits.job == sched::to_int(a.job) && app.limits.endpoint == sched::to_int(a.aggregator)) {
                 app.aggregates.emplace(sched::to_int(a.aggregate), a.transfer);
-                shm::GrantEntry e = grant_entry(shm::GrantKind::aggregate, sched::to_int(a.aggregate),
-                                                sched::to_int(a.receiver), a.seq, a.slot, a.offset, a.length, 0,
-                                                static_cast<std::uint32_t>(a.members.size()));
+                shm::GrantEntry e =
+                    grant_entry(shm::GrantKind::aggregate, sched::to_int(a.aggregate), sched::to_int(a.receiver), a.seq,
+                                a.slot, a.offset, a.length, 0, static_cast<std::uint32_t>(a.members.size()));
                 e.token = grant_token(sched::to_int(a.receiver), a.seq, a.token);
                 answer(app, e);
                 return;

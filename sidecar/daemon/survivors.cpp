@@ -36,8 +36,8 @@ std::vector<Survivor> servers_in(const shm::Segment& segment, std::uint32_t owne
     if (shm::claim_state(word) != shm::SlotState::active || s.slots == 0) continue;
     const Survivor survivor{s.endpoint, shm::claim_pid(word), s.owner_start_time, s.job};
     if (!process_alive(static_cast<pid_t>(survivor.pid), survivor.start_time)) continue;
-    const bool known = std::any_of(found.begin(), found.end(),
-                                   [&](const Survivor& f) { return f.endpoint == survivor.endpoint; });
+    const bool known =
+        std::any_of(found.begin(), found.end(), [&](const Survivor& f) { return f.endpoint == survivor.endpoint; });
     if (!known) found.push_back(survivor);  // one server per endpoint: the first one stands
   }
   return found;

@@ -23,21 +23,29 @@ constexpr sched::Nanos kLostPeersPollInterval{5'000'000};
 // A drop's reason on the wire and back. A staleness drop is the default on both sides.
 DropCause drop_cause(sched::DropReason reason) {
   switch (reason) {
-    case sched::DropReason::receiver_moved: return DropCause::receiver_moved;
-    case sched::DropReason::receiver_of_another_job: return DropCause::receiver_of_another_job;
-    case sched::DropReason::peer_refused: return DropCause::refused;
+    case sched::DropReason::receiver_moved:
+      return DropCause::receiver_moved;
+    case sched::DropReason::receiver_of_another_job:
+      return DropCause::receiver_of_another_job;
+    case sched::DropReason::peer_refused:
+      return DropCause::refused;
     case sched::DropReason::staleness_bound:
-    case sched::DropReason::peer_lost: break;
+    case sched::DropReason::peer_lost:
+      break;
   }
   return DropCause::stale;
 }
 
 sched::DropReason drop_reason(DropCause cause) {
   switch (cause) {
-    case DropCause::receiver_moved: return sched::DropReason::receiver_moved;
-    case DropCause::receiver_of_another_job: return sched::DropReason::receiver_of_another_job;
-    case DropCause::refused: return sched::DropReason::peer_refused;
-    case DropCause::stale: break;
+    case DropCause::receiver_moved:
+      return sched::DropReason::receiver_moved;
+    case DropCause::receiver_of_another_job:
+      return sched::DropReason::receiver_of_another_job;
+    case DropCause::refused:
+      return sched::DropReason::peer_refused;
+    case DropCause::stale:
+      break;
   }
   return sched::DropReason::staleness_bound;
 }
@@ -60,7 +68,9 @@ SlotAnswer drop_answer(std::uint64_t request, std::uint32_t part, std::uint32_t 
 
 DistributedPolicy::DistributedPolicy(sched::SchedulerConfig config, std::vector<std::uint32_t> local_endpoints,
                                      PeerTransport& transport, Log log)
-    : scheduler_(config), local_(local_endpoints.begin(), local_endpoints.end()), transport_(transport),
+    : scheduler_(config),
+      local_(local_endpoints.begin(), local_endpoints.end()),
+      transport_(transport),
       log_(std::move(log)) {}
 
 void DistributedPolicy::start() {
@@ -120,8 +130,8 @@ sched::SubmitStatus DistributedPolicy::submit(const sched::Request& request, sch
   forwarded_[id] = Forwarded{peer, request, 0, 0, 0, {}};
   ++stats_.forwarded;
   send(peer, SlotRequest{id, sched::to_int(request.job), sched::to_int(request.sender), sched::to_int(request.receiver),
-                          sched::to_int(request.tensor), request.bytes, request.computed_on, request.gradient_norm,
-                          request.priority, request.job_remaining, request.direct_only});
+                         sched::to_int(request.tensor), request.bytes, request.computed_on, request.gradient_norm,
+                         request.priority, request.job_remaining, request.direct_only});
   return sched::SubmitStatus::accepted;
 }
 
@@ -141,12 +151,11 @@ void DistributedPolicy::schedule(sched::Instant now, std::vector<sched::Outcome>
     if (decision_hook_) decision_hook_(outcome, now, "here");
     // Outcomes for our own applications go to the daemon; those for a peer's go back to it.
     const bool local = std::visit(
-        detail::Overloaded{[&](const sched::AggregateGrant& a) { return is_local(a.aggregator); },
-                           // This sidecar owns the receiver's sequence, so its server app is here.
-                           [&](const sched::Cancel&) { return true; },
-                           [&](const auto& part) {
-                             return !remote_requests_.contains(static_cast<std::uint64_t>(part.request));
-                           }},
+        detail::Overloaded{
+            [&](const sched::AggregateGrant& a) { return is_local(a.aggregator); },
+            // This sidecar owns the receiver's sequence, so its server app is here.
+            [&](const sched::Cancel&) { return true; },
+            [&](const auto& part) { return !remote_requests_.contains(static_cast<std::uint64_t>(part.request)); }},
         outcome);
     if (local) {
       out.push_back(outcome);
@@ -172,81 +181,90 @@ void DistributedPolicy::pump(sched::Instant now, std::vector<sched::Outcome>& ou
 
 void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched::Instant now,
                                    std::vector<sched::Outcome>& out) {
-  std::visit(
-      detail::Overloaded{
-          [&](const Hello& hello) {
-            for (auto e : hello.endpoints) {
-              if (local_.contains(e)) {
-                throw Error(Errc::protocol, fmt::format("peer claims endpoint {}, which is ours", e));
-              }
-              // A peer coming back may claim what its lost link announced, never what a live one does.
-              const auto owner = endpoint_owner_.find(e);
-              if (owner != endpoint_owner_.end() && owner->second != peer && !lost_.contains(owner->second)) {
-                throw Error(Errc::protocol, fmt::format("peer claims endpoint {}, which peer {} serves", e,
-                                                        transport_.describe(owner->second)));
-              }
-            }
-            for (auto e : hello.endpoints) endpoint_owner_[e] = peer;
-            for (const TakeoverMark& mark : hello.takeovers) learn(mark);
-            greeted_.insert(peer);
-            note(fmt::format("peer {} hosts {} endpoint(s)", transport_.describe(peer), hello.endpoints.size()));
-          },
-          [&](const SlotRequest& m) {
-            if (!is_local(sched::EndpointId{m.receiver}) && endpoint_owner_.contains(m.receiver)) {
-              // It moved away (a Takeover) and the peer has not heard yet: it asks again there.
-              send(peer, drop_answer(m.request, 0, 1, 0, m.bytes, 0, DropCause::receiver_moved));
-              ++stats_.answers_sent;
-              return;
-            }
-            if (!is_local(sched::EndpointId{m.receiver})) {
-              throw Error(Errc::protocol, fmt::format("slot request for endpoint {}, which is not on this host", m.receiver));
-            }
-            if (m.bytes > max_request_bytes_ || pending_from_[peer] >= max_pending_per_peer_ ||
-                m.bytes > max_pending_bytes_per_peer_ - pending_bytes_from_[peer]) {  // never above the max
-              if (stats_.remote_refused++ == 0) {
-                note(fmt::format("peer {} asked for {} bytes with {} requests ({} bytes) pending here: requests over {} "
-                                 "bytes, or past {} requests or {} bytes pending, are dropped",
-                                 transport_.describe(peer), m.bytes, pending_from_[peer], pending_bytes_from_[peer],
-                                 max_request_bytes_, max_pending_per_peer_, max_pending_bytes_per_peer_));
-              }
-              send(peer, drop_answer(m.request, 0, 1, 0, m.bytes, 0, DropCause::refused));
-              ++stats_.answers_sent;
-              return;
-            }
-            const std::uint64_t ours = kOwnIdBase | next_remote_++;
-            sched::Request request{sched::RequestId{ours},      sched::JobId{m.job},      sched::EndpointId{m.sender},
-                                   sched::EndpointId{m.receiver}, sched::TensorId{m.tensor}, m.bytes,
-                                   m.computed_on,                m.gradient_norm,          m.priority,
-                                   m.job_remaining,              m.direct_only};
-            const auto status = scheduler_.submit(request, now);
-            if (status != sched::SubmitStatus::accepted) {
-              // The refusals a well-formed request can meet here: a version from the future,
-              // or a receiver whose server serves another job. The sender's app hears a drop.
-              send(peer, drop_answer(m.request, 0, 1, 0, m.bytes, 0,
-                                     status == sched::SubmitStatus::receiver_of_another_job
-                                         ? DropCause::receiver_of_another_job
-                                         : DropCause::stale));
-              ++stats_.answers_sent;
-              return;
-            }
-            remote_requests_[ours] = RemoteRequest{peer, m.request, m.bytes};
-            ++pending_from_[peer];
-            pending_bytes_from_[peer] += m.bytes;
-            ++stats_.remote_requests;
-          },
-          [&](const SlotAnswer& m) { on_answer(peer, m, now, out); },
-          [&](const Takeover& m) { on_takeover(peer, m); },
-          [&](const TransferDone& m) {
-            const auto it = granted_to_peer_.find(m.transfer);
-            if (it == granted_to_peer_.end() || it->second != peer) {
-              throw Error(Errc::protocol, fmt::format("transfer done for transfer {}, not granted to this peer", m.transfer));
-            }
-            granted_to_peer_.erase(it);
-            finish(sched::TransferId{m.transfer}, now, sched::Nanos{m.measured_ns},
-                   m.failed ? sched::TransferResult::failed : sched::TransferResult::ok);
-          },
-      },
-      message);
+  std::visit(detail::Overloaded{
+                 [&](const Hello& hello) {
+                   for (auto e : hello.endpoints) {
+                     if (local_.contains(e)) {
+                       throw Error(Errc::protocol, fmt::format("peer claims endpoint {}, which is ours", e));
+                     }
+                     // A peer coming back may claim what its lost link announced, never what a live one does.
+                     const auto owner = endpoint_owner_.find(e);
+                     if (owner != endpoint_owner_.end() && owner->second != peer && !lost_.contains(owner->second)) {
+                       throw Error(Errc::protocol, fmt::format("peer claims endpoint {}, which peer {} serves", e,
+                                                               transport_.describe(owner->second)));
+                     }
+                   }
+                   for (auto e : hello.endpoints) endpoint_owner_[e] = peer;
+                   for (const TakeoverMark& mark : hello.takeovers) learn(mark);
+                   greeted_.insert(peer);
+                   note(fmt::format("peer {} hosts {} endpoint(s)", transport_.describe(peer), hello.endpoints.size()));
+                 },
+                 [&](const SlotRequest& m) {
+                   if (!is_local(sched::EndpointId{m.receiver}) && endpoint_owner_.contains(m.receiver)) {
+                     // It moved away (a Takeover) and the peer has not heard yet: it asks again there.
+                     send(peer, drop_answer(m.request, 0, 1, 0, m.bytes, 0, DropCause::receiver_moved));
+                     ++stats_.answers_sent;
+                     return;
+                   }
+                   if (!is_local(sched::EndpointId{m.receiver})) {
+                     throw Error(Errc::protocol,
+                                 fmt::format("slot request for endpoint {}, which is not on this host", m.receiver));
+                   }
+                   if (m.bytes > max_request_bytes_ || pending_from_[peer] >= max_pending_per_peer_ ||
+                       m.bytes > max_pending_bytes_per_peer_ - pending_bytes_from_[peer]) {  // never above the max
+                     if (stats_.remote_refused++ == 0) {
+                       note(fmt::format(
+                           "peer {} asked for {} bytes with {} requests ({} bytes) pending here: requests over {} "
+                           "bytes, or past {} requests or {} bytes pending, are dropped",
+                           transport_.describe(peer), m.bytes, pending_from_[peer], pending_bytes_from_[peer],
+                           max_request_bytes_, max_pending_per_peer_, max_pending_bytes_per_peer_));
+                     }
+                     send(peer, drop_answer(m.request, 0, 1, 0, m.bytes, 0, DropCause::refused));
+                     ++stats_.answers_sent;
+                     return;
+                   }
+                   const std::uint64_t ours = kOwnIdBase | next_remote_++;
+                   sched::Request request{sched::RequestId{ours},
+                                          sched::JobId{m.job},
+                                          sched::EndpointId{m.sender},
+                                          sched::EndpointId{m.receiver},
+                                          sched::TensorId{m.tensor},
+                                          m.bytes,
+                                          m.computed_on,
+                                          m.gradient_norm,
+                                          m.priority,
+                                          m.job_remaining,
+                                          m.direct_only};
+                   const auto status = scheduler_.submit(request, now);
+                   if (status != sched::SubmitStatus::accepted) {
+                     // The refusals a well-formed request can meet here: a version from the future,
+                     // or a receiver whose server serves another job. The sender's app hears a drop.
+                     send(peer, drop_answer(m.request, 0, 1, 0, m.bytes, 0,
+                                            status == sched::SubmitStatus::receiver_of_another_job
+                                                ? DropCause::receiver_of_another_job
+                                                : DropCause::stale));
+                     ++stats_.answers_sent;
+                     return;
+                   }
+                   remote_requests_[ours] = RemoteRequest{peer, m.request, m.bytes};
+                   ++pending_from_[peer];
+                   pending_bytes_from_[peer] += m.bytes;
+                   ++stats_.remote_requests;
+                 },
+                 [&](const SlotAnswer& m) { on_answer(peer, m, now, out); },
+                 [&](const Takeover& m) { on_takeover(peer, m); },
+                 [&](const TransferDone& m) {
+                   const auto it = granted_to_peer_.find(m.transfer);
+                   if (it == granted_to_peer_.end() || it->second != peer) {
+                     throw Error(Errc::protocol,
+                                 fmt::format("transfer done for transfer {}, not granted to this peer", m.transfer));
+                   }
+                   granted_to_peer_.erase(it);
+                   finish(sched::TransferId{m.transfer}, now, sched::Nanos{m.measured_ns},
+                          m.failed ? sched::TransferResult::failed : sched::TransferResult::ok);
+                 },
+             },
+             message);
 }
 
 // A takeover moves a receiver's sequence for good: only one past every epoch known here, and
@@ -284,9 +302,10 @@ void DistributedPolicy::on_takeover(PeerIndex peer, const Takeover& m) {
     const std::size_t aggregates = scheduler_.close_receiver(receiver, moved_);
     local_.erase(m.endpoint);
     grant_keys_.erase(m.endpoint);  // its new owner stamps its grants
-    note(fmt::format("peer {} took over endpoint {} at version {} (epoch {}): {} pending part(s) dropped, {} "
-                     "pending aggregate(s) forgotten",
-                     transport_.describe(peer), m.endpoint, m.version, m.epoch, moved_.size() - before, aggregates));
+    note(
+        fmt::format("peer {} took over endpoint {} at version {} (epoch {}): {} pending part(s) dropped, {} "
+                    "pending aggregate(s) forgotten",
+                    transport_.describe(peer), m.endpoint, m.version, m.epoch, moved_.size() - before, aggregates));
   } else {
     note(fmt::format("peer {} took over endpoint {} at version {} (epoch {})", transport_.describe(peer), m.endpoint,
                      m.version, m.epoch));
@@ -311,8 +330,8 @@ void DistributedPolicy::check_answer_fits(const Forwarded& f, const SlotAnswer& 
                                             m.request, m.part_count, f.parts));
   }
   if (m.part_count > r.bytes) {
-    throw Error(Errc::protocol,
-                fmt::format("answer for request {} splits its {} bytes into {} parts", m.request, r.bytes, m.part_count));
+    throw Error(Errc::protocol, fmt::format("answer for request {} splits its {} bytes into {} parts", m.request,
+                                            r.bytes, m.part_count));
   }
   if (m.length > r.bytes || m.offset > r.bytes - m.length) {
     throw Error(Errc::protocol, fmt::format("answer for request {} names bytes [{}, +{}) of its {}", m.request,
@@ -371,8 +390,7 @@ void DistributedPolicy::on_answer(PeerIndex peer, const SlotAnswer& m, sched::In
       break;
     case AnswerKind::drop:
       out.push_back(sched::Drop{r.id, m.part, m.part_count, m.offset, m.length, r.job, r.sender, r.receiver,
-                                drop_reason(m.drop_cause),
-                                m.delay});
+                                drop_reason(m.drop_cause), m.delay});
       break;
     case AnswerKind::aggregate:
       break;  // handled above
@@ -406,7 +424,8 @@ void DistributedPolicy::forget_remote(std::uint64_t id) {
 
 void DistributedPolicy::answer_remote(const sched::Outcome& outcome, sched::Instant now) {
   const auto relative = [&](const sched::Slot& s) {
-    return std::pair<std::int64_t, std::int64_t>{std::max<std::int64_t>(0, (s.start - now).count()), s.length().count()};
+    return std::pair<std::int64_t, std::int64_t>{std::max<std::int64_t>(0, (s.start - now).count()),
+                                                 s.length().count()};
   };
   const auto remote = [&](sched::RequestId id) { return remote_requests_.at(static_cast<std::uint64_t>(id)); };
   // A Grant or a Redirect for a peer's application: answer it; if the peer is gone, release
@@ -417,40 +436,65 @@ void DistributedPolicy::answer_remote(const sched::Outcome& outcome, sched::Inst
     const auto transfer = static_cast<std::uint64_t>(m.transfer);
     granted_to_peer_[transfer] = rr.peer;
     const std::uint64_t token = kind == AnswerKind::go ? token_for(m.destination, m.tag) : 0;
-    if (!send(rr.peer, SlotAnswer{kind, rr.their_id, transfer, m.part, m.part_count, m.offset, m.length, m.tag,
-                                  m.delay, start_in, length, sched::to_int(m.destination), sched::to_int(m.sender),
-                                  {}, DropCause::stale, token})) {
+    if (!send(rr.peer, SlotAnswer{kind,
+                                  rr.their_id,
+                                  transfer,
+                                  m.part,
+                                  m.part_count,
+                                  m.offset,
+                                  m.length,
+                                  m.tag,
+                                  m.delay,
+                                  start_in,
+                                  length,
+                                  sched::to_int(m.destination),
+                                  sched::to_int(m.sender),
+                                  {},
+                                  DropCause::stale,
+                                  token})) {
       granted_to_peer_.erase(transfer);
       finish(m.transfer, now, sched::Nanos{0}, sched::TransferResult::failed);
     }
     if (m.last_part()) forget_remote(static_cast<std::uint64_t>(m.request));
   };
-  std::visit(
-      detail::Overloaded{
-          [&](const sched::Grant& g) { move_part(AnswerKind::go, sched::part_move(g)); },
-          [&](const sched::Redirect& r) { move_part(AnswerKind::redirect, sched::part_move(r)); },
-          [&](const sched::Drop& d) {
-            const RemoteRequest rr = remote(d.request);
-            send(rr.peer, drop_answer(rr.their_id, d.part, d.part_count, d.offset, d.length, d.delay,
-                                      drop_cause(d.reason)));
-            if (d.part + 1 == d.part_count) forget_remote(static_cast<std::uint64_t>(d.request));
-          },
-          [&](const sched::Cancel&) {},  // always local (see schedule())
-          [&](const sched::AggregateGrant& a) {
-            const auto peer = owner_of(a.aggregator);
-            const auto [start_in, length] = relative(a.slot);
-            SlotAnswer m{AnswerKind::aggregate, static_cast<std::uint64_t>(a.aggregate), static_cast<std::uint64_t>(a.transfer),
-                         0, 1, a.offset, a.length, a.seq, a.delay, start_in, length, sched::to_int(a.receiver),
-                         sched::to_int(a.aggregator), {}, DropCause::stale, token_for(a.receiver, a.seq)};
-            for (const auto& member : a.members) m.members.push_back(static_cast<std::uint64_t>(member.request));
-            if (peer && send(*peer, m)) {
-              granted_to_peer_[static_cast<std::uint64_t>(a.transfer)] = *peer;
-            } else {
-              finish(a.transfer, now, sched::Nanos{0}, sched::TransferResult::failed);
-            }
-          },
-      },
-      outcome);
+  std::visit(detail::Overloaded{
+                 [&](const sched::Grant& g) { move_part(AnswerKind::go, sched::part_move(g)); },
+                 [&](const sched::Redirect& r) { move_part(AnswerKind::redirect, sched::part_move(r)); },
+                 [&](const sched::Drop& d) {
+                   const RemoteRequest rr = remote(d.request);
+                   send(rr.peer, drop_answer(rr.their_id, d.part, d.part_count, d.offset, d.length, d.delay,
+                                             drop_cause(d.reason)));
+                   if (d.part + 1 == d.part_count) forget_remote(static_cast<std::uint64_t>(d.request));
+                 },
+                 [&](const sched::Cancel&) {},  // always local (see schedule())
+                 [&](const sched::AggregateGrant& a) {
+                   const auto peer = owner_of(a.aggregator);
+                   const auto [start_in, length] = relative(a.slot);
+                   SlotAnswer m{AnswerKind::aggregate,
+                                static_cast<std::uint64_t>(a.aggregate),
+                                static_cast<std::uint64_t>(a.transfer),
+                                0,
+                                1,
+                                a.offset,
+                                a.length,
+                                a.seq,
+                                a.delay,
+                                start_in,
+                                length,
+                                sched::to_int(a.receiver),
+                                sched::to_int(a.aggregator),
+                                {},
+                                DropCause::stale,
+                                token_for(a.receiver, a.seq)};
+                   for (const auto& member : a.members) m.members.push_back(static_cast<std::uint64_t>(member.request));
+                   if (peer && send(*peer, m)) {
+                     granted_to_peer_[static_cast<std::uint64_t>(a.transfer)] = *peer;
+                   } else {
+                     finish(a.transfer, now, sched::Nanos{0}, sched::TransferResult::failed);
+                   }
+                 },
+             },
+             outcome);
   ++stats_.answers_sent;
 }
 
@@ -458,7 +502,8 @@ bool DistributedPolicy::complete(sched::TransferId transfer, sched::Instant now,
                                  sched::TransferResult result) {
   const auto it = proxies_.find(static_cast<std::uint64_t>(transfer));
   if (it == proxies_.end()) return finish(transfer, now, measured, result);
-  send(it->second.peer, TransferDone{it->second.their_transfer, measured.count(), result == sched::TransferResult::failed});
+  send(it->second.peer,
+       TransferDone{it->second.their_transfer, measured.count(), result == sched::TransferResult::failed});
   proxies_.erase(it);
   return true;
 }
@@ -477,8 +522,10 @@ bool DistributedPolicy::take_over(sched::EndpointId receiver, sched::Version ver
   // Our requests a peer was scheduling for it stay forwarded: that peer drops them
   // (receiver_moved) when our Takeover reaches it, or lose_peer() does if it is gone.
   for (PeerIndex p = 0; p < transport_.peer_count(); ++p) send(p, Takeover{e, version, ours.epoch, ours.job});
-  note(fmt::format("took over endpoint {} at version {}, epoch {} (its replica here was promoted, or its server "
-                   "here outlived the sidecar before us)", e, version, ours.epoch));
+  note(
+      fmt::format("took over endpoint {} at version {}, epoch {} (its replica here was promoted, or its server "
+                  "here outlived the sidecar before us)",
+                  e, version, ours.epoch));
   return true;
 }
 
@@ -489,17 +536,18 @@ std::optional<sched::Instant> DistributedPolicy::next_wakeup() const {
   // schedule() looks at (take_joined) — so keep looking, less often. Without it a sidecar
   // whose peers had all died never took their new links while no app asked it anything, and
   // a restarted peer waited for its Hello until its start-up timeout.
-  const sched::Instant poll = last_now_ + (transport_.peer_count() == lost_.size() ? kLostPeersPollInterval
-                                                                                   : kPeerPollInterval);
+  const sched::Instant poll =
+      last_now_ + (transport_.peer_count() == lost_.size() ? kLostPeersPollInterval : kPeerPollInterval);
   return own && *own < poll ? own : std::optional<sched::Instant>(poll);
 }
 
 void DistributedPolicy::lose_peer(PeerIndex peer, sched::Instant now, std::vector<sched::Outcome>& out) {
   if (!lost_.insert(peer).second) return;
   ++stats_.peers_lost;
-  note(fmt::format("peer {} lost: its pending requests are dropped (peer_lost), its receivers refused "
-                   "(receiver_unreachable) and its transfers failed",
-                   transport_.describe(peer)));
+  note(
+      fmt::format("peer {} lost: its pending requests are dropped (peer_lost), its receivers refused "
+                  "(receiver_unreachable) and its transfers failed",
+                  transport_.describe(peer)));
   // Our requests it was scheduling: every undecided part is dropped so the application hears.
   for (auto it = forwarded_.begin(); it != forwarded_.end();) {
     const Forwarded& f = it->second;
@@ -509,8 +557,8 @@ void DistributedPolicy::lose_peer(PeerIndex peer, sched::Instant now, std::vecto
     }
     const sched::Request& r = f.request;
     const auto drop = [&](std::uint32_t part, std::uint32_t parts, std::uint64_t offset, std::uint64_t length) {
-      out.push_back(sched::Drop{r.id, part, parts, offset, length, r.job, r.sender, r.receiver,
-                                sched::DropReason::peer_lost, 0});
+      out.push_back(
+          sched::Drop{r.id, part, parts, offset, length, r.job, r.sender, r.receiver, sched::DropReason::peer_lost, 0});
     };
     if (f.parts == 0) {
       drop(0, 1, 0, r.bytes);  // never answered: the split is the peer's and unknown; all of it
@@ -532,7 +580,8 @@ void DistributedPolicy::lose_peer(PeerIndex peer, sched::Instant now, std::vecto
       ++it;
     }
   }
-  for (auto it = proxies_.begin(); it != proxies_.end();) it = it->second.peer == peer ? proxies_.erase(it) : std::next(it);
+  for (auto it = proxies_.begin(); it != proxies_.end();)
+    it = it->second.peer == peer ? proxies_.erase(it) : std::next(it);
 }
 
 bool DistributedPolicy::finish(sched::TransferId transfer, sched::Instant now, sched::Nanos measured,

@@ -57,7 +57,7 @@ struct DistributedStats {
   std::uint64_t egress_moves = 0;     // granted slots moved because our egress was busy
   std::uint64_t protocol_errors = 0;  // malformed or unexpected peer messages (dropped)
   std::uint64_t peers_lost = 0;
-  std::uint64_t remote_refused = 0;   // peer requests dropped: too many (or too many bytes) pending here, or too large
+  std::uint64_t remote_refused = 0;  // peer requests dropped: too many (or too many bytes) pending here, or too large
   std::uint64_t takeovers_refused = 0;  // peers' takeovers not taken: a stale epoch, another job, our server alive
 };
 
@@ -83,8 +83,8 @@ class DistributedPolicy final : public sched::Policy {
                                             sched::Nanos measured, sched::TransferResult)>;
 
   // `local_endpoints`: the NICs (scheduler endpoint ids) of this host.
-  DistributedPolicy(sched::SchedulerConfig config, std::vector<std::uint32_t> local_endpoints,
-                    PeerTransport& transport, Log log = {});
+  DistributedPolicy(sched::SchedulerConfig config, std::vector<std::uint32_t> local_endpoints, PeerTransport& transport,
+                    Log log = {});
 
   void on_decision(DecisionHook hook) { decision_hook_ = std::move(hook); }
   void on_completion(CompletionHook hook) { completion_hook_ = std::move(hook); }
@@ -150,9 +150,9 @@ class DistributedPolicy final : public sched::Policy {
     PeerIndex peer = 0;
     sched::Request request;
     std::uint32_t answered = 0;
-    std::uint32_t parts = 0;         // known from the first answer
-    std::uint64_t chunk = 0;         // every part's length but maybe the last's, once an answer shows it
-    std::vector<bool> decided;       // by part index, sized by the first answer
+    std::uint32_t parts = 0;    // known from the first answer
+    std::uint64_t chunk = 0;    // every part's length but maybe the last's, once an answer shows it
+    std::vector<bool> decided;  // by part index, sized by the first answer
   };
   struct RemoteRequest {  // a peer's request in our scheduler
     PeerIndex peer = 0;
@@ -206,7 +206,7 @@ class DistributedPolicy final : public sched::Policy {
   ServerAlive server_alive_;
   std::set<PeerIndex> greeted_;
   std::set<PeerIndex> lost_;
-  std::unordered_map<std::uint64_t, Forwarded> forwarded_;           // by our RequestId
+  std::unordered_map<std::uint64_t, Forwarded> forwarded_;            // by our RequestId
   std::unordered_map<std::uint64_t, RemoteRequest> remote_requests_;  // by our RequestId
   std::map<PeerIndex, std::size_t> pending_from_;                     // remote_requests_ per peer
   std::size_t max_pending_per_peer_ = kMaxPendingPerPeer;
@@ -214,10 +214,10 @@ class DistributedPolicy final : public sched::Policy {
   std::uint64_t max_pending_bytes_per_peer_ = kMaxPendingBytesPerPeer;
   std::uint64_t max_request_bytes_ = kMaxPeerRequestBytes;
   void forget_remote(std::uint64_t id);
-  std::unordered_map<std::uint64_t, PeerIndex> granted_to_peer_;      // our TransferId -> peer
-  std::unordered_map<std::uint64_t, ProxyTransfer> proxies_;          // proxy TransferId -> peer's
-  std::map<std::uint32_t, sched::SlotBook> egress_;                   // our NICs' egress
-  std::map<std::uint32_t, sched::GrantKey> grant_keys_;               // local receiver -> its server's key
+  std::unordered_map<std::uint64_t, PeerIndex> granted_to_peer_;  // our TransferId -> peer
+  std::unordered_map<std::uint64_t, ProxyTransfer> proxies_;      // proxy TransferId -> peer's
+  std::map<std::uint32_t, sched::SlotBook> egress_;               // our NICs' egress
+  std::map<std::uint32_t, sched::GrantKey> grant_keys_;           // local receiver -> its server's key
   std::uint64_t token_for(sched::EndpointId receiver, sched::Seq seq) const;
   std::vector<sched::Outcome> decided_;  // reused buffer
   std::vector<sched::Outcome> moved_;    // close_receiver()'s drops, routed by the next schedule()

@@ -45,8 +45,9 @@ Fabric::Fabric(const FabricOptions& options, std::function<void(const std::strin
     for (const auto& p : options.peers) addresses.push_back(parse_peer_address(p));
     log_(fmt::format("linking with {} peer sidecar(s) from {} ({}:{})", addresses.size() + options.expect_peers,
                      options.device, links_->device->info().ipv4_address, options.listen_port));
-    links_->transport = std::make_unique<RdmaPeerTransport>(*links_->device, options.listen_port, addresses,
-                                                            options.expect_peers, options.connect_timeout, options.transport);
+    links_->transport =
+        std::make_unique<RdmaPeerTransport>(*links_->device, options.listen_port, addresses, options.expect_peers,
+                                            options.connect_timeout, options.transport);
   } else {
     links_->transport = std::make_unique<NoPeers>();
   }

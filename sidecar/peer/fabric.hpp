@@ -22,15 +22,15 @@
 namespace gradlane::peer {
 
 struct FabricOptions {
-  std::string device;                    // --device: the NIC peer links use (needed with peers)
-  std::vector<std::uint32_t> endpoints;  // --endpoint: scheduler endpoint ids of this host's NICs
-  std::uint16_t listen_port = 0;         // --listen-port: where peer sidecars connect
-  std::vector<std::string> peers;        // --peer ADDR:PORT: sidecars this one connects to
-  std::size_t expect_peers = 0;          // --expect-peers: sidecars that connect to this one
-  double link_rate_gbps = 0;             // --link-rate-gbps: declared NIC rate (0: core default)
+  std::string device;                                 // --device: the NIC peer links use (needed with peers)
+  std::vector<std::uint32_t> endpoints;               // --endpoint: scheduler endpoint ids of this host's NICs
+  std::uint16_t listen_port = 0;                      // --listen-port: where peer sidecars connect
+  std::vector<std::string> peers;                     // --peer ADDR:PORT: sidecars this one connects to
+  std::size_t expect_peers = 0;                       // --expect-peers: sidecars that connect to this one
+  double link_rate_gbps = 0;                          // --link-rate-gbps: declared NIC rate (0: core default)
   std::chrono::milliseconds connect_timeout{60'000};  // all peer links up within this
-  std::string schedule_log;              // --schedule-log FILE ("-" = stderr; empty = none)
-  TransportOptions transport;            // the peer links' (their job key: --key-file)
+  std::string schedule_log;                           // --schedule-log FILE ("-" = stderr; empty = none)
+  TransportOptions transport;                         // the peer links' (their job key: --key-file)
   // What a peer may ask this sidecar to hold: one request, and its pending requests together
   // (gradlaned: what it lets an app request, --max-update-bytes, and what its apps may owe
   // together, --max-apps x --max-owed-bytes, so a peer configured alike is never refused).

@@ -129,13 +129,15 @@ Message decode(std::span<const std::byte> bytes) {
       if (n == 0 || n > kMaxEndpoints) bad(fmt::format("hello lists {} endpoints (1..{})", n, kMaxEndpoints));
       for (std::uint32_t i = 0; i < n; ++i) m.endpoints.push_back(r.get<std::uint32_t>("endpoint"));
       const auto marks = r.get<std::uint32_t>("takeover count");
-      if (marks > kMaxTakeoverMarks) bad(fmt::format("hello lists {} takeovers (at most {})", marks, kMaxTakeoverMarks));
+      if (marks > kMaxTakeoverMarks)
+        bad(fmt::format("hello lists {} takeovers (at most {})", marks, kMaxTakeoverMarks));
       for (std::uint32_t i = 0; i < marks; ++i) {
         TakeoverMark t;
         t.endpoint = r.get<std::uint32_t>("takeover endpoint");
         t.epoch = r.get<std::uint64_t>("takeover epoch");
         t.job = r.get<std::uint32_t>("takeover job");
-        if (t.epoch == 0) bad(fmt::format("hello lists a takeover of endpoint {} at epoch 0 (they start at 1)", t.endpoint));
+        if (t.epoch == 0)
+          bad(fmt::format("hello lists a takeover of endpoint {} at epoch 0 (they start at 1)", t.endpoint));
         m.takeovers.push_back(t);
       }
       r.expect_end("hello");
@@ -192,8 +194,8 @@ Message decode(std::span<const std::byte> bytes) {
       if (m.length > kMaxBytes || m.offset > kMaxBytes) bad("slot answer with an absurd offset or length");
       if (m.start_in_ns < 0 || m.length_ns < 0) bad("slot answer with a negative slot time");
       if (m.start_in_ns > kMaxSlotNanos || m.length_ns > kMaxSlotNanos) {
-        bad(fmt::format("slot answer with a slot {} ns away, {} ns long (at most {} each)", m.start_in_ns,
-                        m.length_ns, kMaxSlotNanos));
+        bad(fmt::format("slot answer with a slot {} ns away, {} ns long (at most {} each)", m.start_in_ns, m.length_ns,
+                        kMaxSlotNanos));
       }
       if (m.kind != AnswerKind::drop && m.transfer == 0) bad("slot answer without a transfer id");
       if (m.token != 0 && m.kind != AnswerKind::go && m.kind != AnswerKind::aggregate) {

@@ -75,13 +75,13 @@ struct SlotAnswer {
   std::uint32_t part_count = 1;
   std::uint64_t offset = 0;
   std::uint64_t length = 0;
-  std::uint64_t seq = 0;       // go/aggregate: sequence at the server; redirect: aggregate id
-  std::uint64_t delay = 0;     // staleness at apply (go) or that caused the drop
-  std::int64_t start_in_ns = 0;   // slot start, relative to when this answer was sent (>= 0)
-  std::int64_t length_ns = 0;     // slot length (>= 0)
-  std::uint32_t target = 0;    // go/aggregate: the server; redirect: the aggregator
-  std::uint32_t sender = 0;    // the endpoint that sends (aggregate: the aggregator)
-  std::vector<std::uint64_t> members;  // aggregate: member request ids (sender-side ids)
+  std::uint64_t seq = 0;                    // go/aggregate: sequence at the server; redirect: aggregate id
+  std::uint64_t delay = 0;                  // staleness at apply (go) or that caused the drop
+  std::int64_t start_in_ns = 0;             // slot start, relative to when this answer was sent (>= 0)
+  std::int64_t length_ns = 0;               // slot length (>= 0)
+  std::uint32_t target = 0;                 // go/aggregate: the server; redirect: the aggregator
+  std::uint32_t sender = 0;                 // the endpoint that sends (aggregate: the aggregator)
+  std::vector<std::uint64_t> members;       // aggregate: member request ids (sender-side ids)
   DropCause drop_cause = DropCause::stale;  // drop only; stale otherwise
   // go/aggregate: the grant token of `seq` (gradlane/sidecar.hpp), when the receiver's server
   // gave its sidecar a key; the grantee shows it to the server. 0: none.

@@ -44,7 +44,8 @@ RdmaPeerTransport::RdmaPeerTransport(const Device& device, std::uint16_t listen_
     }
   }
   for (std::size_t i = 0; i < expect_inbound; ++i) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     try {
       links_.emplace_back(listener_->accept(std::max(left, std::chrono::milliseconds(1))), std::nullopt);
     } catch (const Error& e) {
@@ -72,10 +73,10 @@ void RdmaPeerTransport::drain(PeerIndex peer) {
         const auto now = std::chrono::steady_clock::now();
         if (!link.stalled_since) link.stalled_since = now;
         if (now - *link.stalled_since > stall_limit_) {
-          mark_failed(peer, Error(Errc::timeout,
-                                  fmt::format("{} message(s) could not be posted for {} ms: the peer stopped "
-                                              "acknowledging (stopped or overloaded)",
-                                              link.queued.size(), stall_limit_.count())));
+          mark_failed(peer,
+                      Error(Errc::timeout, fmt::format("{} message(s) could not be posted for {} ms: the peer stopped "
+                                                       "acknowledging (stopped or overloaded)",
+                                                       link.queued.size(), stall_limit_.count())));
         }
         return;
       }
@@ -91,8 +92,9 @@ bool RdmaPeerTransport::send(PeerIndex peer, std::span<const std::byte> message)
   Link& link = links_.at(peer);
   if (link.failed) return false;
   if (link.queued.size() >= kMaxQueued) {
-    mark_failed(peer, Error(Errc::resource_exhausted,
-                            fmt::format("{} messages queued and none taken: the peer stopped acknowledging", kMaxQueued)));
+    mark_failed(peer,
+                Error(Errc::resource_exhausted,
+                      fmt::format("{} messages queued and none taken: the peer stopped acknowledging", kMaxQueued)));
     return false;
   }
   link.queued.emplace_back(message.begin(), message.end());

@@ -40,8 +40,7 @@ PeerAddress parse_peer_address(const std::string& text);
 class RdmaPeerTransport final : public PeerTransport {
  public:
   RdmaPeerTransport(const Device& device, std::uint16_t listen_port, const std::vector<PeerAddress>& connect_to,
-                    std::size_t expect_inbound, std::chrono::milliseconds timeout,
-                    const TransportOptions& options,
+                    std::size_t expect_inbound, std::chrono::milliseconds timeout, const TransportOptions& options,
                     std::chrono::milliseconds stall_limit = kDefaultStallLimit);
 
   // How long a peer may leave every queued message unposted before its link is failed.
@@ -66,7 +65,7 @@ class RdmaPeerTransport final : public PeerTransport {
   struct Link {
     Link(Connection c, std::optional<PeerAddress> to) : connection(std::move(c)), dialed(std::move(to)) {}
     Connection connection;
-    std::optional<PeerAddress> dialed;  // the --peer this sidecar connected to (none: accepted)
+    std::optional<PeerAddress> dialed;          // the --peer this sidecar connected to (none: accepted)
     std::deque<std::vector<std::byte>> queued;  // accepted by send(), not yet posted
     std::optional<std::chrono::steady_clock::time_point> stalled_since;  // first failed post
     bool failed = false;

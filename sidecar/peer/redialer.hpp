@@ -47,7 +47,7 @@ class Redialer {
   void run(std::stop_token stop, PeerAddress peer, std::string key);
 
   struct Attempt {
-    std::string key;  // "address:port"
+    std::string key;    // "address:port"
     bool done = false;  // set by its thread, under the mutex, as its last act
     std::jthread thread;
   };

@@ -45,24 +45,25 @@ std::string decision_json(const sched::Outcome& outcome, sched::Instant now, std
             return fmt::format(
                 R"({{"at":{},"origin":"{}","kind":"go","transfer":{},"request":{},"part":{},"parts":{},"job":{},"tensor":{},"sender":{},)"
                 R"("receiver":{},"bytes":{},"seq":{},"delay":{},"slot_start":{},"slot_end":{}}})",
-                ns(now), origin, id(g.transfer), static_cast<std::uint64_t>(g.request), g.part, g.part_count, sched::to_int(g.job),
-                sched::to_int(g.tensor), sched::to_int(g.sender), sched::to_int(g.receiver), g.length, g.seq, g.delay,
-                ns(g.slot.start), ns(g.slot.end));
+                ns(now), origin, id(g.transfer), static_cast<std::uint64_t>(g.request), g.part, g.part_count,
+                sched::to_int(g.job), sched::to_int(g.tensor), sched::to_int(g.sender), sched::to_int(g.receiver),
+                g.length, g.seq, g.delay, ns(g.slot.start), ns(g.slot.end));
           },
           [&](const sched::Redirect& r) {
             return fmt::format(
                 R"({{"at":{},"origin":"{}","kind":"redirect","transfer":{},"request":{},"part":{},"parts":{},"job":{},"sender":{},)"
                 R"("aggregator":{},"receiver":{},"aggregate":{},"bytes":{},"slot_start":{},"slot_end":{}}})",
-                ns(now), origin, id(r.transfer), static_cast<std::uint64_t>(r.request), r.part, r.part_count, sched::to_int(r.job),
-                sched::to_int(r.sender), sched::to_int(r.aggregator), sched::to_int(r.receiver),
+                ns(now), origin, id(r.transfer), static_cast<std::uint64_t>(r.request), r.part, r.part_count,
+                sched::to_int(r.job), sched::to_int(r.sender), sched::to_int(r.aggregator), sched::to_int(r.receiver),
                 static_cast<std::uint64_t>(r.aggregate), r.length, ns(r.slot.start), ns(r.slot.end));
           },
           [&](const sched::AggregateGrant& a) {
             return fmt::format(
                 R"({{"at":{},"origin":"{}","kind":"aggregate","transfer":{},"aggregate":{},"members":{},"aggregator":{},"receiver":{},)"
                 R"("bytes":{},"seq":{},"delay":{},"slot_start":{},"slot_end":{}}})",
-                ns(now), origin, id(a.transfer), static_cast<std::uint64_t>(a.aggregate), a.members.size(), sched::to_int(a.aggregator),
-                sched::to_int(a.receiver), a.length, a.seq, a.delay, ns(a.slot.start), ns(a.slot.end));
+                ns(now), origin, id(a.transfer), static_cast<std::uint64_t>(a.aggregate), a.members.size(),
+                sched::to_int(a.aggregator), sched::to_int(a.receiver), a.length, a.seq, a.delay, ns(a.slot.start),
+                ns(a.slot.end));
           },
           [&](const sched::Cancel& c) {
             return fmt::format(R"({{"at":{},"origin":"{}","kind":"cancel","job":{},"receiver":{},"seq":{}}})", ns(now),
@@ -121,10 +122,14 @@ std::FILE* open_log(const std::string& path, bool append, int& error) {
 
 std::string open_failure(const std::string& path, int error) {
   switch (error) {
-    case ELOOP: return "schedule log " + path + " is a symbolic link: give the file itself";
-    case kNotRegular: return "schedule log " + path + " is not a regular file: give a file's path";
-    case kOtherLinks: return "schedule log " + path + " has other links to it: give a file of its own";
-    default: return "opening schedule log " + path;
+    case ELOOP:
+      return "schedule log " + path + " is a symbolic link: give the file itself";
+    case kNotRegular:
+      return "schedule log " + path + " is not a regular file: give a file's path";
+    case kOtherLinks:
+      return "schedule log " + path + " has other links to it: give a file of its own";
+    default:
+      return "opening schedule log " + path;
   }
 }
 
@@ -164,8 +169,8 @@ std::optional<std::string> ScheduleLog::reopen() {
 
 void ScheduleLog::write_line(const std::string& json) noexcept {
   // Flushed per line: a reader (or a post-mortem after a crash) sees every decision made.
-  const bool written = std::fwrite(json.data(), 1, json.size(), file_) == json.size() && std::fputc('\n', file_) != EOF &&
-                       std::fflush(file_) == 0;
+  const bool written = std::fwrite(json.data(), 1, json.size(), file_) == json.size() &&
+                       std::fputc('\n', file_) != EOF && std::fflush(file_) == 0;
   if (written) return;
   std::clearerr(file_);
   ++failed_writes_;

@@ -96,7 +96,8 @@ DoorAnswer ask_door(const std::string& shm_name, std::uint32_t job, std::chrono:
     if (errno == EACCES) {  // gradlaned's door is open to every user (0666): this one is not
       struct stat st {};
       const bool known = ::lstat(door.path(), &st) == 0;
-      if (!known || !trusted_maker(st.st_uid)) throw untrusted(known ? std::optional<std::uint32_t>(st.st_uid) : std::nullopt);
+      if (!known || !trusted_maker(st.st_uid))
+        throw untrusted(known ? std::optional<std::uint32_t>(st.st_uid) : std::nullopt);
       throw Error(Errc::sidecar_unavailable,
                   fmt::format("the door to {}'s job segments ({}, uid {}, mode {:o}) does not let this user knock: "
                               "gradlaned's is mode 666; is it a gradlaned of another release?",
@@ -109,7 +110,8 @@ DoorAnswer ask_door(const std::string& shm_name, std::uint32_t job, std::chrono:
   const DoorRequest request{kDoorMagic, job};
   if (::send(socket.get(), &request, sizeof request, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof request)) {
     if (transient(errno)) return no_answer(fmt::format("its door did not take the request ({})", std::strerror(errno)));
-    detail::throw_call_failed(Errc::sidecar_unavailable, "asking gradlaned's door for job " + std::to_string(job), errno);
+    detail::throw_call_failed(Errc::sidecar_unavailable, "asking gradlaned's door for job " + std::to_string(job),
+                              errno);
   }
 
   DoorReply reply;
@@ -141,8 +143,8 @@ DoorAnswer ask_door(const std::string& shm_name, std::uint32_t job, std::chrono:
   }
   if (got == 0) return no_answer("its door closed without an answer (a gradlaned stopping?)");
   if (got != static_cast<ssize_t>(sizeof reply) || reply.magic != kDoorMagic || (message.msg_flags & MSG_CTRUNC)) {
-    throw Error(Errc::protocol, fmt::format("gradlaned's door for {} answered {} bytes that are not a door reply",
-                                            shm_name, got));
+    throw Error(Errc::protocol,
+                fmt::format("gradlaned's door for {} answered {} bytes that are not a door reply", shm_name, got));
   }
   answer.job_uid = reply.job_uid;
   switch (reply.status) {
@@ -159,8 +161,8 @@ DoorAnswer ask_door(const std::string& shm_name, std::uint32_t job, std::chrono:
       answer.kind = DoorAnswer::Kind::not_your_job;
       break;
     default:
-      throw Error(Errc::protocol, fmt::format("gradlaned's door answered status {}",
-                                              static_cast<std::uint32_t>(reply.status)));
+      throw Error(Errc::protocol,
+                  fmt::format("gradlaned's door answered status {}", static_cast<std::uint32_t>(reply.status)));
   }
   answer.segment.reset();
   return answer;

@@ -24,8 +24,7 @@ std::uint32_t* word_address(std::atomic<std::uint32_t>& word) noexcept {
 
 }  // namespace
 
-void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
-                std::chrono::nanoseconds timeout) noexcept {
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected, std::chrono::nanoseconds timeout) noexcept {
   if (timeout <= std::chrono::nanoseconds::zero()) return;
   timespec relative{};
   relative.tv_sec = static_cast<time_t>(timeout.count() / 1'000'000'000);
@@ -59,7 +58,8 @@ void futex_wait_any(std::span<const WatchedWord> words, std::chrono::nanoseconds
   // No futex_waitv (ENOSYS: an older kernel; EPERM: a seccomp filter that does not know it):
   // sleep on the first word, briefly, so the others are looked at within a millisecond —
   // never return at once, or an idle daemon would spin.
-  futex_wait(*words[0].word, words[0].expected, std::min<std::chrono::nanoseconds>(timeout, std::chrono::milliseconds(1)));
+  futex_wait(*words[0].word, words[0].expected,
+             std::min<std::chrono::nanoseconds>(timeout, std::chrono::milliseconds(1)));
 }
 
 void back_off(std::chrono::nanoseconds waited) noexcept {

@@ -25,8 +25,7 @@ namespace gradlane::sidecar::shm {
 
 // Sleeps while `word` == `expected`, at most `timeout`. Returns on a wake, a timeout, a signal,
 // or at once if the word already differs. Never throws.
-void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
-                std::chrono::nanoseconds timeout) noexcept;
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected, std::chrono::nanoseconds timeout) noexcept;
 // futex_wait over several words at once (futex_waitv, Linux >= 5.16): returns when any of them
 // is woken or differs from its expected value, or after `timeout`. At most kMaxWaitWords.
 // On a kernel without futex_waitv it sleeps on the first word for at most 1 ms, so the others

@@ -63,30 +63,30 @@ inline constexpr std::uint8_t kSubmitDirectOnly = 1;
 struct AppEntry {
   std::uint16_t format;  // kEntryFormat
   Op op;
-  std::uint8_t flags;    // submit: kSubmitDirectOnly or 0; other ops: 0
-  std::uint32_t job;     // the job the app attached as
+  std::uint8_t flags;     // submit: kSubmitDirectOnly or 0; other ops: 0
+  std::uint32_t job;      // the job the app attached as
   std::uint64_t request;  // the app's request id (the client assigns 1, 2, 3, ...)
   struct Submit {
     std::uint32_t tensor;
-    std::uint32_t receiver;        // endpoint id of the server holding the shard
-    std::uint64_t bytes;           // gradient bytes
-    std::uint64_t region_offset;   // where they start in the app's registered gradient region
-    std::uint64_t computed_on;     // server model version the gradient was computed on
+    std::uint32_t receiver;       // endpoint id of the server holding the shard
+    std::uint64_t bytes;          // gradient bytes
+    std::uint64_t region_offset;  // where they start in the app's registered gradient region
+    std::uint64_t computed_on;    // server model version the gradient was computed on
     float gradient_norm;
-    std::uint32_t priority;        // lower = earlier layer = needed first
-    std::uint64_t job_remaining;   // bytes the job still has to send, this one included; 0 = unknown
+    std::uint32_t priority;       // lower = earlier layer = needed first
+    std::uint64_t job_remaining;  // bytes the job still has to send, this one included; 0 = unknown
   };
   struct Complete {
-    std::uint32_t part;            // part index of the grant being completed
-    std::uint32_t failed;          // 0 = placed, 1 = the transfer failed
-    std::uint64_t measured_ns;     // wire time, post to completion
-    std::uint64_t reserved[4];     // must be 0
+    std::uint32_t part;         // part index of the grant being completed
+    std::uint32_t failed;       // 0 = placed, 1 = the transfer failed
+    std::uint64_t measured_ns;  // wire time, post to completion
+    std::uint64_t reserved[4];  // must be 0
   };
   struct Applied {
-    std::uint32_t receiver;        // the server's endpoint: the one the app attached as
-    std::uint32_t reserved0;       // must be 0
-    std::uint64_t through;         // every sequence <= through is applied (server and replica)
-    std::uint64_t reserved[4];     // must be 0
+    std::uint32_t receiver;     // the server's endpoint: the one the app attached as
+    std::uint32_t reserved0;    // must be 0
+    std::uint64_t through;      // every sequence <= through is applied (server and replica)
+    std::uint64_t reserved[4];  // must be 0
   };
   union {
     Submit submit;
@@ -102,20 +102,20 @@ enum class GrantKind : std::uint8_t { go = 1, drop = 2, redirect = 3, aggregate 
 struct GrantEntry {
   std::uint16_t format;
   GrantKind kind;
-  std::uint8_t reason;       // gradlane::sidecar::Reason
-  std::uint32_t target;      // go: server endpoint; redirect: aggregator; aggregate: server
-  std::uint64_t request;     // the app's request id (aggregate: the aggregate id)
-  std::uint64_t sequence;    // go/aggregate: sequence at the server; redirect: aggregate id
-  std::int64_t slot_start_ns;   // CLOCK_MONOTONIC of this host
+  std::uint8_t reason;         // gradlane::sidecar::Reason
+  std::uint32_t target;        // go: server endpoint; redirect: aggregator; aggregate: server
+  std::uint64_t request;       // the app's request id (aggregate: the aggregate id)
+  std::uint64_t sequence;      // go/aggregate: sequence at the server; redirect: aggregate id
+  std::int64_t slot_start_ns;  // CLOCK_MONOTONIC of this host
   std::int64_t slot_length_ns;
-  std::uint64_t part_offset;    // bytes [offset, offset + part_bytes) of the tensor
+  std::uint64_t part_offset;  // bytes [offset, offset + part_bytes) of the tensor
   std::uint64_t part_bytes;
   std::uint32_t part_index;
-  std::uint32_t part_count;     // aggregate: number of members
+  std::uint32_t part_count;  // aggregate: number of members
   // go/aggregate to a receiver whose server app gave a grant key: grant_token(key, sequence),
   // the grantee's proof to the server (sidecar.hpp). 0: none.
   std::uint64_t token;
-  std::uint64_t reserved[7];    // 0
+  std::uint64_t reserved[7];  // 0
 };
 
 static_assert(sizeof(AppEntry) == 64 && std::is_trivially_copyable_v<AppEntry>);
@@ -136,7 +136,7 @@ struct Header {
   std::uint64_t daemon_start_time;  // /proc/<pid>/stat starttime, to name the daemon in errors
   std::uint64_t generation;         // random per daemon start: a reattach can tell it is new
   std::uint64_t segment_bytes;
-  std::uint64_t max_update_bytes;   // what the daemon accepts (informational for apps)
+  std::uint64_t max_update_bytes;  // what the daemon accepts (informational for apps)
   // Line 1: read by applications on every call, written only at start and stop.
   alignas(kCacheLine) std::atomic<std::uint32_t> state;
   // Line 2: written every heartbeat interval; read only when an application waits or fails.
@@ -163,12 +163,8 @@ enum class SlotState : std::uint32_t {
 constexpr std::uint64_t claim_word(SlotState state, std::uint32_t pid) noexcept {
   return (static_cast<std::uint64_t>(state) << 32) | pid;
 }
-constexpr SlotState claim_state(std::uint64_t word) noexcept {
-  return static_cast<SlotState>(word >> 32);
-}
-constexpr std::uint32_t claim_pid(std::uint64_t word) noexcept {
-  return static_cast<std::uint32_t>(word);
-}
+constexpr SlotState claim_state(std::uint64_t word) noexcept { return static_cast<SlotState>(word >> 32); }
+constexpr std::uint32_t claim_pid(std::uint64_t word) noexcept { return static_cast<std::uint32_t>(word); }
 
 using RequestRing = Ring<AppEntry, kRingCapacity>;
 using GrantRing = Ring<GrantEntry, kRingCapacity>;
@@ -179,10 +175,10 @@ struct AppSlot {
   alignas(kCacheLine) std::atomic<std::uint64_t> claim;
   std::atomic<std::uint32_t> reason;  // why rejected / evicted (Reason), written before state
   std::uint32_t job;
-  std::uint64_t owner_start_time;     // /proc/<pid>/stat starttime of the owner
-  std::uint64_t region_bytes;         // size of the app's gradient region (offsets are checked)
-  std::uint32_t endpoint;             // the NIC (sched EndpointId) the app sends from
-  std::uint32_t slots;                // a server app: AttachOptions::slots (0: none)
+  std::uint64_t owner_start_time;  // /proc/<pid>/stat starttime of the owner
+  std::uint64_t region_bytes;      // size of the app's gradient region (offsets are checked)
+  std::uint32_t endpoint;          // the NIC (sched EndpointId) the app sends from
+  std::uint32_t slots;             // a server app: AttachOptions::slots (0: none)
   // 0: a plain attach. Else 1 + the version at which a promoted replica takes over `endpoint`'s
   // sequence (AttachOptions::take_over_at): the daemon hands it out from version + 1 on.
   std::uint64_t take_over;
@@ -201,9 +197,7 @@ static_assert(std::is_standard_layout_v<Header> && std::is_standard_layout_v<App
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
 static_assert(std::atomic<std::int64_t>::is_always_lock_free);
 
-constexpr std::size_t header_bytes() noexcept {
-  return (sizeof(Header) + kCacheLine - 1) / kCacheLine * kCacheLine;
-}
+constexpr std::size_t header_bytes() noexcept { return (sizeof(Header) + kCacheLine - 1) / kCacheLine * kCacheLine; }
 constexpr std::size_t segment_bytes(std::uint32_t max_apps) noexcept {
   return header_bytes() + std::size_t{max_apps} * sizeof(AppSlot);
 }

@@ -43,9 +43,7 @@ std::optional<std::uint64_t> stat_number(const std::vector<std::string>& fields,
 
 // A zombie ('Z') or dead ('X') process has exited even though its pid and /proc entry linger
 // until its parent reaps it.
-bool exited(const std::vector<std::string>& fields) {
-  return fields.empty() || fields[0] == "Z" || fields[0] == "X";
-}
+bool exited(const std::vector<std::string>& fields) { return fields.empty() || fields[0] == "Z" || fields[0] == "X"; }
 
 constexpr std::uint64_t kPfExiting = 0x4;  // PF_EXITING in the flags (field 9)
 

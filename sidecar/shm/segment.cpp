@@ -33,7 +33,8 @@ void* map(int fd, std::size_t bytes, const std::string& name) {
 }
 
 bool same_file(int fd_a, int fd_b) {
-  struct stat a {}, b {};
+  struct stat a {
+  }, b{};
   return ::fstat(fd_a, &a) == 0 && ::fstat(fd_b, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
@@ -46,8 +47,7 @@ void unlink_if_same(const std::string& name, int fd) {
 }  // namespace
 
 void check_shm_name(const std::string& name, const char* what) {
-  if (name.size() < 2 || name.size() > 255 || name.front() != '/' ||
-      name.find('/', 1) != std::string::npos) {
+  if (name.size() < 2 || name.size() > 255 || name.front() != '/' || name.find('/', 1) != std::string::npos) {
     throw Error(Errc::invalid_argument,
                 std::string(what) + " '" + name +
                     "' is not a shared-memory name: use '/name' (no other '/', at most 255 characters)");
@@ -90,10 +90,9 @@ Segment Segment::create(const std::string& name, std::size_t bytes) {
       continue;
     }
     if (std::chrono::steady_clock::now() >= give_up) {
-      throw Error(Errc::invalid_argument,
-                  "another gradlaned already serves " + name +
-                      " (it holds the segment's lock): stop it first, or start this one with a "
-                      "different --shm-name");
+      throw Error(Errc::invalid_argument, "another gradlaned already serves " + name +
+                                              " (it holds the segment's lock): stop it first, or start this one with a "
+                                              "different --shm-name");
     }
     std::this_thread::sleep_for(kLockProbeEvery);
   }
@@ -145,8 +144,8 @@ Segment Segment::create_sealed(const std::string& label, std::size_t bytes) {
 
 Segment Segment::adopt(UniqueFd fd, const std::string& label) {
   if (!resize_sealed(fd.get())) {
-    throw Error(Errc::protocol, "the segment handed over as " + label +
-                                    " is not sealed against resizing: not one gradlaned made");
+    throw Error(Errc::protocol,
+                "the segment handed over as " + label + " is not sealed against resizing: not one gradlaned made");
   }
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) detail::throw_call_failed(Errc::system, "fstat(" + label + ")", errno);

@@ -70,7 +70,9 @@ bool submit_is_valid(const shm::AppEntry& e, const AppLimits& l) {
          s.gradient_norm >= 0.0F && s.receiver != l.endpoint;
 }
 
-bool complete_is_valid(const shm::AppEntry& e) { return all_zero(e.body.complete.reserved) && e.body.complete.failed <= 1; }
+bool complete_is_valid(const shm::AppEntry& e) {
+  return all_zero(e.body.complete.reserved) && e.body.complete.failed <= 1;
+}
 
 bool applied_is_valid(const shm::AppEntry& e, const AppLimits& l) {
   const auto& a = e.body.applied;
@@ -80,7 +82,7 @@ bool applied_is_valid(const shm::AppEntry& e, const AppLimits& l) {
 // A refusal becomes an error grant carrying the reason: it must be one an app can act on.
 void require_error_reason(const std::optional<Reason>& reason) {
   require(!reason || (*reason != Reason::none && *reason != Reason::stale && *reason != Reason::peer_lost &&
-                        *reason != Reason::receiver_moved),
+                      *reason != Reason::receiver_moved),
           "a refused entry got a reason that is not an error");
 }
 
@@ -110,16 +112,21 @@ void check_entry(const shm::AppEntry& e, const AppLimits& limits) {
 // 64-bit value.
 std::uint64_t hostile_index(Input& in, std::uint64_t near) {
   switch (in.take<std::uint8_t>() % 3) {
-    case 0: return near + in.take<std::uint16_t>();
-    case 1: return near - in.take<std::uint16_t>();
-    default: return in.take<std::uint64_t>();
+    case 0:
+      return near + in.take<std::uint16_t>();
+    case 1:
+      return near - in.take<std::uint16_t>();
+    default:
+      return in.take<std::uint64_t>();
   }
 }
 
 // The app's attach arguments and the daemon's update limit.
 AppLimits read_limits(Input& in) {
-  return {.job = in.take<std::uint32_t>(), .endpoint = in.take<std::uint32_t>(),
-          .region_bytes = in.take<std::uint64_t>(), .max_update_bytes = in.take<std::uint64_t>()};
+  return {.job = in.take<std::uint32_t>(),
+          .endpoint = in.take<std::uint32_t>(),
+          .region_bytes = in.take<std::uint64_t>(),
+          .max_update_bytes = in.take<std::uint64_t>()};
 }
 
 // One application slot's two rings, as the segment holds them (value-initialised: all zero).
@@ -131,7 +138,10 @@ struct Rings {
 class Session {
  public:
   explicit Session(const AppLimits& limits)
-      : limits_(limits), rings_(std::make_unique<Rings>()), app_(&rings_->requests), reader_(&rings_->requests),
+      : limits_(limits),
+        rings_(std::make_unique<Rings>()),
+        app_(&rings_->requests),
+        reader_(&rings_->requests),
         granter_(&rings_->grants) {}
 
   void push_entry(const shm::AppEntry& e) {
@@ -240,20 +250,28 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   Session session(read_limits(in));
   in.for_each_action(6, [&](unsigned action) {
     switch (action) {
-      case 0: session.push_entry(in.record<shm::AppEntry>()); break;
+      case 0:
+        session.push_entry(in.record<shm::AppEntry>());
+        break;
       case 1: {
         const auto index = in.take<std::uint8_t>();
         session.write_slot(index, in.record<shm::AppEntry>());
         break;
       }
-      case 2: session.publish_tail(hostile_index(in, session.popped())); break;
-      case 3: session.drain(in.take<std::uint8_t>() % 16U + 1U); break;
+      case 2:
+        session.publish_tail(hostile_index(in, session.popped()));
+        break;
+      case 3:
+        session.drain(in.take<std::uint8_t>() % 16U + 1U);
+        break;
       case 4: {
         shm::GrantEntry grant = in.record<shm::GrantEntry>();
         for (unsigned n = in.take<std::uint8_t>() + 1U; n > 0; --n, ++grant.request) session.push_grant(grant);
         break;
       }
-      default: session.publish_head(hostile_index(in, session.pushed())); break;
+      default:
+        session.publish_head(hostile_index(in, session.pushed()));
+        break;
     }
   });
   return 0;

@@ -83,8 +83,14 @@ shm::AppEntry submit(std::uint64_t request, std::uint64_t offset, std::uint64_t 
   e.op = shm::Op::submit;
   e.job = kJob;
   e.request = request;
-  e.body.submit = shm::AppEntry::Submit{.tensor = 3, .receiver = 2, .bytes = bytes, .region_offset = offset,
-                                        .computed_on = 5, .gradient_norm = norm, .priority = 0, .job_remaining = 0};
+  e.body.submit = shm::AppEntry::Submit{.tensor = 3,
+                                        .receiver = 2,
+                                        .bytes = bytes,
+                                        .region_offset = offset,
+                                        .computed_on = 5,
+                                        .gradient_norm = norm,
+                                        .priority = 0,
+                                        .job_remaining = 0};
   return e;
 }
 
@@ -172,8 +178,9 @@ void entry_check_seeds(const fs::path& dir) {
     flags.flags = 1;
     s.put(push_entry).record(bad_format);
     s.put(push_entry).record(flags);
-    s.put(push_entry).record(submit(3, std::numeric_limits<std::uint64_t>::max() - 7, 16, 1.0F));  // offset + bytes wraps
-    s.put(push_entry).record(submit(4, kRegion - 8, 16, 1.0F));                                     // past the region
+    s.put(push_entry)
+        .record(submit(3, std::numeric_limits<std::uint64_t>::max() - 7, 16, 1.0F));  // offset + bytes wraps
+    s.put(push_entry).record(submit(4, kRegion - 8, 16, 1.0F));                       // past the region
     s.put(push_entry).record(submit(5, 0, 64, std::numeric_limits<float>::quiet_NaN()));
     s.put(push_entry).record(complete(shm::Op::complete, 1, 2));
     s.put(push_entry).record(applied(kEndpoint + 1));
@@ -204,11 +211,29 @@ void entry_check_seeds(const fs::path& dir) {
 
 void peer_seeds(const fs::path& dir) {
   namespace peer = gradlane::peer;
-  const peer::SlotRequest request{.request = 1, .job = 7, .sender = 1, .receiver = 2, .tensor = 3, .bytes = 4 << 20,
-                                  .computed_on = 5, .gradient_norm = 0.25, .priority = 1};
-  peer::SlotAnswer answer{.kind = peer::AnswerKind::go, .request = 1, .transfer = 11, .part = 0, .part_count = 2,
-                      .offset = 0, .length = 2 << 20, .seq = 4, .delay = 1, .start_in_ns = 5000,
-                      .length_ns = 2000, .target = 2, .sender = 1, .members = {}};
+  const peer::SlotRequest request{.request = 1,
+                                  .job = 7,
+                                  .sender = 1,
+                                  .receiver = 2,
+                                  .tensor = 3,
+                                  .bytes = 4 << 20,
+                                  .computed_on = 5,
+                                  .gradient_norm = 0.25,
+                                  .priority = 1};
+  peer::SlotAnswer answer{.kind = peer::AnswerKind::go,
+                          .request = 1,
+                          .transfer = 11,
+                          .part = 0,
+                          .part_count = 2,
+                          .offset = 0,
+                          .length = 2 << 20,
+                          .seq = 4,
+                          .delay = 1,
+                          .start_in_ns = 5000,
+                          .length_ns = 2000,
+                          .target = 2,
+                          .sender = 1,
+                          .members = {}};
   peer::SlotAnswer aggregate = answer;
   aggregate.kind = peer::AnswerKind::aggregate;
   aggregate.members = {21, 22, 23};
@@ -277,7 +302,11 @@ void wire_seeds(const fs::path& dir) {
   // Slice bounds (wire_fuzz.cpp reads a descriptor and a slice from any input): a slice that
   // ends exactly at the region's end.
   Stream slice;
-  slice.put(std::uint64_t{0x1000}).put(std::uint64_t{4096}).put(std::uint32_t{1}).put(std::uint64_t{4000}).put(std::uint64_t{96});
+  slice.put(std::uint64_t{0x1000})
+      .put(std::uint64_t{4096})
+      .put(std::uint32_t{1})
+      .put(std::uint64_t{4000})
+      .put(std::uint64_t{96});
   write(dir, "slice", slice.bytes());
 
   Bytes short_frame = frame(FrameKind::message, std::as_bytes(std::span(text)));
@@ -358,10 +387,10 @@ void ps_seeds(const fs::path& dir) {
     const std::byte unknown[] = {std::byte{9}, std::byte{0}};
     s.put(message).put(std::uint8_t{2}).raw(unknown);
     put_message(s, ps::Hello{ps::PeerKind::worker, 0});  // worker ids start at 1
-    s.put(doorbell).put(std::uint32_t{100});  // beyond the window
+    s.put(doorbell).put(std::uint32_t{100});             // beyond the window
     s.put(doorbell).put(std::uint32_t{1});
-    s.put(doorbell).put(std::uint32_t{1});  // twice
-    s.put(cancel).put(std::int16_t{0});     // cancel what arrived
+    s.put(doorbell).put(std::uint32_t{1});                                // twice
+    s.put(cancel).put(std::int16_t{0});                                   // cancel what arrived
     s.put(doorbell_to_slot).put(std::uint32_t{2}).put(std::uint32_t{1});  // slot 1 busy
     s.put(doorbell_to_slot).put(std::uint32_t{3}).put(std::uint32_t{9});  // no slot 9
     s.put(apply);
@@ -404,9 +433,20 @@ void peer_policy_seeds(const fs::path& dir) {
   namespace peer = gradlane::peer;
   // B forwards request 1 (1000 bytes from endpoint 1); the honest exchange.
   write(dir, "honest", Actions{}.submit(0, 0, 999).schedule().complete(500, false).schedule().bytes());
-  peer::SlotAnswer go{.kind = peer::AnswerKind::go, .request = 1, .transfer = 100, .part = 0, .part_count = 2,
-                      .offset = 0, .length = 500, .seq = 1, .delay = 0, .start_in_ns = 0, .length_ns = 1000,
-                      .target = 0, .sender = 1, .members = {}};
+  peer::SlotAnswer go{.kind = peer::AnswerKind::go,
+                      .request = 1,
+                      .transfer = 100,
+                      .part = 0,
+                      .part_count = 2,
+                      .offset = 0,
+                      .length = 500,
+                      .seq = 1,
+                      .delay = 0,
+                      .start_in_ns = 0,
+                      .length_ns = 1000,
+                      .target = 0,
+                      .sender = 1,
+                      .members = {}};
   peer::SlotAnswer resplit = go;
   resplit.part = 100000;
   resplit.part_count = 100001;
@@ -415,8 +455,15 @@ void peer_policy_seeds(const fs::path& dir) {
         Actions{}.submit(0, 0, 999).to_b(peer::encode(go)).to_b(peer::encode(resplit)).schedule().bytes());
   write(dir, "duplicate-answer",
         Actions{}.submit(0, 0, 999).to_b(peer::encode(go)).to_b(peer::encode(go)).schedule().bytes());
-  const peer::SlotRequest request{.request = 9, .job = 1, .sender = 1, .receiver = 0, .tensor = 1, .bytes = 4096,
-                                  .computed_on = 0, .gradient_norm = 1.0, .priority = 0};
+  const peer::SlotRequest request{.request = 9,
+                                  .job = 1,
+                                  .sender = 1,
+                                  .receiver = 0,
+                                  .tensor = 1,
+                                  .bytes = 4096,
+                                  .computed_on = 0,
+                                  .gradient_norm = 1.0,
+                                  .priority = 0};
   write(dir, "peer-requests", Actions{}.to_a(peer::encode(request)).schedule().bytes());
 }
 

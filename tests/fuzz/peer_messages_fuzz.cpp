@@ -23,37 +23,38 @@ namespace {
 constexpr std::uint64_t kMaxBytes = std::uint64_t{1} << 40;  // messages.cpp's bound, as documented
 
 void check_bounds(const peer::Message& message) {
-  std::visit(detail::Overloaded{
-                 [](const peer::Hello& m) {
-                   require(!m.endpoints.empty() && m.endpoints.size() <= 1024, "hello with an endpoint count out of 1..1024");
-                   require(m.takeovers.size() <= peer::kMaxTakeoverMarks, "hello with too many takeover marks");
-                   for (const peer::TakeoverMark& t : m.takeovers) require(t.epoch != 0, "hello with a takeover at epoch 0");
-                 },
-                 [](const peer::SlotRequest& m) {
-                   require(m.bytes != 0 && m.bytes <= kMaxBytes, "slot request size out of bounds");
-                   require(std::isfinite(m.gradient_norm), "slot request with a non-finite norm");
-                   require(m.sender != m.receiver, "slot request to itself");
-                 },
-                 [](const peer::SlotAnswer& m) {
-                   const auto kind = static_cast<unsigned>(m.kind);
-                   require(kind >= 1 && kind <= 4, "slot answer of an unknown kind");
-                   require(m.part_count != 0 && m.part < m.part_count, "slot answer part out of its count");
-                   require(m.offset <= kMaxBytes && m.length <= kMaxBytes, "slot answer offset or length out of bounds");
-                   require(m.start_in_ns >= 0 && m.length_ns >= 0, "slot answer with a negative slot time");
-                   require(m.kind == peer::AnswerKind::drop || m.transfer != 0, "slot answer without a transfer id");
-                   require(m.members.size() <= 65536, "aggregate with too many members");
-                   const bool known_cause = m.drop_cause == peer::DropCause::receiver_moved ||
-                                            m.drop_cause == peer::DropCause::receiver_of_another_job ||
-                                            m.drop_cause == peer::DropCause::refused;
-                   require(m.drop_cause == peer::DropCause::stale || (known_cause && m.kind == peer::AnswerKind::drop),
-                           "a drop cause that is unknown or on an answer that is not a drop");
-                   require(m.token == 0 || m.kind == peer::AnswerKind::go || m.kind == peer::AnswerKind::aggregate,
-                           "a grant token on an answer that grants no sequence");
-                 },
-                 [](const peer::Takeover& m) { require(m.epoch != 0, "takeover at epoch 0"); },
-                 [](const peer::TransferDone& m) { require(m.measured_ns >= 0, "transfer done with a negative time"); },
-             },
-             message);
+  std::visit(
+      detail::Overloaded{
+          [](const peer::Hello& m) {
+            require(!m.endpoints.empty() && m.endpoints.size() <= 1024, "hello with an endpoint count out of 1..1024");
+            require(m.takeovers.size() <= peer::kMaxTakeoverMarks, "hello with too many takeover marks");
+            for (const peer::TakeoverMark& t : m.takeovers) require(t.epoch != 0, "hello with a takeover at epoch 0");
+          },
+          [](const peer::SlotRequest& m) {
+            require(m.bytes != 0 && m.bytes <= kMaxBytes, "slot request size out of bounds");
+            require(std::isfinite(m.gradient_norm), "slot request with a non-finite norm");
+            require(m.sender != m.receiver, "slot request to itself");
+          },
+          [](const peer::SlotAnswer& m) {
+            const auto kind = static_cast<unsigned>(m.kind);
+            require(kind >= 1 && kind <= 4, "slot answer of an unknown kind");
+            require(m.part_count != 0 && m.part < m.part_count, "slot answer part out of its count");
+            require(m.offset <= kMaxBytes && m.length <= kMaxBytes, "slot answer offset or length out of bounds");
+            require(m.start_in_ns >= 0 && m.length_ns >= 0, "slot answer with a negative slot time");
+            require(m.kind == peer::AnswerKind::drop || m.transfer != 0, "slot answer without a transfer id");
+            require(m.members.size() <= 65536, "aggregate with too many members");
+            const bool known_cause = m.drop_cause == peer::DropCause::receiver_moved ||
+                                     m.drop_cause == peer::DropCause::receiver_of_another_job ||
+                                     m.drop_cause == peer::DropCause::refused;
+            require(m.drop_cause == peer::DropCause::stale || (known_cause && m.kind == peer::AnswerKind::drop),
+                    "a drop cause that is unknown or on an answer that is not a drop");
+            require(m.token == 0 || m.kind == peer::AnswerKind::go || m.kind == peer::AnswerKind::aggregate,
+                    "a grant token on an answer that grants no sequence");
+          },
+          [](const peer::Takeover& m) { require(m.epoch != 0, "takeover at epoch 0"); },
+          [](const peer::TransferDone& m) { require(m.measured_ns >= 0, "transfer done with a negative time"); },
+      },
+      message);
 }
 
 }  // namespace

@@ -90,9 +90,15 @@ class Rig {
     const std::uint64_t id = 1 + in.take<std::uint8_t>() % 8;
     const std::uint32_t sender = 1 + in.take<std::uint8_t>() % 2;
     const sched::Bytes bytes = 1 + in.take<std::uint32_t>() % (std::uint32_t{1} << 24);
-    const sched::Request r{sched::RequestId{id},  sched::JobId{1}, sched::EndpointId{sender}, sched::EndpointId{0},
-                           sched::TensorId{1}, bytes,           0,
-                           1.0,                0};
+    const sched::Request r{sched::RequestId{id},
+                           sched::JobId{1},
+                           sched::EndpointId{sender},
+                           sched::EndpointId{0},
+                           sched::TensorId{1},
+                           bytes,
+                           0,
+                           1.0,
+                           0};
     if (b_.submit(r, now_) == sched::SubmitStatus::accepted) seen_[id] = Seen{bytes, 0, {}};
   }
   void inject(Input& in, int side) {
@@ -168,13 +174,27 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   Rig rig;
   in.for_each_action(7, [&](unsigned action) {
     switch (action) {
-      case 0: rig.submit(in); break;
-      case 1: rig.inject(in, 1); break;
-      case 2: rig.inject(in, 0); break;
-      case 3: rig.schedule(); break;
-      case 4: rig.complete(in); break;
-      case 5: rig.advance(in); break;
-      default: rig.break_link(); break;
+      case 0:
+        rig.submit(in);
+        break;
+      case 1:
+        rig.inject(in, 1);
+        break;
+      case 2:
+        rig.inject(in, 0);
+        break;
+      case 3:
+        rig.schedule();
+        break;
+      case 4:
+        rig.complete(in);
+        break;
+      case 5:
+        rig.advance(in);
+        break;
+      default:
+        rig.break_link();
+        break;
     }
   });
   rig.schedule();

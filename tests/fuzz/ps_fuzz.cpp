@@ -51,13 +51,15 @@ void received_message(std::span<const std::byte> bytes) {
     require(hello->kind != ps::PeerKind::replica || hello->worker == 0, "hello from a joining replica with an id");
   }
   if (const auto* forwarded = std::get_if<ps::Forwarded>(&*message)) {
-    require(forwarded->delivered == (forwarded->sequence != 0), "a delivered member without its sequence, or the reverse");
+    require(forwarded->delivered == (forwarded->sequence != 0),
+            "a delivered member without its sequence, or the reverse");
   }
   if (const auto* at = std::get_if<ps::ListeningAt>(&*message)) {
     require(at->kind == ps::PeerKind::replica || at->kind == ps::PeerKind::aggregator, "listening-at for another kind");
     require(!at->address.empty() && at->port != 0, "a listening address empty or its port 0");
     for (const char c : at->address) {
-      require(std::isxdigit(static_cast<unsigned char>(c)) != 0 || c == '.' || c == ':', "an address with a foreign byte");
+      require(std::isxdigit(static_cast<unsigned char>(c)) != 0 || c == '.' || c == ':',
+              "an address with a foreign byte");
     }
   }
   if (const auto* mirroring = std::get_if<ps::Mirroring>(&*message)) {
@@ -101,7 +103,8 @@ std::uint64_t widen(std::uint32_t imm, std::uint64_t reference) {
 // The receiver and a model of ApplyOrder's contract beside it.
 class Receiver {
  public:
-  Receiver(std::uint32_t slots, std::uint64_t first) : order_(slots, first), slots_(slots), first_(first), next_(first) {}
+  Receiver(std::uint32_t slots, std::uint64_t first)
+      : order_(slots, first), slots_(slots), first_(first), next_(first) {}
 
   // The configuration at the input's start: slots u8 (% 64 + 1), first sequence u64 (% 2^62 + 1).
   static Receiver read(Input& in) {
@@ -201,7 +204,7 @@ class Receiver {
   std::uint64_t skipped_ = 0;
   std::uint64_t refused_ = 0;
   std::map<std::uint64_t, std::optional<std::uint32_t>> pending_;  // sequence -> slot, or cancelled
-  std::map<std::uint32_t, std::uint64_t> holder_;                 // slot -> sequence in it
+  std::map<std::uint32_t, std::uint64_t> holder_;                  // slot -> sequence in it
 };
 
 }  // namespace
@@ -228,8 +231,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         receiver.arrived(sequence, in.take<std::uint32_t>());
         break;
       }
-      case 3: receiver.cancelled(receiver.next() + static_cast<std::uint64_t>(std::int64_t{in.take<std::int16_t>()})); break;
-      case 4: receiver.apply(); break;
+      case 3:
+        receiver.cancelled(receiver.next() + static_cast<std::uint64_t>(std::int64_t{in.take<std::int16_t>()}));
+        break;
+      case 4:
+        receiver.apply();
+        break;
       default: {
         const auto imm = in.take<std::uint32_t>();
         widen(imm, in.take<std::uint64_t>() % (std::uint64_t{1} << 63));

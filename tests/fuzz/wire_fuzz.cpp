@@ -36,8 +36,10 @@ void region_advert(std::span<const std::byte> payload) {
   const auto advert = decoded([&] { return detail::decode_region_advert(payload); });
   if (!advert) return;
   const RegionDescriptor& r = advert->region;
-  require(r.length == 0 || Wide{r.addr} + r.length <= Wide{1} << 64, "an accepted region advert wraps the address space");
-  require(same(detail::encode_region_advert(advert->id, r), payload), "a region advert does not re-encode to its bytes");
+  require(r.length == 0 || Wide{r.addr} + r.length <= Wide{1} << 64,
+          "an accepted region advert wraps the address space");
+  require(same(detail::encode_region_advert(advert->id, r), payload),
+          "a region advert does not re-encode to its bytes");
 }
 
 void received_message(std::span<const std::byte> bytes) {
@@ -61,7 +63,8 @@ void connect_request(std::span<const std::byte> private_data) {
   // Magic (4 bytes) and version (2): what the handshake is documented to check. rdma_cm pads
   // private data, so what follows is not looked at.
   const auto ours = detail::encode_handshake("");
-  const bool ok = private_data.size() >= detail::kHandshakeSize && same(private_data.first(6), std::span(ours).first(6));
+  const bool ok =
+      private_data.size() >= detail::kHandshakeSize && same(private_data.first(6), std::span(ours).first(6));
   require(accepted == ok, "check_handshake disagrees with magic + version");
   // The key field of any bytes: compared without reading past them, never matched when short.
   if (accepted) {

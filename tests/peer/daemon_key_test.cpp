@@ -29,16 +29,9 @@ const std::string kScratch = fmt::format("/tmp/gradlaned-key-test-{}", ::getpid(
 // gradlaned with `args`, none of the key variables in its environment (the harness would add
 // GRADLANE_INSECURE=1 to a child's).
 std::vector<std::string> gradlaned(const std::string& shm, std::vector<std::string> args) {
-  std::vector<std::string> argv{"/usr/bin/env",
-                                "-u",
-                                "GRADLANE_JOB_KEY",
-                                "-u",
-                                "GRADLANE_JOB_KEY_FILE",
-                                "GRADLANE_INSECURE=0",
-                                GRADLANE_TEST_GRADLANED,
-                                "--foreground",
-                                "--shm-name",
-                                shm};
+  std::vector<std::string> argv{
+      "/usr/bin/env",          "-u",           "GRADLANE_JOB_KEY", "-u", "GRADLANE_JOB_KEY_FILE", "GRADLANE_INSECURE=0",
+      GRADLANE_TEST_GRADLANED, "--foreground", "--shm-name",       shm};
   argv.insert(argv.end(), args.begin(), args.end());
   return argv;
 }

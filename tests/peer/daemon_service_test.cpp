@@ -74,8 +74,10 @@ class NotifySocket {
 bool ready(NotifySocket& notify, pid_t pid, std::chrono::milliseconds timeout) {
   const auto give_up = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < give_up) {
-    const auto said = notify.next(std::chrono::duration_cast<std::chrono::milliseconds>(give_up - std::chrono::steady_clock::now()));
-    if (said && said->find("READY=1") != std::string::npos && said->find(fmt::format("MAINPID={}", pid)) != std::string::npos) {
+    const auto said =
+        notify.next(std::chrono::duration_cast<std::chrono::milliseconds>(give_up - std::chrono::steady_clock::now()));
+    if (said && said->find("READY=1") != std::string::npos &&
+        said->find(fmt::format("MAINPID={}", pid)) != std::string::npos) {
       return true;
     }
   }
@@ -179,7 +181,8 @@ void expect_schedule_log_refused(const std::string& log, const std::string& tag,
 }
 
 // A link planted where the log goes, to a file that must keep its bytes.
-void expect_linked_schedule_log_refused(decltype(&::link) make_link, const std::string& tag, const std::string& reason) {
+void expect_linked_schedule_log_refused(decltype(&::link) make_link, const std::string& tag,
+                                        const std::string& reason) {
   const std::string target = kScratch + "-" + tag + "-victim";
   const std::string log = kScratch + "-" + tag + ".jsonl";
   std::ofstream(target) << "not to be truncated\n";
@@ -226,8 +229,10 @@ TEST(GradlanedService, AClosedStderrNeitherKillsNorStopsIt) {
 // --config FILE: TOML, the long option names; the command line wins; --check-config prints
 // every option as a file that reads back to the same, and starts nothing.
 std::pair<int, std::string> check_config(const std::vector<std::string>& args, const std::string& tag) {
-  std::vector<std::string> argv{"/usr/bin/env", "-u", "GRADLANE_JOB_KEY", "-u", "GRADLANE_JOB_KEY_FILE",
-                                "GRADLANE_INSECURE=0", GRADLANE_TEST_GRADLANED, "--check-config"};
+  std::vector<std::string> argv{"/usr/bin/env",          "-u",
+                                "GRADLANE_JOB_KEY",      "-u",
+                                "GRADLANE_JOB_KEY_FILE", "GRADLANE_INSECURE=0",
+                                GRADLANE_TEST_GRADLANED, "--check-config"};
   argv.insert(argv.end(), args.begin(), args.end());
   ExternalProcess p(argv, kScratch + tag);
   const int status = exit_status(p, 20s);

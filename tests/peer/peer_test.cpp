@@ -117,8 +117,15 @@ sched::SchedulerConfig config() {
 }
 
 sched::Request request(std::uint64_t id, std::uint32_t sender, std::uint64_t bytes) {
-  return sched::Request{sched::RequestId{id}, sched::JobId{1}, sched::EndpointId{sender}, sched::EndpointId{0},
-                        sched::TensorId{static_cast<std::uint32_t>(id)}, bytes, 0, 1.0, 0};
+  return sched::Request{sched::RequestId{id},
+                        sched::JobId{1},
+                        sched::EndpointId{sender},
+                        sched::EndpointId{0},
+                        sched::TensorId{static_cast<std::uint32_t>(id)},
+                        bytes,
+                        0,
+                        1.0,
+                        0};
 }
 
 class SlotAgreement : public ::testing::Test {
@@ -408,7 +415,8 @@ TEST(SlotAgreementAlone, ASidecarWithoutEndpointsTakesTheAcksOfTheReceiversItSch
   alone.limit_window(sched::EndpointId{0}, 2);
   const Instant now{Nanos{1'000'000}};
   std::vector<sched::Outcome> out;
-  for (std::uint64_t id = 1; id <= 3; ++id) ASSERT_EQ(alone.submit(request(id, 1, 1000), now), sched::SubmitStatus::accepted);
+  for (std::uint64_t id = 1; id <= 3; ++id)
+    ASSERT_EQ(alone.submit(request(id, 1, 1000), now), sched::SubmitStatus::accepted);
   alone.schedule(now, out);
   EXPECT_EQ(out.size(), 2u) << "two slots: two grants";
   EXPECT_TRUE(alone.replica_ack(sched::EndpointId{0}, 1)) << "the server's ack of sequence 1";
@@ -698,9 +706,9 @@ TEST_F(SlotAgreement, ADuplicateOrOutOfRangeAnswerIsRefused) {
   ASSERT_EQ(b.submit(request(1, 1, 1000), now), sched::SubmitStatus::accepted);
   wire.to[0].clear();
   wire.to[1].push_back(encode(go_answer(0, 3, 0, 400)));
-  wire.to[1].push_back(encode(go_answer(0, 3, 0, 400)));      // part 0 again
-  wire.to[1].push_back(encode(go_answer(1, 3, 900, 400)));    // past the request's 1000 bytes
-  wire.to[1].push_back(encode(go_answer(1, 2000, 0, 400)));   // more parts than bytes, as a first split would be
+  wire.to[1].push_back(encode(go_answer(0, 3, 0, 400)));     // part 0 again
+  wire.to[1].push_back(encode(go_answer(1, 3, 900, 400)));   // past the request's 1000 bytes
+  wire.to[1].push_back(encode(go_answer(1, 2000, 0, 400)));  // more parts than bytes, as a first split would be
   b.schedule(now, b_out);
   EXPECT_EQ(b.stats().protocol_errors, 3u);
   EXPECT_EQ(b_out.size(), 1u);
@@ -715,7 +723,8 @@ TEST_F(SlotAgreement, ADuplicateOrOutOfRangeAnswerIsRefused) {
 
 TEST_F(SlotAgreement, APeersRequestsPastItsPendingLimitAreDroppedAndLaterOnesTakenAgain) {
   a.limit_pending_per_peer(2);
-  for (std::uint64_t id = 1; id <= 3; ++id) ASSERT_EQ(b.submit(request(id, 1, 1000), now), sched::SubmitStatus::accepted);
+  for (std::uint64_t id = 1; id <= 3; ++id)
+    ASSERT_EQ(b.submit(request(id, 1, 1000), now), sched::SubmitStatus::accepted);
   exchange();
   EXPECT_EQ(a.stats().remote_refused, 1u);
   EXPECT_EQ(a.stats().remote_requests, 2u);
@@ -740,7 +749,8 @@ TEST_F(SlotAgreement, APeersRequestsPastItsPendingBytesOrOverTheLargestUpdateAre
     });
   };
   a.limit_peer_bytes(kMaxPeerRequestBytes, 2500);
-  for (std::uint64_t id = 1; id <= 3; ++id) ASSERT_EQ(b.submit(request(id, 1, 1000), now), sched::SubmitStatus::accepted);
+  for (std::uint64_t id = 1; id <= 3; ++id)
+    ASSERT_EQ(b.submit(request(id, 1, 1000), now), sched::SubmitStatus::accepted);
   exchange();
   EXPECT_EQ(a.stats().remote_requests, 2u);
   EXPECT_EQ(a.stats().remote_refused, 1u);

@@ -56,18 +56,35 @@ TEST(TwoSidecars, TransfersFollowTheReceiversGrantedOrderAndSlots) {
     ASSERT_EQ(::chmod(key.c_str(), 0600), 0);
   }
 
-  ExternalProcess sidecar_a({GRADLANE_TEST_GRADLANED, "--key-file", key, "--foreground", "--shm-name", shm_a, "--device", hosts[0].device,
-                             "--endpoint", "0", "--endpoint", "2", "--listen-port", "7600", "--expect-peers", "1",
-                             "--link-rate-gbps", rate, "--schedule-log", log_a});
-  ExternalProcess sidecar_b({GRADLANE_TEST_GRADLANED, "--key-file", key, "--foreground", "--shm-name", shm_b, "--device", hosts[1].device,
-                             "--endpoint", "1", "--listen-port", "7601", "--peer", hosts[0].address + ":7600",
-                             "--link-rate-gbps", rate, "--schedule-log", log_b});
-  ExternalProcess server({push, "server", hosts[0].device, "7700", std::to_string(kSlot),
-                          std::to_string(kTotal), std::to_string(kWorkers)});
+  ExternalProcess sidecar_a({GRADLANE_TEST_GRADLANED,
+                             "--key-file",
+                             key,
+                             "--foreground",
+                             "--shm-name",
+                             shm_a,
+                             "--device",
+                             hosts[0].device,
+                             "--endpoint",
+                             "0",
+                             "--endpoint",
+                             "2",
+                             "--listen-port",
+                             "7600",
+                             "--expect-peers",
+                             "1",
+                             "--link-rate-gbps",
+                             rate,
+                             "--schedule-log",
+                             log_a});
+  ExternalProcess sidecar_b({GRADLANE_TEST_GRADLANED, "--key-file", key, "--foreground", "--shm-name", shm_b,
+                             "--device", hosts[1].device, "--endpoint", "1", "--listen-port", "7601", "--peer",
+                             hosts[0].address + ":7600", "--link-rate-gbps", rate, "--schedule-log", log_b});
+  ExternalProcess server({push, "server", hosts[0].device, "7700", std::to_string(kSlot), std::to_string(kTotal),
+                          std::to_string(kWorkers)});
   auto worker = [&](const std::string& name, const std::string& shm, int job, int endpoint, const Host& host) {
-    return std::make_unique<ExternalProcess>(std::vector<std::string>{
-        push, "worker", name, shm, std::to_string(job), std::to_string(endpoint), host.device,
-        hosts[0].address, "7700", "0", std::to_string(kSlot), std::to_string(kPerWorker)});
+    return std::make_unique<ExternalProcess>(
+        std::vector<std::string>{push, "worker", name, shm, std::to_string(job), std::to_string(endpoint), host.device,
+                                 hosts[0].address, "7700", "0", std::to_string(kSlot), std::to_string(kPerWorker)});
   };
   auto w1 = worker("w1", shm_b, 1, 1, hosts[1]);
   auto w2 = worker("w2", shm_b, 2, 1, hosts[1]);
@@ -133,8 +150,8 @@ TEST(TwoSidecars, TransfersFollowTheReceiversGrantedOrderAndSlots) {
   std::size_t overruns = 0;
   std::int64_t worst_ns = 0;
   for (std::uint64_t seq = 2; seq <= kTotal; ++seq) {
-    const auto previous_close = std::min(granted[seq - 1]["slot_end"].get<std::int64_t>(),
-                                         started[seq - 1]["done"].get<std::int64_t>());
+    const auto previous_close =
+        std::min(granted[seq - 1]["slot_end"].get<std::int64_t>(), started[seq - 1]["done"].get<std::int64_t>());
     const auto late = previous_close - granted[seq]["slot_start"].get<std::int64_t>();
     if (late > 0) {
       ++overruns;
@@ -178,4 +195,3 @@ TEST(TwoSidecars, TransfersFollowTheReceiversGrantedOrderAndSlots) {
 
 }  // namespace
 }  // namespace gradlane::testing
-

@@ -24,7 +24,8 @@ using nlohmann::json;
 std::string env_or_fail(const char* name) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') {
-    ADD_FAILURE() << name << " is not set: run this suite over Soft-RoCE (ci/softroce.sh -- " << "this binary)";
+    ADD_FAILURE() << name << " is not set: run this suite over Soft-RoCE (ci/softroce.sh -- "
+                  << "this binary)";
     return {};
   }
   return v;
@@ -169,9 +170,10 @@ TEST(PerfTools, DoctorAgainstADoctorPeer) {
   const std::string dir = scratch_dir("doctor");
   ToolProcess server(GRADLANE_DOCTOR, {"-p", "19105", "--timeout", "30", "--out_json_file", dir + "/server.json"},
                      dir + "/server");
-  ToolProcess client(GRADLANE_DOCTOR,
-                     {"-p", "19105", "--timeout", "30", "--out_json_file", dir + "/client.json", env_or_fail("GRADLANE_ADDR")},
-                     dir + "/client");
+  ToolProcess client(
+      GRADLANE_DOCTOR,
+      {"-p", "19105", "--timeout", "30", "--out_json_file", dir + "/client.json", env_or_fail("GRADLANE_ADDR")},
+      dir + "/client");
   EXPECT_EQ(client.wait(60s), 0) << client.out() << client.err();
   EXPECT_EQ(server.wait(30s), 0) << server.out() << server.err();
   for (const char* side : {"client", "server"}) {
@@ -181,8 +183,8 @@ TEST(PerfTools, DoctorAgainstADoctorPeer) {
     EXPECT_EQ(j.value("failed", -1), 0) << j.dump(2);
     std::vector<std::string> checks;
     for (const auto& c : j["checks"]) checks.push_back(c.value("check", ""));
-    for (const char* wanted : {"devices", "port", "GID", "memlock", "rdma_cm", "write client → server",
-                               "write server → client"}) {
+    for (const char* wanted :
+         {"devices", "port", "GID", "memlock", "rdma_cm", "write client → server", "write server → client"}) {
       EXPECT_NE(std::find(checks.begin(), checks.end(), wanted), checks.end()) << side << " lacks " << wanted;
     }
   }

@@ -41,7 +41,8 @@ std::string ToolProcess::err() const { return read_text_file(log_ + ".err"); }
 
 std::string scratch_dir(const std::string& name) {
   const char* base = std::getenv("GRADLANE_OUT_DIR");
-  std::string dir = std::string(base && *base ? base : "/tmp") + "/perf-smoke-" + name + "-" + std::to_string(::getpid());
+  std::string dir =
+      std::string(base && *base ? base : "/tmp") + "/perf-smoke-" + name + "-" + std::to_string(::getpid());
   ::mkdir(dir.c_str(), 0755);
   return dir;
 }

@@ -67,7 +67,7 @@ TEST(AggregateBook, ARepeatedDoorbellIsRefusedAndASecondGrantIgnored) {
 
 TEST(AggregateBook, ReusingASlotStillHeldStrikesTheOlderMember) {
   AggregateBook book(1, 4);
-  EXPECT_EQ(book.arrived(0, 1, 2, t0), Arrival::accepted);  // aggregate 2: slot 2
+  EXPECT_EQ(book.arrived(0, 1, 2, t0), Arrival::accepted);   // aggregate 2: slot 2
   EXPECT_EQ(book.arrived(0, 1, 6, t0), Arrival::displaced);  // aggregate 6: slot 2 again
   ASSERT_TRUE(book.granted(2, 20, 1, 0ns, t0 + 1s));
   ASSERT_TRUE(book.granted(6, 21, 1, 0ns, t0 + 1s));

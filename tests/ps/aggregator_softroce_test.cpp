@@ -50,14 +50,14 @@ using nlohmann::json;
 
 struct AggregationSpec {
   std::size_t floats = 4096;
-  std::uint64_t updates = 15;  // per worker
-  std::uint32_t group = 3;     // not a divisor of the worker count: groups mix workers and steps
+  std::uint64_t updates = 15;                        // per worker
+  std::uint32_t group = 3;                           // not a divisor of the worker count: groups mix workers and steps
   std::map<std::uint32_t, std::uint64_t> die_after;  // worker -> step at which it dies after its request
   // Long, so a group is forwarded short only when no worker is left: group counts are exact.
   std::string linger_ms = "60000";
   std::uint64_t aggregator_dies_after_forwards = 0;  // 0: it lives
-  bool restart_aggregator = false;  // once it died: a new one on its port (aggregator2.*)
-  std::uint64_t pace_ms = 0;        // workers' "compute" before each step
+  bool restart_aggregator = false;                   // once it died: a new one on its port (aggregator2.*)
+  std::uint64_t pace_ms = 0;                         // workers' "compute" before each step
 };
 
 class AggregatedRun : public ::testing::Test {
@@ -72,29 +72,37 @@ class AggregatedRun : public ::testing::Test {
     out_ = fresh_test_dir();
     const std::string node = GRADLANE_PS_NODE, floats = "floats=" + std::to_string(spec.floats),
                       updates = "updates=" + std::to_string(spec.updates), out = "out=" + out_;
-    const std::string server_at = "server=" + hosts[0].address + ":7840", replica_at = "replica=" + hosts[1].address + ":7841";
+    const std::string server_at = "server=" + hosts[0].address + ":7840",
+                      replica_at = "replica=" + hosts[1].address + ":7841";
     // The server and the replica serve the workers' pulls and the aggregator's pushes.
     const std::string shard_peers = "workers=" + std::to_string(kWorkers + 1);
-    ExternalProcess replica({node, "role=replica", "device=" + hosts[1].device, "port=7841", floats, "slots=8", shard_peers,
-                             updates, out},
-                            out_ + "/replica");
-    ExternalProcess server({node, "role=server", "device=" + hosts[0].device, "port=7840", replica_at, floats, "slots=8",
-                            shard_peers, updates, out},
+    ExternalProcess replica(
+        {node, "role=replica", "device=" + hosts[1].device, "port=7841", floats, "slots=8", shard_peers, updates, out},
+        out_ + "/replica");
+    ExternalProcess server({node, "role=server", "device=" + hosts[0].device, "port=7840", replica_at, floats,
+                            "slots=8", shard_peers, updates, out},
                            out_ + "/server");
-    ExternalProcess aggregator({node, "role=aggregator", "device=" + hosts[2].device, "port=7842",
-                                "id=" + std::to_string(kAggregatorId), server_at, replica_at, floats,
-                                "group=" + std::to_string(spec.group), "workers=" + std::to_string(kWorkers),
-                                "linger_ms=" + spec.linger_ms, out,
-                                "die_after_forwards=" + std::to_string(spec.aggregator_dies_after_forwards == 0
-                                                                           ? ~0ull
-                                                                           : spec.aggregator_dies_after_forwards)},
-                               out_ + "/aggregator");
+    ExternalProcess aggregator(
+        {node, "role=aggregator", "device=" + hosts[2].device, "port=7842", "id=" + std::to_string(kAggregatorId),
+         server_at, replica_at, floats, "group=" + std::to_string(spec.group), "workers=" + std::to_string(kWorkers),
+         "linger_ms=" + spec.linger_ms, out,
+         "die_after_forwards=" +
+             std::to_string(spec.aggregator_dies_after_forwards == 0 ? ~0ull : spec.aggregator_dies_after_forwards)},
+        out_ + "/aggregator");
     std::vector<std::unique_ptr<ExternalProcess>> workers;
     for (std::uint32_t id = 1; id <= kWorkers; ++id) {
       const Host& host = id <= 2 ? hosts[2] : hosts[1];
-      std::vector<std::string> a = {node, "role=worker", "device=" + host.device, "id=" + std::to_string(id), server_at,
-                                    replica_at, "aggregator=" + hosts[2].address + ":7842", floats, updates,
-                                    "gradient=pattern", out};
+      std::vector<std::string> a = {node,
+                                    "role=worker",
+                                    "device=" + host.device,
+                                    "id=" + std::to_string(id),
+                                    server_at,
+                                    replica_at,
+                                    "aggregator=" + hosts[2].address + ":7842",
+                                    floats,
+                                    updates,
+                                    "gradient=pattern",
+                                    out};
       if (spec.die_after.contains(id)) a.push_back("die_after=" + std::to_string(spec.die_after.at(id)));
       if (spec.pace_ms != 0) a.push_back("pace_ms=" + std::to_string(spec.pace_ms));
       workers.push_back(std::make_unique<ExternalProcess>(a, out_ + "/worker" + std::to_string(id)));
@@ -103,11 +111,12 @@ class AggregatedRun : public ::testing::Test {
     if (spec.restart_aggregator) {
       const auto died = aggregator.wait_exit(120s);
       ASSERT_TRUE(died && WIFSIGNALED(*died) && WTERMSIG(*died) == SIGKILL) << "the aggregator did not die as told";
-      restarted.emplace(std::vector<std::string>{node, "role=aggregator", "device=" + hosts[2].device, "port=7842",
-                                                 "id=" + std::to_string(kAggregatorId), server_at, replica_at, floats,
-                                                 "group=" + std::to_string(spec.group), "workers=" + std::to_string(kWorkers),
-                                                 "linger_ms=" + spec.linger_ms, out, "rejoin=1", "name=aggregator2"},
-                        out_ + "/aggregator2");
+      restarted.emplace(
+          std::vector<std::string>{node, "role=aggregator", "device=" + hosts[2].device, "port=7842",
+                                   "id=" + std::to_string(kAggregatorId), server_at, replica_at, floats,
+                                   "group=" + std::to_string(spec.group), "workers=" + std::to_string(kWorkers),
+                                   "linger_ms=" + spec.linger_ms, out, "rejoin=1", "name=aggregator2"},
+          out_ + "/aggregator2");
     }
     expect_workers_exit(workers, spec.die_after);
     if (::testing::Test::HasFatalFailure()) return;
@@ -152,8 +161,8 @@ class AggregatedRun : public ::testing::Test {
     for (std::size_t j = 0; j < sum.size(); ++j) {
       float acc = 0.0F;
       for (std::size_t i = 0; i < members.size(); ++i) {
-        const float g = examples::gradient_value(members[i][0].get<std::uint64_t>(), members[i][1].get<std::uint64_t>(), j,
-                                                 false);
+        const float g =
+            examples::gradient_value(members[i][0].get<std::uint64_t>(), members[i][1].get<std::uint64_t>(), j, false);
         acc = i == 0 ? g : acc + g;
       }
       sum[j] = acc;
@@ -175,7 +184,8 @@ class AggregatedRun : public ::testing::Test {
       EXPECT_LE(members.size(), spec_.group);
       std::uint64_t oldest = ~0ull;
       for (std::size_t i = 0; i < members.size(); ++i) {
-        const std::pair<std::uint64_t, std::uint64_t> who{members[i][0].get<std::uint64_t>(), members[i][1].get<std::uint64_t>()};
+        const std::pair<std::uint64_t, std::uint64_t> who{members[i][0].get<std::uint64_t>(),
+                                                          members[i][1].get<std::uint64_t>()};
         EXPECT_TRUE(summed.insert(who).second) << "worker " << who.first << " step " << who.second << " summed twice";
         if (i > 0) {
           const std::pair<std::uint64_t, std::uint64_t> before{members[i - 1][0].get<std::uint64_t>(),
@@ -184,7 +194,8 @@ class AggregatedRun : public ::testing::Test {
         }
         oldest = std::min(oldest, members[i][2].get<std::uint64_t>());
       }
-      EXPECT_EQ(forward["computed_on"].get<std::uint64_t>(), oldest) << "forward " << f + 1 << " understates its staleness";
+      EXPECT_EQ(forward["computed_on"].get<std::uint64_t>(), oldest)
+          << "forward " << f + 1 << " understates its staleness";
       const std::vector<float> expected = expected_sum(forward);
       EXPECT_EQ(std::memcmp(sums_.data() + f * spec_.floats, expected.data(), spec_.floats * sizeof(float)), 0)
           << "forward " << f + 1 << ": the aggregator's sum is not its members summed in the logged order";
@@ -199,7 +210,8 @@ class AggregatedRun : public ::testing::Test {
       const json& u = history_[i];
       EXPECT_EQ(u["seq"].get<std::uint64_t>(), i + 1);
       EXPECT_FALSE(u["skipped"].get<bool>());
-      EXPECT_EQ(u["worker"].get<std::uint64_t>(), kAggregatorId) << "the server applied an update not from the aggregator";
+      EXPECT_EQ(u["worker"].get<std::uint64_t>(), kAggregatorId)
+          << "the server applied an update not from the aggregator";
       const auto tag = u["tag"].get<std::uint64_t>();
       EXPECT_TRUE(applied_tags.insert(tag).second) << "forward " << tag << " applied twice";
       const auto it = by_tag.find(tag);
@@ -233,7 +245,8 @@ class AggregatedRun : public ::testing::Test {
     }
     for (const auto& [id, report] : workers_) {
       for (const auto& d : report["delivered"]) told.insert({id, d[0].get<std::uint64_t>(), d[1].get<std::uint64_t>()});
-      EXPECT_TRUE(report["undelivered"].empty()) << "worker " << id << ": a member not delivered with a live aggregator";
+      EXPECT_TRUE(report["undelivered"].empty())
+          << "worker " << id << ": a member not delivered with a live aggregator";
     }
     EXPECT_EQ(told, summed) << "what the workers were told delivered is not what the aggregator forwarded";
   }
@@ -513,7 +526,8 @@ TEST(SidecarAggregator, AWorkerThatComesBackAgainAndAgainGetsAPartitionEachTime)
     const RegionDescriptor mine = c.wait_region(ps::kSlotRegionId, 30s);
     partitions.insert(mine.addr);
     c.send(ps::encode(ps::Hello{ps::PeerKind::worker, 1}));
-    ASSERT_TRUE(rig.wait_until(rig.joined, static_cast<std::uint64_t>(i + 1))) << "not admitted; " << rig.aggregator_failure;
+    ASSERT_TRUE(rig.wait_until(rig.joined, static_cast<std::uint64_t>(i + 1)))
+        << "not admitted; " << rig.aggregator_failure;
     c.close();
     ASSERT_TRUE(rig.wait_until(rig.gone, static_cast<std::uint64_t>(i + 1)))
         << "its leaving not seen; " << rig.aggregator_failure;
@@ -588,11 +602,13 @@ TEST(SidecarAggregator, WithGrantWindowsAWorkerWritesOnlyItsOwnPartition) {
   Buffer payload = Buffer::allocate(kBytes);
   const MemoryRegion payload_mr = MemoryRegion::register_buffer(device, payload, Access::local);
   EXPECT_EQ(refusal_of(a, a.write(payload_mr, 0, a_partition, 0, kBytes, Signal::always)), "landed");
-  EXPECT_EQ(refusal_of(b, b.write(payload_mr, 0, {a_partition.addr, kBytes, b_partition.rkey}, 0, kBytes, Signal::always)),
-            "remote_access")
+  EXPECT_EQ(
+      refusal_of(b, b.write(payload_mr, 0, {a_partition.addr, kBytes, b_partition.rkey}, 0, kBytes, Signal::always)),
+      "remote_access")
       << "a worker wrote another's partition";
-  EXPECT_EQ(refusal_of(a, a.write(payload_mr, 0, {b_partition.addr, kBytes, a_partition.rkey}, 0, kBytes, Signal::always)),
-            "remote_access")
+  EXPECT_EQ(
+      refusal_of(a, a.write(payload_mr, 0, {b_partition.addr, kBytes, a_partition.rkey}, 0, kBytes, Signal::always)),
+      "remote_access")
       << "a worker wrote another's partition";
   rig.finish();
   EXPECT_EQ(rig.aggregator_failure, "");

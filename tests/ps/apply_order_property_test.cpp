@@ -25,7 +25,7 @@ struct Sent {
 struct Model {
   std::uint32_t slots;
   std::uint64_t next;
-  std::map<std::uint64_t, Sent> accepted;      // every accepted event, done or not
+  std::map<std::uint64_t, Sent> accepted;       // every accepted event, done or not
   std::map<std::uint32_t, std::uint64_t> held;  // slot → pending arrival in it
 
   Admit predict(std::uint64_t seq, bool cancel, std::uint32_t slot) const {
@@ -44,7 +44,9 @@ struct Model {
     accepted[seq] = Sent{cancel, slot};
     if (!cancel) held[slot] = seq;
   }
-  std::size_t pending() const { return static_cast<std::size_t>(std::distance(accepted.lower_bound(next), accepted.end())); }
+  std::size_t pending() const {
+    return static_cast<std::size_t>(std::distance(accepted.lower_bound(next), accepted.end()));
+  }
 };
 
 class Delivery {
@@ -94,7 +96,9 @@ class Delivery {
   }
 
  private:
-  std::uint64_t pick(std::uint64_t lo, std::uint64_t hi) { return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng_); }
+  std::uint64_t pick(std::uint64_t lo, std::uint64_t hi) {
+    return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng_);
+  }
 
   std::uint32_t free_slot() {
     std::vector<std::uint32_t> free;

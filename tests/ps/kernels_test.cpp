@@ -29,7 +29,8 @@ std::vector<float> random_floats(std::size_t n, std::mt19937& rng) {
 
 // Bitwise, so -0.0 vs 0.0 and NaN payloads would count as different.
 ::testing::AssertionResult bitwise_equal(const std::vector<float>& got, const std::vector<float>& want) {
-  if (got.size() != want.size()) return ::testing::AssertionFailure() << "sizes " << got.size() << " vs " << want.size();
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "sizes " << got.size() << " vs " << want.size();
   for (std::size_t i = 0; i < got.size(); ++i) {
     if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
       return ::testing::AssertionFailure() << "element " << i << ": " << got[i] << " vs " << want[i];

@@ -46,7 +46,7 @@ constexpr std::uint32_t kWorkers = 32;
 // Per worker: enough that the span where all 32 push outweighs their staggered starts and closes
 // (a close costs ~4 ms of CPU under TCG; with 12 pushes each those ramps were most of the run).
 constexpr std::uint64_t kPushes = 48;
-constexpr std::size_t kFloats = 1024;    // 4 KiB updates: the connections are the load, not the bytes
+constexpr std::size_t kFloats = 1024;        // 4 KiB updates: the connections are the load, not the bytes
 constexpr std::uint16_t kServerPort = 7820;  // the replica listens on the next port
 
 std::vector<float> initial_model() {
@@ -95,7 +95,7 @@ struct ShardResult {
   std::vector<ps::AppliedUpdate> history;
   std::vector<float> model;
   ps::ServerStats stats;
-  double seconds = 0;  // from every worker connected to the last update decided
+  double seconds = 0;      // from every worker connected to the last update decided
   double cpu_seconds = 0;  // this thread's, over the same span
   MachineCpu machine;      // the machine's, over the same span (the server's only)
   std::string failure;
@@ -106,7 +106,7 @@ struct LoadRun {
   ShardResult server, replica;
   std::vector<std::map<std::uint64_t, Acked>> acked;  // per worker: sequence -> push
   std::vector<std::string> worker_failures;
-  std::vector<double> worker_cpu_seconds;  // each worker's thread, from its first push to its last
+  std::vector<double> worker_cpu_seconds;           // each worker's thread, from its first push to its last
   std::vector<double> worker_teardown_cpu_seconds;  // each worker's thread, closing its worker
   // Per worker: when its first push began, then when each push returned.
   std::vector<std::vector<std::chrono::steady_clock::time_point>> push_times;
@@ -126,7 +126,8 @@ struct LoadRun {
     if (to <= from) return 0;
     std::size_t returned = 0;
     for (const auto& times : push_times) {
-      returned += static_cast<std::size_t>(std::count_if(times.begin() + 1, times.end(), [&](auto t) { return t > from && t <= to; }));
+      returned += static_cast<std::size_t>(
+          std::count_if(times.begin() + 1, times.end(), [&](auto t) { return t > from && t <= to; }));
     }
     return static_cast<double>(returned) / std::chrono::duration<double>(to - from).count();
   }
@@ -135,8 +136,9 @@ struct LoadRun {
     double slowest = std::numeric_limits<double>::infinity();
     for (const auto& times : push_times) {
       if (times.size() < 2) return 0;
-      slowest = std::min(slowest, static_cast<double>(times.size() - 1) /
-                                      std::max(std::chrono::duration<double>(times.back() - times.front()).count(), 1e-9));
+      slowest =
+          std::min(slowest, static_cast<double>(times.size() - 1) /
+                                std::max(std::chrono::duration<double>(times.back() - times.front()).count(), 1e-9));
     }
     return push_times.empty() ? 0 : slowest;
   }
@@ -286,15 +288,17 @@ void print_cpu(const char* name, const LoadRun& run) {
   const MachineCpu& m = run.server.machine;
   const double busy = m.user + m.system + m.softirq;
   const double workers = std::accumulate(run.worker_cpu_seconds.begin(), run.worker_cpu_seconds.end(), 0.0);
-  std::printf("%s: %.2f s, machine busy %.2f of %.2f CPU-s (user %.2f, system %.2f, softirq %.2f); "
-              "CPU µs per update: machine %.0f (user %.0f, system %.0f, softirq %.0f), server thread %.0f, "
-              "replica thread %.0f, workers %.0f\n",
-              name, run.server.seconds, busy, busy + m.idle, m.user, m.system, m.softirq, busy / updates * 1e6,
-              m.user / updates * 1e6, m.system / updates * 1e6, m.softirq / updates * 1e6,
-              run.server.cpu_seconds / updates * 1e6, run.replica.cpu_seconds / updates * 1e6,
-              workers / updates * 1e6);
-  const double teardown = std::accumulate(run.worker_teardown_cpu_seconds.begin(), run.worker_teardown_cpu_seconds.end(), 0.0);
-  std::printf("%s: closing a worker takes %.0f µs of its thread's CPU\n", name, teardown / run.worker_teardown_cpu_seconds.size() * 1e6);
+  std::printf(
+      "%s: %.2f s, machine busy %.2f of %.2f CPU-s (user %.2f, system %.2f, softirq %.2f); "
+      "CPU µs per update: machine %.0f (user %.0f, system %.0f, softirq %.0f), server thread %.0f, "
+      "replica thread %.0f, workers %.0f\n",
+      name, run.server.seconds, busy, busy + m.idle, m.user, m.system, m.softirq, busy / updates * 1e6,
+      m.user / updates * 1e6, m.system / updates * 1e6, m.softirq / updates * 1e6,
+      run.server.cpu_seconds / updates * 1e6, run.replica.cpu_seconds / updates * 1e6, workers / updates * 1e6);
+  const double teardown =
+      std::accumulate(run.worker_teardown_cpu_seconds.begin(), run.worker_teardown_cpu_seconds.end(), 0.0);
+  std::printf("%s: closing a worker takes %.0f µs of its thread's CPU\n", name,
+              teardown / run.worker_teardown_cpu_seconds.size() * 1e6);
 }
 
 TEST(ManyWorkers, ServerWith32WorkerConnectionsAppliesEveryAcknowledgedPushOnce) {
@@ -311,9 +315,10 @@ TEST(ManyWorkers, ServerWith32WorkerConnectionsAppliesEveryAcknowledgedPushOnce)
   std::printf("peak RSS of this process (server, replica, %u workers): %s\n", kWorkers, peak_rss().c_str());
   std::printf("server: 1 worker %.1f updates/s, %u workers %.1f updates/s: %.2f of the 1-worker rate\n", one.rate(),
               kWorkers, many.rate(), many.rate() / one.rate());
-  std::printf("while every worker pushes: 1 worker %.1f pushes/s, %u workers %.1f pushes/s: %.2f of the 1-worker rate\n",
-              one.rate_while_all_push(), kWorkers, many.rate_while_all_push(),
-              many.rate_while_all_push() / one.rate_while_all_push());
+  std::printf(
+      "while every worker pushes: 1 worker %.1f pushes/s, %u workers %.1f pushes/s: %.2f of the 1-worker rate\n",
+      one.rate_while_all_push(), kWorkers, many.rate_while_all_push(),
+      many.rate_while_all_push() / one.rate_while_all_push());
   std::printf("slowest of %u workers %.1f pushes/s: %.2f of its share (1 worker's rate / %u)\n", kWorkers,
               many.slowest_worker_rate(), many.slowest_worker_rate() * kWorkers / one.slowest_worker_rate(), kWorkers);
   RecordProperty("updates_per_s_1_worker", std::to_string(one.rate()));

@@ -99,8 +99,8 @@ TEST(MemberGroup, TheSumOfAGroupIsTheSameWhateverOrderItsMembersArrived) {
     const std::vector<float> got = sum(group.take());
     EXPECT_EQ(std::memcmp(got.data(), expected.data(), kFloats * sizeof(float)), 0) << "round " << round;
     const std::vector<float> in_arrival_order = sum(members);
-    arrival_order_differs = arrival_order_differs ||
-                            std::memcmp(in_arrival_order.data(), expected.data(), kFloats * sizeof(float)) != 0;
+    arrival_order_differs =
+        arrival_order_differs || std::memcmp(in_arrival_order.data(), expected.data(), kFloats * sizeof(float)) != 0;
   }
   EXPECT_TRUE(arrival_order_differs) << "the data does not show float non-associativity; the test proves nothing";
 }

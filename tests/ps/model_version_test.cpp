@@ -155,8 +155,8 @@ TEST(ShardSeqlock, EveryAcceptedSnapshotIsOneWholeVersion) {
     last_version = m;
     for (std::size_t i = 0; i < s.payload.size(); ++i) {
       if (s.payload[i] != (m == 0 ? 0.0F : payload_value(m, i))) {
-        ADD_FAILURE() << "read " << r << " accepted version " << m << " but element " << i << " is "
-                      << s.payload[i] << ", expected " << payload_value(m, i);
+        ADD_FAILURE() << "read " << r << " accepted version " << m << " but element " << i << " is " << s.payload[i]
+                      << ", expected " << payload_value(m, i);
         ++torn;
         break;
       }

@@ -57,7 +57,8 @@ inline bool wait_for_lines_with(const std::string& path, const std::string& text
   while (std::chrono::steady_clock::now() < give_up) {
     std::ifstream in(path);
     std::size_t seen = 0;
-    for (std::string line; std::getline(in, line) && seen < count;) seen += line.find(text) != std::string::npos ? 1 : 0;
+    for (std::string line; std::getline(in, line) && seen < count;)
+      seen += line.find(text) != std::string::npos ? 1 : 0;
     if (seen >= count) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

@@ -42,9 +42,9 @@ struct RunSpec {
   std::uint64_t updates = 30;  // per worker
   std::string gradient = "pattern";
   std::map<std::uint32_t, std::uint64_t> die_after;  // worker -> step at which it dies after its request
-  std::vector<std::string> worker4_args;  // extra ps_node arguments for worker 4
-  std::string hole_timeout_ms;  // empty: ps_node's default
-  bool replica_reads = false;   // workers do not mirror; the replica reads from the server's slots
+  std::vector<std::string> worker4_args;             // extra ps_node arguments for worker 4
+  std::string hole_timeout_ms;                       // empty: ps_node's default
+  bool replica_reads = false;                        // workers do not mirror; the replica reads from the server's slots
   // Sidecar mode: gradlaned A on host 0 (endpoints 0 = the server's NIC, 2 = host 2's) owns the
   // server's sequence; gradlaned B serves host 1 (endpoint 1) and reaches A over RDMA.
   bool sidecar = false;
@@ -69,8 +69,8 @@ struct RunSpec {
   // and started again half a second later (0: never); the server takes its own sequence over
   // there and goes on. A count, not a time: a loaded host may grant nothing for seconds.
   std::uint64_t restart_sidecar_a_after_grants = 0;
-  std::string momentum;  // server and replicas: SGD with this momentum (empty: plain SGD)
-  bool grant_windows = false;  // the server binds a window per grant (sidecar mode: per claim)
+  std::string momentum;                  // server and replicas: SGD with this momentum (empty: plain SGD)
+  bool grant_windows = false;            // the server binds a window per grant (sidecar mode: per claim)
   std::uint64_t promoted_stalls_ms = 0;  // the promoted replica makes no progress this long after it took over
 };
 
@@ -99,17 +99,39 @@ class ShardRun : public ::testing::Test {
       return head;
     };
     std::optional<ExternalProcess> sidecar_a, sidecar_b;
-    const std::vector<std::string> sidecar_a_command = {
-        GRADLANE_GRADLANED, "--foreground", "--shm-name", kShmA, "--device", hosts[0].device, "--endpoint", "0",
-        "--endpoint", "2", "--listen-port", "7600", "--expect-peers", "1", "--link-rate-gbps", "0.1",
-        "--replica-bound", "8", "--schedule-log", out_ + "/sidecar-a.jsonl"};
+    const std::vector<std::string> sidecar_a_command = {GRADLANE_GRADLANED, "--foreground",
+                                                        "--shm-name",       kShmA,
+                                                        "--device",         hosts[0].device,
+                                                        "--endpoint",       "0",
+                                                        "--endpoint",       "2",
+                                                        "--listen-port",    "7600",
+                                                        "--expect-peers",   "1",
+                                                        "--link-rate-gbps", "0.1",
+                                                        "--replica-bound",  "8",
+                                                        "--schedule-log",   out_ + "/sidecar-a.jsonl"};
     if (spec.sidecar) {
       const std::string daemon = GRADLANE_GRADLANED;
       sidecar_a.emplace(sidecar_a_command, out_ + "/gradlaned-a");
-      sidecar_b.emplace(std::vector<std::string>{daemon, "--foreground", "--shm-name", kShmB, "--device", hosts[1].device,
-                                                 "--endpoint", "1", "--standby", "0:1", "--listen-port", "7601", "--peer",
-                                                 hosts[0].address + ":7600", "--link-rate-gbps", "0.1",
-                                                 "--replica-bound", "8", "--schedule-log", out_ + "/sidecar-b.jsonl"},
+      sidecar_b.emplace(std::vector<std::string>{daemon,
+                                                 "--foreground",
+                                                 "--shm-name",
+                                                 kShmB,
+                                                 "--device",
+                                                 hosts[1].device,
+                                                 "--endpoint",
+                                                 "1",
+                                                 "--standby",
+                                                 "0:1",
+                                                 "--listen-port",
+                                                 "7601",
+                                                 "--peer",
+                                                 hosts[0].address + ":7600",
+                                                 "--link-rate-gbps",
+                                                 "0.1",
+                                                 "--replica-bound",
+                                                 "8",
+                                                 "--schedule-log",
+                                                 out_ + "/sidecar-b.jsonl"},
                         out_ + "/gradlaned-b");
       // The server attaches within 2 s of starting; a loaded machine can take longer than that
       // to link the two gradlaneds, so start it only once both serve.
@@ -140,9 +162,16 @@ class ShardRun : public ::testing::Test {
     const auto worker_args = [&](std::uint32_t id) {
       const Host& host = id <= 2 ? hosts[2] : hosts[1];
       const bool stray = id == 4 && spec.worker4_reaches_only_the_replica;
-      std::vector<std::string> a = {node, "role=worker", "device=" + host.device, "id=" + std::to_string(id),
-                                    stray ? "server=" + hosts[1].address + ":7801" : "server=" + hosts[0].address + ":7800",
-                                    floats, updates, "gradient=" + spec.gradient, out};
+      std::vector<std::string> a = {
+          node,
+          "role=worker",
+          "device=" + host.device,
+          "id=" + std::to_string(id),
+          stray ? "server=" + hosts[1].address + ":7801" : "server=" + hosts[0].address + ":7800",
+          floats,
+          updates,
+          "gradient=" + spec.gradient,
+          out};
       if (!stray) a.push_back(replica_at);
       if (spec.die_after.contains(id)) a.push_back("die_after=" + std::to_string(spec.die_after.at(id)));
       if (id == 4) a.insert(a.end(), spec.worker4_args.begin(), spec.worker4_args.end());
@@ -201,7 +230,8 @@ class ShardRun : public ::testing::Test {
       if (killed) {
         EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL) << "status " << *status;
       } else if (p == &server && spec.worker4_reaches_only_the_replica) {
-        EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 5) << "a server that stepped down exits 5: " << *status;
+        EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 5)
+            << "a server that stepped down exits 5: " << *status;
       } else {
         EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "status " << *status;
       }
@@ -225,7 +255,8 @@ class ShardRun : public ::testing::Test {
     if (spec.promoted_dies_at != 0) {
       // Its first promoted replica wrote its history when it died; the joined one finished the
       // job from its snapshot: the job's history is the first up to the snapshot, then the second.
-      const std::vector<json> first = read_lines(out_ + "/replica.jsonl"), second = read_lines(out_ + "/replica2.jsonl");
+      const std::vector<json> first = read_lines(out_ + "/replica.jsonl"),
+                              second = read_lines(out_ + "/replica2.jsonl");
       const auto joined_at = read_lines(out_ + "/replica2.stats.json").at(0)["joined_at"].get<std::uint64_t>();
       ASSERT_LE(joined_at, first.size());
       history_.assign(first.begin(), first.begin() + static_cast<std::ptrdiff_t>(joined_at));
@@ -302,7 +333,8 @@ class ShardRun : public ::testing::Test {
         EXPECT_EQ(followed[i][field], theirs[field]) << "sequence " << joined_at + i + 1 << ": " << field;
       }
     }
-    EXPECT_GT(joined["applied"].get<std::uint64_t>(), 20u) << "the joined replica applied too little to show it follows";
+    EXPECT_GT(joined["applied"].get<std::uint64_t>(), 20u)
+        << "the joined replica applied too little to show it follows";
     // The server told every worker where it listens: each connected to it (and mirrors there).
     EXPECT_EQ(joined["peers_joined"].get<std::uint64_t>(), kWorkers);
     EXPECT_TRUE(bitwise_equal(read_model(out_ + "/replica2.model", spec_.floats), server_model_))
@@ -311,7 +343,7 @@ class ShardRun : public ::testing::Test {
     EXPECT_EQ(promoted["joins_refused"].get<std::uint64_t>(), 1u);
     EXPECT_TRUE(wait_for_text(out_ + "/replica.err", "this server has a replica", std::chrono::seconds(1)));
     EXPECT_TRUE(wait_for_text(out_ + "/replica3.err", "did not take this replica", std::chrono::seconds(1)));
-}
+  }
 
   // After a run whose server killed itself: the version it died at and how long after its death
   // the replica was promoted (a failure if it never was).
@@ -699,8 +731,8 @@ TEST_F(ShardRun, AcknowledgedPushesBehindAHoleAreAppliedByThePromotedReplica) {
   // Worker 4 takes its grant at step 5 and stalls (as SIGSTOP would) past its grant_lifetime;
   // the server waits on that hole (hole_timeout 60 s) while the others' later pushes are
   // written to it and to the replica, acknowledged, and wait behind the hole, until the window
-  // is full (7 behind the hole, 8 slots) and the server dies. The promoted replica skips the hole and applies those mirrors;
-  // worker 4 does not write its stale grant and reports that push lost.
+  // is full (7 behind the hole, 8 slots) and the server dies. The promoted replica skips the hole and applies those
+  // mirrors; worker 4 does not write its stale grant and reports that push lost.
   RunSpec spec;
   spec.hole_timeout_ms = "60000";
   spec.server_dies_behind_hole = 7;
@@ -739,9 +771,7 @@ TEST_F(ShardRun, AcknowledgedPushesBehindAHoleAreAppliedByThePromotedReplica) {
   EXPECT_TRUE(bitwise_equal(server_model_, reference())) << "the promoted replica's model is not its history applied";
 }
 
-TEST_F(ShardRun, ANewReplicaJoinsThePromotedServerAndEndsBitwiseEqualToIt) {
-  a_new_replica_joins_and_follows("");
-}
+TEST_F(ShardRun, ANewReplicaJoinsThePromotedServerAndEndsBitwiseEqualToIt) { a_new_replica_joins_and_follows(""); }
 
 TEST_F(ShardRun, WithMomentumANewReplicaJoinsWithTheServersVelocityAndEndsBitwiseEqual) {
   // The same with SGD with momentum 0.9: the joined replica must take the server's velocity
@@ -853,7 +883,8 @@ TEST_F(ShardRun, WithSidecarsWhenTheServerIsKilledTheReplicasSidecarTakesTheSequ
           << "worker " << id << "'s acknowledged update " << sequence << " is not in the promoted replica's history";
     }
   }
-  EXPECT_TRUE(bitwise_equal(server_model_, reference(steps))) << "the promoted replica's model is not its history applied";
+  EXPECT_TRUE(bitwise_equal(server_model_, reference(steps)))
+      << "the promoted replica's model is not its history applied";
   // Every push is acknowledged, dropped or reported lost; every acknowledged one was applied
   // (checked above, by sequence), and what else was applied is some of the reported lost ones
   // (a mirror the promoted replica held: "lost" means not known to be applied).
@@ -876,7 +907,7 @@ TEST_F(ShardRun, WithSidecarsARestartedServerSidecarHoldsTheSequenceUntilTheServ
   RunSpec spec;
   spec.sidecar = true;
   spec.updates = 40;
-  spec.pace_ms = 100;  // the job outlasts the restart by seconds
+  spec.pace_ms = 100;                        // the job outlasts the restart by seconds
   spec.restart_sidecar_a_after_grants = 20;  // of the 160 pushes: the job outlasts the restart
   // Time for the new A to come up under TCG, for every app that reattaches (the server's
   // takeover too): 5 s instead of 2.
@@ -914,10 +945,12 @@ TEST_F(ShardRun, WithSidecarsARestartedServerSidecarHoldsTheSequenceUntilTheServ
   // one granted.
   std::uint64_t last_first_life = 0, first_second_life = ~std::uint64_t{0};
   for (const auto& d : read_lines(out_ + "/sidecar-a.jsonl")) {
-    if (d["kind"] == "go" && d["receiver"] == 0) last_first_life = std::max(last_first_life, d["seq"].get<std::uint64_t>());
+    if (d["kind"] == "go" && d["receiver"] == 0)
+      last_first_life = std::max(last_first_life, d["seq"].get<std::uint64_t>());
   }
   for (const auto& d : read_lines(out_ + "/sidecar-a2.jsonl")) {
-    if (d["kind"] == "go" && d["receiver"] == 0) first_second_life = std::min(first_second_life, d["seq"].get<std::uint64_t>());
+    if (d["kind"] == "go" && d["receiver"] == 0)
+      first_second_life = std::min(first_second_life, d["seq"].get<std::uint64_t>());
   }
   EXPECT_GT(last_first_life, 0u);
   EXPECT_LT(last_first_life, first_second_life) << "the restarted gradlaned handed out a number the dead one had";
@@ -1009,7 +1042,8 @@ TEST_F(RogueWorkers, BadDoorbellsAndMalformedMessagesAreRefusedAndTheModelIsUnto
   ASSERT_TRUE(std::holds_alternative<ps::Grant>(answer));
   const std::uint64_t seq = std::get<ps::Grant>(answer).sequence;
   EXPECT_EQ(seq, 1u);
-  good.wait(good.write_and_ring(gradient_mr, 0, slots, (seq % 8) * kBytes, kBytes, static_cast<std::uint32_t>(seq)), 30s);
+  good.wait(good.write_and_ring(gradient_mr, 0, slots, (seq % 8) * kBytes, kBytes, static_cast<std::uint32_t>(seq)),
+            30s);
   // 3. The same doorbell again (a replay of an applied or arrived sequence): refused.
   good.wait(good.write_with_imm(gradient_mr, 0, slots, 0, 0, static_cast<std::uint32_t>(seq)), 30s);
   // 4. A malformed message on the other connection: that peer is dropped, nobody else is.
@@ -1038,10 +1072,10 @@ TEST_F(RogueWorkers, WithGrantWindowsAWorkerWritesOnlyItsGrantedSlotWhileItsGran
   const auto hosts = hosts_from_env();
   ASSERT_GE(hosts.size(), 3u);
   const std::string out = fresh_out("rogue-windows");
-  ExternalProcess server({GRADLANE_PS_NODE, "role=server", "device=" + hosts[0].device, "port=7811",
-                          "floats=" + std::to_string(kFloats), "slots=8", "workers=4", "updates=1", "out=" + out,
-                          "grant_windows=1", "hole_timeout_ms=500"},
-                         out + "/server");
+  ExternalProcess server(
+      {GRADLANE_PS_NODE, "role=server", "device=" + hosts[0].device, "port=7811", "floats=" + std::to_string(kFloats),
+       "slots=8", "workers=4", "updates=1", "out=" + out, "grant_windows=1", "hole_timeout_ms=500"},
+      out + "/server");
   Device device = Device::open({.name = hosts[2].device});
   auto join = [&](std::uint32_t id) { return RogueWorkers::join(device, hosts[0].address, 7811, id); };
   auto grant_for = [](Connection& c, std::uint32_t id) {
@@ -1067,17 +1101,17 @@ TEST_F(RogueWorkers, WithGrantWindowsAWorkerWritesOnlyItsGrantedSlotWhileItsGran
   EXPECT_EQ(refusal_of(victim, victim.write(gradient_mr, 0, my_slot, 0, kBytes, Signal::always)), "landed");
 
   // The ring's own key opens the ring for reading only.
-  EXPECT_EQ(refusal_of(ring_key_rogue, ring_key_rogue.write(junk_mr, 0, slots, (mine.sequence % 8) * kBytes, kBytes,
-                                                            Signal::always)),
+  EXPECT_EQ(refusal_of(ring_key_rogue,
+                       ring_key_rogue.write(junk_mr, 0, slots, (mine.sequence % 8) * kBytes, kBytes, Signal::always)),
             "remote_access");
   // A key of another grant opens that grant's slot only.
   const ps::Grant theirs = grant_for(other_grant_rogue, 3);
   ASSERT_NE(theirs.window_rkey, 0u);
   EXPECT_NE(theirs.sequence % 8, mine.sequence % 8);
-  EXPECT_EQ(refusal_of(other_grant_rogue,
-                       other_grant_rogue.write(junk_mr, 0, {my_slot.addr, kBytes, theirs.window_rkey}, 0, kBytes,
-                                               Signal::always)),
-            "remote_access");
+  EXPECT_EQ(
+      refusal_of(other_grant_rogue, other_grant_rogue.write(junk_mr, 0, {my_slot.addr, kBytes, theirs.window_rkey}, 0,
+                                                            kBytes, Signal::always)),
+      "remote_access");
 
   // The victim rings (a doorbell alone): the server applies what is in the slot.
   victim.wait(victim.write_with_imm(gradient_mr, 0, my_slot, 0, 0, static_cast<std::uint32_t>(mine.sequence)), 30s);
@@ -1089,10 +1123,10 @@ TEST_F(RogueWorkers, WithGrantWindowsAWorkerWritesOnlyItsGrantedSlotWhileItsGran
   const ps::Grant stale = grant_for(late, 4);
   ASSERT_NE(stale.window_rkey, 0u);
   std::this_thread::sleep_for(1500ms);
-  EXPECT_EQ(refusal_of(late, late.write(junk_mr, 0, {slots.addr + (stale.sequence % 8) * kBytes, kBytes,
-                                                     stale.window_rkey},
-                                        0, kBytes, Signal::always)),
-            "remote_access")
+  EXPECT_EQ(
+      refusal_of(late, late.write(junk_mr, 0, {slots.addr + (stale.sequence % 8) * kBytes, kBytes, stale.window_rkey},
+                                  0, kBytes, Signal::always)),
+      "remote_access")
       << "the key of a skipped grant must be dead";
 
   { Connection leave = std::move(victim); }
@@ -1185,17 +1219,17 @@ TEST_F(RogueWorkers, WithSidecarGrantWindowsOnlyTheGranteeOpensItsSlotAndOnlyOnc
   EXPECT_EQ(refusal_of(victim, victim.write(gradient_mr, 0, my_slot, 0, kBytes, Signal::always)), "landed")
       << "the rogue's doorbell closed the victim's slot";
 
-  EXPECT_EQ(refusal_of(ring_key_rogue, ring_key_rogue.write(junk_mr, 0, slots, (mine.sequence % 8) * kBytes, kBytes,
-                                                            Signal::always)),
+  EXPECT_EQ(refusal_of(ring_key_rogue,
+                       ring_key_rogue.write(junk_mr, 0, slots, (mine.sequence % 8) * kBytes, kBytes, Signal::always)),
             "remote_access");
   const sidecar::Grant theirs = grant();
   ASSERT_EQ(theirs.sequence, 2u);
   EXPECT_NE(theirs.token, mine.token);
   const ps::Opened their_window = claim(other_grant_rogue, theirs.sequence, theirs.token);
   ASSERT_NE(their_window.window_rkey, 0u);
-  EXPECT_EQ(refusal_of(other_grant_rogue, other_grant_rogue.write(junk_mr, 0, {my_slot.addr, kBytes,
-                                                                               their_window.window_rkey},
-                                                                  0, kBytes, Signal::always)),
+  EXPECT_EQ(refusal_of(other_grant_rogue,
+                       other_grant_rogue.write(junk_mr, 0, {my_slot.addr, kBytes, their_window.window_rkey}, 0, kBytes,
+                                               Signal::always)),
             "remote_access");
   victim.wait(victim.write_with_imm(gradient_mr, 0, my_slot, 0, 0, static_cast<std::uint32_t>(mine.sequence)), 30s);
   std::this_thread::sleep_for(300ms);  // the server takes the doorbell and closes the window
@@ -1226,17 +1260,17 @@ TEST_F(RogueWorkers, WithGrantWindowsAReplicasMirrorSlotOpensOnlyToItsClaimant) 
   const auto hosts = hosts_from_env();
   ASSERT_GE(hosts.size(), 3u);
   const std::string out = fresh_out("rogue-replica-windows");
-  const std::vector<std::string> shard = {"floats=" + std::to_string(kFloats), "slots=8", "workers=3", "updates=1",
-                                          "out=" + out, "grant_windows=1"};
+  const std::vector<std::string> shard = {
+      "floats=" + std::to_string(kFloats), "slots=8", "workers=3", "updates=1", "out=" + out, "grant_windows=1"};
   auto node = [&](std::vector<std::string> head) {
     head.insert(head.begin(), GRADLANE_PS_NODE);
     head.insert(head.end(), shard.begin(), shard.end());
     return head;
   };
   ExternalProcess replica(node({"role=replica", "device=" + hosts[1].device, "port=7815"}), out + "/replica");
-  ExternalProcess server(node({"role=server", "device=" + hosts[0].device, "port=7814",
-                               "replica=" + hosts[1].address + ":7815"}),
-                         out + "/server");
+  ExternalProcess server(
+      node({"role=server", "device=" + hosts[0].device, "port=7814", "replica=" + hosts[1].address + ":7815"}),
+      out + "/server");
   Device device = Device::open({.name = hosts[2].device});
   auto at_server = [&](std::uint32_t id) { return RogueWorkers::join(device, hosts[0].address, 7814, id); };
   auto at_replica = [&](std::uint32_t id) { return RogueWorkers::join(device, hosts[1].address, 7815, id); };
@@ -1283,7 +1317,8 @@ TEST_F(RogueWorkers, WithGrantWindowsAReplicasMirrorSlotOpensOnlyToItsClaimant) 
   EXPECT_NE(mirror_key, mirror_ring.rkey);
   const RegionDescriptor my_mirror{mirror_ring.addr + offset, kBytes, mirror_key};
   victim_mirror.wait(victim_mirror.write_and_ring(gradient_mr, 0, my_mirror, 0, kBytes, imm), 30s);
-  victim.wait(victim.write_and_ring(gradient_mr, 0, {slots.addr + offset, kBytes, mine.window_rkey}, 0, kBytes, imm), 30s);
+  victim.wait(victim.write_and_ring(gradient_mr, 0, {slots.addr + offset, kBytes, mine.window_rkey}, 0, kBytes, imm),
+              30s);
   std::this_thread::sleep_for(300ms);  // the replica takes the doorbell and closes the window
   EXPECT_EQ(refusal_of(victim_mirror, victim_mirror.write(junk_mr, 0, my_mirror, 0, kBytes, Signal::always)),
             "remote_access")
@@ -1306,7 +1341,8 @@ TEST_F(RogueWorkers, WithGrantWindowsAReplicasMirrorSlotOpensOnlyToItsClaimant) 
   EXPECT_EQ(replica_stats["refused_doorbells"].get<std::uint64_t>(), 1u) << "the rogue's doorbell";
   EXPECT_EQ(replica_stats["mirrors_fetched"].get<std::uint64_t>(), 0u) << "the victim's mirror was the one applied";
   expect_moved_by_one_update(out, "a refused write or doorbell changed the server's model");
-  const auto server_model = read_model(out + "/server.model", kFloats), replica_model = read_model(out + "/replica.model", kFloats);
+  const auto server_model = read_model(out + "/server.model", kFloats),
+             replica_model = read_model(out + "/replica.model", kFloats);
   EXPECT_EQ(std::memcmp(server_model.data(), replica_model.data(), kBytes), 0)
       << "a refused write or doorbell changed the replica's model";
 }
@@ -1391,7 +1427,8 @@ TEST(Sharding, AModelSpreadOverTwoServersIsAppliedShardByShard) {
     std::vector<float> reference(shard_floats[s], examples::initial_value(0)), gradient(shard_floats[s]);
     for (const auto& u : history) {
       for (std::size_t j = 0; j < gradient.size(); ++j) {
-        gradient[j] = examples::gradient_value(u["worker"].get<std::uint64_t>(), u["tag"].get<std::uint64_t>(), j, false);
+        gradient[j] =
+            examples::gradient_value(u["worker"].get<std::uint64_t>(), u["tag"].get<std::uint64_t>(), j, false);
       }
       ps::sgd_step(reference, gradient, examples::kLearningRate);
     }

@@ -39,7 +39,7 @@ TEST(Bandwidth, EwmaMovesByTheWeight) {
 
 TEST(Bandwidth, ASlowSenderDoesNotDragDownAHealthyServer) {
   BandwidthEstimator bw(bandwidth_config(10 * kGBps, 0.5, 1e6));
-  bw.set_rate(ep(9), Direction::egress, 1 * kGBps);  // already known slow
+  bw.set_rate(ep(9), Direction::egress, 1 * kGBps);          // already known slow
   bw.observe_transfer(ep(9), ep(100), 1'000'000, us(1000));  // 1 GB/s observed
   EXPECT_DOUBLE_EQ(bw.rate(ep(9), Direction::egress), 1 * kGBps);
   EXPECT_DOUBLE_EQ(bw.rate(ep(100), Direction::ingress), 10 * kGBps);
@@ -96,18 +96,18 @@ TEST(Bandwidth, ASlowServerIsFoundThroughItsSenders) {
 // though the server's estimate is the lower one. Fast senders' transfers at the server's rate
 // still tune the server's estimate.
 TEST(Bandwidth, ASideThatCarriedClearlyMoreIsNotBlamed) {
-  BandwidthEstimator bw;  // the defaults: 12.5 GB/s, floor 10 kB/s
+  BandwidthEstimator bw;                                         // the defaults: 12.5 GB/s, floor 10 kB/s
   bw.set_rate(ep(100), Direction::ingress, 500'000);             // 4 Mbit/s, declared
-  bw.observe_transfer(ep(9), ep(100), 31'250, us(250'000));     // 125 kB/s: 4x slower
+  bw.observe_transfer(ep(9), ep(100), 31'250, us(250'000));      // 125 kB/s: 4x slower
   EXPECT_DOUBLE_EQ(bw.rate(ep(9), Direction::egress), 125'000);  // a gross error: at once
   EXPECT_DOUBLE_EQ(bw.rate(ep(100), Direction::ingress), 500'000);
-  bw.observe_transfer(ep(1), ep(100), 31'250, us(69'444));      // 450 kB/s from a fast sender
+  bw.observe_transfer(ep(1), ep(100), 31'250, us(69'444));        // 450 kB/s from a fast sender
   EXPECT_NEAR(bw.rate(ep(100), Direction::ingress), 486'487, 1);  // 1 / (0.75/500 + 0.25/450)
   EXPECT_DOUBLE_EQ(bw.rate(ep(1), Direction::egress), 12.5e9);
   // Nobody carried clearly more than a sample: the believed bottleneck takes the blame again.
   BandwidthEstimator fresh;
   fresh.set_rate(ep(100), Direction::ingress, 500'000);
-  fresh.observe_transfer(ep(9), ep(100), 31'250, us(90'000));   // 347 kB/s: not 1.5x below
+  fresh.observe_transfer(ep(9), ep(100), 31'250, us(90'000));  // 347 kB/s: not 1.5x below
   EXPECT_LT(fresh.rate(ep(100), Direction::ingress), 500'000);
   EXPECT_DOUBLE_EQ(fresh.rate(ep(9), Direction::egress), 12.5e9);
 }

@@ -82,8 +82,8 @@ class Harness {
     while (submitted_ < requests_to_submit_ || scheduler_->pending_parts() > 0 ||
            scheduler_->pending_aggregates() > 0 || !running_.empty()) {
       if (++steps > 200'000) {
-        ADD_FAILURE() << "workload did not drain: pending " << scheduler_->pending_parts()
-                      << " parts, " << scheduler_->pending_aggregates() << " aggregates";
+        ADD_FAILURE() << "workload did not drain: pending " << scheduler_->pending_parts() << " parts, "
+                      << scheduler_->pending_aggregates() << " aggregates";
         break;
       }
       const std::int64_t steps_us[] = {0, 5, 20, 100, 400};
@@ -140,10 +140,8 @@ class Harness {
     SchedulerConfig c;
     c.ordering = uniform(0, 7) == 0 ? Ordering::fifo : Ordering::mlfabric;
     const std::uint32_t taus[] = {0, 1, 2, 4, 8, 16, 32};
-    c.staleness_bound = uniform(0, 4) == 0 ? std::nullopt
-                                           : std::optional<std::uint32_t>(taus[uniform(0, 6)]);
-    c.replica_bound = uniform(0, 3) == 0 ? std::nullopt
-                                         : std::optional<std::uint64_t>(uniform(1, 6));
+    c.staleness_bound = uniform(0, 4) == 0 ? std::nullopt : std::optional<std::uint32_t>(taus[uniform(0, 6)]);
+    c.replica_bound = uniform(0, 3) == 0 ? std::nullopt : std::optional<std::uint64_t>(uniform(1, 6));
     const Bytes partitions[] = {64 << 10, 256 << 10, 1 << 20};
     c.partition_bytes = partitions[uniform(0, 2)];
     const Bytes credits[] = {64 << 10, 512 << 10, 4 << 20, Bytes{1} << 40};
@@ -256,8 +254,8 @@ class Harness {
     return it == m.end() ? 10 * kGBps : it->second;
   }
 
-  void start_transfer(TransferId id, EndpointId out, EndpointId in, Slot slot, Bytes bytes,
-                      bool credit, Instant now, bool within_horizon = true) {
+  void start_transfer(TransferId id, EndpointId out, EndpointId in, Slot slot, Bytes bytes, bool credit, Instant now,
+                      bool within_horizon = true) {
     EXPECT_GE(slot.start, now) << "slot starts in the past";
     if (within_horizon) {  // server slots; group members are booked back to back instead
       EXPECT_LE(slot.start, now + config_.grant_horizon) << "slot beyond the horizon";
@@ -316,8 +314,7 @@ class Harness {
       take_credit(g->sender, g->length);
       start_transfer(g->transfer, g->sender, g->receiver, g->slot, g->length, true, now);
       trace_ += "G" + std::to_string(to_int(g->request)) + "." + std::to_string(g->part) + "@" +
-                std::to_string(g->slot.start.time_since_epoch().count()) + "#" +
-                std::to_string(g->seq) + ";";
+                std::to_string(g->slot.start.time_since_epoch().count()) + "#" + std::to_string(g->seq) + ";";
     } else if (const Redirect* r = std::get_if<Redirect>(&o)) {
       count(r->request, r->part);
       EXPECT_NE(r->aggregator, r->receiver);
@@ -331,8 +328,7 @@ class Harness {
       take_credit(r->sender, r->length);
       start_transfer(r->transfer, r->sender, r->aggregator, r->slot, r->length, true, now,
                      /*within_horizon=*/false);
-      trace_ += "R" + std::to_string(to_int(r->request)) + ">" +
-                std::to_string(to_int(r->aggregator)) + "@" +
+      trace_ += "R" + std::to_string(to_int(r->request)) + ">" + std::to_string(to_int(r->aggregator)) + "@" +
                 std::to_string(r->slot.start.time_since_epoch().count()) + ";";
     } else if (const AggregateGrant* a = std::get_if<AggregateGrant>(&o)) {
       const auto it = open_groups_.find(to_int(a->aggregate));
@@ -362,14 +358,12 @@ class Harness {
       }
       start_transfer(a->transfer, a->aggregator, a->receiver, a->slot, a->length, false, now);
       trace_ += "A" + std::to_string(to_int(a->aggregate)) + "@" +
-                std::to_string(a->slot.start.time_since_epoch().count()) + "#" +
-                std::to_string(a->seq) + ";";
+                std::to_string(a->slot.start.time_since_epoch().count()) + "#" + std::to_string(a->seq) + ";";
     } else if (const Drop* d = std::get_if<Drop>(&o)) {
       RequestInfo& info = requests_.at(d->request);
       count(d->request, d->part);
       ASSERT_TRUE(config_.staleness_bound.has_value()) << "dropped without a bound";
-      const std::uint64_t would_be =
-          version_now(d->receiver) - info.request.computed_on - info.own;
+      const std::uint64_t would_be = version_now(d->receiver) - info.request.computed_on - info.own;
       EXPECT_GT(would_be, *config_.staleness_bound) << "dropped although it could make it";
       EXPECT_EQ(d->delay, would_be);
       trace_ += "D" + std::to_string(to_int(d->request)) + "." + std::to_string(d->part) + ";";
@@ -391,8 +385,8 @@ class Harness {
         });
         for (std::size_t i = 1; i < intervals.size(); ++i) {
           EXPECT_LE(intervals[i - 1].slot.end, intervals[i].slot.start)
-              << "overlapping slots on NIC " << to_int(endpoint) << " (transfers "
-              << intervals[i - 1].transfer << ", " << intervals[i].transfer << ")";
+              << "overlapping slots on NIC " << to_int(endpoint) << " (transfers " << intervals[i - 1].transfer << ", "
+              << intervals[i].transfer << ")";
         }
       }
     }
@@ -451,13 +445,12 @@ TEST(SchedulerProperties, ThousandsOfRandomWorkloads) {
   EXPECT_GT(total.redirects, 2 * total.aggregates - 1);
   EXPECT_GT(total.drops, 5'000u);
   EXPECT_GT(replica_waits, 1'000u);
-  std::printf("[ stats    ] %llu grants, %llu redirects into %llu aggregates, %llu drops, "
-              "%llu passes ending at the replica bound\n",
-              static_cast<unsigned long long>(total.grants),
-              static_cast<unsigned long long>(total.redirects),
-              static_cast<unsigned long long>(total.aggregates),
-              static_cast<unsigned long long>(total.drops),
-              static_cast<unsigned long long>(replica_waits));
+  std::printf(
+      "[ stats    ] %llu grants, %llu redirects into %llu aggregates, %llu drops, "
+      "%llu passes ending at the replica bound\n",
+      static_cast<unsigned long long>(total.grants), static_cast<unsigned long long>(total.redirects),
+      static_cast<unsigned long long>(total.aggregates), static_cast<unsigned long long>(total.drops),
+      static_cast<unsigned long long>(replica_waits));
 }
 
 TEST(SchedulerProperties, LargerWorkloads) {

@@ -22,9 +22,9 @@ TEST(ReplicationWindow, GrantsUpToBAheadOfTheAck) {
   EXPECT_TRUE(w.can_grant());
   EXPECT_EQ(w.grant(), 3u);
   EXPECT_FALSE(w.can_grant());
-  EXPECT_TRUE(w.ack(0));       // stale: harmless
+  EXPECT_TRUE(w.ack(0));  // stale: harmless
   EXPECT_EQ(w.acked(), 1u);
-  EXPECT_FALSE(w.ack(4));      // never granted: rejected
+  EXPECT_FALSE(w.ack(4));  // never granted: rejected
   EXPECT_EQ(w.acked(), 1u);
 }
 

@@ -22,8 +22,8 @@ constexpr Bytes kMB = 1'000'000;
 constexpr Bytes kMiB = Bytes{1} << 20;
 
 // A request from worker `sender` to server `receiver`; everything else defaulted.
-inline Request request(std::uint64_t id, std::uint32_t sender, std::uint32_t receiver,
-                       Bytes bytes, Version computed_on = 0) {
+inline Request request(std::uint64_t id, std::uint32_t sender, std::uint32_t receiver, Bytes bytes,
+                       Version computed_on = 0) {
   Request r;
   r.id = RequestId{id};
   r.job = JobId{1};

@@ -27,8 +27,7 @@ Scheduler make(std::optional<std::uint32_t> tau = std::nullopt, bool aggregators
   return s;
 }
 
-void submit_workers(Scheduler& s, std::initializer_list<std::uint32_t> workers,
-                    TensorId tensor = TensorId{1}) {
+void submit_workers(Scheduler& s, std::initializer_list<std::uint32_t> workers, TensorId tensor = TensorId{1}) {
   for (const std::uint32_t w : workers) {
     Request r = request(w, w, kServer, kMB);
     r.tensor = tensor;

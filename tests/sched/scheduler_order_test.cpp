@@ -182,8 +182,7 @@ TEST(SchedulerOrder, RejectsMalformedRequestsWithAReason) {
   Scheduler s(config_10g());
   EXPECT_EQ(s.submit(request(1, 1, kServer, 0), at_us(0)), SubmitStatus::empty_request);
   EXPECT_EQ(s.submit(request(1, 7, 7, kMB), at_us(0)), SubmitStatus::sender_is_receiver);
-  EXPECT_EQ(s.submit(request(1, 1, kServer, kMB, 3), at_us(0)),
-            SubmitStatus::version_from_future);
+  EXPECT_EQ(s.submit(request(1, 1, kServer, kMB, 3), at_us(0)), SubmitStatus::version_from_future);
   EXPECT_EQ(s.submit(request(1, 1, kServer, kMB), at_us(0)), SubmitStatus::accepted);
   EXPECT_EQ(s.submit(request(1, 2, kServer, kMB), at_us(0)), SubmitStatus::duplicate_id);
   EXPECT_EQ(s.pending_parts(), 1u);

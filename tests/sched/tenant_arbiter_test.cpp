@@ -12,8 +12,7 @@ namespace {
 
 using testing::kMB;
 
-QueuedPart part(std::uint64_t request, Bytes length, std::uint32_t priority = 0,
-                std::uint32_t index = 0) {
+QueuedPart part(std::uint64_t request, Bytes length, std::uint32_t priority = 0, std::uint32_t index = 0) {
   return QueuedPart{priority, RequestId{request}, index, 1, Bytes{index} * length, length};
 }
 
@@ -35,8 +34,7 @@ TEST(TenantArbiter, WithinAJobLowerPriorityValueGoesFirstThenRequestIdThenPart) 
     order.emplace_back(to_int(h->part.request), h->part.index);
     a.pop(h->job);
   }
-  const std::vector<std::pair<std::uint64_t, std::uint32_t>> expected{
-      {2, 0}, {4, 0}, {4, 1}, {3, 0}, {1, 0}};
+  const std::vector<std::pair<std::uint64_t, std::uint32_t>> expected{{2, 0}, {4, 0}, {4, 1}, {3, 0}, {1, 0}};
   EXPECT_EQ(order, expected);
 }
 
@@ -44,7 +42,7 @@ TEST(TenantArbiter, ShortestRemainingJobFirst) {
   TenantArbiter a;
   for (std::uint64_t i = 0; i < 10; ++i) a.push(JobId{1}, part(100 + i, kMB));  // 10 MB
   a.push(JobId{2}, part(200, kMB));
-  a.push(JobId{2}, part(201, kMB));  // 2 MB
+  a.push(JobId{2}, part(201, kMB));      // 2 MB
   a.push(JobId{3}, part(300, 3 * kMB));  // 3 MB
   EXPECT_EQ(a.head()->job, JobId{2});
   EXPECT_EQ(a.remaining(JobId{1}), 10 * kMB);
@@ -71,7 +69,7 @@ TEST(TenantArbiter, TheJobThatDeclaresLessWorkLeftGoesFirst) {
 TEST(TenantArbiter, QueuedBytesCountWhenMoreThanDeclaredOrNothingDeclared) {
   TenantArbiter a;
   for (std::uint64_t i = 0; i < 5; ++i) a.push(JobId{1}, part(10 + i, kMB), 2 * kMB);  // declares less than it queued
-  a.push(JobId{2}, part(20, 3 * kMB));  // declares nothing
+  a.push(JobId{2}, part(20, 3 * kMB));                                                 // declares nothing
   EXPECT_EQ(a.remaining(JobId{1}), 5 * kMB);
   EXPECT_EQ(a.head()->job, JobId{2});
 }

@@ -289,7 +289,8 @@ TEST(SidecarRestart, ANewDaemonHoldsASurvivingServersSequenceUntilTheServerTakes
 TEST(SidecarRestart, ANewDaemonHoldsTheSequenceOfAServerOnAJobsOwnSegmentToo) {
   // Root attaches as the job (the door lets root have any job's segment); the job's user is
   // only the segment's nominal owner here.
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root: the door gives job 7's segment to its user or root; CI runs as root";
+  if (::geteuid() != 0)
+    GTEST_SKIP() << "needs root: the door gives job 7's segment to its user or root; CI runs as root";
   a_new_daemon_holds_a_surviving_servers_sequence(7, 61007);
 }
 

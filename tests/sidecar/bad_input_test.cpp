@@ -20,8 +20,14 @@ shm::AppEntry raw_submit(std::uint64_t request, std::uint32_t job) {
   e.op = shm::Op::submit;
   e.job = job;
   e.request = request;
-  e.body.submit = {.tensor = 1, .receiver = 9, .bytes = 4096, .region_offset = 0, .computed_on = 0,
-                   .gradient_norm = 1.0F, .priority = 0, .job_remaining = 0};
+  e.body.submit = {.tensor = 1,
+                   .receiver = 9,
+                   .bytes = 4096,
+                   .region_offset = 0,
+                   .computed_on = 0,
+                   .gradient_norm = 1.0F,
+                   .priority = 0,
+                   .job_remaining = 0};
   return e;
 }
 

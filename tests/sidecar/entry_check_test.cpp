@@ -17,8 +17,14 @@ shm::AppEntry submit_entry() {
   e.op = shm::Op::submit;
   e.job = 7;
   e.request = 1;
-  e.body.submit = {.tensor = 1, .receiver = 2, .bytes = 4096, .region_offset = 0, .computed_on = 0,
-                   .gradient_norm = 1.0F, .priority = 0, .job_remaining = 0};
+  e.body.submit = {.tensor = 1,
+                   .receiver = 2,
+                   .bytes = 4096,
+                   .region_offset = 0,
+                   .computed_on = 0,
+                   .gradient_norm = 1.0F,
+                   .priority = 0,
+                   .job_remaining = 0};
   return e;
 }
 

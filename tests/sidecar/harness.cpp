@@ -52,8 +52,13 @@ AttachOptions test_attach(const std::string& shm_name, std::uint32_t job) {
 }
 
 Update small_update(std::uint32_t tensor) {
-  return Update{.tensor = tensor, .receiver = 9, .bytes = 4096, .region_offset = 0, .computed_on = 0,
-                .gradient_norm = 1.0F, .priority = 0};
+  return Update{.tensor = tensor,
+                .receiver = 9,
+                .bytes = 4096,
+                .region_offset = 0,
+                .computed_on = 0,
+                .gradient_norm = 1.0F,
+                .priority = 0};
 }
 
 sched::SchedulerConfig no_replica() {

@@ -88,8 +88,8 @@ class Child {
 
   bool ready(std::chrono::milliseconds timeout);
   void go();
-  void kill_now();   // SIGKILL and reap
-  int terminate();   // SIGTERM, reap, and return the exit status (a daemon child stops cleanly)
+  void kill_now();  // SIGKILL and reap
+  int terminate();  // SIGTERM, reap, and return the exit status (a daemon child stops cleanly)
   // Waits for it to exit by itself and reaps it: its exit status, or -1 after `timeout`.
   int wait_exit(std::chrono::milliseconds timeout);
   pid_t pid() const noexcept { return pid_; }

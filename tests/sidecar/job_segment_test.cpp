@@ -59,7 +59,7 @@ DaemonConfig two_jobs_config(const std::string& shm) {
   return config;
 }
 
-#define REQUIRE_ROOT()                                                                                       \
+#define REQUIRE_ROOT() \
   if (::geteuid() != 0) GTEST_SKIP() << "needs root: it runs apps as two jobs' users (setuid); CI runs as root"
 
 TEST(JobSegments, AJobsSegmentBelongsToItsUserAndAnotherJobsUserCannotAttachReadOrWriteIt) {
@@ -146,7 +146,8 @@ TEST(JobSegments, AGradlanedThatDiedLeavesADoorTheNextOneTakes) {
   {
     UniqueFd left(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     ASSERT_TRUE(left);
-    ASSERT_EQ(::bind(left.get(), reinterpret_cast<const sockaddr*>(&door.address), door.length), 0) << std::strerror(errno);
+    ASSERT_EQ(::bind(left.get(), reinterpret_cast<const sockaddr*>(&door.address), door.length), 0)
+        << std::strerror(errno);
   }  // closed: the file stays, nobody listens
   ASSERT_EQ(::access(door.path(), F_OK), 0);
   {
@@ -189,7 +190,8 @@ std::string hand_attach(std::optional<shm::Segment> segment, std::uint32_t job) 
   shm::AppSlot& slot = *shm::slot_at(segment->base(), 0);
   const auto pid = static_cast<std::uint32_t>(::getpid());
   std::uint64_t expected = shm::claim_word(shm::SlotState::free, 0);
-  if (!slot.claim.compare_exchange_strong(expected, shm::claim_word(shm::SlotState::claiming, pid))) return "slot 0 taken";
+  if (!slot.claim.compare_exchange_strong(expected, shm::claim_word(shm::SlotState::claiming, pid)))
+    return "slot 0 taken";
   slot.owner_start_time = process_start_time(::getpid()).value_or(0);
   slot.job = job;
   slot.endpoint = 1;
@@ -233,7 +235,8 @@ TEST(JobSegments, TheDaemonServesAJobOnlyThroughItsOwnSegment) {
   EXPECT_EQ(hand_attach(job_segment(shm, 7), 8), "own_segment");
   EXPECT_EQ(hand_attach(job_segment(shm, 8), 1), "own_segment");
   EXPECT_EQ(hand_attach(job_segment(shm, 7), 7), "accepted");
-  EXPECT_EQ(hand_attach(shm::Segment::open(shm), 1), "accepted") << "a job without a segment of its own shares the daemon's";
+  EXPECT_EQ(hand_attach(shm::Segment::open(shm), 1), "accepted")
+      << "a job without a segment of its own shares the daemon's";
   EXPECT_EQ(driver.stats().rejected, 3U);
 }
 
@@ -252,8 +255,8 @@ TEST(JobSegments, AnAppTakesASegmentOrADoorOnlyOfItsOwnUsersOrRootsMaking) {
   ::shm_unlink(shm.c_str());
 
   const std::string door_shm = unique_shm_name();
-  Child squatter("app-as-user", {"--shm=" + door_shm, "--uid=" + std::to_string(kJob8User), "--job=5",
-                                 "--try=squat-door"});
+  Child squatter("app-as-user",
+                 {"--shm=" + door_shm, "--uid=" + std::to_string(kJob8User), "--job=5", "--try=squat-door"});
   ASSERT_TRUE(squatter.ready(10s));
   EXPECT_EQ(as_user(door_shm, kStranger, 5, "attach"), kUntrusted) << "asked a squatted door";
   // And gradlaned does not start behind it, saying why.

@@ -38,10 +38,10 @@ constexpr std::uint64_t kWindow = 1024;
 struct AppResult {
   std::map<std::uint64_t, int> answers;  // request id -> final answers seen (must end at 1 each)
   std::uint64_t submitted = 0;
-  std::uint64_t full_queue = 0;          // request() refused with resource_exhausted
+  std::uint64_t full_queue = 0;  // request() refused with resource_exhausted
   std::uint64_t go = 0, drop = 0, error = 0;
   std::uint64_t completed = 0;
-  std::vector<std::string> problems;     // anything that must not happen, in words
+  std::vector<std::string> problems;  // anything that must not happen, in words
 };
 
 class LoadApp {

@@ -1,7 +1,7 @@
 // A receiver's server app: the app that declares its slots (or takes its sequence over) speaks
-// for the receiver (its cancels: SidecarAppDeath.TheServerAppIsToldToSkipTheDeadSendersSequence). Apps of any job may attach from the same endpoint to send (jobs share a
-// host's NIC), but only the server app reports what was applied and is told cancels, and no
-// app of another job attaches as that receiver's server while it is there.
+// for the receiver (its cancels: SidecarAppDeath.TheServerAppIsToldToSkipTheDeadSendersSequence). Apps of any job may
+// attach from the same endpoint to send (jobs share a host's NIC), but only the server app reports what was applied and
+// is told cancels, and no app of another job attaches as that receiver's server while it is there.
 #include <gtest/gtest.h>
 
 #include <chrono>

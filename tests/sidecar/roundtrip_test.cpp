@@ -123,8 +123,13 @@ TEST(SidecarRoundTrip, SchedulerPolicyPartitionsGrantsAndTakesCompletions) {
   Client client = Client::attach(o);
 
   const std::uint64_t bytes = 10 << 20;
-  const std::uint64_t id = client.request(Update{.tensor = 1, .receiver = 9, .bytes = bytes, .region_offset = 0,
-                                                 .computed_on = 0, .gradient_norm = 2.0F, .priority = 0});
+  const std::uint64_t id = client.request(Update{.tensor = 1,
+                                                 .receiver = 9,
+                                                 .bytes = bytes,
+                                                 .region_offset = 0,
+                                                 .computed_on = 0,
+                                                 .gradient_norm = 2.0F,
+                                                 .priority = 0});
   std::uint64_t granted_bytes = 0;
   std::set<std::uint32_t> parts;
   std::uint64_t last_sequence = 0;

@@ -42,7 +42,8 @@ TEST(SharedCompletionQueue, EachConnectionGetsItsOwnArrivalsAndALeavingPeerFails
 
   // Idle: wait() sleeps its whole timeout and says nothing came.
   const auto idle_start = Clock::now();
-  while (cq.poll() > 0) {}
+  while (cq.poll() > 0) {
+  }
   EXPECT_FALSE(cq.wait(300ms));
   EXPECT_GE(Clock::now() - idle_start, 250ms) << "wait() returned early with nothing to report";
 
@@ -104,7 +105,8 @@ TEST(SharedReceiveQueue, BurstsFromManyConnectionsThroughSixteenSharedReceivesLo
   EXPECT_EQ(cq.receive_buffer_bytes(), 16u * (options.max_message_bytes + 12))
       << "no connection on a shared receive queue keeps receive buffers of its own";
 
-  for (std::size_t k = 0; k < kPeers; ++k) send_text(conns[k], "burst " + std::to_string(kBurst) + " 2 " + std::to_string(1000 * (k + 1)));
+  for (std::size_t k = 0; k < kPeers; ++k)
+    send_text(conns[k], "burst " + std::to_string(kBurst) + " 2 " + std::to_string(1000 * (k + 1)));
   // Nobody reposts for a second: the 16 shared buffers fill and the peers' next writes are
   // refused "receiver not ready" and retried, until the loop below takes them.
   std::this_thread::sleep_for(1s);
@@ -126,9 +128,10 @@ TEST(SharedReceiveQueue, BurstsFromManyConnectionsThroughSixteenSharedReceivesLo
     }
   }
   // Each refusal costs its sender the receiver-not-ready delay (0.64 ms; 655 ms before it was set).
-  std::printf("  [measured] %zu doorbells and %zu messages taken %lld ms after the loop began to repost\n",
-              kPeers * kBurst, kPeers * (kBurst + 1),
-              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - draining).count()));
+  std::printf(
+      "  [measured] %zu doorbells and %zu messages taken %lld ms after the loop began to repost\n", kPeers * kBurst,
+      kPeers * (kBurst + 1),
+      static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - draining).count()));
   for (std::size_t k = 0; k < kPeers; ++k) {
     const std::uint32_t tag = static_cast<std::uint32_t>(1000 * (k + 1));
     ASSERT_EQ(bells[k].size(), kBurst) << "peer " << k;

@@ -36,7 +36,8 @@ TEST_P(WriteSizes, WriteArrivesByteForByte) {
   // Offset 7 in the target: unaligned placement must work too.
   const std::size_t offset = 7;
   conn->wait(conn->write(mr, 0, peer_region, offset, size, Signal::always), 60s);
-  EXPECT_EQ(command("verify " + std::to_string(offset) + " " + std::to_string(size) + " " + std::to_string(size)), "ok");
+  EXPECT_EQ(command("verify " + std::to_string(offset) + " " + std::to_string(size) + " " + std::to_string(size)),
+            "ok");
   stop_peer();
 }
 

@@ -54,8 +54,8 @@ void PeerTest::SetUp() { device.emplace(Device::open(selector_from_env())); }
 
 void PeerTest::start_peer(std::size_t region_bytes, const TransportOptions& options) {
   listener.emplace(*device, 0, options);
-  peer.emplace(std::vector<std::string>{listener->address(), std::to_string(listener->port()),
-                                        std::to_string(region_bytes)});
+  peer.emplace(
+      std::vector<std::string>{listener->address(), std::to_string(listener->port()), std::to_string(region_bytes)});
   conn.emplace(listener->accept(30s));
   peer_region = conn->wait_region(1, 30s);
   ASSERT_EQ(peer_region.length, region_bytes);

@@ -243,7 +243,8 @@ TEST_F(MemoryWindowTest, MisuseIsRefusedBeforePosting) {
   EXPECT_EQ(code_of([&] { data.bind_window(window, plain, 0, kSlot, Access::remote_write); }), Errc::invalid_argument);
   EXPECT_EQ(code_of([&] { data.bind_window(window, slots[0], kSlot - 8, 16, Access::remote_write); }),
             Errc::out_of_range);
-  EXPECT_EQ(code_of([&] { data.bind_window(window, slots[0], 0, kSlot, Access::local_write); }), Errc::invalid_argument);
+  EXPECT_EQ(code_of([&] { data.bind_window(window, slots[0], 0, kSlot, Access::local_write); }),
+            Errc::invalid_argument);
   // rxe would let a window over half a slot reach the whole slot: refused, not half-enforced.
   EXPECT_EQ(code_of([&] { data.bind_window(window, slots[0], 0, kSlot / 2, Access::remote_write); }),
             Errc::unsupported);
@@ -260,7 +261,8 @@ TEST_F(MemoryWindowTest, AWindowKeepsItsRegionRegistered) {
   // registration (verbs would refuse to deregister it) and the pages, so the grant still works.
   auto [data, window] = grantee();
   const RegionDescriptor slot = grant(data, window, 2);
-  slots[2] = MemoryRegion::register_slice(*device, *ring_memory, 3 * kSlot, kSlot, Access::local_write | Access::windows);
+  slots[2] =
+      MemoryRegion::register_slice(*device, *ring_memory, 3 * kSlot, kSlot, Access::local_write | Access::windows);
   expect_lands(1, slot, kSlot, 80, 2 * kSlot);
   stop_peer();
 }

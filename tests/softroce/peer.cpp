@@ -98,9 +98,11 @@ struct Peer {
       if (slots == 0 || slot * slots > buffer.size()) return "bad doorbells arguments";
       for (std::uint64_t i = 0; i < n; ++i) {
         const Doorbell d = c.wait_doorbell(std::chrono::seconds(30));
-        if (d.imm != static_cast<std::uint32_t>(i)) return "doorbell " + std::to_string(i) + " carried imm " + std::to_string(d.imm);
+        if (d.imm != static_cast<std::uint32_t>(i))
+          return "doorbell " + std::to_string(i) + " carried imm " + std::to_string(d.imm);
         std::span<const std::byte> payload(buffer.data() + (i % slots) * slot, slot);
-        if (auto bad = check_pattern(payload, i)) return "payload of doorbell " + std::to_string(i) + " not in place: " + *bad;
+        if (auto bad = check_pattern(payload, i))
+          return "payload of doorbell " + std::to_string(i) + " not in place: " + *bad;
         if ((i + 1) % slots == 0) reply(c, "credit");
       }
       return "ok " + std::to_string(n);
@@ -297,7 +299,9 @@ int peer_main(int argc, char** argv) {
     return half_open_scenario(argv[3], static_cast<std::uint16_t>(std::atoi(argv[4])));
   }
   if (argc != 5) {
-    std::fprintf(stderr, "usage: %s --peer ADDRESS PORT REGION_BYTES | --peer memlock | --peer half-open ADDRESS PORT\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s --peer ADDRESS PORT REGION_BYTES | --peer memlock | --peer half-open ADDRESS PORT\n",
+                 argv[0]);
     return 2;
   }
   try {

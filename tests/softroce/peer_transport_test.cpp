@@ -94,7 +94,8 @@ TEST(PeerTransport, APeerSidecarThatComesBackIsAdmittedOnANewLink) {
   // --peer does. take_joined() admits it without blocking the loop, on a new index.
   const Device device = Device::open(selector_from_env());
   constexpr std::uint16_t kPort = 7697;
-  std::optional<PeerProcess> peer(std::in_place, std::vector<std::string>{softroce_env().address, std::to_string(kPort), "4096"});
+  std::optional<PeerProcess> peer(std::in_place,
+                                  std::vector<std::string>{softroce_env().address, std::to_string(kPort), "4096"});
   peer::RdmaPeerTransport transport(device, kPort, {}, /*expect_inbound=*/1, 60s, test_options());
   ASSERT_EQ(transport.peer_count(), 1u);
   const auto reply_from = [&](peer::PeerIndex index, std::chrono::seconds limit) -> std::string {

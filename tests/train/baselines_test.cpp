@@ -63,7 +63,8 @@ TEST(Baselines, ModesParseAndPrint) {
     parse_mode("hogwild");
     FAIL() << "an unknown mode must throw";
   } catch (const std::invalid_argument& e) {
-    for (const char* name : {"fifo-sa", "backup", "ssp"}) EXPECT_NE(std::string(e.what()).find(name), std::string::npos);
+    for (const char* name : {"fifo-sa", "backup", "ssp"})
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos);
   }
   ClusterParams c = busy(Mode::backup);
   c.backup_workers = c.workers;

@@ -118,8 +118,8 @@ TEST(NetworkModel, ABandwidthChangeMidTransferMovesItsEnd) {
   c.worker_gbps = 10.0;
   c.server_gbps = 100.0;
   c.stragglers = 0;
-  c.spread = 4.0;        // egress 1/4..1 of 10 Gb/s: 1 MiB takes 0.84..3.4 ms
-  c.change_ms = 1.5;     // every worker redrawn at 1.5 ms (and 3 ms, after the push ended)
+  c.spread = 4.0;     // egress 1/4..1 of 10 Gb/s: 1 MiB takes 0.84..3.4 ms
+  c.change_ms = 1.5;  // every worker redrawn at 1.5 ms (and 3 ms, after the push ended)
   c.change_fraction = 1.0;
   constexpr double kBefore = 0.5, kProbe = 0.1;  // ms of the push before the change; probe after
   const auto carried_by = [&](double ms) {

@@ -235,7 +235,8 @@ TEST(TrainingSimulation, StopAfterSustainedEndsWhereTheCrossingIsConfirmed) {
   t.stop_after_sustained = 2;
   const TrainResult stopped = train_in_simulation(overloaded(Mode::gradlane, 3), t, model, data, eval);
   ASSERT_EQ(stopped.curve.size(), confirmed + 1);
-  for (std::size_t i = 0; i < stopped.curve.size(); ++i) EXPECT_EQ(stopped.curve[i].accuracy, full.curve[i].accuracy) << i;
+  for (std::size_t i = 0; i < stopped.curve.size(); ++i)
+    EXPECT_EQ(stopped.curve[i].accuracy, full.curve[i].accuracy) << i;
 }
 
 // The CI simulator run: 100 workers on the real Fashion-MNIST for 300 simulated ms (a few
@@ -245,7 +246,8 @@ TEST(TrainingSimulation, ShortFashionMnistRunLearnsInEveryMode) {
   const train::Dataset train_set = data.train.slice(0, 50'000);
   const train::Dataset eval_set = data.test.slice(0, 2'000);
   const train::Model model(train::ModelSpec{});
-  for (const auto& [mode, lr] : {std::pair{Mode::gradlane, 0.005F}, {Mode::fifo, 0.005F}, {Mode::sync, 0.5F}, {Mode::ring, 0.5F}}) {
+  for (const auto& [mode, lr] :
+       {std::pair{Mode::gradlane, 0.005F}, {Mode::fifo, 0.005F}, {Mode::sync, 0.5F}, {Mode::ring, 0.5F}}) {
     ClusterParams c;
     c.mode = mode;
     c.workers = 100;

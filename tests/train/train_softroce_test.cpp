@@ -55,8 +55,8 @@ std::vector<Push> read_pushes(const std::string& path) {
     Push p;
     char comma = 0;
     int dropped = 0, lost = 0;
-    row >> p.step >> comma >> p.computed_on >> comma >> p.sequence >> comma >> p.aggregate >> comma >> dropped >> comma >>
-        lost;
+    row >> p.step >> comma >> p.computed_on >> comma >> p.sequence >> comma >> p.aggregate >> comma >> dropped >>
+        comma >> lost;
     p.applied = dropped == 0 && lost == 0;
     pushes.push_back(p);
   }
@@ -89,16 +89,19 @@ class TrainingRun : public ::testing::Test {
     std::filesystem::remove_all(out_);
     std::filesystem::create_directories(out_);
     const std::string train = GRADLANE_TRAIN, daemon = GRADLANE_GRADLANED;
-    const std::vector<std::string> common = {"--mode", mode, "--workers", std::to_string(workers_), "--lr",
-                                             std::to_string(kLearningRate), "--seed", std::to_string(kSeed),
-                                             "--out", out_};
+    const std::vector<std::string> common = {"--mode",    mode,
+                                             "--workers", std::to_string(workers_),
+                                             "--lr",      std::to_string(kLearningRate),
+                                             "--seed",    std::to_string(kSeed),
+                                             "--out",     out_};
     const auto args = [&](std::vector<std::string> head, const std::vector<std::string>& tail) {
       head.insert(head.end(), common.begin(), common.end());  // after the role: they are its options
       head.insert(head.end(), tail.begin(), tail.end());
       return head;
     };
     if (with_aggregator) {
-      ExternalProcess shape({"/bin/sh", "-c", "tc qdisc replace dev h0-p root tbf rate 4mbit burst 32kb latency 400ms"});
+      ExternalProcess shape(
+          {"/bin/sh", "-c", "tc qdisc replace dev h0-p root tbf rate 4mbit burst 32kb latency 400ms"});
       ASSERT_EQ(shape.wait_exit(20s), std::optional<int>(0)) << "tc could not shape the server's link";
       shaped_ = true;
     }
@@ -107,17 +110,42 @@ class TrainingRun : public ::testing::Test {
     std::vector<std::unique_ptr<ExternalProcess>> sidecars;
     const bool gradlane = mode == "gradlane";
     if (gradlane) {
-      std::vector<std::string> a = {daemon, "--foreground", "--shm-name", "/gradlane-train-test-a", "--device",
-                                    hosts[0].device, "--endpoint", "0", "--listen-port", "7610", "--expect-peers", "1",
-                                    "--staleness-bound", "8", "--replica-bound", "8"};
-      std::vector<std::string> b = {daemon, "--foreground", "--shm-name", "/gradlane-train-test-b", "--device",
-                                    hosts[1].device, "--listen-port", "7611", "--peer", hosts[0].address + ":7610",
-                                    "--staleness-bound", "8", "--replica-bound", "8"};
+      std::vector<std::string> a = {daemon,
+                                    "--foreground",
+                                    "--shm-name",
+                                    "/gradlane-train-test-a",
+                                    "--device",
+                                    hosts[0].device,
+                                    "--endpoint",
+                                    "0",
+                                    "--listen-port",
+                                    "7610",
+                                    "--expect-peers",
+                                    "1",
+                                    "--staleness-bound",
+                                    "8",
+                                    "--replica-bound",
+                                    "8"};
+      std::vector<std::string> b = {daemon,
+                                    "--foreground",
+                                    "--shm-name",
+                                    "/gradlane-train-test-b",
+                                    "--device",
+                                    hosts[1].device,
+                                    "--listen-port",
+                                    "7611",
+                                    "--peer",
+                                    hosts[0].address + ":7610",
+                                    "--staleness-bound",
+                                    "8",
+                                    "--replica-bound",
+                                    "8"};
       for (std::uint32_t id = 1; id <= workers_; ++id) {
         (host_of(id) == 1 ? b : a).insert((host_of(id) == 1 ? b : a).end(), {"--endpoint", std::to_string(100 + id)});
       }
       if (with_aggregator) {
-        a.insert(a.end(), {"--endpoint", "4", "--aggregator", "1:4", "--link-rate", "0:in:4mbit", "--aggregate-eagerly"});
+        a.insert(a.end(),
+                 {"--endpoint", "4", "--aggregator", "1:4", "--link-rate", "0:in:4mbit", "--aggregate-eagerly"});
       }
       sidecars.push_back(std::make_unique<ExternalProcess>(a, out_ + "/gradlaned-a"));
       sidecars.push_back(std::make_unique<ExternalProcess>(b, out_ + "/gradlaned-b"));
@@ -136,13 +164,14 @@ class TrainingRun : public ::testing::Test {
     // aggregator: the workers push to the server, or to the aggregator when redirected.
     std::optional<ExternalProcess> aggregator;
     if (aggregate) {
-      aggregator.emplace(args({train, "aggregator"}, {"--device", hosts[2].device, "--port", "7822", "--id",
-                                                      aggregator_id, "--server", hosts[0].address + ":7820",
-                                                      "--replica", replica_at, "--group", std::to_string(kGroup)}),
+      aggregator.emplace(args({train, "aggregator"},
+                              {"--device", hosts[2].device, "--port", "7822", "--id", aggregator_id, "--server",
+                               hosts[0].address + ":7820", "--replica", replica_at, "--group", std::to_string(kGroup)}),
                          out_ + "/aggregator");
     } else if (with_aggregator) {
-      auto tail = std::vector<std::string>{"--device", hosts[2].device, "--port", "7822", "--id", aggregator_id,
-                                           "--server", hosts[0].address + ":7820", "--replica", replica_at};
+      auto tail = std::vector<std::string>{"--device",  hosts[2].device, "--port",   "7822",
+                                           "--id",      aggregator_id,   "--server", hosts[0].address + ":7820",
+                                           "--replica", replica_at};
       for (const auto& a : sidecar(2, 4)) tail.push_back(a);
       aggregator.emplace(args({train, "aggregator"}, tail), out_ + "/aggregator");
     }
@@ -150,17 +179,24 @@ class TrainingRun : public ::testing::Test {
     if (aggregate) replica_tail.insert(replica_tail.end(), {"--peers", "1"});
     if (with_aggregator) replica_tail.insert(replica_tail.end(), {"--peers", aggregator_id});
     ExternalProcess replica(args({train, "replica"}, replica_tail), out_ + "/replica");
-    auto server_tail = std::vector<std::string>{"--device", hosts[0].device, "--port", "7820", "--replica",
-                                                replica_at, "--snapshot-ms", "200", "--live-eval", "0"};
+    auto server_tail = std::vector<std::string>{"--device", hosts[0].device, "--port", "7820",        "--replica",
+                                                replica_at, "--snapshot-ms", "200",    "--live-eval", "0"};
     if (aggregator) server_tail.insert(server_tail.end(), {"--peers", aggregator_id});
     for (const auto& a : sidecar(0, 0)) server_tail.push_back(a);
     ExternalProcess server(args({train, "server"}, server_tail), out_ + "/server");
     std::vector<std::unique_ptr<ExternalProcess>> workers;
     for (std::uint32_t id = 1; id <= workers_; ++id) {
       const int host = host_of(id);
-      auto tail = std::vector<std::string>{"--device", hosts[static_cast<std::size_t>(host)].device, "--id",
-                                           std::to_string(id), "--server", hosts[0].address + ":7820",
-                                           "--steps", std::to_string(kSteps), "--server-endpoint", "0"};
+      auto tail = std::vector<std::string>{"--device",
+                                           hosts[static_cast<std::size_t>(host)].device,
+                                           "--id",
+                                           std::to_string(id),
+                                           "--server",
+                                           hosts[0].address + ":7820",
+                                           "--steps",
+                                           std::to_string(kSteps),
+                                           "--server-endpoint",
+                                           "0"};
       if (aggregate) {
         tail.insert(tail.end(), {"--aggregator", aggregator_at});
       } else {
@@ -168,7 +204,8 @@ class TrainingRun : public ::testing::Test {
       }
       if (with_aggregator) tail.insert(tail.end(), {"--aggregator", aggregator_at, "--aggregator-endpoint", "4"});
       for (const auto& a : sidecar(host, 100 + id)) tail.push_back(a);
-      workers.push_back(std::make_unique<ExternalProcess>(args({train, "worker"}, tail), out_ + "/worker" + std::to_string(id)));
+      workers.push_back(
+          std::make_unique<ExternalProcess>(args({train, "worker"}, tail), out_ + "/worker" + std::to_string(id)));
     }
     for (auto& w : workers) EXPECT_EQ(w->wait_exit(600s), std::optional<int>(0)) << "see " << out_ << "/worker*.err";
     if (aggregator) {
@@ -262,7 +299,8 @@ class TrainingRun : public ::testing::Test {
       for (const auto& p : pushes) {
         if (!p.applied) continue;
         ++applied_pushes;
-        ASSERT_TRUE(by_sequence.emplace(p.sequence, std::make_pair(id, p)).second) << "sequence " << p.sequence << " twice";
+        ASSERT_TRUE(by_sequence.emplace(p.sequence, std::make_pair(id, p)).second)
+            << "sequence " << p.sequence << " twice";
       }
     }
     ASSERT_EQ(order.size(), applied_pushes) << "every applied push is in the server's log, once";
@@ -307,7 +345,8 @@ class TrainingRun : public ::testing::Test {
     const auto order = server_order();
     EXPECT_EQ(summed, workers_ * kSteps) << "every gradient was summed into exactly one forwarded update";
     ASSERT_EQ(order.size(), members.size()) << "every forwarded update was applied, once";
-    ASSERT_LT(order.size(), workers_ * kSteps * 3 / 4) << "pairs, mostly: the server saw far fewer updates than gradients";
+    ASSERT_LT(order.size(), workers_ * kSteps * 3 / 4)
+        << "pairs, mostly: the server saw far fewer updates than gradients";
     Replay replay(model, data, workers_);
     std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<float>> gradients;  // (worker, step)
     std::vector<float> sum(model.parameters());
@@ -334,8 +373,8 @@ class TrainingRun : public ::testing::Test {
   void check_sidecar_aggregation() {
     const tr::Model model(tr::ModelSpec{});
     const auto data = tr::load_fashion_mnist();
-    std::map<std::uint64_t, std::pair<std::uint32_t, Push>> direct;               // by sequence
-    std::map<std::pair<std::uint32_t, std::uint64_t>, Push> redirected;           // by (worker, aggregate)
+    std::map<std::uint64_t, std::pair<std::uint32_t, Push>> direct;      // by sequence
+    std::map<std::pair<std::uint32_t, std::uint64_t>, Push> redirected;  // by (worker, aggregate)
     for (std::uint32_t id = 1; id <= workers_; ++id) {
       const auto pushes = read_pushes(out_ + "/worker" + std::to_string(id) + ".pushes.csv");
       ASSERT_EQ(pushes.size(), kSteps);

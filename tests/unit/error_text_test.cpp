@@ -8,7 +8,9 @@
 namespace gradlane::detail {
 namespace {
 
-bool contains(const Error& e, std::string_view s) { return std::string_view(e.what()).find(s) != std::string_view::npos; }
+bool contains(const Error& e, std::string_view s) {
+  return std::string_view(e.what()).find(s) != std::string_view::npos;
+}
 
 TEST(ErrorText, RemoteAccessNamesTheOperationAndTheLikelyCause) {
   const OpRecord op{IBV_WR_RDMA_WRITE, 4096, 0x7f0000002000ull, 0xabc};

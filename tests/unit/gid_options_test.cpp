@@ -24,7 +24,8 @@ TEST(Gid, Ipv4MappedAddressIsExtracted) {
 
 TEST(Gid, RxeTablePicksIndexOne) {
   // rxe: [0] fe80:: RoCE v2, [1] ::ffff:198.18.0.1 RoCE v2.
-  const std::vector<GidEntry> table{{0, GidType::roce_v2, link_local()}, {1, GidType::roce_v2, ipv4_gid(198, 18, 0, 1)}};
+  const std::vector<GidEntry> table{{0, GidType::roce_v2, link_local()},
+                                    {1, GidType::roce_v2, ipv4_gid(198, 18, 0, 1)}};
   EXPECT_EQ(detail::choose_gid_index(table, true), 1);
 }
 
@@ -38,14 +39,13 @@ TEST(Gid, Mlx5TablePrefersRoceV2OverV1) {
 }
 
 TEST(Gid, FallsBackToAnyRoceV2AndFailsWithoutOne) {
-  EXPECT_EQ(detail::choose_gid_index({{0, GidType::roce_v1, link_local()}, {4, GidType::roce_v2, link_local()}}, true), 4);
+  EXPECT_EQ(detail::choose_gid_index({{0, GidType::roce_v1, link_local()}, {4, GidType::roce_v2, link_local()}}, true),
+            4);
   EXPECT_EQ(detail::choose_gid_index({{0, GidType::roce_v1, ipv4_gid(1, 2, 3, 4)}}, true), std::nullopt);
   EXPECT_EQ(detail::choose_gid_index({}, true), std::nullopt);
 }
 
-TEST(Gid, InfinibandUsesIndexZero) {
-  EXPECT_EQ(detail::choose_gid_index({{0, GidType::ib, link_local()}}, false), 0);
-}
+TEST(Gid, InfinibandUsesIndexZero) { EXPECT_EQ(detail::choose_gid_index({{0, GidType::ib, link_local()}}, false), 0); }
 
 struct FakeEnv {
   std::map<std::string, std::string> vars;

@@ -50,10 +50,10 @@ TEST_F(RegistrationCacheTest, AccessRightsArePartOfTheKey) {
 }
 
 TEST_F(RegistrationCacheTest, InvalidateDropsEveryOverlappingEntryAndOnlyThose) {
-  cache.get(memory, 4096, Access::remote_write);            // [0, 4096)
-  cache.get(memory + 4096, 4096, Access::remote_write);     // [4096, 8192)
-  cache.get(memory + 8192, 4096, Access::remote_write);     // [8192, 12288)
-  cache.get(memory, 12288, Access::remote_read);            // [0, 12288)
+  cache.get(memory, 4096, Access::remote_write);         // [0, 4096)
+  cache.get(memory + 4096, 4096, Access::remote_write);  // [4096, 8192)
+  cache.get(memory + 8192, 4096, Access::remote_write);  // [8192, 12288)
+  cache.get(memory, 12288, Access::remote_read);         // [0, 12288)
   // Free [4000, 4200): touches the first, second and the big one, not the third.
   EXPECT_EQ(cache.invalidate(memory + 4000, 200), 3u);
   EXPECT_EQ(cache.size(), 1u);
@@ -84,7 +84,10 @@ TEST_F(RegistrationCacheTest, EmptyRangeAndFullCacheAreErrors) {
   EXPECT_THROW(cache.get(nullptr, 16, Access::local), Error);
   EXPECT_THROW(cache.get(memory, 0, Access::local), Error);
   BasicRegistrationCache<FakeRegistration> tiny(
-      [](void* a, std::size_t l, Access x) { return FakeRegistration{reinterpret_cast<std::uintptr_t>(a), l, x, 0}; }, 2);
+      [](void* a, std::size_t l, Access x) {
+        return FakeRegistration{reinterpret_cast<std::uintptr_t>(a), l, x, 0};
+      },
+      2);
   tiny.get(memory, 1, Access::local);
   tiny.get(memory, 2, Access::local);
   try {
@@ -97,9 +100,8 @@ TEST_F(RegistrationCacheTest, EmptyRangeAndFullCacheAreErrors) {
 }
 
 TEST_F(RegistrationCacheTest, RegistrarFailureLeavesNoEntry) {
-  BasicRegistrationCache<FakeRegistration> failing([](void*, std::size_t, Access) -> FakeRegistration {
-    throw Error(Errc::memlock_too_low, "pinning failed");
-  });
+  BasicRegistrationCache<FakeRegistration> failing(
+      [](void*, std::size_t, Access) -> FakeRegistration { throw Error(Errc::memlock_too_low, "pinning failed"); });
   EXPECT_THROW(failing.get(memory, 4096, Access::local), Error);
   EXPECT_EQ(failing.size(), 0u);
 }

@@ -250,8 +250,7 @@ TEST_F(KeyFile, IsRefusedWhenOthersCanReadItOrItIsNoKey) {
   EXPECT_NE(error_of({{"GRADLANE_JOB_KEY_FILE", path}}).find("longer than 32"), std::string::npos);
   EXPECT_NE(error_of({{"GRADLANE_JOB_KEY_FILE", path + "-missing"}}).find("No such file"), std::string::npos);
   write("s3cret", 0600);
-  EXPECT_NE(error_of({{"GRADLANE_JOB_KEY_FILE", path}, {"GRADLANE_JOB_KEY", "x"}}).find("keep one"),
-            std::string::npos);
+  EXPECT_NE(error_of({{"GRADLANE_JOB_KEY_FILE", path}, {"GRADLANE_JOB_KEY", "x"}}).find("keep one"), std::string::npos);
   // A link is not followed: the file checked is the file named.
   const std::string link = path + "-link";
   ::unlink(link.c_str());

@@ -54,7 +54,8 @@ PerfOptions parse_options(const ToolKind& kind, int argc, char** argv) {
   o.iterations = bw ? 5000 : 1000;
   o.tx_depth = bw ? 128 : 1;
 
-  CLI::App app{std::string(kind.title) + " over gradlane (the public API), in perftest's format.\n"
+  CLI::App app{std::string(kind.title) +
+               " over gradlane (the public API), in perftest's format.\n"
                "Server: run with no address. Client: run with the server's address."};
   app.get_formatter()->column_width(34);
   std::string device_name;
@@ -65,8 +66,9 @@ PerfOptions parse_options(const ToolKind& kind, int argc, char** argv) {
   std::string json_file;
   app.add_option("address", o.server_address, "server address (client mode); absent = server mode");
   app.add_option("-d,--ib-dev", device_name, "RDMA device (default: GRADLANE_DEVICE, else the only device)");
-  app.add_option("-x,--gid-index", gid_index, "GID index: its IPv4 address is the source address "
-                                              "(default: GRADLANE_GID_INDEX, else the first RoCE v2 IPv4 GID)")
+  app.add_option("-x,--gid-index", gid_index,
+                 "GID index: its IPv4 address is the source address "
+                 "(default: GRADLANE_GID_INDEX, else the first RoCE v2 IPv4 GID)")
       ->check(CLI::Range(0, 255));
   app.add_option("-i,--ib-port", ib_port, "device port")->check(CLI::Range(1, 255));
   app.add_option("-p,--port", o.port, "rdma_cm port to listen on / connect to")->check(CLI::Range(1, 65535));
@@ -78,8 +80,9 @@ PerfOptions parse_options(const ToolKind& kind, int argc, char** argv) {
                         ->check(CLI::Range(kMinIterations, std::uint64_t{100'000'000}));
   app.add_option("-q,--qp", o.qps, "number of QPs (connections)")->check(CLI::Range(1, 16));
   app.add_option("-t,--tx-depth", o.tx_depth, "operations in flight per QP")->check(CLI::Range(1, 8192));
-  auto* cq_opt = app.add_option("-Q,--cq-mod", cq_mod, "signal one completion every N operations "
-                                                       "(default as perftest: 100, or 1 above 8 KiB)")
+  auto* cq_opt = app.add_option("-Q,--cq-mod", cq_mod,
+                                "signal one completion every N operations "
+                                "(default as perftest: 100, or 1 above 8 KiB)")
                      ->check(CLI::Range(1, 1024));
   auto* inline_opt = app.add_option("-I,--inline_size", inline_size,
                                     "inline payloads up to this size (default: GRADLANE_MAX_INLINE, 64)")

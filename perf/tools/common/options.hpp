@@ -24,7 +24,8 @@ struct ToolKind {
   const char* test;   // the JSON / protocol name, "write_bw"
 };
 
-inline constexpr ToolKind kWriteBw{Verb::write, Measure::bandwidth, "gradlane_write_bw", "RDMA_Write BW Test", "write_bw"};
+inline constexpr ToolKind kWriteBw{Verb::write, Measure::bandwidth, "gradlane_write_bw", "RDMA_Write BW Test",
+                                   "write_bw"};
 inline constexpr ToolKind kReadBw{Verb::read, Measure::bandwidth, "gradlane_read_bw", "RDMA_Read BW Test", "read_bw"};
 inline constexpr ToolKind kWriteLat{Verb::write, Measure::latency, "gradlane_write_lat", "RDMA_Write Latency Test",
                                     "write_lat"};
@@ -40,20 +41,20 @@ inline constexpr std::size_t kCqModSizeLimit = 8192;  // above this perftest sig
 
 struct PerfOptions {
   ToolKind kind = kWriteBw;
-  DeviceSelector device;             // -d, -x, -i (GRADLANE_DEVICE / GRADLANE_GID_INDEX if absent)
-  std::string server_address;        // positional; empty = this process is the server
-  std::uint16_t port = kDefaultPort; // -p
-  std::size_t size = 0;              // -s
-  bool all_sizes = false;            // -a
-  std::uint64_t iterations = 0;      // -n
-  int qps = 1;                       // -q
-  int tx_depth = 0;                  // -t
-  std::optional<int> cq_mod;         // -Q (perftest's default rule when absent)
-  std::optional<int> inline_size;    // -I (the library's max_inline when absent)
-  bool report_gbits = false;         // --report_gbits
+  DeviceSelector device;                 // -d, -x, -i (GRADLANE_DEVICE / GRADLANE_GID_INDEX if absent)
+  std::string server_address;            // positional; empty = this process is the server
+  std::uint16_t port = kDefaultPort;     // -p
+  std::size_t size = 0;                  // -s
+  bool all_sizes = false;                // -a
+  std::uint64_t iterations = 0;          // -n
+  int qps = 1;                           // -q
+  int tx_depth = 0;                      // -t
+  std::optional<int> cq_mod;             // -Q (perftest's default rule when absent)
+  std::optional<int> inline_size;        // -I (the library's max_inline when absent)
+  bool report_gbits = false;             // --report_gbits
   std::optional<std::string> json_file;  // --out_json / --out_json_file
-  int duration = 0;                  // -D seconds; 0 = run -n iterations
-  int timeout = 60;                  // --timeout seconds: bound on waiting for the peer
+  int duration = 0;                      // -D seconds; 0 = run -n iterations
+  int timeout = 60;                      // --timeout seconds: bound on waiting for the peer
 
   bool is_server() const { return server_address.empty(); }
   std::vector<std::size_t> sizes() const;

@@ -95,7 +95,8 @@ BwRow bw_row(const BwSample& sample, double ticks_per_usec, bool gbits) {
     double best = std::numeric_limits<double>::infinity();
     for (std::size_t i = 0; i < n; i += stride) {
       for (std::size_t j = i; j < n; ++j) {
-        const double per_op = static_cast<double>(sample.completed[j] - sample.posted[i]) / static_cast<double>(j - i + 1);
+        const double per_op =
+            static_cast<double>(sample.completed[j] - sample.posted[i]) / static_cast<double>(j - i + 1);
         best = std::min(best, per_op);
       }
     }
@@ -168,9 +169,10 @@ std::string lat_title() {
 }
 
 std::string lat_line(const LatRow& r) {
-  return cformat(" %-7lu %lu          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f \t\t%-7.2f\n",
-                 static_cast<unsigned long>(r.bytes), static_cast<unsigned long>(r.iterations), r.t_min, r.t_max,
-                 r.t_typical, r.t_avg, r.t_stdev, r.p99, r.p999);
+  return cformat(
+      " %-7lu %lu          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f \t\t%-7.2f\n",
+      static_cast<unsigned long>(r.bytes), static_cast<unsigned long>(r.iterations), r.t_min, r.t_max, r.t_typical,
+      r.t_avg, r.t_stdev, r.p99, r.p999);
 }
 
 std::optional<LatRow> parse_lat_line(const std::string& line) {
@@ -229,15 +231,15 @@ nlohmann::json test_info_json(const HeaderFacts& f) {
 }
 
 nlohmann::json to_json(const BwRow& r, bool gbits) {
-  return {{"MsgSize", r.bytes},      {"n_iterations", r.iterations},       {"bw_peak", r.peak},
-          {"bw_avg", r.average},     {"msgRate_avg", r.msg_rate_mpps},     {"bw_unit", gbits ? "Gb/sec" : "MB/sec"},
+  return {{"MsgSize", r.bytes},           {"n_iterations", r.iterations},   {"bw_peak", r.peak},
+          {"bw_avg", r.average},          {"msgRate_avg", r.msg_rate_mpps}, {"bw_unit", gbits ? "Gb/sec" : "MB/sec"},
           {"bw_avg_wall", r.wall_average}};
 }
 
 nlohmann::json to_json(const LatRow& r) {
-  return {{"MsgSize", r.bytes}, {"n_iterations", r.iterations}, {"t_min", r.t_min},
-          {"t_max", r.t_max},   {"t_typical", r.t_typical},     {"t_avg", r.t_avg},
-          {"t_stdev", r.t_stdev}, {"percentile_99", r.p99},     {"percentile_99.9", r.p999}};
+  return {{"MsgSize", r.bytes},   {"n_iterations", r.iterations}, {"t_min", r.t_min},
+          {"t_max", r.t_max},     {"t_typical", r.t_typical},     {"t_avg", r.t_avg},
+          {"t_stdev", r.t_stdev}, {"percentile_99", r.p99},       {"percentile_99.9", r.p999}};
 }
 
 void write_json_file(const std::string& path, const nlohmann::json& document) {

@@ -26,7 +26,7 @@ struct HeaderFacts {
   const DeviceInfo* device = nullptr;
   int qps = 1;
   int tx_depth = 1;
-  int cq_mod = 0;          // 0 = varies with size (perftest's rule)
+  int cq_mod = 0;  // 0 = varies with size (perftest's rule)
   std::uint32_t inline_granted = 0;
   int outstanding_reads = 0;
   std::string connection;  // Connection::describe()
@@ -52,7 +52,7 @@ struct BwRow {
   std::uint64_t iterations = 0;
   double peak = 0, average = 0;  // in the report unit
   double msg_rate_mpps = 0;
-  double wall_average = 0;       // bytes / wall time, report unit
+  double wall_average = 0;  // bytes / wall time, report unit
 };
 // BW average = bytes × operations / (last completion − first post); peak = the best
 // (completions j − i + 1) / (completed[j] − posted[i]) window, as perftest's print_report_bw.

@@ -65,19 +65,24 @@ RunPlan RunPlan::from_hello(const std::string& line) {
   RunPlan plan;
   in >> word >> version >> plan.test;
   if (word != "hello" || version != kProtocolVersion || plan.test.empty()) {
-    throw Error(Errc::protocol, fmt::format("expected 'hello {} <test> ...' from the client, got '{}'",
-                                            kProtocolVersion, line));
+    throw Error(Errc::protocol,
+                fmt::format("expected 'hello {} <test> ...' from the client, got '{}'", kProtocolVersion, line));
   }
   while (in >> word) {
     const auto eq = word.find('=');
     if (eq == std::string::npos) throw Error(Errc::protocol, "malformed hello field '" + word + "'");
     const std::string key = word.substr(0, eq), value = word.substr(eq + 1);
     try {
-      if (key == "qps") plan.qps = std::stoi(value);
-      else if (key == "iters") plan.iterations = std::stoull(value);
-      else if (key == "duration") plan.duration = std::stoi(value);
-      else if (key == "tx") plan.tx_depth = std::stoi(value);
-      else if (key == "cqmod") plan.cq_mod = std::stoi(value);
+      if (key == "qps")
+        plan.qps = std::stoi(value);
+      else if (key == "iters")
+        plan.iterations = std::stoull(value);
+      else if (key == "duration")
+        plan.duration = std::stoi(value);
+      else if (key == "tx")
+        plan.tx_depth = std::stoi(value);
+      else if (key == "cqmod")
+        plan.cq_mod = std::stoi(value);
       else if (key == "sizes") {
         std::istringstream list(value);
         for (std::string item; std::getline(list, item, ',');) plan.sizes.push_back(std::stoull(item));
@@ -111,7 +116,8 @@ Session Session::establish(const PerfOptions& o) {
       s.plan_ = RunPlan::from_hello(hello);
       if (s.plan_.test != o.kind.test) {
         throw Error(Errc::protocol, fmt::format("the client runs {} but this server is {}: start the same tool on "
-                                                "both sides", s.plan_.test, o.kind.name));
+                                                "both sides",
+                                                s.plan_.test, o.kind.name));
       }
     } catch (const Error& e) {
       s.send_line(std::string("error ") + e.what());
@@ -128,7 +134,8 @@ Session Session::establish(const PerfOptions& o) {
     s.plan_.sizes = o.sizes();
     s.connections_.push_back(connect_with_retry(s.device_, o, transport, timeout));
     s.send_line(s.plan_.to_hello());
-    for (int q = 1; q < s.plan_.qps; ++q) s.connections_.push_back(connect_with_retry(s.device_, o, transport, timeout));
+    for (int q = 1; q < s.plan_.qps; ++q)
+      s.connections_.push_back(connect_with_retry(s.device_, o, transport, timeout));
   }
   return s;
 }

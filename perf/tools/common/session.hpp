@@ -93,7 +93,7 @@ class Session {
   std::optional<Listener> listener_;
   std::vector<Connection> connections_;
   RunPlan plan_;
-  std::deque<Buffer> buffers_;  // deques: references handed out stay valid
+  std::deque<Buffer> buffers_;        // deques: references handed out stay valid
   std::deque<MemoryRegion> regions_;  // after buffers_: deregistered before unmapped
   bool finished_ = false;
 };

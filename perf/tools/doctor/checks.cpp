@@ -25,7 +25,9 @@ std::string human_bytes(std::uint64_t b) {
   return fmt::format("{} KiB", b >> 10);
 }
 
-struct DeviceListFree { void operator()(ibv_device** l) const noexcept { ibv_free_device_list(l); } };
+struct DeviceListFree {
+  void operator()(ibv_device** l) const noexcept { ibv_free_device_list(l); }
+};
 
 // One GID entry as a person reads it.
 struct GidRow {
@@ -91,8 +93,8 @@ void check_memlock(const DoctorOptions& o, Report& report) {
                                            now, human_bytes(o.pin))
                              : fmt::format("RLIMIT_MEMLOCK {} (enough to pin {})", now, human_bytes(o.pin)));
   } catch (const Error& e) {
-    report.add(Status::fail, "memlock", fmt::format("RLIMIT_MEMLOCK is {}: too small to pin {}", now, human_bytes(o.pin)),
-               e.what());
+    report.add(Status::fail, "memlock",
+               fmt::format("RLIMIT_MEMLOCK is {}: too small to pin {}", now, human_bytes(o.pin)), e.what());
   }
 }
 
@@ -123,7 +125,8 @@ void check_gids(const DoctorOptions& o, const Device& device, Report& report) {
     }
   }
   if (chosen == nullptr) {
-    report.add(Status::fail, "GID", fmt::format("GID index {} is not in {}'s table:{}", info.gid_index, info.name, table),
+    report.add(Status::fail, "GID",
+               fmt::format("GID index {} is not in {}'s table:{}", info.gid_index, info.name, table),
                "pick an index from the table with -x (GRADLANE_GID_INDEX)");
     return;
   }
@@ -209,7 +212,7 @@ std::optional<Device> check_local(const DoctorOptions& o, Report& report) {
     device = Device::open(o.device);
   } catch (const Error& e) {
     report.add(Status::fail, "device", e.what(),
-               e.code() == Errc::device_not_found ? "name one of the devices above with -d (GRADLANE_DEVICE)"
+               e.code() == Errc::device_not_found  ? "name one of the devices above with -d (GRADLANE_DEVICE)"
                : e.code() == Errc::port_not_active ? "bring the link up; `rdma link show` shows the port state"
                                                    : "see the message above");
   }

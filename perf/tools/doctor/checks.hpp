@@ -40,10 +40,10 @@ class Report {
 
 struct DoctorOptions {
   DeviceSelector device;
-  std::string peer;           // client mode: the doctor server's address
+  std::string peer;  // client mode: the doctor server's address
   std::uint16_t port = 18515;
-  int timeout = 60;           // seconds
-  std::uint64_t bytes = 4096; // per write in the exchange
+  int timeout = 60;                 // seconds
+  std::uint64_t bytes = 4096;       // per write in the exchange
   std::uint64_t pin = 64ull << 20;  // memory a job is expected to pin (memlock check)
   std::optional<std::string> json_file;
 };

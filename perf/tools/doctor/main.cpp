@@ -31,9 +31,10 @@ std::optional<std::string> env(const char* name) {
 int main(int argc, char** argv) {
   using namespace gradlane::doctor;
   DoctorOptions o;
-  CLI::App app{"gradlane_doctor: checks the RDMA device, GID, memlock and rdma_cm, then a verified RDMA WRITE "
-               "each way with a peer running gradlane_doctor. Run it with no address on one host, with that "
-               "host's address on the other."};
+  CLI::App app{
+      "gradlane_doctor: checks the RDMA device, GID, memlock and rdma_cm, then a verified RDMA WRITE "
+      "each way with a peer running gradlane_doctor. Run it with no address on one host, with that "
+      "host's address on the other."};
   std::string device_name;
   int gid_index = -1, ib_port = 1;
   bool local_only = false;

@@ -44,9 +44,10 @@ std::string receive_text(Connection& c, Millis timeout) {
 std::string connect_fix(Errc code, const DoctorOptions& o, const DeviceInfo& info) {
   switch (code) {
     case Errc::address_unresolved:
-      return fmt::format("{} is not reachable from {} ({}): check the address, and that the peer's address is on the "
-                         "RDMA network (not its management interface)",
-                         o.peer, info.name, info.ipv4_address);
+      return fmt::format(
+          "{} is not reachable from {} ({}): check the address, and that the peer's address is on the "
+          "RDMA network (not its management interface)",
+          o.peer, info.name, info.ipv4_address);
     case Errc::route_unresolved:
       return fmt::format("no route from {} to {}: put both on one subnet or add a route over the RDMA interface",
                          info.ipv4_address, o.peer);
@@ -56,9 +57,10 @@ std::string connect_fix(Errc code, const DoctorOptions& o, const DeviceInfo& inf
     case Errc::invalid_argument:
       return "the address belongs to another RDMA device: select the device that owns the route (-d)";
     default:
-      return fmt::format("the peer did not answer: wrong address, peer down, or a firewall dropping RoCE v2 (UDP "
-                         "4791) between {} and {}",
-                         info.ipv4_address, o.peer);
+      return fmt::format(
+          "the peer did not answer: wrong address, peer down, or a firewall dropping RoCE v2 (UDP "
+          "4791) between {} and {}",
+          info.ipv4_address, o.peer);
   }
 }
 
