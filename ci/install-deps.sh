@@ -28,6 +28,8 @@ readonly BUILD_DEPS=(
 # fuzzer and sanitizer runtimes (libclang_rt.fuzzer-x86_64.a), which clang-14 does not pull in
 # without recommends.
 readonly FUZZ_DEPS=(clang libclang-rt-14-dev)
+# ci/check-format.sh: the C++ style of .clang-format.
+readonly FORMAT_DEPS=(clang-format)
 # Not rdma-core: it only carries udev rules and daemons, and Depends: udev pulls systemd in.
 # libibverbs1/librdmacm1 and the rxe provider come with ibverbs-providers and the utils.
 # xz-utils: ci/softroce.sh unpacks the kernel's vmlinux to boot it without SeaBIOS (3 s less).
@@ -73,9 +75,9 @@ main() {
     esac
   done
 
-  find_missing "${BUILD_DEPS[@]}" "${FUZZ_DEPS[@]}" "${HARNESS_DEPS[@]}"
+  find_missing "${BUILD_DEPS[@]}" "${FUZZ_DEPS[@]}" "${FORMAT_DEPS[@]}" "${HARNESS_DEPS[@]}"
   if ((${#MISSING[@]} == 0)); then
-    log "all $((${#BUILD_DEPS[@]} + ${#FUZZ_DEPS[@]} + ${#HARNESS_DEPS[@]})) packages already installed"
+    log "all $((${#BUILD_DEPS[@]} + ${#FUZZ_DEPS[@]} + ${#FORMAT_DEPS[@]} + ${#HARNESS_DEPS[@]})) packages already installed"
     return 0
   fi
   log "missing: ${MISSING[*]}"

@@ -6,13 +6,14 @@
 # the sidecar's tests under TSan (ci/sanitizers.sh ci, their own build directories), then the layering and
 # install checks, and the checkers of the experiment scripts (tests/examples); and the fault
 # list during training (examples/train-faults.sh: every fault injected into a running job on
-# fresh emulated hosts, one seed). The last ten lines are the summaries:
+# fresh emulated hosts, one seed). The last eleven lines are the summaries:
 #   faults: N passed, M failed          (passed = survived, as train_faults.py checks it)
 #   fuzz: N passed, M failed
 #   asan-unit: N passed, M failed
 #   asan-softroce: N passed, M failed
 #   tsan-sidecar: N passed, M failed
 #   layers: N passed, M failed
+#   format: N passed, M failed         (ci/check-format.sh: the style of .clang-format)
 #   scripts: N passed, M failed
 #   install: N passed, M failed
 #   unit: N passed, M failed
@@ -20,9 +21,9 @@
 # Exits non-zero if anything failed or if a suite did not run.
 #
 # ci/test.sh --quick: the developer's loop, ~10 min with a warm build: build, the unit suite,
-# the layer check, and a Soft-RoCE smoke (the push example, the parameter-server example,
-# two sidecars' granted slots, a failover), ending in three summaries (layers, unit,
-# softroce-smoke).
+# the layer and format checks, and a Soft-RoCE smoke (the push example, the parameter-server
+# example, two sidecars' granted slots, a failover), ending in four summaries (layers, format,
+# unit, softroce-smoke).
 set -euo pipefail
 
 QUICK=0
@@ -68,8 +69,9 @@ if ((QUICK)); then
   echo "=== softroce smoke (over rxe): $smoke_filter"
   SOFTROCE_OUT="$REPORTS/softroce" bash "$ROOT/ci/softroce.sh" --hosts 3 -- \
     sh "$ROOT/ci/softroce-suite.sh" --filter "$smoke_filter" "${smoke_bins[@]}" || true
-  layers_ok=0; unit_ok=0; smoke_ok=0
+  layers_ok=0; format_ok=0; unit_ok=0; smoke_ok=0
   python3 "$ROOT/ci/check-layers.py" "$ROOT" > "$REPORTS/layers.summary" || layers_ok=1
+  bash "$ROOT/ci/check-format.sh" "$ROOT" > "$REPORTS/format.summary" || format_ok=1
   # shellcheck disable=SC2046
   python3 "$ROOT/ci/gtest_summary.py" unit $(names "${unit_bins[@]}") -- "$REPORTS/unit" > "$REPORTS/unit.summary" || unit_ok=1
   # shellcheck disable=SC2046
@@ -77,8 +79,8 @@ if ((QUICK)); then
     > "$REPORTS/softroce.summary" || smoke_ok=1
   # Four tests, all four run: a filter that stopped matching must not pass as an empty smoke.
   grep -qE '^softroce-smoke: 4 passed, 0 failed$' "$REPORTS/softroce.summary" || smoke_ok=1
-  cat "$REPORTS/layers.summary" "$REPORTS/unit.summary" "$REPORTS/softroce.summary"
-  exit $(( layers_ok | unit_ok | smoke_ok ))
+  cat "$REPORTS/layers.summary" "$REPORTS/format.summary" "$REPORTS/unit.summary" "$REPORTS/softroce.summary"
+  exit $(( layers_ok | format_ok | unit_ok | smoke_ok ))
 fi
 
 echo "=== fuzz (libFuzzer, bounded): ci/fuzz.sh"
@@ -124,6 +126,8 @@ install_ok=0
 bash "$ROOT/ci/check-install.sh" "$BUILD" > "$REPORTS/install.summary" || install_ok=1
 layers_ok=0
 python3 "$ROOT/ci/check-layers.py" "$ROOT" > "$REPORTS/layers.summary" || layers_ok=1
+format_ok=0
+bash "$ROOT/ci/check-format.sh" "$ROOT" > "$REPORTS/format.summary" || format_ok=1
 # The result checkers the experiment scripts rely on (examples/*.py): each check shown to fail.
 scripts_ok=0
 python3 - "$ROOT/tests/examples" "$REPORTS/scripts.log" > "$REPORTS/scripts.summary" <<'PY' || scripts_ok=1
@@ -141,6 +145,7 @@ unit_ok=0; softroce_ok=0
 python3 "$ROOT/ci/gtest_summary.py" unit $(names "${unit_bins[@]}") -- "$REPORTS/unit" > "$REPORTS/unit.summary" || unit_ok=1
 # shellcheck disable=SC2046
 python3 "$ROOT/ci/gtest_summary.py" softroce $(names "${softroce_bins[@]}") -- "$REPORTS/softroce" > "$REPORTS/softroce.summary" || softroce_ok=1
-cat "$REPORTS/faults.summary" "$REPORTS/fuzz.summary" "$REPORTS/sanitizers.summary" "$REPORTS/layers.summary" "$REPORTS/scripts.summary" \
-    "$REPORTS/install.summary" "$REPORTS/unit.summary" "$REPORTS/softroce.summary"
-exit $(( faults_ok | fuzz_ok | san_ok | layers_ok | scripts_ok | install_ok | unit_ok | softroce_ok ))
+cat "$REPORTS/faults.summary" "$REPORTS/fuzz.summary" "$REPORTS/sanitizers.summary" "$REPORTS/layers.summary" \
+    "$REPORTS/format.summary" "$REPORTS/scripts.summary" "$REPORTS/install.summary" "$REPORTS/unit.summary" \
+    "$REPORTS/softroce.summary"
+exit $(( faults_ok | fuzz_ok | san_ok | layers_ok | format_ok | scripts_ok | install_ok | unit_ok | softroce_ok ))
