@@ -73,8 +73,9 @@ struct Worker::State {
   std::optional<Connection> aggregator;
   RegionDescriptor aggregator_slots;
   std::uint64_t failovers = 0;
-  std::uint64_t failovers_at_pull = 0;  // `failovers` when the last pull read its version
-  std::uint64_t bytes_copied = 0;       // Worker::bytes_copied()
+  std::uint64_t failovers_at_pull = 0;              // `failovers` when the last pull read its version
+  std::optional<Clock::time_point> failed_over_at;  // the last failover
+  std::uint64_t bytes_copied = 0;                   // Worker::bytes_copied()
 
   Connection& push_target() { return aggregator ? *aggregator : server; }
 
@@ -94,6 +95,7 @@ struct Worker::State {
       server_slots = replica_slots;
       server_shard = replica_shard;
       ++failovers;
+      failed_over_at = Clock::now();
       return true;
     }
     if (!server.failed() && replica && replica->failed()) {
@@ -703,7 +705,7 @@ struct Worker::State {
         (lost ? dropped.lost : dropped.dropped) = true;
         return dropped;
       }
-      case sidecar::GrantKind::error:
+      case sidecar::GrantKind::error: {
         // The sidecar restarted (or stalled past its heartbeat) with this request owed: the
         // push never happened, as after a lost peer — the caller pulls and goes on.
         if (g.reason == sidecar::Reason::sidecar_restarted) {
@@ -731,14 +733,19 @@ struct Worker::State {
         }
         // The model was pulled from a server that died since, which had applied updates its
         // replica had not yet when it was promoted (up to the replica bound): the version is
-        // ahead of the new server's. The push did not happen; the caller pulls the new
-        // server's model and goes on. Without a failover it is the application's error.
-        if (g.reason == sidecar::Reason::version_from_future && failovers != failovers_at_pull) {
+        // ahead of the new server's. Or it was pulled from the promoted replica while the
+        // sidecar still hands out the dead server's sequence (its Takeover on the way). Either
+        // way the push did not happen; the caller pulls the new server's model and goes on.
+        // Without a failover (for failover_patience after one) it is the application's error.
+        const bool failing_over = failed_over_at && Clock::now() - *failed_over_at < options.failover_patience;
+        if (g.reason == sidecar::Reason::version_from_future && (failovers != failovers_at_pull || failing_over)) {
+          if (failing_over) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the takeover's moment
           PushResult lost;
           lost.lost = true;
           return lost;
         }
         throw Error(Errc::protocol, fmt::format("the sidecar refused the push: {}", sidecar::reason_name(g.reason)));
+      }
       default:
         throw Error(Errc::protocol, fmt::format("the sidecar answered the push with '{}', which a ps::Worker does not "
                                                 "handle (an aggregate grant goes to a ps::Aggregator)",

@@ -48,7 +48,8 @@
 // peers forward the workers' requests there; the old owner drops what waited for the dead
 // server, Reason::receiver_moved, which a worker reports as a lost push). The sequence goes
 // on `slots` past the version the replica reached: every sequence the old owner may have
-// granted (at most B <= slots ahead of the replica's ack) is skipped, so a late write granted
+// granted (at most B ahead of the replica's ack, B = gradlaned's --replica-bound, which must
+// not exceed the shard's slots) is skipped, so a late write granted
 // by the old owner rings for a sequence already skipped and is refused, never applied as
 // another worker's update; the promoted server publishes where it starts (its shard header's
 // refuse_below) and a worker that failed over reads it after each write, so such a push
@@ -207,8 +208,10 @@ struct ServerStats {
 // What the server decided for one sequence number, in the order it applied them.
 struct AppliedUpdate {
   std::uint64_t sequence = 0;
-  std::uint32_t worker = 0;       // 0 for a hole
-  std::uint64_t tag = 0;          // the worker's tag (e.g. its step)
+  std::uint32_t worker = 0;  // 0 for a hole
+  // Direct mode: the worker's tag (e.g. its step). Sidecar mode: how many of that worker's
+  // updates arrived before this one (a doorbell carries no tag; a lost push does not count).
+  std::uint64_t tag = 0;
   std::uint64_t computed_on = 0;  // model version the gradient was computed on
   bool skipped = false;
 };
@@ -328,7 +331,8 @@ struct WorkerOptions {
   std::optional<sidecar::AttachOptions> sidecar;
   // Sidecar mode: how long pushes refused because no reachable sidecar owns the server's
   // sequence (receiver_unreachable, unknown_receiver: a failover under way) are reported lost
-  // before wait_push() throws that error.
+  // before wait_push() throws that error; and how long after this worker failed over a push
+  // refused as version_from_future (its sidecar has not heard of the takeover yet) is too.
   Millis failover_patience{5000};
   std::uint32_t server_endpoint = 0;
   std::uint32_t tensor = 0;

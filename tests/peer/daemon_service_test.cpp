@@ -277,4 +277,14 @@ TEST(GradlanedConfig, AMisspeltNameABadValueOrAMissingKeyIsRefusedNamingIt) {
   ::unlink(file.c_str());
 }
 
+// --standby names the job whose replica may take the sequence over: a bare endpoint is refused.
+TEST(GradlanedConfig, AStandbyWithoutItsJobIsRefusedSayingTheForm) {
+  auto [status, said] = check_config({"--insecure", "--standby", "0"}, "-s1");
+  EXPECT_EQ(status, 1);
+  EXPECT_NE(said.find("--standby '0': expected ENDPOINT:JOB"), std::string::npos) << said;
+  std::tie(status, said) = check_config({"--insecure", "--standby", "0:7"}, "-s2");
+  EXPECT_EQ(status, 0) << said;
+  EXPECT_NE(said.find("standby=\"0:7\""), std::string::npos) << said;
+}
+
 }  // namespace
