@@ -51,7 +51,7 @@ struct Config {
   std::uint64_t steps = 200;              // gradients each worker computes
   bool rejoin = false;                    // aggregator: restarted; the workers that lost it come back
   std::uint64_t first_step = 0;           // a restarted worker resumes here (steps first_step .. steps-1)
-  std::uint32_t rejoin_grace_s = 10;      // server, replica: after losing a worker, this long before
+  std::uint32_t rejoin_grace_s = 30;      // server, replica: after losing a worker, this long before
                                           // the job may end with none left (it may rejoin)
   std::uint32_t rejoin_within_s = 30;     // worker: a worker that lost server and replica (a link
                                           // down) rejoins the running job for this long (0: exits)
