@@ -69,6 +69,14 @@ NetworkModel parse_network_model(const std::string& name) {
   throw std::invalid_argument("unknown network model '" + name + "': use fair or exclusive");
 }
 
+const char* to_string(IngressSharing ingress) { return ingress == IngressSharing::packed ? "packed" : "exclusive"; }
+
+IngressSharing parse_ingress_sharing(const std::string& name) {
+  if (name == "packed") return IngressSharing::packed;
+  if (name == "exclusive") return IngressSharing::exclusive;
+  throw std::invalid_argument("unknown ingress sharing '" + name + "': use packed or exclusive");
+}
+
 double server_ingress_byte_utilisation(const ClusterParams& p, const ClusterStats& s, double elapsed_ms) {
   if (!(elapsed_ms > 0)) return 0.0;
   const double line_bytes = p.server_gbps * kGbps * p.servers * elapsed_ms / 1e3;
@@ -103,6 +111,7 @@ Cluster::Cluster(const ClusterParams& p, Observer* observer)
   if (const auto bad = p.validate()) throw std::invalid_argument(*bad);
   SchedulerConfig c;
   c.ordering = p.mode == Mode::gradlane ? Ordering::mlfabric : Ordering::fifo;
+  c.ingress = p.mode == Mode::gradlane && p.network == NetworkModel::fair ? p.ingress : IngressSharing::exclusive;
   c.grant_horizon = Nanos{static_cast<std::int64_t>(p.horizon_us * 1e3)};
   if (p.network == NetworkModel::fair && p.mode != Mode::gradlane) c.grant_horizon = kGrantAtOnce;
   c.replica_bound = p.replica_bound;

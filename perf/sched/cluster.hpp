@@ -30,7 +30,8 @@
 //  - A dropped update is never sent; its worker pulls and computes again at once.
 //  - The modes. fifo: a plain asynchronous parameter server (FIFO grants, every update
 //    applied on arrival, no drops, no aggregation). gradlane: the scheduling core's ordering
-//    (SJF, the staleness bound tau drops, aggregation, replica window).
+//    (SJF, the staleness bound tau drops, aggregation, replica window); over the fair network
+//    its grants pack the server's ingress (IngressSharing::packed) unless told exclusive.
 //    fifo-sa: staleness-aware asynchronous SGD (Zhang et al.): exactly fifo's traffic; only the
 //    training rule differs (the Observer divides each gradient's learning rate by its delay,
 //    Gradient::delay), so the cluster runs it as fifo.
@@ -97,6 +98,9 @@ enum class NetworkModel : std::uint8_t {
 const char* to_string(NetworkModel network);
 // "fair" or "exclusive"; throws std::invalid_argument naming the accepted ones.
 NetworkModel parse_network_model(const std::string& name);
+const char* to_string(IngressSharing ingress);
+// "packed" or "exclusive"; throws std::invalid_argument naming the accepted ones.
+IngressSharing parse_ingress_sharing(const std::string& name);
 
 struct ClusterParams {
   std::uint32_t workers = 1000;
@@ -119,10 +123,13 @@ struct ClusterParams {
   Mode mode = Mode::gradlane;
   NetworkModel network = NetworkModel::fair;
   std::optional<std::uint32_t> tau = 500;  // gradlane only
-  bool aggregation = true;                 // gradlane only
-  std::uint32_t backup_workers = 1;        // backup only: b, of `workers`; a step averages workers - b
-  std::uint64_t ssp_bound = 3;             // ssp only: s, the clock lead allowed over the slowest
-  double ring_hop_us = 5.0;                // ring only: the fixed cost of each of its 2(N-1) phases
+  // gradlane over the fair network only: how the scheduler shares a server's ingress between
+  // its grants (SchedulerConfig::ingress). The exclusive network serialises transfers anyway.
+  IngressSharing ingress = IngressSharing::packed;
+  bool aggregation = true;           // gradlane only
+  std::uint32_t backup_workers = 1;  // backup only: b, of `workers`; a step averages workers - b
+  std::uint64_t ssp_bound = 3;       // ssp only: s, the clock lead allowed over the slowest
+  double ring_hop_us = 5.0;          // ring only: the fixed cost of each of its 2(N-1) phases
 
   // A message naming the first unusable field, or nullopt.
   std::optional<std::string> validate() const;

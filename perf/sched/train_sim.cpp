@@ -74,6 +74,7 @@ int main(int argc, char** argv) try {
   c.straggler_slowdown = 10.0;
   sim::TrainParams t;
   std::string network = sim::to_string(c.network);
+  std::string ingress = sim::to_string(c.ingress);
   std::string mode = "gradlane", model_name = "softmax", eval = "test", data_dir = train::kDefaultFashionMnistDir;
   std::string json_path, csv_path;
   std::int64_t tau = -1;             // -1: default_tau(workers); 0: unbounded
@@ -100,6 +101,10 @@ int main(int argc, char** argv) try {
                  "fair: each NIC shared max-min fairly by the transfers crossing it; "
                  "exclusive: one transfer at a time per NIC direction")
       ->check(CLI::IsMember({"fair", "exclusive"}));
+  app.add_option("--ingress", ingress,
+                 "gradlane over the fair network: packed (grants share the server's ingress, each at the "
+                 "share of its line rate the sender can use) or exclusive (one grant at a time)")
+      ->check(CLI::IsMember({"packed", "exclusive"}));
   app.add_option("--workers", c.workers, "simulated workers")->check(CLI::Range(1u, 100000u));
   app.add_option("--compute-ms", c.compute_ms, "mean compute time per step")->check(CLI::PositiveNumber);
   app.add_option("--jitter", c.jitter, "compute time is uniform in mean*(1 +- jitter)")->check(CLI::Range(0.0, 0.99));
@@ -134,6 +139,7 @@ int main(int argc, char** argv) try {
 
   c.mode = sim::parse_mode(mode);
   c.network = sim::parse_network_model(network);
+  c.ingress = sim::parse_ingress_sharing(ingress);
   c.aggregation = !no_aggregation;
   if (tau < 0) tau = default_tau(c.workers);
   if (backup_workers < 0) backup_workers = default_backup_workers(c.workers);
@@ -159,9 +165,11 @@ int main(int argc, char** argv) try {
 
   const auto& s = r.stats;
   const double seconds = r.curve.back().t_ms / 1e3;
-  fmt::print("{} lr {} tau {} aggregation {} | {} workers, server {} Gb/s, {} B updates, {} network, seed {}\n", mode,
+  const bool packs = c.mode == sim::Mode::gradlane && c.network == sim::NetworkModel::fair;
+  fmt::print("{} lr {} tau {} aggregation {} | {} workers, server {} Gb/s, {} B updates, {} network{}, seed {}\n", mode,
              t.learning_rate, tau == 0 ? std::string("unbounded") : std::to_string(tau), c.aggregation ? "on" : "off",
-             c.workers, c.server_gbps, c.bytes, network, c.seed);
+             c.workers, c.server_gbps, c.bytes, network, packs ? fmt::format(" ({} ingress)", ingress) : std::string(),
+             c.seed);
   if (c.mode == sim::Mode::backup)
     fmt::print("  backup workers {}: steps {}, abandoned {}\n", c.backup_workers, s.steps, s.abandoned);
   if (c.mode == sim::Mode::ssp)
@@ -187,6 +195,7 @@ int main(int argc, char** argv) try {
     nlohmann::json j;
     j["config"] = {{"mode", mode},
                    {"network", network},
+                   {"ingress", ingress},
                    {"lr", t.learning_rate},
                    {"tau", tau},
                    {"aggregation", c.aggregation},

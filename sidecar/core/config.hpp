@@ -20,8 +20,20 @@ enum class Ordering : std::uint8_t {
   fifo,
 };
 
+// How a server's ingress is shared by the transfers granted to it.
+enum class IngressSharing : std::uint8_t {
+  // One transfer at a time (SlotBook), each at the path's rate, as the design brief asks. A
+  // server whose NIC is k times faster than a sender's idles (k-1)/k of it for that slot.
+  exclusive,
+  // Concurrent transfers, each booked at the share of the line rate its path can use
+  // (ingress_shares.hpp): the line rate is packed, and a waiting transfer whose share is free
+  // starts at once, so one slow sender never idles the rest of the receiver.
+  packed,
+};
+
 struct SchedulerConfig {
   Ordering ordering = Ordering::mlfabric;
+  IngressSharing ingress = IngressSharing::exclusive;
 
   // tau: the largest delay an applied update may have (staleness.hpp); nullopt = unbounded.
   // Set it from the job: with n asynchronous workers the natural delay is about n updates per

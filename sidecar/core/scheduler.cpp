@@ -52,6 +52,31 @@ const Scheduler::EndpointState* Scheduler::find(EndpointId id) const {
   return it == index_.end() ? nullptr : &endpoints_[it->second];
 }
 
+double Scheduler::share(const Candidate& c) const {
+  if (!packed()) return 1.0;
+  const double seconds = std::chrono::duration<double>(c.duration).count();
+  if (!(seconds > 0.0)) return 1.0;
+  const double receiver_rate = bandwidth_.rate(endpoints_[c.receiver].id, Direction::ingress);
+  return IngressShares::clamp(static_cast<double>(c.length) / seconds / receiver_rate);
+}
+
+Instant Scheduler::receiver_start(const Candidate& c, Instant start) const {
+  return packed() ? endpoints_[c.receiver].shares.earliest(start, share(c)) : start;
+}
+
+Slot Scheduler::book_receiver(Index receiver, const Candidate& c, Instant start, Instant now) {
+  EndpointState& r = endpoints_[receiver];
+  if (!packed()) {
+    r.ingress.retire_before(now);
+    return r.ingress.grant(start, c.duration);
+  }
+  r.shares.retire_before(now);
+  const Slot slot{start, start + std::max(c.duration, Nanos::zero())};
+  [[maybe_unused]] const bool booked = r.shares.book(slot, share(c));
+  assert(booked);
+  return slot;
+}
+
 Nanos Scheduler::path_time(Index sender, Index receiver, Bytes bytes) const {
   return bandwidth_.transfer_time(endpoints_[sender].id, endpoints_[receiver].id, bytes, sender_copies(receiver));
 }
@@ -261,6 +286,7 @@ bool Scheduler::complete(TransferId transfer, Instant now, Nanos measured, Trans
   s.egress.finish(rec.slot, used_end);
   sync_egress(rec.sender);
   endpoints_[rec.receiver].ingress.finish(rec.slot, used_end);
+  endpoints_[rec.receiver].shares.finish(rec.slot, used_end);
   sync_receiver(rec.receiver);
   return true;
 }
@@ -307,6 +333,11 @@ const SlotBook* Scheduler::ingress(EndpointId endpoint_id) const {
   return e ? &e->ingress : nullptr;
 }
 
+const IngressShares* Scheduler::ingress_shares(EndpointId endpoint_id) const {
+  const EndpointState* e = find(endpoint_id);
+  return e ? &e->shares : nullptr;
+}
+
 const SlotBook* Scheduler::egress(EndpointId endpoint_id) const {
   const EndpointState* e = find(endpoint_id);
   return e ? &e->egress : nullptr;
@@ -333,41 +364,76 @@ Scheduler::Pick Scheduler::scan(Instant now, std::vector<Doomed>& hopeless) {
     if (!r.can_grant) continue;  // B ahead of the replica: wait for its ack
     const Instant receiver_free = std::max(now, r.ingress_tail);
     const ReceiverQueue& waiting = endpoints_[receiver].waiting;
-    if (r.plain_ok) scan_index(waiting.parts, receiver_free, horizon_end, best);
-    scan_index(waiting.aggregates, receiver_free, horizon_end, best);
+    if (r.plain_ok) scan_index(waiting.parts, receiver, receiver_free, horizon_end, best);
+    scan_index(waiting.aggregates, receiver, receiver_free, horizon_end, best);
   }
   if (best.beyond_horizon) wake_ = *best.beyond_horizon - config_.grant_horizon;
   return best.pick;
 }
 
-void Scheduler::scan_index(const std::map<OrderKey, std::uint32_t>& index, Instant receiver_free, Instant horizon_end,
-                           ScanBest& best) const {
+void Scheduler::scan_index(const std::map<OrderKey, std::uint32_t>& index, Index receiver, Instant receiver_free,
+                           Instant horizon_end, ScanBest& best) const {
   const bool sjf = config_.ordering == Ordering::mlfabric;
-  for (const auto& [key, i] : index) {
-    const Candidate& c = candidates_[i];
-    // Everything from here on finishes no earlier than receiver_free + its duration and comes
-    // later in the tie-break: once that bound loses to the best, so does the rest.
-    if (sjf && best.pick.index != kNone &&
-        !better(c, receiver_free + c.duration, candidates_[static_cast<std::size_t>(best.pick.index)], best.finish)) {
-      return;
-    }
-    if (!eligible(c)) continue;
-    // Pairwise max: std::max({...}) compiles to a loop over an array here.
-    const Instant start = std::max(receiver_free, std::max(c.not_before, hot_[c.sender].egress_tail));
-    if (start > horizon_end) {
-      if (!best.beyond_horizon || start < *best.beyond_horizon) best.beyond_horizon = start;
-      if (receiver_free > horizon_end && start == receiver_free) return;  // nothing here starts sooner
+  const auto note_beyond = [&](Instant start) {
+    if (!best.beyond_horizon || start < *best.beyond_horizon) best.beyond_horizon = start;
+  };
+  auto it = index.begin();
+  while (it != index.end()) {
+    // One rate class at a time (exclusive: the one class 0), each read in decision order.
+    const int rate_class = it->first.rate_class;
+    const auto class_end = index.lower_bound(OrderKey{rate_class + 1, Nanos::min(), 0.0, 0, 0});
+    const Instant class_free = class_start(receiver, rate_class, receiver_free);
+    if (class_free > receiver_free && class_free > horizon_end) {
+      // Packed, and the line has no room for this class's share within the horizon: wake when
+      // it has (perhaps early: a later look reads the class itself).
+      note_beyond(class_free);
+      it = class_end;
       continue;
     }
-    const Instant finish = start + c.duration;
-    if (best.pick.index == kNone || (sjf && finish < best.finish) ||
-        ((!sjf || finish == best.finish) &&
-         better(c, finish, candidates_[static_cast<std::size_t>(best.pick.index)], best.finish))) {
-      best.pick = Pick{static_cast<std::int32_t>(i), start};
-      best.finish = finish;
+    for (; it != class_end; ++it) {
+      const Candidate& c = candidates_[it->second];
+      // Everything from here on in the class finishes no earlier than class_free + its
+      // duration and comes later in the tie-break: once that bound loses to the best, so does
+      // the rest of the class.
+      if (sjf && best.pick.index != kNone &&
+          !better(c, class_free + c.duration, candidates_[static_cast<std::size_t>(best.pick.index)], best.finish)) {
+        break;
+      }
+      if (!eligible(c)) continue;
+      // Pairwise max: std::max({...}) compiles to a loop over an array here.
+      const Instant start =
+          receiver_start(c, std::max(receiver_free, std::max(c.not_before, hot_[c.sender].egress_tail)));
+      if (start > horizon_end) {
+        note_beyond(start);
+        if (class_free > horizon_end && start == class_free) break;  // nothing in the class starts sooner
+        continue;
+      }
+      const Instant finish = start + c.duration;
+      if (best.pick.index == kNone || (sjf && finish < best.finish) ||
+          ((!sjf || finish == best.finish) &&
+           better(c, finish, candidates_[static_cast<std::size_t>(best.pick.index)], best.finish))) {
+        best.pick = Pick{static_cast<std::int32_t>(it->second), start};
+        best.finish = finish;
+      }
+      if (!sjf) break;  // FIFO: the class is in FIFO order, so the first that can start is its best
     }
-    if (!sjf) return;  // FIFO: the index is in FIFO order, so the first that can start is this one's best
+    it = class_end;
   }
+}
+
+int Scheduler::rate_class(const Candidate& c) const {
+  if (!packed()) return 0;
+  const double seconds = std::chrono::duration<double>(c.duration).count();
+  if (!(seconds > 0.0)) return kRateClasses - 1;
+  const double rate = static_cast<double>(c.length) / seconds;
+  if (!(rate >= 1.0)) return 0;
+  return std::min(std::ilogb(rate), kRateClasses - 1);  // 2^class <= rate < 2^(class + 1)
+}
+
+Instant Scheduler::class_start(Index receiver, int rate_class, Instant receiver_free) const {
+  if (!packed()) return receiver_free;
+  const double receiver_rate = bandwidth_.rate(endpoints_[receiver].id, Direction::ingress);
+  return endpoints_[receiver].shares.earliest(receiver_free, std::ldexp(1.0, rate_class) / receiver_rate);
 }
 
 bool Scheduler::eligible(const Candidate& c) const {
@@ -394,8 +460,18 @@ Scheduler::Pick Scheduler::scan_all(Instant now, std::vector<Doomed>& hopeless, 
       hopeless.push_back(Doomed{RequestId{c.id}, c.sender});
       continue;
     }
-    if (!eligible(c) || !r.can_grant) continue;
-    const Instant start = std::max({now, c.not_before, hot_[c.sender].egress_tail, r.ingress_tail});
+    if (!r.can_grant || (!c.aggregate && !r.plain_ok)) continue;  // the indexed scan skips these indices
+    // As the indexed scan: a packed rate class with no room within the horizon wakes at the
+    // class's bound, eligible or not.
+    const Instant receiver_free = std::max(now, r.ingress_tail);
+    const Instant class_free = class_start(c.receiver, rate_class(c), receiver_free);
+    if (class_free > receiver_free && class_free > horizon_end) {
+      const Instant w = class_free - config_.grant_horizon;
+      if (!wake || w < *wake) wake = w;
+      continue;
+    }
+    if (!eligible(c)) continue;
+    const Instant start = receiver_start(c, std::max({now, c.not_before, hot_[c.sender].egress_tail, r.ingress_tail}));
     if (start > horizon_end) {
       const Instant w = start - config_.grant_horizon;
       if (!wake || w < *wake) wake = w;
@@ -489,8 +565,7 @@ void Scheduler::grant_part(const Pick& pick, Instant now, std::vector<Outcome>& 
   const std::uint64_t d = delay(applied_to, q.request.computed_on, q.parts_sequenced);
 
   s.egress.retire_before(now);
-  r.ingress.retire_before(now);
-  const Slot slot = r.ingress.grant(pick.start, c.duration);
+  const Slot slot = book_receiver(c.receiver, c, pick.start, now);
   [[maybe_unused]] const bool booked = s.egress.reserve(slot);
   assert(booked && slot.start == pick.start);
   sync_egress(c.sender);
@@ -523,8 +598,7 @@ void Scheduler::grant_aggregate(const Pick& pick, Instant now, std::vector<Outco
   r.sequenced = true;
 
   a.egress.retire_before(now);
-  r.ingress.retire_before(now);
-  const Slot slot = r.ingress.grant(pick.start, c.duration);
+  const Slot slot = book_receiver(g.receiver, c, pick.start, now);
   [[maybe_unused]] const bool booked = a.egress.reserve(slot);
   assert(booked);
   sync_egress(g.aggregator);
@@ -568,8 +642,12 @@ bool Scheduler::try_aggregate(const Candidate& granted, Instant now, std::vector
   // After a grant, the others wait behind it. For the pick itself (not granted yet), they and it
   // are measured against the server as it would be after the pick: those that would then wait,
   // the pick among them, may form the group.
-  const Instant server_free =
-      pick_joins ? std::max(now, endpoints_[receiver].ingress.tail()) : endpoints_[receiver].ingress.tail();
+  // Packed, they wait until a share like the granted one is free again, and the pick (which
+  // starts once its share is free) never has anyone behind it.
+  if (pick_joins && packed()) return false;
+  const Instant server_free = packed()     ? endpoints_[receiver].shares.earliest(now, share(granted))
+                              : pick_joins ? std::max(now, endpoints_[receiver].ingress.tail())
+                                           : endpoints_[receiver].ingress.tail();
   const Instant wait_behind = pick_joins ? server_free + granted.duration : server_free;
   const Version next_applied_to = endpoints_[receiver].window.granted();
   const Bytes credit = config_.credit_bytes;
@@ -618,7 +696,7 @@ bool Scheduler::try_aggregate(const Candidate& granted, Instant now, std::vector
       continue;
     }
     const EndpointState& e = endpoints_[a];
-    shortlist.emplace_back(std::max({now, e.ingress.tail(), e.egress.tail(), e.forwards_done}), a);
+    shortlist.emplace_back(std::max({now, ingress_free(e), e.egress.tail(), e.forwards_done}), a);
   }
   const std::size_t k = std::min<std::size_t>(shortlist.size(), config_.aggregation.shortlist);
   std::partial_sort(shortlist.begin(), shortlist.begin() + static_cast<std::ptrdiff_t>(k), shortlist.end(),
@@ -630,7 +708,7 @@ bool Scheduler::try_aggregate(const Candidate& granted, Instant now, std::vector
   options.reserve(k);
   for (std::size_t i = 0; i < k; ++i) {
     const EndpointState& e = endpoints_[shortlist[i].second];
-    options.push_back(AggregatorOption{e.id, e.ingress.tail(), std::max(e.egress.tail(), e.forwards_done),
+    options.push_back(AggregatorOption{e.id, ingress_free(e), std::max(e.egress.tail(), e.forwards_done),
                                        bandwidth_.rate(e.id, Direction::ingress),
                                        bandwidth_.rate(e.id, Direction::egress), sender_copies(receiver)});
   }
@@ -646,6 +724,7 @@ bool Scheduler::try_aggregate(const Candidate& granted, Instant now, std::vector
   const Index aggregator = index_.at(plan->aggregator);
   EndpointState& a = endpoints_[aggregator];
   a.ingress.retire_before(now);
+  a.shares.retire_before(now);
   a.forwards_done = std::max(a.forwards_done, plan->predicted_done);
   // (a's ingress tail is mirrored below, once every member's slot is booked)
   PendingAggregate g{aggregator,     receiver, granted.job, granted.tensor, granted.offset,
@@ -664,7 +743,7 @@ bool Scheduler::try_aggregate(const Candidate& granted, Instant now, std::vector
     s.queue.served(mc.job, part.length);
     s.egress.retire_before(now);
     [[maybe_unused]] const bool booked_out = s.egress.reserve(slot);
-    [[maybe_unused]] const bool booked_in = a.ingress.reserve(slot);
+    [[maybe_unused]] const bool booked_in = a.ingress.reserve(slot) && (!packed() || a.shares.book(slot, 1.0));
     assert(booked_out && booked_in);
     sync_egress(sender);
     hot_[sender].in_flight += part.length;
@@ -749,7 +828,7 @@ Scheduler::Candidate Scheduler::part_candidate(Index sender, JobId job, const Qu
 void Scheduler::sync_receiver(Index endpoint) {
   const EndpointState& e = endpoints_[endpoint];
   NicHot& h = hot_[endpoint];
-  h.ingress_tail = e.ingress.tail();
+  h.ingress_tail = packed() ? e.shares.floor() : e.ingress.tail();
   h.version = e.window.granted();
   h.can_grant = e.window.can_grant();
   h.plain_ok = e.reservations.allows_other(h.version);
@@ -793,8 +872,8 @@ void Scheduler::remove_candidate(std::int32_t index) {
 }
 
 Scheduler::OrderKey Scheduler::order_key(const Candidate& c) const {
-  if (config_.ordering == Ordering::fifo) return OrderKey{Nanos{0}, 0.0, c.id, c.part};
-  return OrderKey{c.duration, -c.norm, c.id, c.part};
+  if (config_.ordering == Ordering::fifo) return OrderKey{rate_class(c), Nanos{0}, 0.0, c.id, c.part};
+  return OrderKey{rate_class(c), c.duration, -c.norm, c.id, c.part};
 }
 
 void Scheduler::index_candidate(std::uint32_t index) {

@@ -73,10 +73,13 @@
 //    part waits for a busy server even if another server is idle. That is the P3 semantics
 //    (earlier layers first); it costs head-of-line blocking across servers.
 //  - Credit is per NIC (not per job); an aggregator forwarding others' updates is not charged.
-//  - Slots are exclusive at a receiver, as the brief asks (no overlap). A server whose NIC is k
-//    times faster than its workers' therefore uses 1/k of it: 25 Gb/s workers into a 100 Gb/s
-//    server reach 25%. Running k lanes (k SlotBooks) per server would lift that, at the price
-//    of out-of-order arrival at the server (it must then buffer to apply in sequence order).
+//  - Slots are exclusive at a receiver by default, as the brief asks (no overlap). A server
+//    whose NIC is k times faster than its workers' then uses 1/k of it: 25 Gb/s workers into a
+//    100 Gb/s server reach 25%. IngressSharing::packed lifts that: each grant carries the share
+//    of the receiver's line rate its path can use, and grants whose shares fit run at once
+//    (ingress_shares.hpp). Starts still follow sequence order; arrivals may not, and a server
+//    applies in sequence order anyway. Under packed, the pick itself never joins a group
+//    (aggregation.pick_joins): it starts as soon as its share is free, so nothing waits behind it.
 //  - Bandwidth learning believes gross slowdowns at once and blames the sender on a tie
 //    (bandwidth.hpp), so one straggler neither overruns its slots nor slows a healthy server.
 #pragma once
@@ -92,6 +95,7 @@
 
 #include "sidecar/core/bandwidth.hpp"
 #include "sidecar/core/config.hpp"
+#include "sidecar/core/ingress_shares.hpp"
 #include "sidecar/core/outcome.hpp"
 #include "sidecar/core/partition.hpp"
 #include "sidecar/core/replication_window.hpp"
@@ -197,6 +201,8 @@ class Scheduler {
   bool complete(TransferId transfer, Instant now, Nanos measured, TransferResult result = TransferResult::ok);
   // Returns false if `seq` was never granted at that server (a protocol error; ignored).
   bool replica_ack(EndpointId receiver, Seq seq);
+  // A receiver's ingress under IngressSharing::packed (nullptr for a NIC never seen).
+  const IngressShares* ingress_shares(EndpointId endpoint) const;
   // A granted transfer not yet complete()d (nullopt: unknown or already completed). Lets a
   // caller record what complete() is about to release (the schedule log's completion line).
   std::optional<TransferView> transfer(TransferId transfer) const;
@@ -226,16 +232,22 @@ class Scheduler {
  private:
   using Index = std::uint32_t;  // dense endpoint index
   static constexpr std::int32_t kNone = -1;
+  static constexpr int kRateClasses = 64;  // binary exponents of a rate in bytes/s
 
   // A candidate's place in its receiver's index: the decision order after the finish time
-  // (under FIFO, duration and norm are left zero: id order). Unique per candidate.
+  // (under FIFO, duration and norm are left zero: id order). Unique per candidate. Under
+  // IngressSharing::packed the index is first split by rate class (the binary exponent of the
+  // path rate in bytes/s): a class's candidates all need at least the share 2^class / the
+  // receiver's rate, so one look at the receiver's shares bounds when any of them can start.
   struct OrderKey {
+    int rate_class = 0;
     Nanos duration{};
     double neg_norm = 0.0;
     std::uint64_t id = 0;
     std::uint32_t part = 0;
     bool operator<(const OrderKey& o) const noexcept {
-      return std::tie(duration, neg_norm, id, part) < std::tie(o.duration, o.neg_norm, o.id, o.part);
+      return std::tie(rate_class, duration, neg_norm, id, part) <
+             std::tie(o.rate_class, o.duration, o.neg_norm, o.id, o.part);
     }
   };
 
@@ -252,6 +264,7 @@ class Scheduler {
     EndpointId id{};
     SlotBook egress;
     SlotBook ingress;
+    IngressShares shares;                     // the same ingress under IngressSharing::packed (see ingress_free())
     TenantArbiter queue;                      // as a sender: its queued parts
     ReceiverQueue waiting;                    // as a receiver: the candidates bound for it
     std::int32_t head = kNone;                // candidate offering queue.head()
@@ -352,12 +365,26 @@ class Scheduler {
   // replica (config writers_mirror), else 1. Writes to an aggregator are not mirrored.
   unsigned sender_copies(Index receiver) const;
 
+  bool packed() const noexcept { return config_.ingress == IngressSharing::packed; }
+  // The share of its receiver's line rate candidate c would use (1 unless packed).
+  double share(const Candidate& c) const;
+  // When c may start at its receiver, given it can start no earlier than `start` otherwise.
+  Instant receiver_start(const Candidate& c, Instant start) const;
+  // When an endpoint's ingress is wholly free (aggregators book members exclusively).
+  static Instant ingress_free(const EndpointState& e) { return std::max(e.ingress.tail(), e.shares.idle_from()); }
+  // Books the receiver's side of a grant starting at pick.start (SlotBook or shares).
+  Slot book_receiver(Index receiver, const Candidate& c, Instant start, Instant now);
+
   void sync_egress(Index endpoint) { hot_[endpoint].egress_tail = endpoints_[endpoint].egress.tail(); }
   void sync_receiver(Index endpoint);
   Pick scan(Instant now, std::vector<Doomed>& hopeless);
   // Reads one receiver index in order until nothing further in it can beat `best`.
-  void scan_index(const std::map<OrderKey, std::uint32_t>& index, Instant receiver_free, Instant horizon_end,
-                  ScanBest& best) const;
+  void scan_index(const std::map<OrderKey, std::uint32_t>& index, Index receiver, Instant receiver_free,
+                  Instant horizon_end, ScanBest& best) const;
+  // The rate class of a candidate (0 unless packed), and the earliest any candidate of that
+  // class bound for `receiver` can start there, given none starts before `receiver_free`.
+  int rate_class(const Candidate& c) const;
+  Instant class_start(Index receiver, int rate_class, Instant receiver_free) const;
   // Whether candidate c may be granted now, apart from time (credit, reservations).
   bool eligible(const Candidate& c) const;
   // The same decision, from every candidate (SchedulerConfig::check_scan).

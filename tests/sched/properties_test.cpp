@@ -3,7 +3,8 @@
 // driven through submit / schedule / complete / replica_ack with transfers that run faster or
 // slower than predicted. An independent checker replays the outcome trace and asserts:
 //   - no two granted slots overlap on any NIC's ingress (nor egress), counting each transfer
-//     as occupying its slot until it completed;
+//     as occupying its slot until it completed; with IngressSharing::packed, a server's grants
+//     may overlap but are each booked on its IngressShares, whose shares never sum above 1;
 //   - every applied update (direct part or aggregate member) has delay <= tau, recomputed from
 //     sequence numbers alone, and every drop was needed (its delay if applied next > tau);
 //   - every part of every request gets exactly one outcome, and every redirected part is in
@@ -103,6 +104,7 @@ class Harness {
       }
       for (const Outcome& o : out) check(o, now);
       check_in_flight();
+      check_shares();
     }
     finish();
     return trace_;
@@ -156,6 +158,7 @@ class Harness {
     c.aggregation.sum_time = us(uniform(0, 30));
     c.aggregation.shortlist = static_cast<std::uint32_t>(uniform(1, 4));
     c.bandwidth = testing::bandwidth_config(10 * kGBps, 0.25, 1e6);
+    c.ingress = uniform(0, 1) == 0 ? IngressSharing::exclusive : IngressSharing::packed;
     return c;
   }
 
@@ -261,7 +264,11 @@ class Harness {
       EXPECT_LE(slot.start, now + config_.grant_horizon) << "slot beyond the horizon";
     }
     EXPECT_LT(slot.start, slot.end);
-    ingress_[in].push_back(Interval{slot, to_int(id)});
+    if (config_.ingress == IngressSharing::packed && to_int(in) >= to_int(server(0))) {
+      new_server_slots_.emplace_back(in, slot);  // overlaps are the point; check_shares() checks it
+    } else {
+      ingress_[in].push_back(Interval{slot, to_int(id)});
+    }
     egress_[out].push_back(Interval{slot, to_int(id)});
     running_.push_back(Running{actual_done(slot, out, in, bytes), id, out, in, slot, bytes, credit});
     EXPECT_TRUE(transfer_ids_.insert(to_int(id)).second) << "transfer id reused";
@@ -273,6 +280,27 @@ class Harness {
       EXPECT_LE(f + bytes, config_.credit_bytes) << "credit exceeded";
     }
     f += bytes;
+  }
+
+  // Packed: every server grant is on its IngressShares (booked, not only announced), and the
+  // shares booked there never sum above the line at any booking's start.
+  void check_shares() {
+    if (config_.ingress != IngressSharing::packed) return;
+    for (int sv = 0; sv < servers_; ++sv) {
+      const IngressShares* shares = scheduler_->ingress_shares(server(sv));
+      if (!shares) continue;
+      for (const IngressShares::Booking& b : shares->bookings()) {
+        EXPECT_LE(shares->used_at(b.slot.start), 1.0 + 1e-6) << "server " << sv << " booked above its line";
+      }
+    }
+    for (const auto& [receiver, slot] : new_server_slots_) {
+      const IngressShares* shares = scheduler_->ingress_shares(receiver);
+      ASSERT_NE(shares, nullptr);
+      const auto booked = shares->bookings();
+      EXPECT_TRUE(std::any_of(booked.begin(), booked.end(), [&](const auto& b) { return b.slot == slot; }))
+          << "a grant to server " << to_int(receiver) << " is not on its ingress shares";
+    }
+    new_server_slots_.clear();
   }
 
   void check_in_flight() {
@@ -417,6 +445,7 @@ class Harness {
   std::map<EndpointId, Seq> next_seq_, acked_;
   std::map<std::uint64_t, Group> open_groups_;
   std::set<std::uint64_t> transfer_ids_;
+  std::vector<std::pair<EndpointId, Slot>> new_server_slots_;
   std::string trace_;
   std::uint64_t replica_waits_ = 0;
 };
