@@ -36,6 +36,8 @@ const char* to_string(Mode mode) {
       return "ssp";
     case Mode::ring:
       return "ring";
+    case Mode::local:
+      return "local";
   }
   return "?";
 }
@@ -48,10 +50,14 @@ Mode parse_mode(const std::string& name) {
   if (name == "backup") return Mode::backup;
   if (name == "ssp") return Mode::ssp;
   if (name == "ring") return Mode::ring;
-  throw std::invalid_argument("unknown mode '" + name + "': use gradlane, fifo, sync, fifo-sa, backup, ssp or ring");
+  if (name == "local") return Mode::local;
+  throw std::invalid_argument("unknown mode '" + name +
+                              "': use gradlane, fifo, sync, fifo-sa, backup, ssp, ring or local");
 }
 
-bool is_synchronous(Mode mode) { return mode == Mode::sync || mode == Mode::backup || mode == Mode::ring; }
+bool is_synchronous(Mode mode) {
+  return mode == Mode::sync || mode == Mode::backup || mode == Mode::ring || mode == Mode::local;
+}
 
 const char* to_string(NetworkModel network) {
   switch (network) {
@@ -88,8 +94,9 @@ std::optional<std::string> ClusterParams::validate() const {
   if (servers == 0) return "servers must be at least 1";
   if (stragglers > workers) return "stragglers cannot exceed workers";
   if (is_synchronous(mode) && servers != 1)
-    return "sync, backup and ring modes simulate one server (ring: its version)";
+    return "sync, backup, ring and local modes simulate one server (ring: its version)";
   if (mode == Mode::ring && !(ring_hop_us >= 0)) return "ring hop cost must be >= 0";
+  if (mode == Mode::local && local_steps == 0) return "local SGD needs at least 1 local step per average";
   if (mode == Mode::backup && backup_workers >= workers) return "backup workers must be fewer than workers";
   if (bytes == 0) return "bytes must be positive";
   if (!(compute_ms > 0) || !(worker_gbps > 0) || !(server_gbps > 0)) {
@@ -200,7 +207,11 @@ void Cluster::start_compute(std::uint32_t w, Instant now) {
     stats_.max_clock_lead = std::max(stats_.max_clock_lead, worker.clock - slowest_clock());
   }
   std::uniform_real_distribution<double> u(1.0 - p_.jitter, 1.0 + p_.jitter);
-  const auto ns = static_cast<std::int64_t>(p_.compute_ms * 1e6 * u(rng_));
+  double compute_ns = p_.compute_ms * 1e6 * u(rng_);
+  if (p_.mode == Mode::local) {
+    for (std::uint32_t h = 1; h < p_.local_steps; ++h) compute_ns += p_.compute_ms * 1e6 * u(rng_);
+  }
+  const auto ns = static_cast<std::int64_t>(compute_ns);
   // The clock goes with the event: backup abandons a computation by moving the clock on.
   push(now + Nanos{ns}, Kind::compute_done, w, worker.clock);
 }

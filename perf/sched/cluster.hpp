@@ -58,6 +58,11 @@
 //    link of the ring (min over workers of its egress and its successor's ingress). Rates are
 //    taken when the allreduce starts (a change during it applies to the next). Then every
 //    worker has the mean and computes the next step. No server traffic at all.
+//  - Mode::local: local SGD (periodic averaging; Stich; Wang & Joshi's AdaComm with a fixed
+//    period). sync's traffic, but a step computes local_steps minibatches (its compute time is
+//    the sum of local_steps draws) and pushes the worker's model change once: H times less
+//    communication per gradient, at the price of models that drift apart between averages.
+//    The Observer does the local steps and averages the models. One server only.
 #pragma once
 
 #include <cstdint>
@@ -83,6 +88,7 @@ enum class Mode : std::uint8_t {
   backup,    // synchronous SGD, a step applied when the first workers - b of it arrived
   ssp,       // fifo, but no worker's clock more than ssp_bound ahead of the slowest's
   ring,      // synchronous SGD by ring allreduce between the workers: no server
+  local,     // local SGD: sync's traffic once every local_steps minibatches, models averaged
 };
 // Modes with a barrier per step (every worker computes on the same model).
 bool is_synchronous(Mode mode);
@@ -130,6 +136,7 @@ struct ClusterParams {
   std::uint32_t backup_workers = 1;  // backup only: b, of `workers`; a step averages workers - b
   std::uint64_t ssp_bound = 3;       // ssp only: s, the clock lead allowed over the slowest
   double ring_hop_us = 5.0;          // ring only: the fixed cost of each of its 2(N-1) phases
+  std::uint32_t local_steps = 4;     // local only: H, minibatches between two averages
 
   // A message naming the first unusable field, or nullopt.
   std::optional<std::string> validate() const;

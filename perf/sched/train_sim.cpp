@@ -85,8 +85,9 @@ int main(int argc, char** argv) try {
   CLI::App app{"gradlane_train_sim: train Fashion-MNIST in simulated time over a simulated parameter server"};
   app.add_option("--mode", mode,
                  "gradlane, fifo, sync, fifo-sa (fifo, lr / delay), backup (sync with backup workers) or "
-                 "ssp (fifo within a clock bound) or ring (sync by ring allreduce, no server)")
-      ->check(CLI::IsMember({"gradlane", "fifo", "sync", "fifo-sa", "backup", "ssp", "ring"}));
+                 "ssp (fifo within a clock bound) or ring (sync by ring allreduce, no server) or local "
+                 "(local SGD: models averaged every --local-steps minibatches)")
+      ->check(CLI::IsMember({"gradlane", "fifo", "sync", "fifo-sa", "backup", "ssp", "ring", "local"}));
   app.add_option("--lr", t.learning_rate, "learning rate (sync: of the averaged gradient)")->check(CLI::PositiveNumber);
   app.add_option("--tau", tau, "staleness bound in versions (gradlane); 0 = unbounded; default 2 x workers");
   app.add_flag("--no-aggregation", no_aggregation, "gradlane without aggregation");
@@ -94,6 +95,8 @@ int main(int argc, char** argv) try {
                  "backup: b of --workers are spares, a step averages the first workers - b; default 1% (>= 1)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--ssp-bound", c.ssp_bound, "ssp: a worker's clock may lead the slowest's by at most this");
+  app.add_option("--local-steps", c.local_steps, "local: minibatches each worker trains on between two averages")
+      ->check(CLI::PositiveNumber);
   app.add_option("--ring-hop-us", c.ring_hop_us, "ring: the fixed cost of each of the allreduce's 2(N-1) phases")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--data-shards", t.data_shards, "each worker samples only its own contiguous part of the data");
@@ -176,12 +179,14 @@ int main(int argc, char** argv) try {
     fmt::print("  ssp bound {}: waits {}, max clock lead {}\n", c.ssp_bound, s.ssp_waits, s.max_clock_lead);
   if (c.mode == sim::Mode::sync) fmt::print("  steps {}\n", s.steps);
   if (c.mode == sim::Mode::ring) fmt::print("  ring hop {} us: steps {}\n", c.ring_hop_us, s.steps);
+  if (c.mode == sim::Mode::local) fmt::print("  local steps {}: averages {}\n", c.local_steps, s.steps);
   if (t.data_shards) fmt::print("  data shards: on\n");
   fmt::print("  time to {:.0f}%: {}  best accuracy {:.4f}  final {:.4f}\n", t.target * 100,
              r.time_to_target_ms ? fmt::format("{:.0f} ms", *r.time_to_target_ms) : std::string("not reached"),
              r.best_accuracy, r.curve.back().accuracy);
   fmt::print("  gradients applied {} ({:.0f}/s simulated), versions {}, drops {}, aggregates {} ({} gradients)\n",
-             s.applied, static_cast<double>(s.applied) / seconds, s.server_slots, s.drops, s.aggregates, s.aggregated);
+             r.curve.back().gradients, static_cast<double>(r.curve.back().gradients) / seconds, s.server_slots, s.drops,
+             s.aggregates, s.aggregated);
   const double byte_utilisation = sim::server_ingress_byte_utilisation(c, s, seconds * 1e3);
   fmt::print("  delay in versions p50 {} p99 {}; in gradients p50 {} p99 {}\n", percentile(s.delays, 0.5),
              percentile(s.delays, 0.99), percentile(r.gradient_delays, 0.5), percentile(r.gradient_delays, 0.99));
@@ -202,6 +207,7 @@ int main(int argc, char** argv) try {
                    {"backup_workers", c.backup_workers},
                    {"ssp_bound", c.ssp_bound},
                    {"ring_hop_us", c.ring_hop_us},
+                   {"local_steps", c.local_steps},
                    {"data_shards", t.data_shards},
                    {"workers", c.workers},
                    {"compute_ms", c.compute_ms},

@@ -41,16 +41,19 @@ std::span<const std::uint32_t> DataOrder::next(std::uint32_t worker) {
 }
 
 SgdObserver::SgdObserver(const train::Model& model, const train::Dataset& train, Mode mode, float learning_rate,
-                         std::size_t batch, std::uint64_t seed, std::uint32_t shard_workers)
+                         std::size_t batch, std::uint64_t seed, std::uint32_t shard_workers, std::uint32_t local_steps)
     : model_(model),
       train_(train),
       mode_(mode),
       learning_rate_(learning_rate),
+      local_steps_(local_steps),
       data_(train.rows, batch, seed, shard_workers),
       params_(model.parameters()),
       gradient_(model.parameters()),
       sum_(model.parameters()) {
   if (!(learning_rate > 0)) throw std::invalid_argument("SgdObserver: the learning rate must be positive");
+  if (mode == Mode::local && local_steps == 0)
+    throw std::invalid_argument("SgdObserver: local SGD needs local_steps >= 1");
   model.initialise(params_, seed);
 }
 
@@ -87,6 +90,10 @@ void SgdObserver::dropped(const Gradient& gradient) { release(gradient.token); }
 
 void SgdObserver::applied(std::span<const Gradient> gradients, Instant /*now*/) {
   if (gradients.empty()) return;
+  if (mode_ == Mode::local) {
+    apply_local_average(gradients);
+    return;
+  }
   std::fill(sum_.begin(), sum_.end(), 0.0F);
   for (const Gradient& g : gradients) {
     const Snapshot& s = pool_.at(g.token);
@@ -100,6 +107,27 @@ void SgdObserver::applied(std::span<const Gradient> gradients, Instant /*now*/) 
   gradients_applied_ += gradients.size();
   ++updates_applied_;
   current_.reset();  // the model moved: the next pull needs a snapshot of its own
+}
+
+void SgdObserver::apply_local_average(std::span<const Gradient> updates) {
+  std::fill(sum_.begin(), sum_.end(), 0.0F);
+  const float weight = 1.0F / static_cast<float>(updates.size());
+  for (const Gradient& g : updates) {
+    const Snapshot& s = pool_.at(g.token);
+    local_ = s.params;
+    for (std::uint32_t h = 0; h < local_steps_; ++h) {
+      model_.gradient(local_, train_, data_.next(g.worker), gradient_, work_);
+      train::sgd_step(local_, gradient_, learning_rate_);
+    }
+    // sum_ gathers the mean of (pulled - local): the model a step pulled minus it is their mean.
+    for (std::size_t i = 0; i < sum_.size(); ++i) sum_[i] += weight * (s.params[i] - local_[i]);
+    gradient_delays_.insert(gradient_delays_.end(), local_steps_, gradients_applied_ - s.applied_at_pull);
+    release(g.token);
+  }
+  train::sgd_step(params_, sum_, 1.0F);
+  gradients_applied_ += updates.size() * local_steps_;
+  ++updates_applied_;
+  current_.reset();
 }
 
 float SgdObserver::weight_of(const Gradient& gradient, std::size_t update_size) const {
@@ -116,7 +144,7 @@ TrainResult train_in_simulation(const ClusterParams& cluster_params, const Train
   }
   const auto wall_start = std::chrono::steady_clock::now();
   SgdObserver sgd(model, train_set, cluster_params.mode, tp.learning_rate, tp.batch, tp.seed,
-                  tp.data_shards ? cluster_params.workers : 0);
+                  tp.data_shards ? cluster_params.workers : 0, cluster_params.local_steps);
   Cluster cluster(cluster_params, &sgd);
   TrainResult result;
   const auto evaluate = [&](double t_ms) {

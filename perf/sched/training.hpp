@@ -13,6 +13,8 @@
 //    the step was applied with, workers - b).
 //  - fifo-sa (staleness-aware): params -= lr / max(1, d) * g, d the gradient's delay in server
 //    versions (Gradient::delay): the staler a gradient, the smaller its step.
+//  - local: each worker takes local_steps SGD steps of lr from the model it pulled, on its next
+//    local_steps minibatches; the step's update is the mean of the N workers' models.
 //
 // Data order (DataOrder). By default one BatchSampler for the whole run, consumed in apply
 // order — the k-th gradient applied is computed on the k-th minibatch of the seed's permutation
@@ -65,8 +67,9 @@ class SgdObserver : public Observer {
  public:
   // `train` must outlive the observer. Parameters start at model.initialise(seed).
   // shard_workers: 0 for one global data order, else the workers to split the data between.
+  // local_steps: Mode::local's H (ClusterParams::local_steps); ignored by the other modes.
   SgdObserver(const train::Model& model, const train::Dataset& train, Mode mode, float learning_rate, std::size_t batch,
-              std::uint64_t seed, std::uint32_t shard_workers = 0);
+              std::uint64_t seed, std::uint32_t shard_workers = 0, std::uint32_t local_steps = 1);
 
   std::uint64_t pulled(std::uint32_t worker) override;
   void applied(std::span<const Gradient> gradients, Instant now) override;
@@ -88,6 +91,7 @@ class SgdObserver : public Observer {
     std::uint32_t refs = 0;
   };
   void release(std::uint64_t token);
+  void apply_local_average(std::span<const Gradient> updates);
   // The factor a gradient is weighted by within its update, before the learning rate.
   float weight_of(const Gradient& gradient, std::size_t update_size) const;
 
@@ -95,9 +99,10 @@ class SgdObserver : public Observer {
   const train::Dataset& train_;
   Mode mode_;
   float learning_rate_;
+  std::uint32_t local_steps_;
   DataOrder data_;
   std::vector<float> params_;
-  std::vector<float> gradient_, sum_;
+  std::vector<float> gradient_, sum_, local_;
   train::Workspace work_;
   std::vector<Snapshot> pool_;
   std::vector<std::uint64_t> free_;

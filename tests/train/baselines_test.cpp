@@ -1,7 +1,7 @@
 // The baseline modes of the training simulator (perf/sched/cluster.hpp): fifo-sa (fifo's
 // traffic, each gradient's learning rate divided by its delay), backup (sync whose step needs
-// only the first workers - b updates), ssp (fifo within a clock bound), and per-worker data
-// shards (training.hpp DataOrder).
+// only the first workers - b updates), ssp (fifo within a clock bound), per-worker data
+// shards (training.hpp DataOrder), and local SGD (sync every local_steps minibatches).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -55,7 +55,8 @@ ClusterParams busy(Mode mode) {
 }
 
 TEST(Baselines, ModesParseAndPrint) {
-  for (const Mode mode : {Mode::fifo, Mode::gradlane, Mode::sync, Mode::fifo_sa, Mode::backup, Mode::ssp, Mode::ring}) {
+  for (const Mode mode :
+       {Mode::fifo, Mode::gradlane, Mode::sync, Mode::fifo_sa, Mode::backup, Mode::ssp, Mode::ring, Mode::local}) {
     EXPECT_EQ(parse_mode(to_string(mode)), mode);
   }
   EXPECT_STREQ(to_string(Mode::fifo_sa), "fifo-sa");
@@ -332,6 +333,86 @@ TEST(DataShards, TrainInSimulationUsesThemWhenAsked) {
   const TrainResult global = train_in_simulation(busy(Mode::fifo), t, model, data, data);
   EXPECT_EQ(sharded.stats.applied, global.stats.applied);
   EXPECT_NE(sharded.curve.back().accuracy, global.curve.back().accuracy) << "other rows, other model";
+}
+
+}  // namespace
+}  // namespace gradlane::sched::sim
+
+namespace gradlane::sched::sim {
+namespace {
+
+// local: each worker's H plain SGD steps from the model it pulled, on the next H minibatches
+// of the data order (worker by worker, as applied), then the mean of the workers' models.
+TEST(LocalSgd, AStepAveragesTheWorkersModelsAfterTheirLocalSteps) {
+  const train::Dataset data = random_set(256, 8, 5);
+  const train::Model model(softmax(8));
+  constexpr float kLr = 0.3F;
+  constexpr std::uint32_t kH = 3;
+  constexpr std::size_t kBatch = 4;
+  SgdObserver local(model, data, Mode::local, kLr, kBatch, 7, 0, kH);
+  const std::vector<float> start(local.parameters().begin(), local.parameters().end());
+  const Gradient updates[] = {{RequestId{1}, 0, 0, local.pulled(0), 0, 0}, {RequestId{2}, 1, 0, local.pulled(1), 0, 0}};
+  local.applied(updates, Instant{});
+
+  // The same by hand: a DataOrder of the same seed, worker 0's H batches, then worker 1's.
+  DataOrder order(data.rows, kBatch, 7);
+  train::Workspace work;
+  std::vector<float> mean(start.size(), 0.0F), gradient(start.size());
+  for (int w = 0; w < 2; ++w) {
+    std::vector<float> x = start;
+    for (std::uint32_t h = 0; h < kH; ++h) {
+      model.gradient(x, data, order.next(static_cast<std::uint32_t>(w)), gradient, work);
+      train::sgd_step(x, gradient, kLr);
+    }
+    for (std::size_t i = 0; i < x.size(); ++i) mean[i] += x[i] / 2;
+  }
+  double moved = 0;
+  for (std::size_t i = 0; i < start.size(); ++i) {
+    EXPECT_NEAR(local.parameters()[i], mean[i], 1e-5) << i;
+    moved = std::max(moved, std::abs(double{mean[i]} - start[i]));
+  }
+  EXPECT_GT(moved, 1e-3) << "the local steps must move the model";
+  EXPECT_EQ(local.gradients_applied(), 2U * kH);
+  EXPECT_EQ(local.updates_applied(), 1U);
+}
+
+// local's traffic is sync's, one push per H minibatches: with H = 1 it is sync (and the same
+// model, up to float rounding); with H = 4 a step computes three 1 ms steps more.
+TEST(LocalSgd, OneLocalStepIsSyncAndFourMakeStepsFourTimesTheCompute) {
+  const train::Dataset data = random_set(512, 8, 6);
+  const train::Model model(softmax(8));
+  ClusterParams c = busy(Mode::sync);
+  c.servers = 1;
+  SgdObserver sgd_sync(model, data, Mode::sync, 0.1F, 4, 1);
+  Cluster sync(c, &sgd_sync);
+  c.mode = Mode::local;
+  c.local_steps = 1;
+  SgdObserver sgd_local(model, data, Mode::local, 0.1F, 4, 1, 0, 1);
+  Cluster local(c, &sgd_local);
+  sync.run_until(at_ms(40));
+  local.run_until(at_ms(40));
+  ASSERT_GT(sync.stats().steps, 5U);
+  EXPECT_EQ(local.stats().steps, sync.stats().steps);
+  EXPECT_EQ(local.stats().server_ingress_bytes, sync.stats().server_ingress_bytes);
+  for (std::size_t i = 0; i < sgd_sync.parameters().size(); ++i) {
+    ASSERT_NEAR(sgd_local.parameters()[i], sgd_sync.parameters()[i], 1e-5) << i;
+  }
+
+  // No jitter, a fast network: a step is its compute plus a short push.
+  ClusterParams even = one_straggler(Mode::sync, 10, 0, 0);
+  even.jitter = 0.0;
+  Recorder one, four;
+  Cluster h1(even, &one);
+  even.mode = Mode::local;
+  even.local_steps = 4;
+  Cluster h4(even, &four);
+  h1.run_until(at_ms(200));
+  h4.run_until(at_ms(200));
+  ASSERT_GE(four.times.size(), 10U);
+  const double step_h1 = (one.times[9] - one.times[0]).count() / 9.0;
+  const double step_h4 = (four.times[9] - four.times[0]).count() / 9.0;
+  // Same push, three more 1 ms compute steps (no jitter): exactly 3 ms longer.
+  EXPECT_NEAR(step_h4 - step_h1, 3e6, 1e3);
 }
 
 }  // namespace
