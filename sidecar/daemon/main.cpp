@@ -263,6 +263,13 @@ int main(int argc, char** argv) {
                  "server app that declares its slots (AttachOptions::slots, as ps::ShardServer does) is held to "
                  "min(B, slots) ahead of what it applied, with or without a replica")
       ->capture_default_str();
+  std::string ingress_sharing = "exclusive";
+  cli.add_option("--ingress-sharing", ingress_sharing,
+                 "exclusive: a server's ingress carries one granted transfer at a time, at its sender's rate; packed: "
+                 "grants run side by side, each booked at the share of the server's line rate its sender can use, so "
+                 "a slow sender never idles the rest of the server (give the server's rate with --link-rate)")
+      ->check(CLI::IsMember({"exclusive", "packed"}))
+      ->capture_default_str();
   cli.add_flag("--writers-mirror", sched_config.writers_mirror,
                "the servers' writers also write each update to the replica at the same time (ps::Worker's "
                "default with a replica): their slots are sized for twice the bytes on their side. Leave it off "
@@ -313,6 +320,8 @@ int main(int argc, char** argv) {
     sched_config.staleness_bound = staleness_bound;
   }
   if (replica_bound > 0) sched_config.replica_bound = replica_bound;
+  sched_config.ingress = ingress_sharing == "packed" ? gradlane::sched::IngressSharing::packed
+                                                     : gradlane::sched::IngressSharing::exclusive;
   config.endpoints = fabric_options.endpoints;
   fabric_options.peer_request_bytes = config.max_update_bytes;
   // Saturating: a product past 2^64 means no bound worth the name.

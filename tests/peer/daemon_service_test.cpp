@@ -287,4 +287,18 @@ TEST(GradlanedConfig, AStandbyWithoutItsJobIsRefusedSayingTheForm) {
   EXPECT_NE(said.find("standby=\"0:7\""), std::string::npos) << said;
 }
 
+// --ingress-sharing picks how a server's ingress is shared; anything but its two words is refused.
+TEST(GradlanedConfig, IngressSharingIsExclusiveOrPacked) {
+  auto [status, said] = check_config({"--insecure"}, "-i1");
+  EXPECT_EQ(status, 0) << said;
+  EXPECT_NE(said.find("ingress-sharing=\"exclusive\""), std::string::npos) << "the default: " << said;
+  std::tie(status, said) = check_config({"--insecure", "--ingress-sharing", "packed"}, "-i2");
+  EXPECT_EQ(status, 0) << said;
+  EXPECT_NE(said.find("ingress-sharing=\"packed\""), std::string::npos) << said;
+  std::tie(status, said) = check_config({"--insecure", "--ingress-sharing", "lanes"}, "-i3");
+  EXPECT_NE(status, 0);
+  EXPECT_NE(said.find("--ingress-sharing"), std::string::npos) << said;
+  EXPECT_NE(said.find("packed"), std::string::npos) << "names the choices: " << said;
+}
+
 }  // namespace
