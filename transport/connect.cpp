@@ -324,12 +324,19 @@ Connection connect_on(const Device& device, const std::string& address, std::uin
                               "the address is wrong (GRADLANE_CONNECT_TIMEOUT_MS)",
                               peer, timeout.count(), phase == CmPhase::connect ? "connecting" : "resolving"));
     }
-    if (event->type == RDMA_CM_EVENT_REJECTED &&
-        detail::decode_refusal(event->private_data) == detail::Refusal::job_key) {
+    const auto refusal = event->type == RDMA_CM_EVENT_REJECTED ? detail::decode_refusal(event->private_data)
+                                                               : std::optional<detail::Refusal>{};
+    if (refusal == detail::Refusal::job_key) {
       throw Error(Errc::connection_rejected,
                   fmt::format("connection to {} refused by the listener: this side's job key (GRADLANE_JOB_KEY, "
                               "TransportOptions::job_key) is not the listener's — it serves another job, or the "
                               "keys were set differently",
+                              peer));
+    }
+    if (refusal == detail::Refusal::busy) {
+      throw Error(Errc::connection_rejected,
+                  fmt::format("connection to {} refused by the listener: it is busy with as many connect handshakes "
+                              "as it takes at once (its GRADLANE_MAX_PENDING_ACCEPTS); retry shortly",
                               peer));
     }
     if (event->type != wanted) throw detail::cm_event_error(event->type, event->status, phase, peer);
@@ -506,6 +513,16 @@ std::optional<detail::PendingPeer> answer_request(detail::ListenerState& s, cons
                  "(GRADLANE_JOB_KEY): not a member of this job\n",
                  peer.c_str(), here.c_str());
     const auto refusal = detail::encode_refusal(detail::Refusal::job_key);
+    (void)rdma_reject(state->id.get(), refusal.data(), static_cast<std::uint8_t>(refusal.size()));
+    return std::nullopt;
+  }
+  if (s.pending.size() >= s.options.max_pending_accepts) {
+    // Each answered request holds a QP and registered rings until its handshake completes.
+    std::fprintf(stderr,
+                 "gradlane: refused connection from %s on %s: %zu connect handshakes are in progress, the most it "
+                 "takes at once (GRADLANE_MAX_PENDING_ACCEPTS)\n",
+                 peer.c_str(), here.c_str(), s.pending.size());
+    const auto refusal = detail::encode_refusal(detail::Refusal::busy);
     (void)rdma_reject(state->id.get(), refusal.data(), static_cast<std::uint8_t>(refusal.size()));
     return std::nullopt;
   }

@@ -38,6 +38,7 @@ TransportOptions TransportOptions::from_env(const std::function<std::optional<st
   apply(getenv, "GRADLANE_SIGNAL_INTERVAL", 1, 1u << 15, o.signal_interval);
   apply(getenv, "GRADLANE_MAX_INLINE", 0, 1024, o.max_inline);
   apply(getenv, "GRADLANE_MAX_MESSAGE", 64, 1u << 20, o.max_message_bytes);
+  apply(getenv, "GRADLANE_MAX_PENDING_ACCEPTS", 1, 1u << 16, o.max_pending_accepts);
   const auto key = getenv("GRADLANE_JOB_KEY");
   const auto key_file = getenv("GRADLANE_JOB_KEY_FILE");
   if (key && key_file) {
@@ -102,6 +103,7 @@ void TransportOptions::validate() const {
                     signal_interval, send_queue_depth / 2));
   }
   if (max_message_bytes < 64) fail("max_message_bytes must be at least 64");
+  if (max_pending_accepts < 1) fail("max_pending_accepts must be at least 1");
   if (job_key.size() > kMaxJobKeyBytes) {
     fail(fmt::format("job_key (GRADLANE_JOB_KEY) has {} bytes; at most {} fit in the connect handshake", job_key.size(),
                      kMaxJobKeyBytes));

@@ -128,8 +128,10 @@ std::array<std::byte, 8> encode_refusal(Refusal why) {
 
 std::optional<Refusal> decode_refusal(std::span<const std::byte> private_data) {
   if (private_data.size() < 8 || get_u32(private_data.data()) != kRefusalMagic) return std::nullopt;
-  if (get_u16(private_data.data() + 4) != static_cast<std::uint16_t>(Refusal::job_key)) return std::nullopt;
-  return Refusal::job_key;
+  const std::uint16_t why = get_u16(private_data.data() + 4);
+  if (why == static_cast<std::uint16_t>(Refusal::job_key)) return Refusal::job_key;
+  if (why == static_cast<std::uint16_t>(Refusal::busy)) return Refusal::busy;
+  return std::nullopt;
 }
 
 void check_handshake(std::span<const std::byte> private_data) {

@@ -64,6 +64,7 @@ bool same_job_key(std::span<const std::byte> private_data, std::string_view job_
 // can say so instead of a bare "rejected".
 enum class Refusal : std::uint16_t {
   job_key = 1,  // the request's job key differs from the listener's
+  busy = 2,     // the listener has max_pending_accepts handshakes in progress already
 };
 std::array<std::byte, 8> encode_refusal(Refusal why);
 std::optional<Refusal> decode_refusal(std::span<const std::byte> private_data);

@@ -36,6 +36,12 @@ struct TransportOptions {
   std::uint8_t rnr_retry = 7;
   // GRADLANE_CONNECT_TIMEOUT_MS: bound on address/route resolution and the connect handshake.
   std::chrono::milliseconds connect_timeout{5000};
+  // GRADLANE_MAX_PENDING_ACCEPTS: connect requests a Listener has answered (each holds a QP
+  // and registered rings) whose handshake has not completed yet. Past it, a request is refused
+  // as busy (the connector is told so) until one completes or outlives connect_timeout: a burst
+  // of requests, or peers that never finish theirs, cannot make the listener allocate without
+  // bound. 64 is rdma_listen's backlog.
+  std::uint32_t max_pending_accepts = 64;
   // GRADLANE_SQ_DEPTH: send-queue work requests per connection.
   std::uint32_t send_queue_depth = 256;
   // GRADLANE_RQ_DEPTH: receives kept posted per connection (control messages and the

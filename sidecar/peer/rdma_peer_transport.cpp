@@ -32,7 +32,7 @@ RdmaPeerTransport::RdmaPeerTransport(const Device& device, std::uint16_t listen_
   for (const auto& peer : connect_to) {
     for (;;) {
       try {
-        links_.emplace_back(connect(device, peer.address, peer.port, options), peer);
+        add_link(connect(device, peer.address, peer.port, options), peer);
         break;
       } catch (const Error& e) {
         // Nothing listening yet: that peer's gradlaned is still starting. Anything else is real.
@@ -47,12 +47,19 @@ RdmaPeerTransport::RdmaPeerTransport(const Device& device, std::uint16_t listen_
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     try {
-      links_.emplace_back(listener_->accept(std::max(left, std::chrono::milliseconds(1))), std::nullopt);
+      add_link(listener_->accept(std::max(left, std::chrono::milliseconds(1))), std::nullopt);
     } catch (const Error& e) {
       throw Error(e.code(), fmt::format("waiting for {} more peer sidecar(s) to connect to port {}: {}",
                                         expect_inbound - i, listener_->port(), e.what()));
     }
   }
+}
+
+PeerIndex RdmaPeerTransport::add_link(Connection connection, std::optional<PeerAddress> dialed) {
+  links_.emplace_back(std::move(connection), std::move(dialed));
+  const auto index = static_cast<PeerIndex>(links_.size() - 1);
+  live_.push_back(index);
+  return index;
 }
 
 void RdmaPeerTransport::mark_failed(PeerIndex peer, const Error& error) {
@@ -68,7 +75,7 @@ void RdmaPeerTransport::drain(PeerIndex peer) {
   Link& link = links_[peer];
   try {
     while (!link.failed && !link.queued.empty()) {
-      if (!link.connection.try_send(link.queued.front())) {
+      if (!link.connection->try_send(link.queued.front())) {
         // The clock is read only while stuck: posting stays free of clock reads.
         const auto now = std::chrono::steady_clock::now();
         if (!link.stalled_since) link.stalled_since = now;
@@ -103,14 +110,15 @@ bool RdmaPeerTransport::send(PeerIndex peer, std::span<const std::byte> message)
 }
 
 std::optional<std::pair<PeerIndex, std::vector<std::byte>>> RdmaPeerTransport::receive() {
-  for (std::size_t i = 0; i < links_.size(); ++i) {
-    const PeerIndex p = static_cast<PeerIndex>((next_ + i) % links_.size());
+  for (std::size_t i = 0; i < live_.size(); ++i) {
+    const std::size_t at = (next_ + i) % live_.size();
+    const PeerIndex p = live_[at];
     Link& link = links_[p];
     drain(p);
     if (link.failed) continue;
     try {
-      if (auto message = link.connection.try_receive()) {
-        next_ = static_cast<PeerIndex>((p + 1) % links_.size());
+      if (auto message = link.connection->try_receive()) {
+        next_ = (at + 1) % live_.size();
         return std::pair{p, std::move(*message)};
       }
     } catch (const Error& e) {
@@ -122,12 +130,17 @@ std::optional<std::pair<PeerIndex, std::vector<std::byte>>> RdmaPeerTransport::r
 
 std::vector<PeerIndex> RdmaPeerTransport::take_failed() {
   std::vector<PeerIndex> failed;
-  for (PeerIndex p = 0; p < links_.size(); ++p) {
-    if (links_[p].failed && !links_[p].reported) {
-      links_[p].reported = true;
+  for (const PeerIndex p : live_) {
+    Link& link = links_[p];
+    if (link.failed && !link.reported) {
+      link.reported = true;
+      link.connection.reset();  // its QP and rings: nothing reads or writes them any more
+      link.queued = {};
       failed.push_back(p);
     }
   }
+  std::erase_if(live_, [&](PeerIndex p) { return links_[p].reported; });
+  if (next_ >= live_.size()) next_ = 0;
   return failed;
 }
 
@@ -136,8 +149,7 @@ std::vector<PeerIndex> RdmaPeerTransport::take_joined() {
   std::vector<PeerIndex> joined;
   try {
     while (auto connection = listener_->try_accept()) {
-      links_.emplace_back(std::move(*connection), std::nullopt);
-      joined.push_back(static_cast<PeerIndex>(links_.size() - 1));
+      joined.push_back(add_link(std::move(*connection), std::nullopt));
       std::fprintf(stderr, "gradlaned: peer %s connected\n", describe(joined.back()).c_str());
     }
   } catch (const Error& e) {
@@ -145,14 +157,13 @@ std::vector<PeerIndex> RdmaPeerTransport::take_joined() {
     std::fprintf(stderr, "gradlaned: a peer sidecar's connect request failed: %s\n", e.what());
   }
   for (auto& [address, connection] : redialer_.take()) {
-    links_.emplace_back(std::move(connection), address);
-    joined.push_back(static_cast<PeerIndex>(links_.size() - 1));
+    joined.push_back(add_link(std::move(connection), address));
     std::fprintf(stderr, "gradlaned: reconnected to peer sidecar %s:%u (%s)\n", address.address.c_str(),
                  static_cast<unsigned>(address.port), describe(joined.back()).c_str());
   }
   return joined;
 }
 
-std::string RdmaPeerTransport::describe(PeerIndex peer) const { return links_.at(peer).connection.describe(); }
+std::string RdmaPeerTransport::describe(PeerIndex peer) const { return links_.at(peer).description; }
 
 }  // namespace gradlane::peer

@@ -14,6 +14,10 @@
 // as the sidecar runs: a restarted peer that listens is reached again, and take_joined()
 // reports the new link like an accepted one.
 //
+// A failed link, once take_failed() reported it, keeps its index (a tombstone: its
+// description) but gives its QP, rings and queued messages back, and no call looks at it
+// again: a peer that keeps reconnecting costs an index each time, not a connection.
+//
 // Never blocking the daemon: send() only queues. Queued messages are posted (try_send) as
 // control slots free up, from send() and receive(); a peer that stopped acknowledging (a
 // stopped process: its receive queue fills and RDMA retries its RNR NAKs forever) delays only
@@ -49,6 +53,8 @@ class RdmaPeerTransport final : public PeerTransport {
   static constexpr std::size_t kMaxQueued = 4096;
 
   std::size_t peer_count() const override { return links_.size(); }
+  // Links that hold a connection: not failed, or failed and not yet reported.
+  std::size_t live_links() const noexcept { return live_.size(); }
   bool send(PeerIndex peer, std::span<const std::byte> message) override;
   std::optional<std::pair<PeerIndex, std::vector<std::byte>>> receive() override;
   std::vector<PeerIndex> take_failed() override;
@@ -63,8 +69,10 @@ class RdmaPeerTransport final : public PeerTransport {
 
  private:
   struct Link {
-    Link(Connection c, std::optional<PeerAddress> to) : connection(std::move(c)), dialed(std::move(to)) {}
-    Connection connection;
+    Link(Connection c, std::optional<PeerAddress> to)
+        : connection(std::move(c)), description(connection->describe()), dialed(std::move(to)) {}
+    std::optional<Connection> connection;  // released once its failure was reported
+    std::string description;
     std::optional<PeerAddress> dialed;          // the --peer this sidecar connected to (none: accepted)
     std::deque<std::vector<std::byte>> queued;  // accepted by send(), not yet posted
     std::optional<std::chrono::steady_clock::time_point> stalled_since;  // first failed post
@@ -72,13 +80,15 @@ class RdmaPeerTransport final : public PeerTransport {
     bool reported = false;
   };
   void mark_failed(PeerIndex peer, const Error& error);
+  PeerIndex add_link(Connection connection, std::optional<PeerAddress> dialed);
   // Posts what `peer`'s control slots take now; fails the link once it stalled too long.
   void drain(PeerIndex peer);
 
   std::chrono::milliseconds stall_limit_;
   std::optional<Listener> listener_;
   std::vector<Link> links_;
-  PeerIndex next_ = 0;  // round-robin start, so one chatty peer cannot starve the others
+  std::vector<PeerIndex> live_;  // the links holding a connection, in index order
+  std::size_t next_ = 0;         // round-robin start in live_, so one chatty peer cannot starve the others
   std::uint32_t polls_ = 0;
   Redialer redialer_;  // last: its threads stop before the links go
 };

@@ -200,6 +200,49 @@ TEST(SoftRoceConnect, HalfOpenPeerCostsOnlyItselfAndAcceptKeepsItsOwnTimeout) {
   ASSERT_TRUE(good.wait_exit(10s).has_value());
 }
 
+TEST(SoftRoceConnect, PastItsPendingHandshakesAListenerRefusesPeersAsBusyUntilOneEnds) {
+  // Each answered connect request holds a QP and registered rings until its handshake
+  // completes: with max_pending_accepts 1, a half-open peer's request fills the listener, the
+  // next peer is refused and told it is busy (no QP for it), and once the half-open one has
+  // outlived connect_timeout a peer is accepted again.
+  const Device device = Device::open(selector_from_env());
+  TransportOptions options = test_options();
+  options.max_pending_accepts = 1;
+  options.connect_timeout = 3s;
+  Listener listener(device, 0, options);
+  const std::string prefix = std::string(std::getenv("GRADLANE_OUT_DIR")) + "/busy-half-open";
+  PeerProcess half_open({"half-open", listener.address(), std::to_string(listener.port())}, prefix);
+  ASSERT_TRUE(wait_for_line(prefix + ".out", "requested", 30s)) << "the half-open peer never sent its request";
+  EXPECT_THROW(listener.accept(500ms), Error) << "the half-open peer's handshake completed";  // answers it
+  std::optional<Error> refused;
+  {
+    std::jthread second([&] {
+      try {
+        const Device own = Device::open(selector_from_env());
+        Connection conn = connect(own, listener.address(), listener.port(), test_options());
+      } catch (const Error& e) {
+        refused = e;
+      }
+    });
+    try {
+      Connection conn = listener.accept(2s);
+      ADD_FAILURE() << "accepted a peer past max_pending_accepts";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::timeout) << e.what();
+    }
+  }
+  ASSERT_TRUE(refused.has_value()) << "the second peer was connected";
+  EXPECT_EQ(refused->code(), Errc::connection_rejected) << refused->what();
+  EXPECT_NE(std::string(refused->what()).find("busy"), std::string::npos) << refused->what();
+  std::this_thread::sleep_for(1s);  // the half-open request is now past its 3 s
+  PeerProcess good({listener.address(), std::to_string(listener.port()), "4096"});
+  Connection conn = listener.accept(30s);
+  EXPECT_EQ(conn.wait_region(1, 30s).length, 4096u);
+  send_text(conn, "exit");
+  EXPECT_EQ(text_of(conn.receive(30s)), "bye");
+  ASSERT_TRUE(good.wait_exit(10s).has_value());
+}
+
 TEST(SoftRoceConnect, OnlyAPeerWithTheListenersJobKeyGetsAConnection) {
   // Isolation between jobs at the door: a listener keyed for job A refuses a connect request
   // carrying another key or none — no QP, nothing accepted — and the refused side is told it

@@ -272,8 +272,10 @@ int half_open_scenario(const std::string& address, std::uint16_t port) {
     std::perror("peer: resolving the server");
     return 3;
   }
-  // gradlane's handshake (transport/wire.hpp): magic "GLN1" and protocol version 1, little-endian.
-  const unsigned char handshake[8] = {'G', 'L', 'N', '1', 1, 0, 0, 0};
+  // gradlane's handshake (transport/wire.hpp), little-endian: magic "GLN1", protocol version 2,
+  // key length 0 and the 32-byte key field (no key, as test_options()): one the listener
+  // accepts, so it answers with a QP of its own and waits for the handshake to complete.
+  unsigned char handshake[40] = {'G', 'L', 'N', '1', 2, 0, 0, 0};
   rdma_conn_param param{};
   param.private_data = handshake;
   param.private_data_len = sizeof handshake;

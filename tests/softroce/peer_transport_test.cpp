@@ -91,7 +91,8 @@ TEST(PeerTransport, StoppedPeerNeverBlocksTheLoopAndIsDroppedAfterTheStallLimit)
 
 TEST(PeerTransport, APeerSidecarThatComesBackIsAdmittedOnANewLink) {
   // The peer is killed; a new one connects to the same port, as a restarted gradlaned with
-  // --peer does. take_joined() admits it without blocking the loop, on a new index.
+  // --peer does. take_joined() admits it without blocking the loop, on a new index; the dead
+  // link, once reported, has given its connection back.
   const Device device = Device::open(selector_from_env());
   constexpr std::uint16_t kPort = 7697;
   std::optional<PeerProcess> peer(std::in_place,
@@ -117,6 +118,8 @@ TEST(PeerTransport, APeerSidecarThatComesBackIsAdmittedOnANewLink) {
     EXPECT_TRUE(transport.take_joined().empty()) << "nothing connected yet";
   }
   ASSERT_EQ(failed, std::vector<peer::PeerIndex>{0}) << "the killed peer's link was not reported failed";
+  EXPECT_EQ(transport.live_links(), 0u) << "the reported link still holds its connection";
+  EXPECT_FALSE(transport.describe(0).empty()) << "a released link is still named in messages";
 
   peer.emplace(std::vector<std::string>{softroce_env().address, std::to_string(kPort), "4096"});
   std::vector<peer::PeerIndex> joined;
@@ -130,6 +133,7 @@ TEST(PeerTransport, APeerSidecarThatComesBackIsAdmittedOnANewLink) {
   }
   ASSERT_EQ(joined, std::vector<peer::PeerIndex>{1}) << "the returning peer was not admitted";
   EXPECT_EQ(transport.peer_count(), 2u);
+  EXPECT_EQ(transport.live_links(), 1u);
   EXPECT_LT(slowest_call, 1.0) << "admitting blocked the loop for " << slowest_call << " s";
   EXPECT_FALSE(transport.send(0, bytes_of("echo old"))) << "the dead link took a message";
   ASSERT_TRUE(transport.send(1, bytes_of("echo back")));

@@ -69,12 +69,14 @@ TEST(Options, EnvironmentOverrides) {
                                                                  {"GRADLANE_CONNECT_TIMEOUT_MS", "250"},
                                                                  {"GRADLANE_SQ_DEPTH", "1024"},
                                                                  {"GRADLANE_SIGNAL_INTERVAL", "100"},
+                                                                 {"GRADLANE_MAX_PENDING_ACCEPTS", "3"},
                                                                  {"GRADLANE_JOB_KEY", "k"}}});
   EXPECT_EQ(o.ack_timeout, 20);
   EXPECT_EQ(o.retry_count, 7);
   EXPECT_EQ(o.connect_timeout, std::chrono::milliseconds(250));
   EXPECT_EQ(o.send_queue_depth, 1024u);
   EXPECT_EQ(o.signal_interval, 100u);
+  EXPECT_EQ(o.max_pending_accepts, 3u);
 }
 
 TEST(Options, MalformedValuesNameTheVariable) {
@@ -82,7 +84,8 @@ TEST(Options, MalformedValuesNameTheVariable) {
                                                                       {"GRADLANE_ACK_TIMEOUT", "32"},
                                                                       {"GRADLANE_RETRY_COUNT", "-1"},
                                                                       {"GRADLANE_SQ_DEPTH", "12abc"},
-                                                                      {"GRADLANE_MAX_MESSAGE", ""}}) {
+                                                                      {"GRADLANE_MAX_MESSAGE", ""},
+                                                                      {"GRADLANE_MAX_PENDING_ACCEPTS", "0"}}) {
     try {
       TransportOptions::from_env(FakeEnv{{{name, value}}});
       FAIL() << name << "=" << value << " accepted";

@@ -143,6 +143,7 @@ TEST(Wire, HandshakeCarriesTheJobKeyAndOnlyTheSameKeyMatches) {
 
 TEST(Wire, ARefusalSaysWhy) {
   EXPECT_EQ(decode_refusal(encode_refusal(Refusal::job_key)), Refusal::job_key);
+  EXPECT_EQ(decode_refusal(encode_refusal(Refusal::busy)), Refusal::busy);
   std::array<std::byte, 8> bare{};
   EXPECT_FALSE(decode_refusal(bare).has_value()) << "a reject without our reason (nothing listening, …)";
   auto other = encode_refusal(Refusal::job_key);
