@@ -17,6 +17,13 @@
 // an app keeps of its own speed among N; 1.0 = sharing the daemon costs it nothing). Figures
 // are median [min-max] over the repetitions (requests/s per app: over every app of every rep).
 //
+// --hostile runs every repetition twice, alternated: as above, and with one more app of another
+// job that abuses the daemon as far as it lets an app — it asks for the largest update gradlaned
+// takes (--max-update-bytes, 16 GiB: 4,096 parts each) from a region it declares that large,
+// again and again past its owed-bytes bound (each refusal is an error answer), and never
+// completes a grant, so its credit is never returned. It then reports the polite apps' request
+// latency (request -> answer) median and p99 with and without it: the target is within 1.2x.
+//
 // --pin-daemon CPU puts gradlaned on that CPU alone and the apps on every other one, as a
 // sidecar is deployed (a core of its own, like eRPC's or Snap's dispatch threads). Unpinned, on
 // a machine with fewer cores than apps + 1, the figure measures the kernel's time-sharing of the
@@ -38,6 +45,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "gradlane/sidecar.hpp"
@@ -63,7 +71,11 @@ struct Options {
   std::uint32_t staleness_bound = 0;
   std::string gradlaned = GRADLANE_GRADLANED;
   std::optional<int> pin_daemon;  // gradlaned on this CPU, the apps on the others
+  bool hostile = false;
+  std::uint32_t hostile_refill_us = 100;  // the hostile app's sleep between two refills of its queue
 };
+
+constexpr std::uint64_t kHostileUpdateBytes = std::uint64_t{16} << 30;  // gradlaned's --max-update-bytes default
 
 // The CPUs this process may run on, without `cpu`.
 cpu_set_t cpus_without(int cpu) {
@@ -144,6 +156,7 @@ class DaemonProcess {
 struct AppRun {
   Clock::time_point start, end;
   std::uint64_t go = 0, dropped = 0;
+  std::vector<double> latency_us;  // request -> answer, per request
 };
 
 // One application: `updates` requests, at most `window` unanswered.
@@ -165,11 +178,17 @@ AppRun run_app(const std::string& shm, std::uint32_t job, const Options& o, std:
                     .priority = 0};
   while (!start.load(std::memory_order_acquire)) std::this_thread::yield();
   AppRun run;
+  run.latency_us.reserve(o.updates);
+  std::unordered_map<std::uint64_t, Clock::time_point> asked;  // request id -> when
   run.start = Clock::now();
   std::uint64_t submitted = 0, answered = 0;
   const auto take = [&](const sc::Grant& g) {
     if (g.kind == sc::GrantKind::error) {
       throw std::runtime_error(fmt::format("request {} refused: {}", g.request, sc::reason_name(g.reason)));
+    }
+    if (const auto it = asked.find(g.request); it != asked.end()) {
+      run.latency_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - it->second).count());
+      asked.erase(it);
     }
     ++answered;
     if (g.kind == sc::GrantKind::drop) {
@@ -186,7 +205,10 @@ AppRun run_app(const std::string& shm, std::uint32_t job, const Options& o, std:
       try {
         // Nothing owed to us means the queue is full of our own completions, which the daemon
         // drains at once: wait for room (waiting for an answer would wait for nothing).
-        client.request(update, submitted == answered ? std::chrono::nanoseconds(1s) : std::chrono::nanoseconds(0));
+        const auto at = Clock::now();
+        asked.emplace(
+            client.request(update, submitted == answered ? std::chrono::nanoseconds(1s) : std::chrono::nanoseconds(0)),
+            at);
         ++submitted;
       } catch (const gradlane::Error& e) {
         if (e.code() != gradlane::Errc::resource_exhausted) throw;
@@ -200,21 +222,84 @@ AppRun run_app(const std::string& shm, std::uint32_t job, const Options& o, std:
   return run;
 }
 
+struct HostileRun {
+  std::uint64_t requests = 0, refused = 0, granted = 0;
+};
+
+// The hostile app (see --hostile): job 99, its own NIC and server (the polite apps' server,
+// attached for their job, would refuse another job's requests: receiver_of_another_job); largest
+// updates, never completed, until told to stop. It keeps its request
+// queue full for the daemon and sleeps --hostile-refill-us (100) between refills, so what it
+// costs the others is the daemon's work, not a spinning core.
+HostileRun run_hostile(const std::string& shm, const Options& o, std::atomic<bool>& start,
+                       const std::atomic<bool>& stop) {
+  sc::AttachOptions attach;
+  attach.shm_name = shm;
+  attach.job = 99;
+  attach.endpoint = 3;
+  attach.region_bytes = kHostileUpdateBytes;  // declared, never backed: nothing checks it is real
+  attach.attach_timeout = 5s;
+  attach.spin = std::chrono::microseconds(o.client_spin_us);
+  sc::Client client = sc::Client::attach(attach);
+  const sc::Update update{.tensor = 7,
+                          .receiver = 4,  // its own job's server: another job's would refuse it
+                          .bytes = kHostileUpdateBytes,
+                          .region_offset = 0,
+                          .computed_on = 0,
+                          .gradient_norm = 1.0F,
+                          .priority = 0};
+  while (!start.load(std::memory_order_acquire)) std::this_thread::yield();
+  HostileRun run;
+  while (!stop.load(std::memory_order_acquire)) {
+    // Fill the request queue (each one a 16 GiB update), take what came back, sleep: a queue
+    // kept full for the daemon, at little CPU of its own.
+    for (;;) {
+      try {
+        (void)client.request(update, std::chrono::nanoseconds(0));
+        ++run.requests;
+      } catch (const gradlane::Error& e) {
+        if (e.code() != gradlane::Errc::resource_exhausted) throw;
+        break;
+      }
+    }
+    while (auto g = client.poll()) {
+      if (g->kind == sc::GrantKind::error) ++run.refused;
+      if (g->kind == sc::GrantKind::go) ++run.granted;  // and never completed
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(o.hostile_refill_us));
+  }
+  return run;
+}
+
 struct RepResult {
   double total_per_s = 0;
   std::vector<double> app_per_s;
   std::uint64_t go = 0, dropped = 0;
   std::uint64_t peak_rss_kib = 0;
-  double daemon_cpu_share = 0;  // gradlaned's CPU seconds / wall seconds of the run
-  double per_daemon_cpu_s = 0;  // requests per CPU second of gradlaned
+  double daemon_cpu_share = 0;     // gradlaned's CPU seconds / wall seconds of the run
+  double per_daemon_cpu_s = 0;     // requests per CPU second of gradlaned
+  std::vector<double> latency_us;  // every polite request's
+  std::optional<HostileRun> hostile;
 };
 
-RepResult run_rep(std::uint32_t apps, const Options& o, int rep) {
-  const std::string shm = fmt::format("/gradlane-load-{}-{}-{}", ::getpid(), apps, rep);
+RepResult run_rep(std::uint32_t apps, const Options& o, int rep, bool with_hostile) {
+  const std::string shm = fmt::format("/gradlane-load-{}-{}-{}-{}", ::getpid(), apps, rep, with_hostile ? "h" : "q");
   DaemonProcess daemon(o, shm);
-  std::atomic<bool> start{false};
+  std::atomic<bool> start{false}, stop_hostile{false};
   std::vector<AppRun> runs(apps);
   std::vector<std::string> failures(apps);
+  std::optional<HostileRun> hostile_run;
+  std::string hostile_failure;
+  std::optional<std::jthread> hostile;
+  if (with_hostile) {
+    hostile.emplace([&] {
+      try {
+        hostile_run = run_hostile(shm, o, start, stop_hostile);
+      } catch (const std::exception& e) {
+        hostile_failure = e.what();
+      }
+    });
+  }
   double cpu_at_start = 0;
   {
     std::vector<std::jthread> threads;
@@ -240,10 +325,14 @@ RepResult run_rep(std::uint32_t apps, const Options& o, int rep) {
     start.store(true, std::memory_order_release);
   }
   const double daemon_cpu = daemon.cpu_seconds() - cpu_at_start;
+  stop_hostile.store(true, std::memory_order_release);
+  hostile.reset();  // joins it
   for (const auto& f : failures) {
     if (!f.empty()) throw std::runtime_error(f);
   }
+  if (!hostile_failure.empty()) throw std::runtime_error("the hostile app: " + hostile_failure);
   RepResult r;
+  r.hostile = hostile_run;
   auto first = runs[0].start, last = runs[0].end;
   for (const AppRun& run : runs) {
     first = std::min(first, run.start);
@@ -251,6 +340,7 @@ RepResult run_rep(std::uint32_t apps, const Options& o, int rep) {
     r.app_per_s.push_back(static_cast<double>(o.updates) / std::chrono::duration<double>(run.end - run.start).count());
     r.go += run.go;
     r.dropped += run.dropped;
+    r.latency_us.insert(r.latency_us.end(), run.latency_us.begin(), run.latency_us.end());
   }
   r.total_per_s = static_cast<double>(o.updates * apps) / std::chrono::duration<double>(last - first).count();
   r.peak_rss_kib = daemon.peak_rss_kib();
@@ -260,11 +350,48 @@ RepResult run_rep(std::uint32_t apps, const Options& o, int rep) {
   return r;
 }
 
+// The q-quantile (nearest rank) of `v`.
+double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())))];
+}
+
 // "median [min-max]" of `v`.
 std::string spread(std::vector<double> v, const char* format) {
   std::sort(v.begin(), v.end());
   const auto f = [&](double x) { return fmt::format(fmt::runtime(format), x); };
   return fmt::format("{} [{}-{}]", f(v[v.size() / 2]), f(v.front()), f(v.back()));
+}
+
+// --hostile: per app count, quiet and hostile repetitions alternated, the polite apps' latency.
+int hostile_comparison(const Options& o) {
+  fmt::print(
+      "| apps | latency p50 quiet (us) | p50 with a hostile app | p50 ratio | latency p99 quiet (us) | p99 with a "
+      "hostile app | p99 ratio | requests/s total quiet / hostile | hostile app: requests, refused, granted per rep "
+      "|\n|---|---|---|---|---|---|---|---|---|\n");
+  for (const std::uint32_t apps : o.apps) {
+    std::vector<double> p50[2], p99[2], rate[2];
+    HostileRun abuse;
+    for (std::uint32_t rep = 0; rep < o.reps; ++rep) {
+      for (const bool with_hostile : {false, true}) {
+        const RepResult r = run_rep(apps, o, static_cast<int>(rep), with_hostile);
+        p50[with_hostile].push_back(quantile(r.latency_us, 0.5));
+        p99[with_hostile].push_back(quantile(r.latency_us, 0.99));
+        rate[with_hostile].push_back(r.total_per_s);
+        if (r.hostile) {
+          abuse.requests += r.hostile->requests;
+          abuse.refused += r.hostile->refused;
+          abuse.granted += r.hostile->granted;
+        }
+      }
+    }
+    const auto median = [](std::vector<double> v) { return quantile(std::move(v), 0.5); };
+    fmt::print("| {} | {} | {} | {:.2f} | {} | {} | {:.2f} | {:.0f} / {:.0f} | {}, {}, {} |\n", apps,
+               spread(p50[0], "{:.0f}"), spread(p50[1], "{:.0f}"), median(p50[1]) / median(p50[0]),
+               spread(p99[0], "{:.0f}"), spread(p99[1], "{:.0f}"), median(p99[1]) / median(p99[0]), median(rate[0]),
+               median(rate[1]), abuse.requests / o.reps, abuse.refused / o.reps, abuse.granted / o.reps);
+  }
+  return 0;
 }
 
 }  // namespace
@@ -285,7 +412,14 @@ int main(int argc, char** argv) try {
   cli.add_option("--gradlaned", o.gradlaned, "the gradlaned binary")->capture_default_str();
   cli.add_option("--pin-daemon", o.pin_daemon, "run gradlaned on this CPU alone and the apps on the other CPUs")
       ->check(CLI::NonNegativeNumber);
+  cli.add_flag("--hostile", o.hostile,
+               "also run every repetition with one hostile app of another job (largest updates, never completed, "
+               "asked again past every refusal) and compare the other apps' request latency");
+  cli.add_option("--hostile-refill-us", o.hostile_refill_us,
+                 "the hostile app sleeps this long between two refills of its request queue")
+      ->capture_default_str();
   CLI11_PARSE(cli, argc, argv);
+  if (o.hostile) return hostile_comparison(o);
 
   std::optional<double> baseline;  // median total requests/s of the first (1-app) count
   fmt::print(
@@ -296,7 +430,7 @@ int main(int argc, char** argv) try {
     std::vector<double> totals, per_app, min_ratio, min_alone, rss, cpu, per_cpu;
     std::uint64_t go = 0, dropped = 0;
     for (std::uint32_t rep = 0; rep < o.reps; ++rep) {
-      const RepResult r = run_rep(apps, o, static_cast<int>(rep));
+      const RepResult r = run_rep(apps, o, static_cast<int>(rep), false);
       totals.push_back(r.total_per_s);
       per_app.insert(per_app.end(), r.app_per_s.begin(), r.app_per_s.end());
       if (baseline) {

@@ -220,12 +220,10 @@ SubmitStatus Scheduler::submit(const Request& request, Instant now) {
 
   const std::uint32_t parts = partitioner_.count(request.bytes);
   requests_.emplace(request.id, RequestState{request, sender, receiver, parts, 0});
-  for (std::uint32_t i = 0; i < parts; ++i) {
-    const Partition p = partitioner_.part(request.bytes, i);
-    endpoints_[sender].queue.push(request.job,
-                                  QueuedPart{request.priority, request.id, p.index, p.count, p.offset, p.length},
-                                  request.job_remaining);
-  }
+  endpoints_[sender].queue.push_parts(request.job,
+                                      QueuedRun{request.priority, request.id, 0, parts, parts, 0,
+                                                partitioner_.part(request.bytes, 0).length, request.bytes},
+                                      request.job_remaining);
   pending_parts_ += parts;
   ++stats_.requests;
   stats_.parts += parts;

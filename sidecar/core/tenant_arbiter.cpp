@@ -9,12 +9,16 @@ namespace {
 
 // std heap algorithms build max-heaps; "later" puts the most urgent part on top.
 struct Later {
-  bool operator()(const QueuedPart& a, const QueuedPart& b) const noexcept {
+  bool operator()(const QueuedRun& a, const QueuedRun& b) const noexcept {
     return std::tuple(a.priority, to_int(a.request), a.index) > std::tuple(b.priority, to_int(b.request), b.index);
   }
 };
 
 }  // namespace
+
+QueuedPart QueuedRun::front() const noexcept {
+  return QueuedPart{priority, request, index, count, offset, std::min(chunk, end_offset - offset)};
+}
 
 const TenantArbiter::JobQueue* TenantArbiter::find(JobId job) const noexcept {
   const auto it =
@@ -27,12 +31,20 @@ TenantArbiter::JobQueue* TenantArbiter::find(JobId job) noexcept {
 }
 
 void TenantArbiter::push(JobId job, const QueuedPart& part, Bytes declared) {
+  push_parts(job,
+             QueuedRun{part.priority, part.request, part.index, part.index + 1, part.count, part.offset, part.length,
+                       part.offset + part.length},
+             declared);
+}
+
+void TenantArbiter::push_parts(JobId job, const QueuedRun& run, Bytes declared) {
+  if (run.index >= run.end || run.offset >= run.end_offset) return;
   auto it = std::lower_bound(jobs_.begin(), jobs_.end(), job, [](const JobQueue& q, JobId j) { return q.job < j; });
   if (it == jobs_.end() || it->job != job)
     it = jobs_.insert(it, JobQueue{.job = job, .heap = {}, .remaining = 0, .declared = 0, .owed = 0.0});
-  it->heap.push_back(part);
+  it->heap.push_back(run);
   std::push_heap(it->heap.begin(), it->heap.end(), Later{});
-  it->remaining += part.length;
+  it->remaining += run.end_offset - run.offset;
   if (declared != 0) it->declared = declared;
 }
 
@@ -40,7 +52,7 @@ std::optional<TenantArbiter::Head> TenantArbiter::head() const {
   const JobQueue* best = nullptr;
   // Floor first: the job owed the most, if it is owed at least its next part.
   for (const JobQueue& q : jobs_) {
-    if (q.owed >= static_cast<double>(q.heap.front().length) && (!best || q.owed > best->owed)) {
+    if (q.owed >= static_cast<double>(q.heap.front().front().length) && (!best || q.owed > best->owed)) {
       best = &q;
     }
   }
@@ -51,14 +63,21 @@ std::optional<TenantArbiter::Head> TenantArbiter::head() const {
     }
   }
   if (!best) return std::nullopt;
-  return Head{best->job, best->heap.front()};
+  return Head{best->job, best->heap.front().front()};
 }
 
 QueuedPart TenantArbiter::pop(JobId job) {
   JobQueue* q = find(job);
   std::pop_heap(q->heap.begin(), q->heap.end(), Later{});
-  const QueuedPart part = q->heap.back();
-  q->heap.pop_back();
+  QueuedRun& run = q->heap.back();
+  const QueuedPart part = run.front();
+  ++run.index;
+  run.offset += part.length;
+  if (run.index < run.end && run.offset < run.end_offset) {
+    std::push_heap(q->heap.begin(), q->heap.end(), Later{});  // the rest of the run, in its place
+  } else {
+    q->heap.pop_back();
+  }
   q->remaining -= part.length;
   forget_if_idle(static_cast<std::size_t>(q - jobs_.data()));
   return part;
@@ -76,11 +95,15 @@ std::vector<QueuedPart> TenantArbiter::remove_request(JobId job, RequestId reque
   std::vector<QueuedPart> removed;
   JobQueue* q = find(job);
   if (!q) return removed;
-  for (const QueuedPart& p : q->heap) {
-    if (p.request == request) removed.push_back(p);
+  for (QueuedRun run : q->heap) {
+    if (run.request != request) continue;
+    for (; run.index < run.end && run.offset < run.end_offset; ++run.index) {
+      removed.push_back(run.front());
+      run.offset += removed.back().length;
+    }
   }
   if (removed.empty()) return removed;
-  std::erase_if(q->heap, [request](const QueuedPart& p) { return p.request == request; });
+  std::erase_if(q->heap, [request](const QueuedRun& r) { return r.request == request; });
   std::make_heap(q->heap.begin(), q->heap.end(), Later{});
   for (const QueuedPart& p : removed) q->remaining -= p.length;
   std::sort(removed.begin(), removed.end(), [](const QueuedPart& a, const QueuedPart& b) { return a.index < b.index; });
@@ -105,7 +128,9 @@ double TenantArbiter::owed(JobId job) const noexcept {
 
 std::size_t TenantArbiter::queued_parts() const noexcept {
   std::size_t n = 0;
-  for (const JobQueue& q : jobs_) n += q.heap.size();
+  for (const JobQueue& q : jobs_) {
+    for (const QueuedRun& r : q.heap) n += r.end - r.index;
+  }
   return n;
 }
 

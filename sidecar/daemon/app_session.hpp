@@ -84,8 +84,12 @@ struct AppSession {
   // Grants that did not fit in the ring. Never dropped: while any wait here the daemon stops
   // taking this app's requests, so the backpressure reaches the app as a full request queue.
   std::deque<shm::GrantEntry> outbox;
-  std::unordered_map<std::uint64_t, OwedRequest> owed;              // by the app's request id
-  std::uint64_t owed_bytes = 0;                                     // the sum of owed's bytes
+  std::unordered_map<std::uint64_t, OwedRequest> owed;  // by the app's request id
+  std::uint64_t owed_bytes = 0;                         // the sum of owed's bytes
+  // Refused past its bounds (max_outstanding, max_owed_bytes): until something it owes is
+  // settled, one of its entries is taken per loop pass instead of batch_per_app, so an app
+  // that keeps asking past its bound costs the other jobs one check per pass.
+  bool over_bound = false;
   std::unordered_map<std::uint64_t, sched::TransferId> aggregates;  // forwarded by this app
   bool notify = false;  // grants were published this pass: wake the app if it sleeps
 };

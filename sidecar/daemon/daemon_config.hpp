@@ -57,7 +57,8 @@ struct DaemonConfig {
   // the others. 256 GiB: a few updates of the largest models in flight at once. Beyond it
   // requests get Reason::too_many_outstanding.
   std::uint64_t max_owed_bytes = std::uint64_t{256} << 30;
-  // Entries taken from one app per loop pass, so a flooding app cannot starve the others.
+  // Entries taken from one app per loop pass, so a flooding app cannot starve the others (one
+  // per pass from an app refused past its bounds, until it settles something it owes).
   std::uint32_t batch_per_app = 64;
   // How often the heartbeat in the header is refreshed. Clients call a daemon dead after
   // kClientStaleHeartbeat (sidecar client) without one, which must be much larger.

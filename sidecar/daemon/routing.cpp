@@ -88,7 +88,7 @@ std::size_t Daemon::drain(AppSession& app, sched::Instant now) {
   std::size_t taken = 0;
   shm::AppEntry entry;
   // Stop while answers back up: the app is not reading, so its requests wait in its own ring.
-  while (taken < config_.batch_per_app && app.outbox.empty()) {
+  while (taken < (app.over_bound ? 1 : config_.batch_per_app) && app.outbox.empty()) {
     switch (app.requests.pop(entry)) {
       case shm::RingStatus::ok:
         ++taken;
@@ -126,6 +126,7 @@ void Daemon::submit(AppSession& app, const shm::AppEntry& entry, sched::Instant 
   }
   if (app.owed.size() >= config_.max_outstanding ||
       entry.body.submit.bytes > config_.max_owed_bytes - app.owed_bytes) {  // owed_bytes <= max: no underflow
+    app.over_bound = true;
     answer_error(app, entry, Reason::too_many_outstanding);
     return;
   }
@@ -349,6 +350,7 @@ void Daemon::settle(AppSession& app, std::uint64_t app_request) {
   routes_.erase(it->second.id);
   app.owed_bytes -= it->second.bytes;
   app.owed.erase(it);
+  app.over_bound = false;
 }
 
 std::size_t Daemon::publish(sched::Instant now) {

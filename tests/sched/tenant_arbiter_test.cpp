@@ -6,6 +6,7 @@
 #include <string>
 
 #include "sched_test_util.hpp"
+#include "sidecar/core/partition.hpp"
 
 namespace gradlane::sched {
 namespace {
@@ -36,6 +37,38 @@ TEST(TenantArbiter, WithinAJobLowerPriorityValueGoesFirstThenRequestIdThenPart) 
   }
   const std::vector<std::pair<std::uint64_t, std::uint32_t>> expected{{2, 0}, {4, 0}, {4, 1}, {3, 0}, {1, 0}};
   EXPECT_EQ(order, expected);
+}
+
+// A whole request is one queued run that hands out Partitioner's parts one by one: 4,096 parts
+// of a 16 GiB update, each where the partitioner puts it, with a more urgent request served
+// between two of them, and a drop returning exactly the parts not yet handed out.
+TEST(TenantArbiter, ARequestsPartsAreQueuedAsOneRunAndHandedOutInOrder) {
+  constexpr Bytes kHuge = Bytes{16} << 30;
+  const Partitioner partitioner;
+  const std::uint32_t count = partitioner.count(kHuge);
+  ASSERT_EQ(count, 4096u);
+  TenantArbiter a;
+  a.push_parts(JobId{1}, QueuedRun{2, RequestId{7}, 0, count, count, 0, partitioner.part(kHuge, 0).length, kHuge});
+  EXPECT_EQ(a.queued_parts(), count);
+  EXPECT_EQ(a.remaining(JobId{1}), kHuge);
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    const QueuedPart p = a.pop(JobId{1});
+    const Partition want = partitioner.part(kHuge, i);
+    EXPECT_EQ(p.index, i);
+    EXPECT_EQ(p.count, count);
+    EXPECT_EQ(p.offset, want.offset);
+    EXPECT_EQ(p.length, want.length);
+  }
+  a.push(JobId{1}, part(8, kMB, 1));  // more urgent: goes between parts 2 and 3
+  EXPECT_EQ(a.head()->part.request, RequestId{8});
+  EXPECT_EQ(a.pop(JobId{1}).request, RequestId{8});
+  EXPECT_EQ(a.head()->part.index, 3u);
+  const std::vector<QueuedPart> rest = a.remove_request(JobId{1}, RequestId{7});
+  ASSERT_EQ(rest.size(), count - 3);
+  EXPECT_EQ(rest.front().index, 3u);
+  EXPECT_EQ(rest.back().index, count - 1);
+  EXPECT_EQ(rest.back().offset + rest.back().length, kHuge);
+  EXPECT_TRUE(a.empty());
 }
 
 TEST(TenantArbiter, ShortestRemainingJobFirst) {

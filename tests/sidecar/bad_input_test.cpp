@@ -168,6 +168,59 @@ TEST(SidecarBadInput, PastItsOwedBytesAnAppIsRefusedUntilItCompletes) {
   EXPECT_EQ(g.kind, GrantKind::go) << reason_name(g.reason);
 }
 
+// An app that keeps asking past its bound costs the others one entry per loop pass: refused
+// once, it is read one entry a pass (another app's ten entries are all taken in one) until
+// something it owes is settled.
+TEST(SidecarBadInput, AnAppRefusedPastItsBoundIsReadOneEntryAPassUntilItSettles) {
+  const std::string name = unique_shm_name();
+  DaemonConfig config = test_config(name);
+  config.max_update_bytes = 4096;
+  config.max_owed_bytes = 4096;  // one small update at a time
+  DaemonDriver driver(config);
+  Client greedy = Client::attach(test_attach(name, 1));
+  AttachOptions polite_options = test_attach(name, 2);
+  polite_options.endpoint = 3;
+  Client polite = Client::attach(polite_options);
+  auto hold = driver.hold();
+  for (int i = 0; i < 11; ++i) greedy.request(small_update());
+  Update tiny = small_update();
+  tiny.bytes = 64;
+  for (int i = 0; i < 10; ++i) polite.request(tiny);
+  struct Answers {
+    int refused = 0;
+    std::vector<std::uint64_t> granted;
+  };
+  const auto answers = [](Client& app, Answers& a) {
+    while (auto g = app.poll()) {
+      if (g->kind == GrantKind::go) a.granted.push_back(g->request);
+      if (g->kind == GrantKind::error && g->reason == Reason::too_many_outstanding) ++a.refused;
+    }
+  };
+  Answers greedy_got, polite_got;
+  driver.step();
+  answers(greedy, greedy_got);
+  answers(polite, polite_got);
+  EXPECT_EQ(greedy_got.refused, 1) << "past its bound, the rest waits for later passes";
+  EXPECT_EQ(polite_got.granted.size(), 10U) << "the other app's entries are all taken in the same pass";
+  // The completion it sends now waits behind its own backlog: one refusal per pass.
+  ASSERT_EQ(greedy_got.granted.size(), 1U);
+  greedy.complete(greedy_got.granted.front(), 0, 1us);
+  for (int pass = 2; pass <= 10; ++pass) {
+    driver.step();
+    answers(greedy, greedy_got);
+    EXPECT_EQ(greedy_got.refused, pass) << "one entry per pass";
+  }
+  // The completion settles what it owed and lifts the limit: one pass takes two requests again,
+  // the first granted, the second refused (its bound once more).
+  driver.step();
+  greedy.request(small_update());
+  greedy.request(small_update());
+  driver.step();
+  answers(greedy, greedy_got);
+  EXPECT_EQ(greedy_got.granted.size(), 2U);
+  EXPECT_EQ(greedy_got.refused, 11);
+}
+
 TEST(SidecarBadInput, CorruptedQueueEvictsThatAppOnly) {
   const std::string name = unique_shm_name();
   DaemonDriver driver(test_config(name));
