@@ -316,6 +316,11 @@ Version Scheduler::server_version(EndpointId receiver) const {
   return r ? r->window.granted() : 0;
 }
 
+std::optional<JobId> Scheduler::served_job(EndpointId receiver) const {
+  const EndpointState* r = find(receiver);
+  return r ? r->serves : std::nullopt;
+}
+
 Seq Scheduler::replica_acked(EndpointId receiver) const {
   const EndpointState* r = find(receiver);
   return r ? r->window.acked() : 0;

@@ -214,6 +214,8 @@ class Scheduler {
   // grant is applied to this version. Staleness is computed against it.
   Version server_version(EndpointId receiver) const;
   Seq replica_acked(EndpointId receiver) const;
+  // The job serve_job() last named for the receiver (nullopt: any job, or never named).
+  std::optional<JobId> served_job(EndpointId receiver) const;
   // Bytes granted from this NIC's own requests and not yet completed (<= credit, or one part).
   Bytes in_flight(EndpointId endpoint) const;
   // When pending work next fits in the grant horizon, if the last schedule() left some that

@@ -277,8 +277,10 @@ std::optional<std::string> DistributedPolicy::refuse_takeover(const Takeover& m)
                          known->second.epoch);
     }
   }
-  if (const auto served = served_job_.find(m.endpoint); served != served_job_.end()) {
-    if (served->second != m.job) return fmt::format("its server here is an app of job {}", served->second);
+  if (const auto served = scheduler_.served_job(receiver)) {
+    if (sched::to_int(*served) != m.job) {
+      return fmt::format("its server here is an app of job {}", sched::to_int(*served));
+    }
     if (is_local(receiver) && (!server_alive_ || server_alive_(receiver))) {
       return std::string("its server here is alive: the sequence stays with it");
     }

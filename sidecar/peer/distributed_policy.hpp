@@ -121,11 +121,7 @@ class DistributedPolicy final : public sched::Policy {
   void serve_job(sched::EndpointId receiver, std::optional<sched::JobId> job,
                  std::optional<sched::GrantKey> key = std::nullopt) override {
     scheduler_.serve_job(receiver, job);
-    if (!job) {
-      served_job_.erase(sched::to_int(receiver));
-      return;
-    }
-    served_job_[sched::to_int(receiver)] = sched::to_int(*job);
+    if (!job) return;
     if (key) {
       grant_keys_[sched::to_int(receiver)] = *key;
     } else {
@@ -202,7 +198,6 @@ class DistributedPolicy final : public sched::Policy {
   CompletionHook completion_hook_;
   std::map<std::uint32_t, PeerIndex> endpoint_owner_;  // remote endpoint -> its sidecar
   std::map<std::uint32_t, TakeoverMark> takeovers_;    // endpoint -> its latest takeover we know of
-  std::map<std::uint32_t, std::uint32_t> served_job_;  // our receiver -> the job of its attached server
   ServerAlive server_alive_;
   std::set<PeerIndex> greeted_;
   std::set<PeerIndex> lost_;
