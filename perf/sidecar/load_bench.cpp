@@ -73,6 +73,7 @@ struct Options {
   std::optional<int> pin_daemon;  // gradlaned on this CPU, the apps on the others
   bool hostile = false;
   std::uint32_t hostile_refill_us = 100;  // the hostile app's sleep between two refills of its queue
+  bool hostile_idle = false;              // the control: it wakes as often but asks for nothing
 };
 
 constexpr std::uint64_t kHostileUpdateBytes = std::uint64_t{16} << 30;  // gradlaned's --max-update-bytes default
@@ -253,7 +254,7 @@ HostileRun run_hostile(const std::string& shm, const Options& o, std::atomic<boo
   while (!stop.load(std::memory_order_acquire)) {
     // Fill the request queue (each one a 16 GiB update), take what came back, sleep: a queue
     // kept full for the daemon, at little CPU of its own.
-    for (;;) {
+    for (; !o.hostile_idle;) {
       try {
         (void)client.request(update, std::chrono::nanoseconds(0));
         ++run.requests;
@@ -415,6 +416,9 @@ int main(int argc, char** argv) try {
   cli.add_flag("--hostile", o.hostile,
                "also run every repetition with one hostile app of another job (largest updates, never completed, "
                "asked again past every refusal) and compare the other apps' request latency");
+  cli.add_flag("--hostile-idle", o.hostile_idle,
+               "the control: the hostile app attaches and wakes as often but asks for nothing (what its thread "
+               "alone costs the others on this machine)");
   cli.add_option("--hostile-refill-us", o.hostile_refill_us,
                  "the hostile app sleeps this long between two refills of its request queue")
       ->capture_default_str();
