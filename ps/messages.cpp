@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "common/le_codec.hpp"
 #include "common/overloaded.hpp"
 #include "gradlane/error.hpp"
 
@@ -29,85 +30,46 @@ enum class Kind : std::uint8_t {
   ask_landed,
   landed
 };
-constexpr std::size_t kSize[] = {0,
-                                 1 + 1 + 4,
-                                 1 + 4 + 8 + 8,
-                                 1 + 8 + 8 + 4 + 8,
-                                 1 + 8 + 4 + 8,
-                                 1 + 8,
-                                 1 + 4,
-                                 1 + 4,
-                                 1 + 8 + 8 + 1,
-                                 1 + 8,
-                                 1 + 1 + ListeningAt::kAddressBytes + 2,
-                                 1 + 4 + 8,
-                                 1 + 8 + 8,
-                                 1 + 16,
-                                 1 + 8 + 4,
-                                 1 + 4,
-                                 1 + 8 + 8 + 8};
-
-static_assert(std::size(kSize) == static_cast<std::size_t>(Kind::landed) + 1, "a size for every kind");
-
+// A message: its kind, then its fields.
 class Writer {
  public:
-  explicit Writer(Kind kind) : bytes_(kSize[static_cast<std::size_t>(kind)]) { put(static_cast<std::uint8_t>(kind)); }
+  explicit Writer(Kind kind) { out_.put(static_cast<std::uint8_t>(kind)); }
   template <class T>
   Writer& put(T value) {
-    static_assert(std::is_integral_v<T> || std::is_enum_v<T>);
-    for (std::size_t i = 0; i < sizeof(T); ++i) {
-      // at(): a field list longer than kSize says is a bug here, never a write past the buffer.
-      bytes_.at(at_++) = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xff);
-    }
+    out_.put(value);
     return *this;
   }
-  // A text of at most `size` bytes, NUL-padded to `size`.
   Writer& put_text(const std::string& text, std::size_t size) {
-    if (text.size() > size)
-      throw Error(Errc::invalid_argument, fmt::format("'{}' is longer than {} bytes", text, size));
-    for (std::size_t i = 0; i < size; ++i)
-      bytes_.at(at_++) = i < text.size() ? static_cast<std::byte>(text[i]) : std::byte{0};
+    out_.put_text(text, size);
     return *this;
   }
-  std::vector<std::byte> done() { return std::move(bytes_); }
+  std::vector<std::byte> done() { return out_.take(); }
 
  private:
-  std::vector<std::byte> bytes_;
-  std::size_t at_ = 0;
+  wire::LeWriter out_{32};
 };
 
-class Reader {
- public:
-  explicit Reader(std::span<const std::byte> bytes) : bytes_(bytes) {}
-  template <class T>
-  T get() {
-    std::uint64_t value = 0;
-    for (std::size_t i = 0; i < sizeof(T); ++i) value |= std::to_integer<std::uint64_t>(bytes_[at_++]) << (8 * i);
-    return static_cast<T>(value);
-  }
-  // A NUL-padded address literal: hex digits, '.' and ':' only, at least one.
-  std::string get_address(std::size_t size) {
-    std::string text;
-    bool ended = false;
-    for (std::size_t i = 0; i < size; ++i) {
-      const char c = static_cast<char>(std::to_integer<std::uint8_t>(bytes_[at_++]));
-      if (c == '\0') {
-        ended = true;
-        continue;
-      }
-      const bool allowed =
-          (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == '.' || c == ':';
-      if (ended || !allowed) throw Error(Errc::protocol, "an address that is not a NUL-padded IP literal");
-      text.push_back(c);
+// A NUL-padded address literal: hex digits, '.' and ':' only, at least one.
+std::string get_address(wire::LeReader& in, std::size_t size) {
+  std::string text;
+  bool ended = false;
+  for (const std::byte b : in.take(size, "address")) {
+    const char c = static_cast<char>(std::to_integer<std::uint8_t>(b));
+    if (c == '\0') {
+      ended = true;
+      continue;
     }
-    if (text.empty()) throw Error(Errc::protocol, "an empty address");
-    return text;
+    const bool allowed =
+        (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == '.' || c == ':';
+    if (ended || !allowed) throw Error(Errc::protocol, "an address that is not a NUL-padded IP literal");
+    text.push_back(c);
   }
+  if (text.empty()) throw Error(Errc::protocol, "an empty address");
+  return text;
+}
 
- private:
-  std::span<const std::byte> bytes_;
-  std::size_t at_ = 1;  // past the kind
-};
+// The fields of a message of `kind`, checked; decode() then checks nothing is left over.
+Message decode_fields(Kind kind, wire::LeReader& in);
 
 }  // namespace
 
@@ -154,12 +116,16 @@ Message decode(std::span<const std::byte> bytes) {
   if (kind < 1 || kind > static_cast<std::uint8_t>(Kind::landed)) {
     throw Error(Errc::protocol, fmt::format("unknown parameter-server message kind {}", kind));
   }
-  if (bytes.size() != kSize[kind]) {
-    throw Error(Errc::protocol, fmt::format("parameter-server message of kind {} has {} bytes, expected {}", kind,
-                                            bytes.size(), kSize[kind]));
-  }
-  Reader in(bytes);
-  switch (static_cast<Kind>(kind)) {
+  wire::LeReader in(bytes.subspan(1), "parameter-server message of kind", kind);
+  Message message = decode_fields(static_cast<Kind>(kind), in);
+  in.expect_end();
+  return message;
+}
+
+namespace {
+
+Message decode_fields(Kind kind, wire::LeReader& in) {
+  switch (kind) {
     case Kind::hello: {
       Hello m{in.get<PeerKind>(), in.get<std::uint32_t>()};
       if (m.kind != PeerKind::worker && m.kind != PeerKind::primary && m.kind != PeerKind::replica) {
@@ -227,7 +193,7 @@ Message decode(std::span<const std::byte> bytes) {
         throw Error(Errc::protocol, fmt::format("listening-at for a peer kind {} (a replica's or an aggregator's)",
                                                 static_cast<int>(m.kind)));
       }
-      m.address = in.get_address(ListeningAt::kAddressBytes);
+      m.address = get_address(in, ListeningAt::kAddressBytes);
       m.port = in.get<std::uint16_t>();
       if (m.port == 0) throw Error(Errc::protocol, "a peer listening on port 0");
       return m;
@@ -276,6 +242,8 @@ Message decode(std::span<const std::byte> bytes) {
   }
   throw Error(Errc::protocol, "unreachable message kind");
 }
+
+}  // namespace
 
 bool take_bye(const Message& message, std::uint32_t worker, bool& said_bye) {
   const auto* bye = std::get_if<Bye>(&message);

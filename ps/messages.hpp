@@ -43,8 +43,10 @@
 //                             or will be applied), or sequence 0 (none; or sidecar mode, where
 //                             the server does not learn a push's tag)
 //
-// decode() checks the size and the kind and throws Error(protocol) naming what is wrong; a
-// peer's malformed message costs that peer its connection, never the process.
+// Each message is its kind byte, then its fields through the shared little-endian codec
+// (common/le_codec.hpp), written once in encode() and once in decode(). decode() checks the
+// kind, every field's bytes and that none are left over, and throws Error(protocol) naming what
+// is wrong; a peer's malformed message costs that peer its connection, never the process.
 #pragma once
 
 #include <array>

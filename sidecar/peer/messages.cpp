@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <string>
 
+#include "common/le_codec.hpp"
+
 namespace gradlane::peer {
 namespace {
 
@@ -20,51 +22,8 @@ constexpr std::uint32_t kMaxMembers = 65536;
 // grants (its grant lifetime is seconds), and near 2^63 it overflows the local clock's sum.
 constexpr std::int64_t kMaxSlotNanos = std::int64_t{600} * 1'000'000'000;
 
-class Writer {
- public:
-  template <class T>
-  void put(T value) {
-    if constexpr (std::is_same_v<T, double>) {
-      put(std::bit_cast<std::uint64_t>(value));
-    } else {
-      for (std::size_t i = 0; i < sizeof(T); ++i) {
-        out_.push_back(static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xff));
-      }
-    }
-  }
-  std::vector<std::byte> take() { return std::move(out_); }
-
- private:
-  std::vector<std::byte> out_;
-};
-
-class Reader {
- public:
-  explicit Reader(std::span<const std::byte> in) : in_(in) {}
-  template <class T>
-  T get(const char* field) {
-    if constexpr (std::is_same_v<T, double>) {
-      return std::bit_cast<double>(get<std::uint64_t>(field));
-    } else {
-      if (in_.size() - pos_ < sizeof(T)) {
-        throw Error(Errc::protocol, fmt::format("peer message truncated at field '{}' ({} bytes)", field, in_.size()));
-      }
-      std::uint64_t v = 0;
-      for (std::size_t i = 0; i < sizeof(T); ++i) v |= static_cast<std::uint64_t>(in_[pos_ + i]) << (8 * i);
-      pos_ += sizeof(T);
-      return static_cast<T>(v);
-    }
-  }
-  void expect_end(const char* what) const {
-    if (pos_ != in_.size()) {
-      throw Error(Errc::protocol, fmt::format("{} has {} trailing bytes", what, in_.size() - pos_));
-    }
-  }
-
- private:
-  std::span<const std::byte> in_;
-  std::size_t pos_ = 0;
-};
+using Writer = wire::LeWriter;
+using Reader = wire::LeReader;
 
 [[noreturn]] void bad(const std::string& what) { throw Error(Errc::protocol, "peer message: " + what); }
 
@@ -114,7 +73,7 @@ std::vector<std::byte> encode(const Message& message) {
 }
 
 Message decode(std::span<const std::byte> bytes) {
-  Reader r(bytes);
+  Reader r(bytes, "peer message");
   if (const auto magic = r.get<std::uint32_t>("magic"); magic != kMagic) {
     bad(fmt::format("magic {:#010x}, expected {:#010x} (not a gradlaned peer)", magic, kMagic));
   }
