@@ -141,6 +141,7 @@ void DistributedPolicy::schedule(sched::Instant now, std::vector<sched::Outcome>
   for (PeerIndex p : transport_.take_failed()) lose_peer(p, now, out);
   admit_joined();
   pump(now, out);
+  settle_held_takeovers(now);
   if (decision_hook_) {
     for (std::size_t i = first_from_peers; i < out.size(); ++i) decision_hook_(out[i], now, "peer");
   }
@@ -252,7 +253,7 @@ void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched
                    ++stats_.remote_requests;
                  },
                  [&](const SlotAnswer& m) { on_answer(peer, m, now, out); },
-                 [&](const Takeover& m) { on_takeover(peer, m); },
+                 [&](const Takeover& m) { on_takeover(peer, m, now); },
                  [&](const TransferDone& m) {
                    const auto it = granted_to_peer_.find(m.transfer);
                    if (it == granted_to_peer_.end() || it->second != peer) {
@@ -269,32 +270,71 @@ void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched
 
 // A takeover moves a receiver's sequence for good: only one past every epoch known here, and
 // not while a server attached here serves the receiver (of another job, or alive).
-std::optional<std::string> DistributedPolicy::refuse_takeover(const Takeover& m) const {
+std::optional<DistributedPolicy::TakeoverRefusal> DistributedPolicy::refuse_takeover(const Takeover& m) const {
   const sched::EndpointId receiver{m.endpoint};
   if (const auto known = takeovers_.find(m.endpoint); known != takeovers_.end()) {
     if (m.epoch <= known->second.epoch) {
-      return fmt::format("epoch {} is not past {}, the latest known here: a stale or repeated takeover", m.epoch,
-                         known->second.epoch);
+      return TakeoverRefusal{fmt::format("epoch {} is not past {}, the latest known here: a stale or repeated takeover",
+                                         m.epoch, known->second.epoch)};
     }
   }
   if (const auto served = scheduler_.served_job(receiver)) {
     if (sched::to_int(*served) != m.job) {
-      return fmt::format("its server here is an app of job {}", sched::to_int(*served));
+      return TakeoverRefusal{fmt::format("its server here is an app of job {}", sched::to_int(*served))};
     }
     if (is_local(receiver) && (!server_alive_ || server_alive_(receiver))) {
-      return std::string("its server here is alive: the sequence stays with it");
+      return TakeoverRefusal{"its server here is alive: the sequence stays with it", true};
     }
   }
   return std::nullopt;
 }
 
-void DistributedPolicy::on_takeover(PeerIndex peer, const Takeover& m) {
-  if (const auto why = refuse_takeover(m)) {
-    ++stats_.takeovers_refused;
-    note(fmt::format("refused peer {}'s takeover of endpoint {} at version {} (epoch {}, job {}): {}",
-                     transport_.describe(peer), m.endpoint, m.version, m.epoch, m.job, *why));
+void DistributedPolicy::on_takeover(PeerIndex peer, const Takeover& m, sched::Instant now) {
+  const auto refusal = refuse_takeover(m);
+  if (!refusal) {
+    held_takeovers_.erase(m.endpoint);
+    take_peer_takeover(peer, m);
     return;
   }
+  if (refusal->server_alive) {
+    const auto held = held_takeovers_.find(m.endpoint);
+    if (held == held_takeovers_.end() || held->second.takeover.epoch < m.epoch) {
+      held_takeovers_[m.endpoint] = HeldTakeover{peer, m, now + kTakeoverHold};
+      ++stats_.takeovers_held;
+      note(
+          fmt::format("holding peer {}'s takeover of endpoint {} at version {} (epoch {}, job {}) for up to {} ms: "
+                      "{}; taken if it exits",
+                      transport_.describe(peer), m.endpoint, m.version, m.epoch, m.job,
+                      std::chrono::duration_cast<std::chrono::milliseconds>(kTakeoverHold).count(), refusal->why));
+    }
+    return;
+  }
+  ++stats_.takeovers_refused;
+  note(fmt::format("refused peer {}'s takeover of endpoint {} at version {} (epoch {}, job {}): {}",
+                   transport_.describe(peer), m.endpoint, m.version, m.epoch, m.job, refusal->why));
+}
+
+void DistributedPolicy::settle_held_takeovers(sched::Instant now) {
+  for (auto it = held_takeovers_.begin(); it != held_takeovers_.end();) {
+    const auto& [peer, m, until] = it->second;
+    const auto refusal = refuse_takeover(m);
+    if (refusal && refusal->server_alive && now < until) {
+      ++it;
+      continue;
+    }
+    if (!refusal) {
+      take_peer_takeover(peer, m);
+    } else {
+      ++stats_.takeovers_refused;
+      note(fmt::format("refused peer {}'s takeover of endpoint {} at version {} (epoch {}, job {}): {}{}",
+                       transport_.describe(peer), m.endpoint, m.version, m.epoch, m.job, refusal->why,
+                       refusal->server_alive ? " (still, after holding it)" : ""));
+    }
+    it = held_takeovers_.erase(it);
+  }
+}
+
+void DistributedPolicy::take_peer_takeover(PeerIndex peer, const Takeover& m) {
   learn(TakeoverMark{m.endpoint, m.epoch, m.job});
   const sched::EndpointId receiver{m.endpoint};
   if (is_local(receiver)) {
@@ -519,6 +559,7 @@ bool DistributedPolicy::take_over(sched::EndpointId receiver, sched::Version ver
   if (!scheduler_.open_receiver(receiver, version)) return false;
   const TakeoverMark ours{e, latest + 1, sched::to_int(job)};
   takeovers_[e] = ours;
+  held_takeovers_.erase(e);  // a peer's, older than ours
   local_.insert(e);
   endpoint_owner_.erase(e);
   // Our requests a peer was scheduling for it stay forwarded: that peer drops them

@@ -59,7 +59,14 @@ struct DistributedStats {
   std::uint64_t peers_lost = 0;
   std::uint64_t remote_refused = 0;  // peer requests dropped: too many (or too many bytes) pending here, or too large
   std::uint64_t takeovers_refused = 0;  // peers' takeovers not taken: a stale epoch, another job, our server alive
+  std::uint64_t takeovers_held = 0;     // takeovers that arrived while our server was alive, held for its exit
 };
+
+// How long a takeover that arrived while the receiver's server here still lived is held for
+// that server's exit. A killed server's connections can close (and its replica be promoted)
+// before its exit shows here, most of all on a loaded host; a server alive past this is a
+// replica promoted while its server lives, and the sequence stays with the server.
+inline constexpr sched::Nanos kTakeoverHold{10'000'000'000};
 
 // A peer's requests this sidecar holds at once, at most: what a peer's gradlaned lets its apps
 // have outstanding at its defaults (64 apps x 4,096), so an honest peer never meets it, and a
@@ -163,9 +170,16 @@ class DistributedPolicy final : public sched::Policy {
   void pump(sched::Instant now, std::vector<sched::Outcome>& out);
   void on_message(PeerIndex peer, const Message& message, sched::Instant now, std::vector<sched::Outcome>& out);
   void on_answer(PeerIndex peer, const SlotAnswer& answer, sched::Instant now, std::vector<sched::Outcome>& out);
-  void on_takeover(PeerIndex peer, const Takeover& m);
-  // Why a peer's takeover must not be taken, or nullopt.
-  std::optional<std::string> refuse_takeover(const Takeover& m) const;
+  void on_takeover(PeerIndex peer, const Takeover& m, sched::Instant now);
+  struct TakeoverRefusal {
+    std::string why;
+    bool server_alive = false;  // only the server's life stands in the way: held for its exit
+  };
+  // Why a peer's takeover must not be taken (now), or nullopt.
+  std::optional<TakeoverRefusal> refuse_takeover(const Takeover& m) const;
+  void take_peer_takeover(PeerIndex peer, const Takeover& m);
+  // Takes the held takeovers whose server has exited since; refuses those held past kTakeoverHold.
+  void settle_held_takeovers(sched::Instant now);
   Hello hello() const;
   void learn(const TakeoverMark& mark);
   static void check_answer_fits(const Forwarded& f, const SlotAnswer& answer);
@@ -198,6 +212,12 @@ class DistributedPolicy final : public sched::Policy {
   CompletionHook completion_hook_;
   std::map<std::uint32_t, PeerIndex> endpoint_owner_;  // remote endpoint -> its sidecar
   std::map<std::uint32_t, TakeoverMark> takeovers_;    // endpoint -> its latest takeover we know of
+  struct HeldTakeover {
+    PeerIndex peer = 0;
+    Takeover takeover;
+    sched::Instant until{};
+  };
+  std::map<std::uint32_t, HeldTakeover> held_takeovers_;  // local endpoint -> the latest one held
   ServerAlive server_alive_;
   std::set<PeerIndex> greeted_;
   std::set<PeerIndex> lost_;

@@ -303,28 +303,65 @@ TEST_F(SlotAgreement, ATakeoverMovesTheReceiversSequenceAndTheOldOwnerDropsWhatW
 
 // A takeover from a peer moves a receiver for good, so A takes only one past every epoch it
 // knows, of the job its server serves, once that server is gone.
-TEST_F(SlotAgreement, ATakeoverIsRefusedWhileTheServerLivesForAnotherJobAndForAStaleEpoch) {
-  bool alive = true;
-  a.check_servers_with([&](sched::EndpointId receiver) { return receiver == sched::EndpointId{0} && alive; });
+TEST_F(SlotAgreement, ATakeoverIsRefusedForAnotherJobAndForAStaleEpoch) {
+  a.check_servers_with([&](sched::EndpointId) { return false; });  // the server died; not swept yet
   a.serve_job(sched::EndpointId{0}, sched::JobId{1});
   const auto offer = [&](std::uint64_t epoch, std::uint32_t job) {
     wire.to[0].push_back(encode(Takeover{0, 50, epoch, job}));
     exchange();
   };
-  offer(1, 1);  // its server is alive: the sequence stays here
+  offer(1, 2);  // another job's replica
   EXPECT_EQ(a.stats().takeovers_refused, 1u);
   EXPECT_TRUE(a.hands_out(sched::EndpointId{0}));
-  alive = false;  // the server died; the daemon has not swept it yet
-  offer(1, 2);    // another job's replica
-  EXPECT_EQ(a.stats().takeovers_refused, 2u);
-  EXPECT_TRUE(a.hands_out(sched::EndpointId{0}));
   offer(1, 1);  // the job's own: taken
-  EXPECT_EQ(a.stats().takeovers_refused, 2u);
+  EXPECT_EQ(a.stats().takeovers_refused, 1u);
   EXPECT_FALSE(a.hands_out(sched::EndpointId{0})) << "the receiver moved to B";
-  offer(1, 1);  // the same again (a replay), then an older one: nothing moves
-  EXPECT_EQ(a.stats().takeovers_refused, 3u);
+  offer(1, 1);  // the same again (a replay): nothing moves
+  EXPECT_EQ(a.stats().takeovers_refused, 2u);
   offer(2, 1);
-  EXPECT_EQ(a.stats().takeovers_refused, 3u) << "the next epoch is taken";
+  EXPECT_EQ(a.stats().takeovers_refused, 2u) << "the next epoch is taken";
+  EXPECT_EQ(a.stats().takeovers_held, 0u);
+}
+
+// A killed server's connections close before its exit shows, so its replica's takeover can
+// arrive while the server still looks alive: A holds it, and takes it once the server exits.
+TEST_F(SlotAgreement, ATakeoverArrivingWhileTheServerLooksAliveIsTakenOnceItExits) {
+  bool alive = true;
+  a.check_servers_with([&](sched::EndpointId receiver) { return receiver == sched::EndpointId{0} && alive; });
+  a.serve_job(sched::EndpointId{0}, sched::JobId{1});
+  wire.to[0].push_back(encode(Takeover{0, 50, 1, 1}));
+  exchange();
+  EXPECT_EQ(a.stats().takeovers_held, 1u);
+  EXPECT_EQ(a.stats().takeovers_refused, 0u);
+  EXPECT_TRUE(a.hands_out(sched::EndpointId{0})) << "the sequence stays while its server lives";
+  now += kTakeoverHold / 2;
+  exchange();
+  EXPECT_TRUE(a.hands_out(sched::EndpointId{0}));
+  alive = false;
+  exchange();
+  EXPECT_FALSE(a.hands_out(sched::EndpointId{0})) << "taken once the server exited";
+  EXPECT_EQ(a.stats().takeovers_refused, 0u);
+}
+
+// A server that lives on past the hold keeps its sequence for good: a replica promoted while
+// its server lives (a cut link) must not take the sequence when the server exits much later.
+TEST_F(SlotAgreement, ATakeoverHeldPastTheHoldWhileTheServerLivesIsRefused) {
+  bool alive = true;
+  a.check_servers_with([&](sched::EndpointId receiver) { return receiver == sched::EndpointId{0} && alive; });
+  a.serve_job(sched::EndpointId{0}, sched::JobId{1});
+  wire.to[0].push_back(encode(Takeover{0, 50, 1, 1}));
+  exchange();
+  now += kTakeoverHold;
+  exchange();
+  EXPECT_EQ(a.stats().takeovers_refused, 1u);
+  alive = false;
+  now += kTakeoverHold;
+  exchange();
+  EXPECT_TRUE(a.hands_out(sched::EndpointId{0})) << "the refused takeover stays refused";
+  EXPECT_EQ(a.stats().takeovers_refused, 1u);
+  wire.to[0].push_back(encode(Takeover{0, 50, 2, 1}));  // a later one, the server gone: taken
+  exchange();
+  EXPECT_FALSE(a.hands_out(sched::EndpointId{0}));
 }
 
 // A hello carries the epochs its sender knows, so a sidecar that joins later fences past them:
