@@ -138,7 +138,7 @@ for f in "$OUT"/*.pid; do
     p=$(cat "$f")
     echo "hung: $n still running $HANG_S s after the fault: killed (it was in $(cat /proc/$p/wchan 2>/dev/null), syscall $(cut -d' ' -f1 /proc/$p/syscall 2>/dev/null); threads: $(for t in /proc/$p/task/*; do printf '%s ' "$(cat $t/wchan 2>/dev/null)"; done))"
     # Where it hung, when gdb is at hand (not needed for the verdict).
-    command -v gdb > /dev/null && timeout 60 gdb -p "$p" -batch -ex 'thread apply all bt' > "$OUT/$n.hung-stack.txt" 2>&1
+    command -v gdb > /dev/null && timeout -k 5 60 gdb -p "$p" -batch -ex 'thread apply all bt' > "$OUT/$n.hung-stack.txt" 2>&1
     kill -CONT "$(cat "$f")" 2>/dev/null; kill -KILL "$(cat "$f")" 2>/dev/null
   fi
 done

@@ -70,6 +70,12 @@ for spec in $FAULTS; do
   row=$(python3 "$HERE/train_faults.py" "$dest" | python3 -c 'import json,sys; r=json.load(sys.stdin); r["job_exit"]='"$rc"'; r["spec"]="'"$fault:$delay_ms"'"; r["mode"]="'"$mode"'"; print(json.dumps(r))')
   echo "$row" > "$dest/row.json"
     python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("   ", "survived" if r["survived"] else "FAILED", "|", r["outcome"], "| lost", r["lost"], "| equal", r["equal"], "| hung", r["hung"], "|", "; ".join(r.get("problems", [])))' "$row"
+  if ! python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1])["survived"] else 1)' "$row"; then
+    # What the harness, the injector and each role last said: the raw run stays in RUNS.
+    for f in "$dest/job.out" "$dest/fault.log" "$dest"/*.log; do
+      [[ -f $f ]] && { echo "    -- ${f##*/}"; tail -n 12 "$f" | cut -c1-300 | sed 's/^/       /'; }
+    done
+  fi
   rm -rf "$work"
 done
 python3 "$HERE/train_faults_table.py" "$OUT" "$RUNS" "bash examples/train-faults.sh SEED=$SEED WORKERS=$WORKERS STEPS=$STEPS FAULTS=\"$FAULTS\""

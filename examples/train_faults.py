@@ -84,11 +84,27 @@ def restarted_from(run):
     return None
 
 
+def harness_failure(run):
+    """What the Soft-RoCE harness or the VM's kernel said went wrong (job.out), or None."""
+    marks = ('softroce: timed out', 'softroce: VM did not start', 'softroce: CMD did not report',
+             'soft lockup', 'hung_task', 'BUG:', 'Kernel panic')
+    try:
+        with open(os.path.join(run, 'job.out'), errors='replace') as f:
+            for line in f:
+                if any(m in line for m in marks):
+                    return line.strip()[:200]
+    except OSError:
+        pass
+    return None
+
+
 def check(run):
     fault = read_json(os.path.join(run, 'fault.json'))
     row = {'run': run}
     if fault is None:
-        row.update(fault='?', target='?', injected_at='?', outcome='FAILED: no fault.json (the injector did not finish)',
+        why = harness_failure(run)
+        outcome = 'FAILED: no fault.json (the injector did not finish)' + (f': {why}' if why else '')
+        row.update(fault='?', target='?', injected_at='?', outcome=outcome,
                    lost=None, equal='?', hung='no fault.json', survived=False)
         return row
     kind, target = fault['kind'], fault['target']

@@ -125,6 +125,14 @@ class TrainFaultsCheck(unittest.TestCase):
         self.assertEqual(row['hung'], 'worker1')
         self.assertFalse(row['survived'])
 
+    def test_a_run_without_its_injectors_record_fails_naming_what_the_harness_said(self):
+        run = make_run()
+        os.remove(os.path.join(run, 'fault.json'))
+        write(run, 'job.out', 'softroce: VM up\n[  88.1] watchdog: BUG: soft lockup - CPU#1 stuck for 22s!\n')
+        row = train_faults.check(run)
+        self.assertFalse(row['survived'])
+        self.assertIn('soft lockup', row['outcome'])
+
     def test_an_error_within_5_s_is_clear_and_later_is_not(self):
         exits = {'server': (0, 110.0), 'replica': (0, 110.0), 'worker1': (1, 104.0), 'worker2': (137, 102.1)}
         logs = {'worker1': 'gradlane_train worker: the server is gone\n'}
