@@ -17,7 +17,9 @@
 # kill:server@gradlane (the replica's sidecar takes the server's sequence over).
 # Writes OUT/table.md and OUT/table.json (headed by the command and the commit) and each fault's
 # raw run to RUNS/ (default out/train-faults/runs, ignored by git; OUT outside perf/results keeps
-# them in OUT/runs); exits 1 if a fault was not survived.
+# them in OUT/runs); exits 1 if a fault was not survived. A fault whose VM failed under it (the
+# harness timed out or the guest kernel locked up, so the injector left no record) runs once
+# more; its row says so, and the first run is kept in RUNS/first-runs.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
@@ -40,6 +42,41 @@ if [[ -z $RUNS ]]; then
   case $rel in ..|../*) RUNS=$OUT/runs ;; *) RUNS=$ROOT/out/$rel/runs ;; esac
 fi
 mkdir -p "$OUT" "$RUNS"
+# show_tails DIR: what the harness, the injector and each role last said (the raw run stays).
+show_tails() {
+  for f in "$1/job.out" "$1"/*.log; do
+    [[ -f $f ]] && { echo "    -- ${f##*/}"; tail -n 12 "$f" | cut -c1-300 | sed 's/^/       /'; }
+  done
+}
+# run_fault NAME FAULT DELAY_MS MODE STEPS FIRST_FAILURE: one fault on fresh emulated hosts; its
+# raw run to RUNS/NAME with row.json (train_faults.py's verdict), the row in $row.
+run_fault() {
+  local name=$1 fault=$2 delay_ms=$3 mode=$4 steps=$5 first=$6 work rc=0
+  work=$(mktemp -d /tmp/gradlane-faults.XXXXXX)
+  echo "== $name: $fault at +$delay_ms ms, $mode, $WORKERS workers x $steps steps, seed $SEED${first:+ (second run)}"
+  # softlockup_panic: a guest kernel that locks up ends its VM at once, saying so.
+  SOFTROCE_OUT=$work SOFTROCE_TIMEOUT=${SOFTROCE_TIMEOUT:-600} SOFTROCE_APPEND="softlockup_panic=1 ${SOFTROCE_APPEND:-}" \
+    nice -n 15 bash "$ROOT/ci/softroce.sh" --hosts 3 -- \
+    sh "$HERE/train-job.sh" "$BUILD" MODE="$mode" WORKERS="$WORKERS" STEPS="$steps" SEED="$SEED" \
+    GRANT_WINDOWS="$GRANT_WINDOWS" FAULT="$fault:$delay_ms" > "$work/job.out" 2>&1 || rc=$?
+  local run=$work/train-$mode dest=$RUNS/$name
+  rm -rf "$dest"; mkdir -p "$dest"
+  cp "$work/job.out" "$dest/"
+  # Everything but the snapshots (the model every 250 ms: large, and not what is checked here).
+  [[ -d $run ]] && find "$run" -maxdepth 1 -type f ! -name snapshots.bin -exec cp {} "$dest/" \;
+  rm -rf "$work"
+  row=$(python3 "$HERE/train_faults.py" "$dest" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+rc, spec, mode, first = sys.argv[1:]
+r.update(job_exit=int(rc), spec=spec, mode=mode)
+if first:
+    r.update(first_run=first, outcome=r["outcome"] + " (second run; the first: " + first + ")")
+print(json.dumps(r))' "$rc" "$fault:$delay_ms" "$mode" "$first")
+  echo "$row" > "$dest/row.json"
+  python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("   ", "survived" if r["survived"] else "FAILED", "|", r["outcome"], "| lost", r["lost"], "| equal", r["equal"], "| hung", r["hung"], "|", "; ".join(r.get("problems", [])))' "$row"
+  python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1])["survived"] else 1)' "$row" || show_tails "$dest"
+}
 RANDOM=$SEED  # the injection times: the same for the same SEED and FAULTS
 n=0
 for spec in $FAULTS; do
@@ -55,27 +92,14 @@ for spec in $FAULTS; do
   steps=$STEPS
   [[ $fault == restart:* || $fault == replace:* ]] && steps=$((2 * STEPS))
   name=$(printf '%02d-%s' "$n" "${spec//[:@]/-}")
-  work=$(mktemp -d /tmp/gradlane-faults.XXXXXX)
-  echo "== $name: $fault at +$delay_ms ms, $mode, $WORKERS workers x $steps steps, seed $SEED"
-  rc=0
-  SOFTROCE_OUT=$work SOFTROCE_TIMEOUT=${SOFTROCE_TIMEOUT:-600} nice -n 15 bash "$ROOT/ci/softroce.sh" --hosts 3 -- \
-    sh "$HERE/train-job.sh" "$BUILD" MODE=$mode WORKERS="$WORKERS" STEPS="$steps" SEED="$SEED" \
-    GRANT_WINDOWS="$GRANT_WINDOWS" FAULT="$fault:$delay_ms" > "$work/job.out" 2>&1 || rc=$?
-  run=$work/train-$mode
-  dest=$RUNS/$name
-  rm -rf "$dest"; mkdir -p "$dest"
-  cp "$work/job.out" "$dest/"
-  # Everything but the snapshots (the model every 250 ms: large, and not what is checked here).
-  [[ -d $run ]] && find "$run" -maxdepth 1 -type f ! -name snapshots.bin -exec cp {} "$dest/" \;
-  row=$(python3 "$HERE/train_faults.py" "$dest" | python3 -c 'import json,sys; r=json.load(sys.stdin); r["job_exit"]='"$rc"'; r["spec"]="'"$fault:$delay_ms"'"; r["mode"]="'"$mode"'"; print(json.dumps(r))')
-  echo "$row" > "$dest/row.json"
-    python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("   ", "survived" if r["survived"] else "FAILED", "|", r["outcome"], "| lost", r["lost"], "| equal", r["equal"], "| hung", r["hung"], "|", "; ".join(r.get("problems", [])))' "$row"
-  if ! python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1])["survived"] else 1)' "$row"; then
-    # What the harness, the injector and each role last said: the raw run stays in RUNS.
-    for f in "$dest/job.out" "$dest/fault.log" "$dest"/*.log; do
-      [[ -f $f ]] && { echo "    -- ${f##*/}"; tail -n 12 "$f" | cut -c1-300 | sed 's/^/       /'; }
-    done
+  run_fault "$name" "$fault" "$delay_ms" "$mode" "$steps" ""
+  # A run whose VM failed under it (the harness timed out, the guest kernel locked up: no
+  # record from the injector, whose watchdog ends any role that hangs) says nothing of
+  # gradlane: it runs once more, its row naming the first run's failure, kept in RUNS/first-runs.
+  harness=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1]).get("harness_failure") or "")' "$row")
+  if [[ -n $harness ]]; then
+    mkdir -p "$RUNS/first-runs"; rm -rf "$RUNS/first-runs/$name"; mv "$RUNS/$name" "$RUNS/first-runs/$name"
+    run_fault "$name" "$fault" "$delay_ms" "$mode" "$steps" "$harness"
   fi
-  rm -rf "$work"
 done
 python3 "$HERE/train_faults_table.py" "$OUT" "$RUNS" "bash examples/train-faults.sh SEED=$SEED WORKERS=$WORKERS STEPS=$STEPS FAULTS=\"$FAULTS\""

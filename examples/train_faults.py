@@ -105,7 +105,7 @@ def check(run):
         why = harness_failure(run)
         outcome = 'FAILED: no fault.json (the injector did not finish)' + (f': {why}' if why else '')
         row.update(fault='?', target='?', injected_at='?', outcome=outcome,
-                   lost=None, equal='?', hung='no fault.json', survived=False)
+                   lost=None, equal='?', hung='no fault.json', survived=False, harness_failure=why)
         return row
     kind, target = fault['kind'], fault['target']
     injected = float(fault['injected'])
