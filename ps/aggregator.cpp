@@ -14,6 +14,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <thread>
 
 #include "gradlane/ps.hpp"
 #include "ps/aggregator_state.hpp"
@@ -68,6 +69,25 @@ void Aggregator::State::lose(MemberPeer& peer, const Error& why) {
   std::fprintf(stderr, "gradlane ps aggregator: lost worker %u%s: %s\n", peer.worker, lost_note(owes), why.what());
   // Its granted members will never be written: left out of their group, in order.
   for (const std::uint64_t sequence : peer.outstanding.take_all()) order.cancelled(sequence);
+}
+
+std::size_t Aggregator::State::probe_idle_members() {
+  // A clock read costs ~1 µs under some VMs: one every 256 rounds.
+  if (++probe_rounds % 256 != 0) return 0;
+  const auto now = Clock::now();
+  if (now - last_probe < std::chrono::seconds(1)) return 0;
+  last_probe = now;
+  std::size_t work = 0;
+  for (MemberPeer& peer : peers) {
+    if (!peer.alive || peer.conn.outstanding() != 0) continue;
+    try {
+      peer.conn.probe();
+    } catch (const Error& e) {
+      lose(peer, e);
+      ++work;
+    }
+  }
+  return work;
 }
 
 std::size_t Aggregator::State::take_from(std::size_t index) {
@@ -220,7 +240,7 @@ void Aggregator::State::forward_group() {
   update.tag = history.size() + 1;
   update.computed_on = oldest_computed_on(members);
   for (const GroupMember& m : members) update.members.push_back({m.worker, m.tag, m.computed_on});
-  const PushResult pushed = forward.push(update.computed_on, update.tag);
+  const PushResult pushed = push_forward(update.computed_on, update.tag);
   // Copies: the forward's inline payloads, and a short group of one, whose "sum" the kernel
   // copied from the member's slot.
   stats.bytes_copied += forward.bytes_copied() - forward_copied + (members.size() == 1 ? ring->slot_bytes() : 0);
@@ -236,6 +256,44 @@ void Aggregator::State::forward_group() {
   stats.short_groups += members.size() < group.size() ? 1 : 0;
   stats.lost += pushed.lost ? 1 : 0;
   history.push_back(std::move(update));
+}
+
+PushResult Aggregator::State::push_forward(std::uint64_t computed_on, std::uint64_t tag) {
+  try {
+    return forward.push(computed_on, tag);
+  } catch (const Error& e) {
+    if (options.rejoin_within.count() == 0 || !out_of_reach(e)) throw;
+    rejoin_forward(e);
+    PushResult lost;
+    lost.lost = true;
+    return lost;
+  }
+}
+
+// The forward lost the server and the replica (a link down): a new connection to the running
+// job, as a worker rejoins (the server admits it as a late joiner and supersedes the old one),
+// retried until rejoin_within; its sums go on from a new registered buffer.
+void Aggregator::State::rejoin_forward(const Error& why) {
+  const auto lost_at = Clock::now();
+  const auto deadline = lost_at + options.rejoin_within;
+  std::fprintf(stderr,
+               "gradlane ps aggregator: lost its server and replica (%s); rejoining the job for up to %lld ms\n",
+               why.what(), static_cast<long long>(options.rejoin_within.count()));
+  for (;;) {
+    WorkerOptions w = forward_options(options);
+    w.connect_within = std::max(std::chrono::ceil<Millis>(deadline - Clock::now()), Millis(1));
+    try {
+      forward = Worker(device, w);
+      forward.announce_aggregator(listener.address(), listener.port());
+      ++stats.rejoins;
+      std::fprintf(stderr, "gradlane ps aggregator: rejoined the job %.3f s after losing it\n",
+                   std::chrono::duration<double>(Clock::now() - lost_at).count());
+      return;
+    } catch (const Error& e) {
+      if (!out_of_reach(e) || Clock::now() >= deadline) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
 }
 
 void Aggregator::State::tell_forwarded(MemberPeer& peer, std::uint64_t member, const PushResult& pushed) {
@@ -276,6 +334,7 @@ std::size_t Aggregator::State::admit_joiners() {
 
 std::size_t Aggregator::State::progress_direct() {
   std::size_t work = admit_joiners();
+  work += probe_idle_members();
   work += take_input();
   work += expire_holes();
   work += grant();

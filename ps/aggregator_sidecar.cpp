@@ -223,6 +223,7 @@ std::size_t Aggregator::State::reclaim_partitions() {
 std::size_t Aggregator::State::progress_sidecar() {
   if (!book) throw Error(Errc::invalid_argument, "ps::Aggregator: accept_workers() first");
   std::size_t work = admit_joiners();
+  work += probe_idle_members();
   work += take_doorbells();
   work += take_grants();
   work += forward_due();

@@ -981,6 +981,21 @@ std::optional<LandedPush> Worker::last_landed() {
 
 std::uint64_t Worker::failovers() const { return state_->failovers; }
 
+bool out_of_reach(const Error& e) {
+  switch (e.code()) {
+    case Errc::peer_gone:
+    case Errc::unreachable:
+    case Errc::route_unresolved:
+    case Errc::address_unresolved:
+    case Errc::connection_rejected:
+    case Errc::port_not_active:
+    case Errc::timeout:
+      return true;
+    default:
+      return false;
+  }
+}
+
 void Worker::announce_aggregator(const std::string& address, std::uint16_t port) {
   state_->server.send(encode(ListeningAt{PeerKind::aggregator, address, port}));
 }

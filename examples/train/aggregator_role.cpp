@@ -56,7 +56,7 @@ void write_stats(const Config& c, const ps::Aggregator& aggregator) {
       << "{\"group\":" << c.group << ",\"granted\":" << st.granted << ",\"summed\":" << st.summed
       << ",\"skipped\":" << st.skipped << ",\"forwarded\":" << st.forwarded << ",\"short_groups\":" << st.short_groups
       << ",\"lost\":" << st.lost << ",\"peers_lost\":" << st.peers_lost << ",\"peers_joined\":" << st.peers_joined
-      << ",\"bytes_copied\":" << st.bytes_copied << "}\n";
+      << ",\"rejoins\":" << st.rejoins << ",\"bytes_copied\":" << st.bytes_copied << "}\n";
 }
 
 }  // namespace
@@ -73,6 +73,8 @@ int run_aggregator(const Config& c) {
   // Room for the next groups while one is summed and forwarded, so a slow member (a straggler
   // still writing) does not stop the others.
   options.slots = 4 * c.group;
+  // Cut off from server and replica (a link down), its forward connects again, as its workers do.
+  options.rejoin_within = std::chrono::seconds(c.rejoin_within_s);
   if (c.mode == Mode::gradlane) {  // gradlaned forms the groups; 16 member slots per worker
     sidecar::AttachOptions attach = sidecar::AttachOptions::from_env();  // GRADLANE_SIDECAR_TIMEOUT_MS
     attach.shm_name = c.sidecar;

@@ -53,8 +53,8 @@ struct Config {
   std::uint64_t first_step = 0;           // a restarted worker resumes here (steps first_step .. steps-1)
   std::uint32_t rejoin_grace_s = 30;      // server, replica: after losing a worker, this long before
                                           // the job may end with none left (it may rejoin)
-  std::uint32_t rejoin_within_s = 30;     // worker: a worker that lost server and replica (a link
-                                          // down) rejoins the running job for this long (0: exits)
+  std::uint32_t rejoin_within_s = 30;     // worker, aggregator: one that lost server and replica (a
+                                          // link down) rejoins the running job for this long (0: exits)
   float learning_rate = 0.1F;             // per gradient (sync: per averaged step)
   std::uint32_t batch = 64;
   std::uint64_t seed = 1;             // model initialisation and every worker's data order

@@ -132,6 +132,11 @@ int main(int argc, char** argv) {
   aggregator->add_flag("--rejoin", c.rejoin,
                        "a restarted aggregator: wait for no worker at the start; the ones that lost it come back "
                        "(direct aggregate mode)");
+  aggregator
+      ->add_option("--rejoin-within", c.rejoin_within_s,
+                   "direct aggregate mode: seconds its forward, having lost the server and the replica (a link "
+                   "down), keeps trying to connect to the running job again before it fails (0: fail at once)")
+      ->check(CLI::Range(0U, 3600U));
   aggregator->callback([&c] { c.role = "aggregator"; });
   auto* evaluate = app.add_subcommand("evaluate", "evaluate the server's snapshots on the test set");
   common(evaluate);

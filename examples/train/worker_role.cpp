@@ -21,23 +21,6 @@ using Clock = std::chrono::steady_clock;
 // workers never train on them.
 constexpr std::size_t kValidationRows = 10000;
 
-// Whether a worker that failed with `e` may rejoin the job: its server and replica could not be
-// reached (a link down, a host gone, its port down), not a mistake of ours or a peer's.
-bool unreachable(const Error& e) {
-  switch (e.code()) {
-    case Errc::peer_gone:
-    case Errc::unreachable:
-    case Errc::route_unresolved:
-    case Errc::address_unresolved:
-    case Errc::connection_rejected:
-    case Errc::port_not_active:
-    case Errc::timeout:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // Connects, retrying the errors `retry` accepts until `deadline`; then the error says what
 // failed. The job's processes start together (a server still loading is not listening yet),
 // and a worker rejoining after a link came back may find the server's port briefly unreachable.
@@ -64,15 +47,15 @@ ps::Worker connect_until(const Device& device, ps::WorkerOptions options, Clock:
 // this worker off may have cut its aggregator off from the server too, and it exited (seen in
 // link:2 in aggregate mode). A few seconds each way, in turn.
 ps::Worker rejoin(const Device& device, const ps::WorkerOptions& options, Clock::time_point deadline) {
-  if (!options.aggregator) return connect_until(device, options, deadline, unreachable);
+  if (!options.aggregator) return connect_until(device, options, deadline, ps::out_of_reach);
   ps::WorkerOptions direct = options;
   direct.aggregator.reset();
   for (bool through_aggregator = true;; through_aggregator = !through_aggregator) {
     const auto until = std::min(deadline, Clock::now() + std::chrono::seconds(3));
     try {
-      return connect_until(device, through_aggregator ? options : direct, until, unreachable);
+      return connect_until(device, through_aggregator ? options : direct, until, ps::out_of_reach);
     } catch (const Error& e) {
-      if (!unreachable(e) || Clock::now() >= deadline) throw;
+      if (!ps::out_of_reach(e) || Clock::now() >= deadline) throw;
       if (through_aggregator) {
         std::fprintf(stderr, "gradlane_train worker %u: rejoining through the aggregator: %s; trying without it\n",
                      options.id, e.what());
@@ -217,7 +200,7 @@ int run_worker(const Config& c) {
       // Server and replica both out of reach (Worker failed over already where it could): a
       // link down, as the link:2 fault does for 4 s. Rejoin the running job as a restarted
       // worker would, its connections new, instead of ending a worker that will be needed.
-      if (!unreachable(e) || c.rejoin_within_s == 0) throw;
+      if (!ps::out_of_reach(e) || c.rejoin_within_s == 0) throw;
       const auto lost_at = Clock::now();
       std::fprintf(stderr,
                    "gradlane_train worker %u: lost its server and replica at step %llu (%s); rejoining the "

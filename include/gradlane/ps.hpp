@@ -390,6 +390,11 @@ struct PullResult {
   std::uint32_t attempts = 1;  // READ rounds until a consistent snapshot
 };
 
+// Whether an error from a Worker or an Aggregator says its server and replica are out of reach
+// (a link down, a host gone, a port closed) rather than a mistake of its own or a peer's: the
+// case in which a new connection to the running job (rejoining it) can help.
+bool out_of_reach(const Error& e);
+
 class Worker {
  public:
   // Connects to the server (and the replica) and learns their regions.
@@ -502,6 +507,10 @@ struct AggregatorOptions {
   // (Error(unsupported)); not in direct mode, where members share the ring's slots by sequence
   // (Error(invalid_argument)).
   bool grant_windows = false;
+  // Direct mode: when the forward has lost both the server and the replica (out_of_reach: a
+  // link down), it connects to the running job again for up to this long (0: never) instead of
+  // failing progress(); the group it was forwarding is reported lost to its members.
+  Millis rejoin_within{0};
 };
 
 struct AggregateMember {
@@ -536,6 +545,7 @@ struct AggregatorStats {
   std::uint64_t cancelled = 0;          // sidecar mode: aggregates none of whose members came
   std::uint64_t displaced = 0;          // sidecar mode: members overwritten in their slot before their
                                         // aggregate was due (a worker had more than `slots` in flight)
+  std::uint64_t rejoins = 0;            // the forward connected to the job again (rejoin_within)
   // Bytes the CPU copied: a group of one member (its "sum" is a copy of the member's slot)
   // and the forward's inline payloads (Worker::bytes_copied). 0 with full groups of > 16 floats.
   std::uint64_t bytes_copied = 0;
