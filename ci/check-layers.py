@@ -44,6 +44,10 @@ PUBLIC_HOME = {
     "include/gradlane/connection.hpp": "transport",
     "include/gradlane/sidecar.hpp": "sidecar/client",
     "include/gradlane/ps.hpp": "ps",
+    "include/gradlane/ps/aggregator.hpp": "ps",
+    "include/gradlane/ps/server.hpp": "ps",
+    "include/gradlane/ps/sharded.hpp": "ps",
+    "include/gradlane/ps/worker.hpp": "ps",
     "include/gradlane/gradlane.hpp": "api",
 }
 # Folders that users' code lives in: they may include public headers only.
