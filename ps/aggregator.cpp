@@ -72,22 +72,8 @@ void Aggregator::State::lose(MemberPeer& peer, const Error& why) {
 }
 
 std::size_t Aggregator::State::probe_idle_members() {
-  // A clock read costs ~1 µs under some VMs: one every 256 rounds.
-  if (++probe_rounds % 256 != 0) return 0;
-  const auto now = Clock::now();
-  if (now - last_probe < std::chrono::seconds(1)) return 0;
-  last_probe = now;
-  std::size_t work = 0;
-  for (MemberPeer& peer : peers) {
-    if (!peer.alive || peer.conn.outstanding() != 0) continue;
-    try {
-      peer.conn.probe();
-    } catch (const Error& e) {
-      lose(peer, e);
-      ++work;
-    }
-  }
-  return work;
+  return idle_probe.run(
+      peers, [](const MemberPeer&) { return true; }, [&](MemberPeer& peer, const Error& e) { lose(peer, e); });
 }
 
 std::size_t Aggregator::State::take_from(std::size_t index) {

@@ -61,9 +61,8 @@ struct Aggregator::State {
   // to (shared with the advertising callback too); dropped once the partition comes back.
   std::shared_ptr<std::vector<std::optional<MemoryWindow>>> partition_windows;
   std::size_t first_late_advertised = 0;
-  std::uint32_t rounds = 0;        // progress() calls: late joins are looked at every 64
-  std::uint32_t probe_rounds = 0;  // progress() calls: idle members are probed once a second
-  Clock::time_point last_probe = Clock::now();
+  std::uint32_t rounds = 0;  // progress() calls: late joins are looked at every 64
+  IdleProbe idle_probe;      // probe_idle_members
   std::deque<Waiting> waiting;
   std::uint64_t next_grant = 1;
   std::map<std::uint64_t, GroupMember> granted;  // granted, not yet released by `order`
@@ -76,9 +75,8 @@ struct Aggregator::State {
 
   bool sidecar_mode() const { return options.sidecar.has_value(); }
   void lose(MemberPeer& peer, const Error& why);
-  // Once a second, a zero-length probe on every idle member connection: a member whose host or
-  // link died without a disconnect fails it within the ACK timeout and is lost, instead of
-  // being waited for (its partition, its members, finished()) for good. Both modes.
+  // IdleProbe on every member: one whose host or link died without a disconnect is lost,
+  // instead of being waited for (its partition, its members, finished()) for good. Both modes.
   std::size_t probe_idle_members();
   // Sidecar mode: partitions of workers gone whose member slots are all free, back to the pool.
   std::size_t reclaim_partitions();

@@ -126,29 +126,15 @@ void ShardServer::State::adopt_replica(Connection&& conn) {
                static_cast<unsigned long long>(version), replica->describe().c_str());
 }
 
-// A worker connection the server only answers goes silent when the worker's host or link
-// dies without a disconnect (the CM's disconnect request lost with the link): nothing would
-// ever fail it, and the server would wait for that worker forever (seen over Soft-RoCE: a
-// worker host's link down 4 s, both its workers exited, the server waited 300 s and more).
-// So once a second every idle worker connection gets a zero-length probe; a dead peer fails
-// it within the transport's ACK timeout and retries (~2 s), and lose() skips its sequences.
+// A server probes its idle workers (IdleProbe), and lose() skips their sequences; a replica its
+// primary too, which it otherwise only hears from: a server that left while its disconnect was
+// lost (the netem:0 fault: it stepped down and exited) would leave the replica waiting,
+// unpromoted, forever.
 void ShardServer::State::probe_idle_peers() {
-  if (rounds % 256 != 0) return;
-  const auto now = Clock::now();
-  if (now - last_probe < std::chrono::seconds(1)) return;
-  last_probe = now;
-  for (Peer& peer : peers) {
-    // A server probes its workers; a replica its primary too, which it otherwise only hears
-    // from: a server that left while its disconnect was lost (the netem:0 fault: it stepped
-    // down and exited) would leave the replica waiting, unpromoted, forever.
-    const bool probed = peer.kind == PeerKind::worker ? role == Role::server : role == Role::replica;
-    if (!peer.alive || !probed || peer.conn.outstanding() != 0) continue;
-    try {
-      peer.conn.probe();
-    } catch (const Error& e) {
-      lose(peer, e);
-    }
-  }
+  idle_probe.run(
+      peers,
+      [&](const Peer& peer) { return peer.kind == PeerKind::worker ? role == Role::server : role == Role::replica; },
+      [&](Peer& peer, const Error& e) { lose(peer, e); });
 }
 
 }  // namespace gradlane::ps

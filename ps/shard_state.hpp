@@ -190,7 +190,7 @@ struct ShardServer::State {
   // only to `only` (a worker admitted later).
   void tell_workers(const ListeningAt& at, std::uint32_t except = 0, shard::Peer* only = nullptr);
   std::uint32_t rounds = 0;  // progress() calls, to read the clock only so often
-  shard::Clock::time_point last_probe{};
+  IdleProbe idle_probe;      // probe_idle_peers
   void report_applied();
   void tell_replica(const AppliedUpdate& record);
   void apply_update(std::uint32_t slot);

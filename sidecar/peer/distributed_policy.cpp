@@ -309,9 +309,13 @@ void DistributedPolicy::on_takeover(PeerIndex peer, const Takeover& m, sched::In
     }
     return;
   }
+  refuse_peer_takeover(peer, m, refusal->why);
+}
+
+void DistributedPolicy::refuse_peer_takeover(PeerIndex peer, const Takeover& m, std::string_view why) {
   ++stats_.takeovers_refused;
   note(fmt::format("refused peer {}'s takeover of endpoint {} at version {} (epoch {}, job {}): {}",
-                   transport_.describe(peer), m.endpoint, m.version, m.epoch, m.job, refusal->why));
+                   transport_.describe(peer), m.endpoint, m.version, m.epoch, m.job, why));
 }
 
 void DistributedPolicy::settle_held_takeovers(sched::Instant now) {
@@ -325,10 +329,7 @@ void DistributedPolicy::settle_held_takeovers(sched::Instant now) {
     if (!refusal) {
       take_peer_takeover(peer, m);
     } else {
-      ++stats_.takeovers_refused;
-      note(fmt::format("refused peer {}'s takeover of endpoint {} at version {} (epoch {}, job {}): {}{}",
-                       transport_.describe(peer), m.endpoint, m.version, m.epoch, m.job, refusal->why,
-                       refusal->server_alive ? " (still, after holding it)" : ""));
+      refuse_peer_takeover(peer, m, refusal->why + (refusal->server_alive ? " (still, after holding it)" : ""));
     }
     it = held_takeovers_.erase(it);
   }

@@ -178,6 +178,7 @@ class DistributedPolicy final : public sched::Policy {
   // Why a peer's takeover must not be taken (now), or nullopt.
   std::optional<TakeoverRefusal> refuse_takeover(const Takeover& m) const;
   void take_peer_takeover(PeerIndex peer, const Takeover& m);
+  void refuse_peer_takeover(PeerIndex peer, const Takeover& m, std::string_view why);  // counted and logged
   // Takes the held takeovers whose server has exited since; refuses those held past kTakeoverHold.
   void settle_held_takeovers(sched::Instant now);
   Hello hello() const;
