@@ -5,7 +5,8 @@
 //     waiting for it for good;
 //   - a forward cut off from its server (no replica) connects to the job again once the link
 //     is back (AggregatorOptions::rejoin_within): the member it was forwarding is reported not
-//     delivered, and the next one is applied at the server.
+//     delivered, and the next one is applied at the server. The link comes back once the
+//     server has lost host 2, an event, not after a time a loaded machine could outrun.
 // A host falls silent by netem dropping every packet on its link, both ways.
 #include <sys/wait.h>
 
@@ -62,7 +63,8 @@ class SilentHost {
   bool silent_ = true;
 };
 
-// A shard server on host 0 in a thread, serving until stop(); its history once stopped.
+// A shard server on host 0 in a thread, serving until stop(); the peers it lost as it goes, its
+// history once stopped.
 class ServerThread {
  public:
   ServerThread(const Host& host, std::uint16_t port, std::size_t peers)
@@ -77,6 +79,7 @@ class ServerThread {
             server.accept_peers(peers, 60s);
             while (!stop_.load()) {
               if (server.progress() == 0) server.wait_for_input(5ms);
+              peers_lost = server.stats().peers_lost;
             }
             history = server.history();
           } catch (const std::exception& e) {
@@ -95,6 +98,7 @@ class ServerThread {
   }
 
   std::atomic<bool> serving{false};
+  std::atomic<std::uint64_t> peers_lost{0};
   std::string failure;
   std::vector<ps::AppliedUpdate> history;
 
@@ -193,7 +197,6 @@ TEST(CutOffAggregator, AForwardCutOffFromItsServerRejoinsTheJobAndForwardsAgain)
   w.floats = kFloats;
   w.timeout = 60s;
   std::optional<ps::Worker> worker;
-  std::vector<ps::MemberOutcome> outcomes;
   // Pushes step `tag` through the aggregator and waits up to 60 s for its outcome.
   const auto push = [&](std::uint64_t tag) -> std::optional<ps::MemberOutcome> {
     std::fill(worker->gradient().begin(), worker->gradient().end(), static_cast<float>(tag));
@@ -217,9 +220,14 @@ TEST(CutOffAggregator, AForwardCutOffFromItsServerRejoinsTheJobAndForwardsAgain)
     {
       SilentHost silent(0);
       // The forward of step 2 fails within the ACK timeout; the aggregator then tries to
-      // connect again until the link is back, 6 s from now.
+      // connect again until the link is back: once the server has lost both host 2's
+      // connections (its probes failed, as the forward's write does), not after a fixed time.
       std::jthread push_while_cut_off([&] { cut_off = push(2); });
-      std::this_thread::sleep_for(6s);
+      for (const auto give_up = Clock::now() + 60s; server.peers_lost.load() < 2 && Clock::now() < give_up;) {
+        std::this_thread::sleep_for(10ms);
+      }
+      EXPECT_GE(server.peers_lost.load(), 2u) << "the server never lost host 2 behind its silent link";
+      std::this_thread::sleep_for(1s);  // past the forward's own failure, which began first
       silent.speak();
     }
     after = push(3);
