@@ -38,6 +38,8 @@ const char* to_string(Mode mode) {
       return "ring";
     case Mode::local:
       return "local";
+    case Mode::gradlane_local:
+      return "gradlane-local";
   }
   return "?";
 }
@@ -51,13 +53,18 @@ Mode parse_mode(const std::string& name) {
   if (name == "ssp") return Mode::ssp;
   if (name == "ring") return Mode::ring;
   if (name == "local") return Mode::local;
+  if (name == "gradlane-local") return Mode::gradlane_local;
   throw std::invalid_argument("unknown mode '" + name +
-                              "': use gradlane, fifo, sync, fifo-sa, backup, ssp, ring or local");
+                              "': use gradlane, fifo, sync, fifo-sa, backup, ssp, ring, local or gradlane-local");
 }
 
 bool is_synchronous(Mode mode) {
-  return mode == Mode::sync || mode == Mode::backup || mode == Mode::ring || mode == Mode::local;
+  return mode == Mode::sync || mode == Mode::backup || mode == Mode::ring || averages_models(mode);
 }
+
+bool averages_models(Mode mode) { return mode == Mode::local || mode == Mode::gradlane_local; }
+
+bool uses_gradlane_grants(Mode mode) { return mode == Mode::gradlane || mode == Mode::gradlane_local; }
 
 const char* to_string(NetworkModel network) {
   switch (network) {
@@ -96,7 +103,7 @@ std::optional<std::string> ClusterParams::validate() const {
   if (is_synchronous(mode) && servers != 1)
     return "sync, backup, ring and local modes simulate one server (ring: its version)";
   if (mode == Mode::ring && !(ring_hop_us >= 0)) return "ring hop cost must be >= 0";
-  if (mode == Mode::local && local_steps == 0) return "local SGD needs at least 1 local step per average";
+  if (averages_models(mode) && local_steps == 0) return "local SGD needs at least 1 local step per average";
   if (mode == Mode::backup && backup_workers >= workers) return "backup workers must be fewer than workers";
   if (bytes == 0) return "bytes must be positive";
   if (!(compute_ms > 0) || !(worker_gbps > 0) || !(server_gbps > 0)) {
@@ -117,14 +124,16 @@ Cluster::Cluster(const ClusterParams& p, Observer* observer)
     : p_(p), observer_(observer), rng_(p.seed), net_rng_(p.seed ^ 0x9e3779b97f4a7c15ULL) {
   if (const auto bad = p.validate()) throw std::invalid_argument(*bad);
   SchedulerConfig c;
-  c.ordering = p.mode == Mode::gradlane ? Ordering::mlfabric : Ordering::fifo;
-  c.ingress = p.mode == Mode::gradlane && p.network == NetworkModel::fair ? p.ingress : IngressSharing::exclusive;
+  const bool gradlane_grants = uses_gradlane_grants(p.mode);
+  c.ordering = gradlane_grants ? Ordering::mlfabric : Ordering::fifo;
+  c.ingress = gradlane_grants && p.network == NetworkModel::fair ? p.ingress : IngressSharing::exclusive;
   c.grant_horizon = Nanos{static_cast<std::int64_t>(p.horizon_us * 1e3)};
-  if (p.network == NetworkModel::fair && p.mode != Mode::gradlane) c.grant_horizon = kGrantAtOnce;
+  if (p.network == NetworkModel::fair && !gradlane_grants) c.grant_horizon = kGrantAtOnce;
   c.replica_bound = p.replica_bound;
   c.bandwidth.default_bytes_per_sec = p.worker_gbps * kGbps;
-  if (p.mode == Mode::gradlane) {
-    c.staleness_bound = p.tau;
+  if (gradlane_grants) {
+    // A round of gradlane-local waits for every worker's model: none may be dropped.
+    c.staleness_bound = p.mode == Mode::gradlane ? p.tau : std::nullopt;
     c.aggregation.enabled = p.aggregation;
   } else {  // a plain parameter server applies everything, one update per push
     c.staleness_bound = std::nullopt;
@@ -208,7 +217,7 @@ void Cluster::start_compute(std::uint32_t w, Instant now) {
   }
   std::uniform_real_distribution<double> u(1.0 - p_.jitter, 1.0 + p_.jitter);
   double compute_ns = p_.compute_ms * 1e6 * u(rng_);
-  if (p_.mode == Mode::local) {
+  if (averages_models(p_.mode)) {
     for (std::uint32_t h = 1; h < p_.local_steps; ++h) compute_ns += p_.compute_ms * 1e6 * u(rng_);
   }
   const auto ns = static_cast<std::int64_t>(compute_ns);
@@ -343,7 +352,7 @@ void Cluster::start(std::uint64_t id, Transfer t, Instant slot_start, Instant no
   }
   // fifo and sync send as soon as granted; gradlane at its slot start (the scheduler's whole
   // point is when each transfer begins). Either way it then shares the links.
-  const Instant begin = p_.mode == Mode::gradlane ? std::max(slot_start, now) : now;
+  const Instant begin = uses_gradlane_grants(p_.mode) ? std::max(slot_start, now) : now;
   transfers_.emplace(id, std::move(t));
   if (begin > now) {
     push(begin, Kind::transfer_start, id);
@@ -472,8 +481,8 @@ void Cluster::finish_transfer(std::uint64_t id, Instant now) {
   const Instant begin = begins_.at(id);
   begins_.erase(id);
   scheduler_->complete(TransferId{id}, now, now - begin);
-  if (!t.to_server) {  // a member reached its aggregator; its worker goes on
-    finish_step(gradients_.at(t.gradients.front()).worker, now);
+  if (!t.to_server) {  // a member reached its aggregator; an asynchronous worker goes on
+    if (!is_synchronous(p_.mode)) finish_step(gradients_.at(t.gradients.front()).worker, now);
     Pending& pa = pending_[t.aggregate];
     ++pa.arrived;
     pa.last_arrival = std::max(pa.last_arrival, now);

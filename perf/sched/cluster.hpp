@@ -63,6 +63,11 @@
 //    the sum of local_steps draws) and pushes the worker's model change once: H times less
 //    communication per gradient, at the price of models that drift apart between averages.
 //    The Observer does the local steps and averages the models. One server only.
+//  - Mode::gradlane_local: local SGD's rounds (H minibatches, then the mean of the workers'
+//    models) with gradlane's traffic: each model change is granted by the scheduling core
+//    (SJF, packed ingress, slots) and may be summed at an aggregator on the way, so the
+//    server's ingress carries fewer than N models per round. Nothing is dropped (the round
+//    needs every model), so tau does not apply. One server only.
 #pragma once
 
 #include <cstdint>
@@ -81,20 +86,24 @@
 namespace gradlane::sched::sim {
 
 enum class Mode : std::uint8_t {
-  fifo,      // plain asynchronous parameter server: arrival order, no drops, no aggregation
-  gradlane,  // the sidecar's ordering (MLfabric): SJF, tau drops, aggregation, replica window
-  sync,      // synchronous SGD: barrier per step
-  fifo_sa,   // fifo's traffic; each gradient's learning rate divided by its delay (the Observer)
-  backup,    // synchronous SGD, a step applied when the first workers - b of it arrived
-  ssp,       // fifo, but no worker's clock more than ssp_bound ahead of the slowest's
-  ring,      // synchronous SGD by ring allreduce between the workers: no server
-  local,     // local SGD: sync's traffic once every local_steps minibatches, models averaged
+  fifo,            // plain asynchronous parameter server: arrival order, no drops, no aggregation
+  gradlane,        // the sidecar's ordering (MLfabric): SJF, tau drops, aggregation, replica window
+  sync,            // synchronous SGD: barrier per step
+  fifo_sa,         // fifo's traffic; each gradient's learning rate divided by its delay (the Observer)
+  backup,          // synchronous SGD, a step applied when the first workers - b of it arrived
+  ssp,             // fifo, but no worker's clock more than ssp_bound ahead of the slowest's
+  ring,            // synchronous SGD by ring allreduce between the workers: no server
+  local,           // local SGD: sync's traffic once every local_steps minibatches, models averaged
+  gradlane_local,  // local SGD's rounds, each model change granted and aggregated by gradlane
 };
 // Modes with a barrier per step (every worker computes on the same model).
 bool is_synchronous(Mode mode);
+// Modes whose step is local_steps minibatches per worker and the mean of the workers' models.
+bool averages_models(Mode mode);
+// Modes whose transfers start at the scheduling core's slots (SJF, packed ingress, aggregation).
+bool uses_gradlane_grants(Mode mode);
 const char* to_string(Mode mode);
-// "fifo", "gradlane", "sync", "fifo-sa", "backup" or "ssp"; throws std::invalid_argument naming
-// the accepted ones.
+// A name to_string() returns; throws std::invalid_argument naming the accepted ones.
 Mode parse_mode(const std::string& name);
 
 enum class NetworkModel : std::uint8_t {
@@ -132,11 +141,11 @@ struct ClusterParams {
   // gradlane over the fair network only: how the scheduler shares a server's ingress between
   // its grants (SchedulerConfig::ingress). The exclusive network serialises transfers anyway.
   IngressSharing ingress = IngressSharing::packed;
-  bool aggregation = true;           // gradlane only
+  bool aggregation = true;           // gradlane and gradlane-local only
   std::uint32_t backup_workers = 1;  // backup only: b, of `workers`; a step averages workers - b
   std::uint64_t ssp_bound = 3;       // ssp only: s, the clock lead allowed over the slowest
   double ring_hop_us = 5.0;          // ring only: the fixed cost of each of its 2(N-1) phases
-  std::uint32_t local_steps = 4;     // local only: H, minibatches between two averages
+  std::uint32_t local_steps = 4;     // local, gradlane-local: H, minibatches between two averages
 
   // A message naming the first unusable field, or nullopt.
   std::optional<std::string> validate() const;

@@ -81,13 +81,16 @@ int main(int argc, char** argv) try {
   std::int64_t backup_workers = -1;  // -1: default_backup_workers(workers)
   bool no_aggregation = false, quiet = false;
   std::size_t train_rows = 50'000;
+  Bytes update_bytes = 0;  // 0: the model's own size
 
   CLI::App app{"gradlane_train_sim: train Fashion-MNIST in simulated time over a simulated parameter server"};
   app.add_option("--mode", mode,
                  "gradlane, fifo, sync, fifo-sa (fifo, lr / delay), backup (sync with backup workers) or "
                  "ssp (fifo within a clock bound) or ring (sync by ring allreduce, no server) or local "
-                 "(local SGD: models averaged every --local-steps minibatches)")
-      ->check(CLI::IsMember({"gradlane", "fifo", "sync", "fifo-sa", "backup", "ssp", "ring", "local"}));
+                 "(local SGD: models averaged every --local-steps minibatches) or gradlane-local (local SGD's "
+                 "rounds, each model change granted and aggregated by gradlane's scheduler)")
+      ->check(
+          CLI::IsMember({"gradlane", "fifo", "sync", "fifo-sa", "backup", "ssp", "ring", "local", "gradlane-local"}));
   app.add_option("--lr", t.learning_rate, "learning rate (sync: of the averaged gradient)")->check(CLI::PositiveNumber);
   app.add_option("--tau", tau, "staleness bound in versions (gradlane); 0 = unbounded; default 2 x workers");
   app.add_flag("--no-aggregation", no_aggregation, "gradlane without aggregation");
@@ -95,7 +98,8 @@ int main(int argc, char** argv) try {
                  "backup: b of --workers are spares, a step averages the first workers - b; default 1% (>= 1)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--ssp-bound", c.ssp_bound, "ssp: a worker's clock may lead the slowest's by at most this");
-  app.add_option("--local-steps", c.local_steps, "local: minibatches each worker trains on between two averages")
+  app.add_option("--local-steps", c.local_steps,
+                 "local, gradlane-local: minibatches each worker trains on between two averages")
       ->check(CLI::PositiveNumber);
   app.add_option("--ring-hop-us", c.ring_hop_us, "ring: the fixed cost of each of the allreduce's 2(N-1) phases")
       ->check(CLI::NonNegativeNumber);
@@ -122,6 +126,9 @@ int main(int argc, char** argv) try {
   app.add_option("--straggler-slowdown", c.straggler_slowdown, "by this factor")->check(CLI::Range(1.0, 1e6));
   app.add_option("--replica-bound", c.replica_bound, "B: sequence numbers ahead of the replica")
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
+  app.add_option("--update-bytes", update_bytes,
+                 "price every transfer as an update of this many bytes, as a larger model would send; the "
+                 "gradient trained on stays the --model's (default: the model's own size)");
   app.add_option("--model", model_name, "softmax or mlp")->check(CLI::IsMember({"softmax", "mlp"}));
   app.add_option("--batch", t.batch, "minibatch per gradient")->check(CLI::Range(std::size_t{1}, std::size_t{4096}));
   app.add_option("--eval-every-ms", t.eval_every_ms, "evaluation cadence (simulated ms)")->check(CLI::PositiveNumber);
@@ -156,7 +163,8 @@ int main(int argc, char** argv) try {
   train::ModelSpec spec;
   spec.kind = train::parse_model_kind(model_name);
   const train::Model model(spec);
-  c.bytes = model.parameters() * sizeof(float);  // the real update: the whole gradient
+  const Bytes model_bytes = model.parameters() * sizeof(float);
+  c.bytes = update_bytes > 0 ? update_bytes : model_bytes;  // default: the real update, the whole gradient
 
   const train::FashionMnist data = train::load_fashion_mnist(data_dir);
   const train::Dataset train_set = data.train.slice(0, train_rows);
@@ -168,7 +176,7 @@ int main(int argc, char** argv) try {
 
   const auto& s = r.stats;
   const double seconds = r.curve.back().t_ms / 1e3;
-  const bool packs = c.mode == sim::Mode::gradlane && c.network == sim::NetworkModel::fair;
+  const bool packs = sim::uses_gradlane_grants(c.mode) && c.network == sim::NetworkModel::fair;
   fmt::print("{} lr {} tau {} aggregation {} | {} workers, server {} Gb/s, {} B updates, {} network{}, seed {}\n", mode,
              t.learning_rate, tau == 0 ? std::string("unbounded") : std::to_string(tau), c.aggregation ? "on" : "off",
              c.workers, c.server_gbps, c.bytes, network, packs ? fmt::format(" ({} ingress)", ingress) : std::string(),
@@ -179,7 +187,9 @@ int main(int argc, char** argv) try {
     fmt::print("  ssp bound {}: waits {}, max clock lead {}\n", c.ssp_bound, s.ssp_waits, s.max_clock_lead);
   if (c.mode == sim::Mode::sync) fmt::print("  steps {}\n", s.steps);
   if (c.mode == sim::Mode::ring) fmt::print("  ring hop {} us: steps {}\n", c.ring_hop_us, s.steps);
-  if (c.mode == sim::Mode::local) fmt::print("  local steps {}: averages {}\n", c.local_steps, s.steps);
+  if (sim::averages_models(c.mode)) fmt::print("  local steps {}: averages {}\n", c.local_steps, s.steps);
+  if (c.bytes != model_bytes)
+    fmt::print("  transfers priced as {} B updates (the model's gradient is {} B)\n", c.bytes, model_bytes);
   if (t.data_shards) fmt::print("  data shards: on\n");
   fmt::print("  time to {:.0f}%: {}  best accuracy {:.4f}  final {:.4f}\n", t.target * 100,
              r.time_to_target_ms ? fmt::format("{:.0f} ms", *r.time_to_target_ms) : std::string("not reached"),
@@ -221,6 +231,7 @@ int main(int argc, char** argv) try {
                    {"straggler_slowdown", c.straggler_slowdown},
                    {"replica_bound", c.replica_bound},
                    {"bytes", c.bytes},
+                   {"model_bytes", model_bytes},
                    {"model", model_name},
                    {"batch", t.batch},
                    {"eval", eval},

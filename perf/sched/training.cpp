@@ -52,7 +52,7 @@ SgdObserver::SgdObserver(const train::Model& model, const train::Dataset& train,
       gradient_(model.parameters()),
       sum_(model.parameters()) {
   if (!(learning_rate > 0)) throw std::invalid_argument("SgdObserver: the learning rate must be positive");
-  if (mode == Mode::local && local_steps == 0)
+  if (averages_models(mode) && local_steps == 0)
     throw std::invalid_argument("SgdObserver: local SGD needs local_steps >= 1");
   model.initialise(params_, seed);
 }
@@ -90,7 +90,7 @@ void SgdObserver::dropped(const Gradient& gradient) { release(gradient.token); }
 
 void SgdObserver::applied(std::span<const Gradient> gradients, Instant /*now*/) {
   if (gradients.empty()) return;
-  if (mode_ == Mode::local) {
+  if (averages_models(mode_)) {
     apply_local_average(gradients);
     return;
   }

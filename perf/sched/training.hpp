@@ -13,8 +13,9 @@
 //    the step was applied with, workers - b).
 //  - fifo-sa (staleness-aware): params -= lr / max(1, d) * g, d the gradient's delay in server
 //    versions (Gradient::delay): the staler a gradient, the smaller its step.
-//  - local: each worker takes local_steps SGD steps of lr from the model it pulled, on its next
-//    local_steps minibatches; the step's update is the mean of the N workers' models.
+//  - local, gradlane-local: each worker takes local_steps SGD steps of lr from the model it
+//    pulled, on its next local_steps minibatches; the step's update is the mean of the N
+//    workers' models.
 //
 // Data order (DataOrder). By default one BatchSampler for the whole run, consumed in apply
 // order — the k-th gradient applied is computed on the k-th minibatch of the seed's permutation
@@ -67,7 +68,7 @@ class SgdObserver : public Observer {
  public:
   // `train` must outlive the observer. Parameters start at model.initialise(seed).
   // shard_workers: 0 for one global data order, else the workers to split the data between.
-  // local_steps: Mode::local's H (ClusterParams::local_steps); ignored by the other modes.
+  // local_steps: H of the modes that average models (ClusterParams::local_steps); ignored by the others.
   SgdObserver(const train::Model& model, const train::Dataset& train, Mode mode, float learning_rate, std::size_t batch,
               std::uint64_t seed, std::uint32_t shard_workers = 0, std::uint32_t local_steps = 1);
 

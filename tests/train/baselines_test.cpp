@@ -55,8 +55,8 @@ ClusterParams busy(Mode mode) {
 }
 
 TEST(Baselines, ModesParseAndPrint) {
-  for (const Mode mode :
-       {Mode::fifo, Mode::gradlane, Mode::sync, Mode::fifo_sa, Mode::backup, Mode::ssp, Mode::ring, Mode::local}) {
+  for (const Mode mode : {Mode::fifo, Mode::gradlane, Mode::sync, Mode::fifo_sa, Mode::backup, Mode::ssp, Mode::ring,
+                          Mode::local, Mode::gradlane_local}) {
     EXPECT_EQ(parse_mode(to_string(mode)), mode);
   }
   EXPECT_STREQ(to_string(Mode::fifo_sa), "fifo-sa");
@@ -413,6 +413,76 @@ TEST(LocalSgd, OneLocalStepIsSyncAndFourMakeStepsFourTimesTheCompute) {
   const double step_h4 = (four.times[9] - four.times[0]).count() / 9.0;
   // Same push, three more 1 ms compute steps (no jitter): exactly 3 ms longer.
   EXPECT_NEAR(step_h4 - step_h1, 3e6, 1e3);
+}
+
+}  // namespace
+}  // namespace gradlane::sched::sim
+
+namespace gradlane::sched::sim {
+namespace {
+
+// gradlane-local's rule is local's: the mean of the workers' models after H local steps.
+TEST(GradlaneLocal, AveragesModelsExactlyAsLocalSgdDoes) {
+  const train::Dataset data = random_set(256, 8, 8);
+  const train::Model model(softmax(8));
+  SgdObserver local(model, data, Mode::local, 0.3F, 4, 9, 0, 3);
+  SgdObserver gradlane_local(model, data, Mode::gradlane_local, 0.3F, 4, 9, 0, 3);
+  const std::vector<float> start(local.parameters().begin(), local.parameters().end());
+  const Gradient a[] = {{RequestId{1}, 0, 0, local.pulled(0), 0, 0}, {RequestId{2}, 1, 0, local.pulled(1), 0, 0}};
+  const Gradient b[] = {{RequestId{1}, 0, 0, gradlane_local.pulled(0), 0, 0},
+                        {RequestId{2}, 1, 0, gradlane_local.pulled(1), 0, 0}};
+  local.applied(a, Instant{});
+  gradlane_local.applied(b, Instant{});
+  double moved = 0;
+  for (std::size_t i = 0; i < start.size(); ++i) {
+    ASSERT_EQ(gradlane_local.parameters()[i], local.parameters()[i]) << i;
+    moved = std::max(moved, std::abs(double{local.parameters()[i]} - start[i]));
+  }
+  EXPECT_GT(moved, 1e-3);
+  EXPECT_EQ(gradlane_local.gradients_applied(), 6U);
+}
+
+// The server's ingress is the scarce link (workers 10x faster): local SGD's round carries N
+// models into it; gradlane-local's grants sum them at aggregators first, so a round carries
+// fewer bytes there and rounds come faster. Every round still averages all N models, none
+// dropped, though tau = 1 would drop most of them in gradlane mode.
+TEST(GradlaneLocal, AggregatesARoundsModelsAndNeverDropsOne) {
+  constexpr std::uint32_t kWorkers = 100;
+  ClusterParams c;
+  c.workers = kWorkers;
+  c.bytes = 256 << 10;
+  c.compute_ms = 1.0;
+  c.worker_gbps = 100.0;
+  c.server_gbps = 10.0;
+  c.local_steps = 2;
+  c.tau = 1;
+  c.mode = Mode::local;
+  Recorder by_server, by_gradlane;
+  Cluster local(c, &by_server);
+  c.mode = Mode::gradlane_local;
+  Cluster gradlane_local(c, &by_gradlane);
+  local.run_until(at_ms(200));
+  gradlane_local.run_until(at_ms(200));
+
+  ASSERT_GE(by_server.sizes.size(), 3U);
+  ASSERT_GE(by_gradlane.sizes.size(), 3U);
+  for (const std::size_t size : by_gradlane.sizes) ASSERT_EQ(size, kWorkers) << "a round averages every model";
+  EXPECT_EQ(by_gradlane.drops, 0U);
+  const ClusterStats& g = gradlane_local.stats();
+  EXPECT_EQ(g.drops, 0U);
+  EXPECT_GE(g.applied, g.steps * kWorkers);  // and part of the round in progress
+  EXPECT_LT(g.applied, (g.steps + 1) * kWorkers);
+  EXPECT_GT(g.aggregated, 0U) << "models must be summed at aggregators";
+
+  const ClusterStats& l = local.stats();
+  EXPECT_EQ(l.aggregated, 0U);
+  const auto per_round = [](const ClusterStats& s) {
+    return static_cast<double>(s.server_ingress_bytes) / static_cast<double>(s.steps);
+  };
+  // local: every model crosses the server's ingress (a round in flight adds at most one more).
+  EXPECT_GE(per_round(l), kWorkers * static_cast<double>(c.bytes) * 0.99);
+  EXPECT_LT(per_round(g), 0.5 * per_round(l));
+  EXPECT_GT(g.steps, 2 * l.steps) << "rounds bound by the server's ingress come faster";
 }
 
 }  // namespace
