@@ -40,6 +40,8 @@ const char* to_string(Mode mode) {
       return "local";
     case Mode::gradlane_local:
       return "gradlane-local";
+    case Mode::local_ring:
+      return "local-ring";
   }
   return "?";
 }
@@ -54,15 +56,21 @@ Mode parse_mode(const std::string& name) {
   if (name == "ring") return Mode::ring;
   if (name == "local") return Mode::local;
   if (name == "gradlane-local") return Mode::gradlane_local;
-  throw std::invalid_argument("unknown mode '" + name +
-                              "': use gradlane, fifo, sync, fifo-sa, backup, ssp, ring, local or gradlane-local");
+  if (name == "local-ring") return Mode::local_ring;
+  throw std::invalid_argument(
+      "unknown mode '" + name +
+      "': use gradlane, fifo, sync, fifo-sa, backup, ssp, ring, local, local-ring or gradlane-local");
 }
 
 bool is_synchronous(Mode mode) {
-  return mode == Mode::sync || mode == Mode::backup || mode == Mode::ring || averages_models(mode);
+  return mode == Mode::sync || mode == Mode::backup || reduces_by_ring(mode) || averages_models(mode);
 }
 
-bool averages_models(Mode mode) { return mode == Mode::local || mode == Mode::gradlane_local; }
+bool averages_models(Mode mode) {
+  return mode == Mode::local || mode == Mode::local_ring || mode == Mode::gradlane_local;
+}
+
+bool reduces_by_ring(Mode mode) { return mode == Mode::ring || mode == Mode::local_ring; }
 
 bool uses_gradlane_grants(Mode mode) { return mode == Mode::gradlane || mode == Mode::gradlane_local; }
 
@@ -102,7 +110,7 @@ std::optional<std::string> ClusterParams::validate() const {
   if (stragglers > workers) return "stragglers cannot exceed workers";
   if (is_synchronous(mode) && servers != 1)
     return "sync, backup, ring and local modes simulate one server (ring: its version)";
-  if (mode == Mode::ring && !(ring_hop_us >= 0)) return "ring hop cost must be >= 0";
+  if (reduces_by_ring(mode) && !(ring_hop_us >= 0)) return "ring hop cost must be >= 0";
   if (averages_models(mode) && local_steps == 0) return "local SGD needs at least 1 local step per average";
   if (mode == Mode::backup && backup_workers >= workers) return "backup workers must be fewer than workers";
   if (bytes == 0) return "bytes must be positive";
@@ -264,7 +272,7 @@ void Cluster::handle(const Event& e, Instant now) {
       r.computed_on = workers_[w].computed_on;
       submit_time_[r.id] = now;
       gradients_[r.id] = Gradient{r.id, w, r.computed_on, workers_[w].token, workers_[w].clock, 0};
-      if (p_.mode == Mode::ring) {
+      if (reduces_by_ring(p_.mode)) {
         join_ring(r.id, now);
         break;
       }

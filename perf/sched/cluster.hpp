@@ -68,6 +68,8 @@
 //    (SJF, packed ingress, slots) and may be summed at an aggregator on the way, so the
 //    server's ingress carries fewer than N models per round. Nothing is dropped (the round
 //    needs every model), so tau does not apply. One server only.
+//  - Mode::local_ring: local SGD as it is usually run (e.g. PyTorch's post-local SGD): the
+//    models are averaged by ring's allreduce, with ring's timing, instead of through a server.
 #pragma once
 
 #include <cstdint>
@@ -95,11 +97,14 @@ enum class Mode : std::uint8_t {
   ring,            // synchronous SGD by ring allreduce between the workers: no server
   local,           // local SGD: sync's traffic once every local_steps minibatches, models averaged
   gradlane_local,  // local SGD's rounds, each model change granted and aggregated by gradlane
+  local_ring,      // local SGD whose models are averaged by ring allreduce: no server
 };
 // Modes with a barrier per step (every worker computes on the same model).
 bool is_synchronous(Mode mode);
 // Modes whose step is local_steps minibatches per worker and the mean of the workers' models.
 bool averages_models(Mode mode);
+// Modes whose step is reduced by ring allreduce between the workers (no server traffic).
+bool reduces_by_ring(Mode mode);
 // Modes whose transfers start at the scheduling core's slots (SJF, packed ingress, aggregation).
 bool uses_gradlane_grants(Mode mode);
 const char* to_string(Mode mode);

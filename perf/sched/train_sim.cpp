@@ -87,10 +87,11 @@ int main(int argc, char** argv) try {
   app.add_option("--mode", mode,
                  "gradlane, fifo, sync, fifo-sa (fifo, lr / delay), backup (sync with backup workers) or "
                  "ssp (fifo within a clock bound) or ring (sync by ring allreduce, no server) or local "
-                 "(local SGD: models averaged every --local-steps minibatches) or gradlane-local (local SGD's "
+                 "(local SGD: models averaged every --local-steps minibatches, through the server) or local-ring "
+                 "(local SGD averaged by ring allreduce) or gradlane-local (local SGD's "
                  "rounds, each model change granted and aggregated by gradlane's scheduler)")
-      ->check(
-          CLI::IsMember({"gradlane", "fifo", "sync", "fifo-sa", "backup", "ssp", "ring", "local", "gradlane-local"}));
+      ->check(CLI::IsMember(
+          {"gradlane", "fifo", "sync", "fifo-sa", "backup", "ssp", "ring", "local", "local-ring", "gradlane-local"}));
   app.add_option("--lr", t.learning_rate, "learning rate (sync: of the averaged gradient)")->check(CLI::PositiveNumber);
   app.add_option("--tau", tau, "staleness bound in versions (gradlane); 0 = unbounded; default 2 x workers");
   app.add_flag("--no-aggregation", no_aggregation, "gradlane without aggregation");
@@ -186,7 +187,7 @@ int main(int argc, char** argv) try {
   if (c.mode == sim::Mode::ssp)
     fmt::print("  ssp bound {}: waits {}, max clock lead {}\n", c.ssp_bound, s.ssp_waits, s.max_clock_lead);
   if (c.mode == sim::Mode::sync) fmt::print("  steps {}\n", s.steps);
-  if (c.mode == sim::Mode::ring) fmt::print("  ring hop {} us: steps {}\n", c.ring_hop_us, s.steps);
+  if (sim::reduces_by_ring(c.mode)) fmt::print("  ring hop {} us: steps {}\n", c.ring_hop_us, s.steps);
   if (sim::averages_models(c.mode)) fmt::print("  local steps {}: averages {}\n", c.local_steps, s.steps);
   if (c.bytes != model_bytes)
     fmt::print("  transfers priced as {} B updates (the model's gradient is {} B)\n", c.bytes, model_bytes);

@@ -442,6 +442,34 @@ TEST(GradlaneLocal, AveragesModelsExactlyAsLocalSgdDoes) {
   EXPECT_EQ(gradlane_local.gradients_applied(), 6U);
 }
 
+// local-ring: ring's allreduce after H minibatches instead of one: the step is H computes plus
+// the same 2(N-1) phases, nothing reaches a server, and a step averages all N models.
+TEST(LocalRing, AStepIsHComputesThenRingsAllreduce) {
+  ClusterParams c;
+  c.mode = Mode::local_ring;
+  c.workers = 8;
+  c.bytes = 8 << 20;
+  c.compute_ms = 2.0;
+  c.jitter = 0.0;
+  c.worker_gbps = c.server_gbps = 80.0;
+  c.stragglers = 1;
+  c.straggler_slowdown = 4.0;
+  c.ring_hop_us = 10.0;
+  c.local_steps = 3;
+  Recorder rounds;
+  Cluster local_ring(c, &rounds);
+  local_ring.run_until(at_ms(100));
+  // Three 2 ms computes, then the ring test's 6,012,025.6 ns allreduce.
+  const Nanos step = Nanos{6'000'000 + 6'012'026};
+  ASSERT_EQ(rounds.times.size(), 8U);  // 100 ms / 12.012 ms
+  for (std::size_t k = 0; k < rounds.times.size(); ++k) {
+    EXPECT_EQ(rounds.times[k], Instant{} + static_cast<std::int64_t>(k + 1) * step) << "round " << k;
+  }
+  for (const std::size_t size : rounds.sizes) EXPECT_EQ(size, 8U);
+  EXPECT_EQ(local_ring.stats().server_ingress_bytes, 0U);
+  EXPECT_EQ(local_ring.stats().steps, 8U);
+}
+
 // The server's ingress is the scarce link (workers 10x faster): local SGD's round carries N
 // models into it; gradlane-local's grants sum them at aggregators first, so a round carries
 // fewer bytes there and rounds come faster. Every round still averages all N models, none
