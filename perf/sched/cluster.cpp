@@ -18,6 +18,9 @@ Nanos from_ms(double ms) { return Nanos{static_cast<std::int64_t>(ms * 1e6)}; }
 // worker write as soon as its update is ready), so their grant horizon is longer than any run.
 constexpr Nanos kGrantAtOnce = std::chrono::hours{24 * 365};
 
+// Pulls are transfers of the cluster's own, never the scheduler's: their ids start here.
+constexpr std::uint64_t kPullIdBase = std::uint64_t{1} << 62;
+
 }  // namespace
 
 const char* to_string(Mode mode) {
@@ -98,6 +101,14 @@ IngressSharing parse_ingress_sharing(const std::string& name) {
   throw std::invalid_argument("unknown ingress sharing '" + name + "': use packed or exclusive");
 }
 
+const char* to_string(PullCost pulls) { return pulls == PullCost::priced ? "priced" : "free"; }
+
+PullCost parse_pull_cost(const std::string& name) {
+  if (name == "priced") return PullCost::priced;
+  if (name == "free") return PullCost::free;
+  throw std::invalid_argument("unknown pull cost '" + name + "': use priced or free");
+}
+
 double server_ingress_byte_utilisation(const ClusterParams& p, const ClusterStats& s, double elapsed_ms) {
   if (!(elapsed_ms > 0)) return 0.0;
   const double line_bytes = p.server_gbps * kGbps * p.servers * elapsed_ms / 1e3;
@@ -157,7 +168,7 @@ Cluster::Cluster(const ClusterParams& p, Observer* observer)
   }
   if (!is_synchronous(p.mode)) clock_counts_[0] = p.workers;
   server_flows_.assign(p.servers, 0);
-  link_index_.assign(2 * std::size_t{p.workers} + p.servers, -1);
+  link_index_.assign(2 * (std::size_t{p.workers} + p.servers), -1);
   workers_.resize(p.workers);
   factor_.assign(p.workers, 1.0);
   for (std::uint32_t w = 0; w < p.workers; ++w) {
@@ -169,6 +180,7 @@ Cluster::Cluster(const ClusterParams& p, Observer* observer)
     if (p.spread > 1) factor_[w] = draw_factor();
     true_in_[id] = p.worker_gbps * kGbps;
     scheduler_->add_aggregator(JobId{1}, id);
+    take_snapshot(w);  // every worker starts from the initial model
     start_compute(w, Instant{});
   }
   if (p.change_ms > 0) push(Instant{} + from_ms(p.change_ms), Kind::bandwidth_change, 0);
@@ -211,14 +223,44 @@ const ClusterStats& Cluster::stats() {
   stats_.aggregated = scheduler_->stats().redirects;
   if (p_.network == NetworkModel::fair) {
     stats_.server_ingress_bytes = static_cast<Bytes>(std::llround(server_bytes_carried_));
+    stats_.server_egress_bytes = static_cast<Bytes>(std::llround(server_bytes_sent_));
   }
   return stats_;
 }
 
-void Cluster::start_compute(std::uint32_t w, Instant now) {
+bool Cluster::prices_pulls() const {
+  return p_.pulls == PullCost::priced && p_.network == NetworkModel::fair && !reduces_by_ring(p_.mode);
+}
+
+void Cluster::take_snapshot(std::uint32_t w) {
   Worker& worker = workers_[w];
   worker.computed_on = applied_[server(w % p_.servers)];
   worker.token = observer_ ? observer_->pulled(w) : 0;
+}
+
+void Cluster::pull(std::uint32_t w, Instant now) {
+  take_snapshot(w);  // the server sends the model current when the pull begins
+  if (!prices_pulls()) {
+    start_compute(w, now);
+    return;
+  }
+  workers_[w].pulling = true;
+  const std::uint64_t id = kPullIdBase + next_pull_++;
+  Transfer t{server(w % p_.servers), worker(w), 0, false, false, 0, p_.bytes, {}, true, w, workers_[w].clock};
+  transfers_.emplace(id, std::move(t));
+  put_on_wire(id, now);
+}
+
+void Cluster::finish_pull(const Transfer& t, Instant now) {
+  Worker& worker = workers_[t.puller];
+  ++stats_.pulls;
+  if (t.clock != worker.clock) return;  // backup: its step was applied meanwhile, it pulls again
+  worker.pulling = false;
+  start_compute(t.puller, now);
+}
+
+void Cluster::start_compute(std::uint32_t w, Instant now) {
+  Worker& worker = workers_[w];
   worker.computing = true;
   if (!clock_counts_.empty()) {
     stats_.max_clock_lead = std::max(stats_.max_clock_lead, worker.clock - slowest_clock());
@@ -243,7 +285,7 @@ void Cluster::finish_step(std::uint32_t w, Instant now) {
     waiting_by_clock_[clock].push_back(w);
     ++stats_.ssp_waits;
   } else {
-    start_compute(w, now);
+    pull(w, now);
   }
   start_waiting_workers(now);  // this may have been the slowest
 }
@@ -252,7 +294,7 @@ void Cluster::start_waiting_workers(Instant now) {
   while (!waiting_by_clock_.empty() && waiting_by_clock_.begin()->first <= slowest_clock() + p_.ssp_bound) {
     const std::vector<std::uint32_t> ready = std::move(waiting_by_clock_.begin()->second);
     waiting_by_clock_.erase(waiting_by_clock_.begin());
-    for (const std::uint32_t w : ready) start_compute(w, now);
+    for (const std::uint32_t w : ready) pull(w, now);
   }
 }
 
@@ -377,7 +419,8 @@ std::uint32_t Cluster::link_key_of_ingress(EndpointId receiver) const {
 double Cluster::link_capacity(std::uint32_t key) const {
   if (key < p_.workers) return worker_egress(key);
   if (key < p_.workers + p_.servers) return true_in_.at(server(key - p_.workers));
-  return true_in_.at(worker(key - p_.workers - p_.servers));
+  if (key < 2 * p_.workers + p_.servers) return true_in_.at(worker(key - p_.workers - p_.servers));
+  return p_.server_gbps * kGbps;  // a server's egress: its line rate, as its ingress
 }
 
 void Cluster::put_on_wire(std::uint64_t id, Instant now) {
@@ -385,8 +428,10 @@ void Cluster::put_on_wire(std::uint64_t id, Instant now) {
   const Transfer& t = transfers_.at(id);
   WireFlow f;
   f.transfer = id;
-  f.egress_link = to_int(t.out) - 1;  // only workers send (aggregators are workers)
+  // Workers send updates (aggregators are workers); servers send only pulls.
+  f.egress_link = t.pull ? 2 * p_.workers + p_.servers + (to_int(t.out) - kServerBase) : to_int(t.out) - 1;
   f.ingress_link = link_key_of_ingress(t.in);
+  f.pull = t.pull;
   if (t.to_server) {
     f.server = to_int(t.in) - kServerBase;
     if (server_flows_[*f.server]++ == 0) ++busy_servers_;
@@ -406,6 +451,7 @@ void Cluster::advance_wire(Instant now) {
     const double carried = std::min(f.rate * seconds, std::max(0.0, f.remaining));
     f.remaining -= carried;
     if (f.server) server_bytes_carried_ += carried;
+    if (f.pull) server_bytes_sent_ += carried;
   }
   stats_.server_busy_ms += busy_servers_ * seconds * 1e3;
 }
@@ -488,6 +534,10 @@ void Cluster::finish_transfer(std::uint64_t id, Instant now) {
   transfers_.erase(id);
   const Instant begin = begins_.at(id);
   begins_.erase(id);
+  if (t.pull) {
+    finish_pull(t, now);
+    return;
+  }
   scheduler_->complete(TransferId{id}, now, now - begin);
   if (!t.to_server) {  // a member reached its aggregator; an asynchronous worker goes on
     if (!is_synchronous(p_.mode)) finish_step(gradients_.at(t.gradients.front()).worker, now);
@@ -552,12 +602,13 @@ void Cluster::apply_step(Instant now) {
   step_.clear();
   for (std::uint32_t w = 0; w < p_.workers; ++w) {
     Worker& worker = workers_[w];
-    if (worker.computing) {  // backup: a worker still on the old step drops it unsent
+    if (worker.computing || worker.pulling) {  // backup: a worker still on the old step drops it unsent
       ++stats_.abandoned;
       if (observer_) observer_->dropped(Gradient{RequestId{}, w, worker.computed_on, worker.token, worker.clock, 0});
     }
+    worker.pulling = false;
     ++worker.clock;
-    start_compute(w, now);
+    pull(w, now);
   }
 }
 

@@ -5,9 +5,12 @@
 //
 // The model (deliberately simple, so what differs between modes is only the scheduling):
 //  - N workers push one update of `bytes` to a server after each compute step of
-//    `compute_ms` (uniform +-jitter), then pull the model (instantly: server egress is not
-//    modelled, the same for every mode) and compute the next. The update is computed on the
-//    server version current when its compute step started.
+//    `compute_ms` (uniform +-jitter), then pull the model and compute the next. The update is
+//    computed on the server version current when its pull started. Pulls (PullCost): priced,
+//    the default over the fair network, a pull is a transfer of `bytes` from the server's
+//    egress to the worker's ingress, sharing those links like any other, and the worker
+//    computes once it landed (ring's modes pay their allgather instead: no pulls); free, a
+//    pull takes no time (the exclusive network always).
 //  - The network (NetworkModel). fair, the default: every NIC direction is a link shared
 //    max-min fairly (fair_share.hpp) by the transfers crossing it at the moment — sender
 //    egress at the worker's true rate, receiver ingress at the receiver's — and the rates are
@@ -111,6 +114,14 @@ const char* to_string(Mode mode);
 // A name to_string() returns; throws std::invalid_argument naming the accepted ones.
 Mode parse_mode(const std::string& name);
 
+enum class PullCost : std::uint8_t {
+  priced,  // a pull crosses the server's egress and the worker's ingress (fair network only)
+  free,    // a pull takes no time
+};
+const char* to_string(PullCost pulls);
+// "priced" or "free"; throws std::invalid_argument naming the accepted ones.
+PullCost parse_pull_cost(const std::string& name);
+
 enum class NetworkModel : std::uint8_t {
   fair,       // each NIC direction shared max-min fairly by the transfers crossing it
   exclusive,  // each NIC direction carries one transfer at a time, at the slower NIC's rate
@@ -142,6 +153,7 @@ struct ClusterParams {
 
   Mode mode = Mode::gradlane;
   NetworkModel network = NetworkModel::fair;
+  PullCost pulls = PullCost::priced;
   std::optional<std::uint32_t> tau = 500;  // gradlane only
   // gradlane over the fair network only: how the scheduler shares a server's ingress between
   // its grants (SchedulerConfig::ingress). The exclusive network serialises transfers anyway.
@@ -202,6 +214,8 @@ struct ClusterStats {
   // Bytes that crossed a server's ingress. fair: as they cross (up to now); exclusive: a whole
   // transfer's when it starts.
   Bytes server_ingress_bytes = 0;
+  Bytes server_egress_bytes = 0;            // pulls, as they cross (priced pulls only)
+  std::uint64_t pulls = 0;                  // priced pulls that landed
   std::size_t peak_pending_aggregates = 0;  // formed, not yet granted a server slot
   std::uint64_t schedule_calls = 0;
 };
@@ -247,6 +261,7 @@ class Cluster {
     std::uint64_t token = 0;
     std::uint64_t clock = 0;  // steps completed (asynchronous: pushes done or dropped)
     bool computing = false;
+    bool pulling = false;  // a priced pull is on the wire; it computes when it lands
   };
   struct Transfer {
     EndpointId out, in;
@@ -256,12 +271,16 @@ class Cluster {
     Seq seq = 0;
     Bytes bytes = 0;
     std::vector<RequestId> gradients;
+    bool pull = false;  // the model from the server's egress to worker `puller`
+    std::uint32_t puller = 0;
+    std::uint64_t clock = 0;  // pulls: the worker's clock when it began (a later step voids it)
   };
   struct WireFlow {  // fair: a transfer on the wire
     std::uint64_t transfer = 0;
     std::uint32_t egress_link = 0;  // link keys (see wire_ below)
     std::uint32_t ingress_link = 0;
     std::optional<std::uint32_t> server;  // the server whose ingress it enters, if any
+    bool pull = false;                    // leaves a server's egress (counted as egress bytes)
     double remaining = 0;                 // bytes, as of wire_clock_
     double rate = 0;                      // bytes per second, since the last reshare
   };
@@ -276,7 +295,13 @@ class Cluster {
   static EndpointId server(std::uint32_t s);
 
   void push(Instant at, Kind kind, std::uint64_t a, std::uint64_t b = 0);
+  // A worker needs the current model to compute on: it pulls it (priced) or has it at once.
+  void pull(std::uint32_t w, Instant now);
+  bool prices_pulls() const;
+  // The model the worker computes on is the one current now (its token from the Observer).
+  void take_snapshot(std::uint32_t w);
   void start_compute(std::uint32_t w, Instant now);
+  void finish_pull(const Transfer& t, Instant now);
   void handle(const Event& e, Instant now);
   void decide(Instant now);
   void start(std::uint64_t id, Transfer t, Instant slot_start, Instant now);
@@ -339,7 +364,8 @@ class Cluster {
   std::map<std::uint64_t, std::uint32_t> clock_counts_;
   std::map<std::uint64_t, std::vector<std::uint32_t>> waiting_by_clock_;
   // Fair model. Link keys: worker w's egress is w, server s's ingress workers + s, worker w's
-  // ingress (as an aggregator) workers + servers + w.
+  // ingress (as an aggregator, or pulling) workers + servers + w, server s's egress
+  // 2 workers + servers + s.
   std::vector<WireFlow> wire_;
   FairShare fair_share_;
   std::vector<std::int64_t> link_index_;     // per link key: its index in fair_share_, or -1
@@ -350,6 +376,8 @@ class Cluster {
   std::uint64_t wire_generation_ = 0;        // a wire_done of an older reshare is stale
   bool wire_changed_ = false;                // a transfer entered or left, or a rate changed
   double server_bytes_carried_ = 0;
+  double server_bytes_sent_ = 0;  // pulls out of the servers' egress
+  std::uint64_t next_pull_ = 0;
   std::optional<Instant> scheduled_wake_;
   std::vector<Outcome> out_;
   std::vector<Gradient> scratch_;

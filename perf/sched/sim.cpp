@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   std::uint32_t tau = 500;
   std::string policy = "both";
   std::string network = sim::to_string(p.network);
+  std::string pulls = sim::to_string(p.pulls);
   CLI::App app{"gradlane_sched_sim: FIFO vs MLfabric scheduling of async parameter-server updates"};
   app.add_option("--workers", p.workers, "number of workers")->check(CLI::Range(1u, 100000u));
   app.add_option("--servers", p.servers, "number of servers (worker w pushes to w % servers)")
@@ -86,8 +87,13 @@ int main(int argc, char** argv) {
                  "fair: each NIC shared max-min fairly by the transfers crossing it; "
                  "exclusive: one transfer at a time per NIC direction")
       ->check(CLI::IsMember({"fair", "exclusive"}));
+  app.add_option("--pulls", pulls,
+                 "priced: a worker's pull of the model crosses the server's egress and its own ingress before "
+                 "it computes (fair network); free: it takes no time")
+      ->check(CLI::IsMember({"priced", "free"}));
   CLI11_PARSE(app, argc, argv);
   p.network = sim::parse_network_model(network);
+  p.pulls = sim::parse_pull_cost(pulls);
   if (p.stragglers > p.workers) {
     fmt::print(stderr, "--stragglers ({}) cannot exceed --workers ({})\n", p.stragglers, p.workers);
     return 2;
@@ -103,10 +109,10 @@ int main(int argc, char** argv) {
       "gradlane_sched_sim: {} workers -> {} server(s), {:.2f} MiB updates, compute {} ms +-{:.0f}%,\n"
       "  workers {} Gb/s (spread {}, redrawn every {} ms), servers {} Gb/s, {} straggler(s) at 1/{} egress, "
       "tau {}, B {}, "
-      "{} ms simulated, seed {}, {} network\n\n",
+      "{} ms simulated, seed {}, {} network, pulls {}\n\n",
       p.workers, p.servers, static_cast<double>(p.bytes) / (1 << 20), p.compute_ms, p.jitter * 100, p.worker_gbps,
       p.spread, p.change_ms, p.server_gbps, p.stragglers, p.straggler_slowdown, tau, p.replica_bound, duration_ms,
-      p.seed, sim::to_string(p.network));
+      p.seed, sim::to_string(p.network), sim::to_string(p.pulls));
   fmt::print("{:<34}", "");
   for (const Result& r : results) fmt::print("{:>14}", r.name);
   fmt::print("\n");

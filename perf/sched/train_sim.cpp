@@ -74,6 +74,7 @@ int main(int argc, char** argv) try {
   c.straggler_slowdown = 10.0;
   sim::TrainParams t;
   std::string network = sim::to_string(c.network);
+  std::string pulls = sim::to_string(c.pulls);
   std::string ingress = sim::to_string(c.ingress);
   std::string mode = "gradlane", model_name = "softmax", eval = "test", data_dir = train::kDefaultFashionMnistDir;
   std::string json_path, csv_path;
@@ -109,6 +110,10 @@ int main(int argc, char** argv) try {
                  "fair: each NIC shared max-min fairly by the transfers crossing it; "
                  "exclusive: one transfer at a time per NIC direction")
       ->check(CLI::IsMember({"fair", "exclusive"}));
+  app.add_option("--pulls", pulls,
+                 "priced: a worker's pull of the model crosses the server's egress and its own ingress before "
+                 "it computes (fair network; ring's modes pay their allgather instead); free: it takes no time")
+      ->check(CLI::IsMember({"priced", "free"}));
   app.add_option("--ingress", ingress,
                  "gradlane over the fair network: packed (grants share the server's ingress, each at the "
                  "share of its line rate the sender can use) or exclusive (one grant at a time)")
@@ -150,6 +155,7 @@ int main(int argc, char** argv) try {
 
   c.mode = sim::parse_mode(mode);
   c.network = sim::parse_network_model(network);
+  c.pulls = sim::parse_pull_cost(pulls);
   c.ingress = sim::parse_ingress_sharing(ingress);
   c.aggregation = !no_aggregation;
   if (tau < 0) tau = default_tau(c.workers);
@@ -204,6 +210,11 @@ int main(int argc, char** argv) try {
   fmt::print("  server ingress busy {:.1f} %, carried {:.1f} % of its line rate ({:.1f} MB)\n",
              100.0 * s.server_busy_ms / (seconds * 1e3 * c.servers), 100.0 * byte_utilisation,
              static_cast<double>(s.server_ingress_bytes) / 1e6);
+  if (s.pulls > 0) {
+    fmt::print("  pulls {} ({:.1f} MB out of the server's egress, {:.1f} % of its line rate)\n", s.pulls,
+               static_cast<double>(s.server_egress_bytes) / 1e6,
+               100.0 * static_cast<double>(s.server_egress_bytes) / (c.server_gbps * 1e9 / 8 * c.servers * seconds));
+  }
   fmt::print("  wall {:.1f} s; schedule() calls {}, peak pending aggregates {}\n", r.wall_s, s.schedule_calls,
              s.peak_pending_aggregates);
 
@@ -211,6 +222,7 @@ int main(int argc, char** argv) try {
     nlohmann::json j;
     j["config"] = {{"mode", mode},
                    {"network", network},
+                   {"pulls", pulls},
                    {"ingress", ingress},
                    {"lr", t.learning_rate},
                    {"tau", tau},
@@ -274,6 +286,8 @@ int main(int argc, char** argv) try {
         {"ssp_waits", s.ssp_waits},
         {"max_clock_lead", s.max_clock_lead},
         {"server_ingress_bytes", s.server_ingress_bytes},
+        {"server_egress_bytes", s.server_egress_bytes},
+        {"pulls", s.pulls},
         {"server_busy_share", s.server_busy_ms / (seconds * 1e3 * c.servers)},
         {"server_byte_utilisation", byte_utilisation},
         {"delay_versions_p50", percentile(s.delays, 0.5)},

@@ -470,7 +470,7 @@ TEST(LocalRing, AStepIsHComputesThenRingsAllreduce) {
   EXPECT_EQ(local_ring.stats().steps, 8U);
 }
 
-// The server's ingress is the scarce link (workers 10x faster): local SGD's round carries N
+// The server's ingress is the scarce link (workers 10x faster, pulls free): local SGD's round carries N
 // models into it; gradlane-local's grants sum them at aggregators first, so a round carries
 // fewer bytes there and rounds come faster. Every round still averages all N models, none
 // dropped, though tau = 1 would drop most of them in gradlane mode.
@@ -484,6 +484,7 @@ TEST(GradlaneLocal, AggregatesARoundsModelsAndNeverDropsOne) {
   c.server_gbps = 10.0;
   c.local_steps = 2;
   c.tau = 1;
+  c.pulls = PullCost::free;  // the server's ingress alone (Pulls.* price its egress)
   c.mode = Mode::local;
   Recorder by_server, by_gradlane;
   Cluster local(c, &by_server);
@@ -511,6 +512,69 @@ TEST(GradlaneLocal, AggregatesARoundsModelsAndNeverDropsOne) {
   EXPECT_GE(per_round(l), kWorkers * static_cast<double>(c.bytes) * 0.99);
   EXPECT_LT(per_round(g), 0.5 * per_round(l));
   EXPECT_GT(g.steps, 2 * l.steps) << "rounds bound by the server's ingress come faster";
+}
+
+}  // namespace
+}  // namespace gradlane::sched::sim
+
+namespace gradlane::sched::sim {
+namespace {
+
+// A priced pull is the model from the server's egress to the worker's ingress before it
+// computes: a sync step of N workers gains N x bytes at the server's egress rate (the N pulls
+// share it), the egress counts those bytes, and ring's modes (their allgather is their pull)
+// are unchanged.
+TEST(Pulls, APricedPullAddsTheModelsCrossingOfTheServersEgressToEveryStep) {
+  constexpr std::uint32_t kWorkers = 10;
+  ClusterParams c = one_straggler(Mode::sync, kWorkers, 0, 0);
+  c.jitter = 0.0;
+  c.server_gbps = 10.0;  // 1.25 GB/s; workers at 100 Gb/s
+  c.pulls = PullCost::free;
+  Recorder free_pulls, priced_pulls;
+  Cluster free_cluster(c, &free_pulls);
+  c.pulls = PullCost::priced;
+  Cluster priced(c, &priced_pulls);
+  free_cluster.run_until(at_ms(60));
+  priced.run_until(at_ms(60));
+  ASSERT_GE(priced_pulls.times.size(), 5U);
+  const auto period = [](const Recorder& r) { return static_cast<double>((r.times[4] - r.times[0]).count()) / 4; };
+  const double pull_ns = kWorkers * static_cast<double>(c.bytes) / (c.server_gbps * 1e9 / 8) * 1e9;  // 2,097,152
+  EXPECT_NEAR(period(priced_pulls) - period(free_pulls), pull_ns, 10.0);
+  const ClusterStats& s = priced.stats();
+  EXPECT_EQ(free_cluster.stats().pulls, 0U);
+  EXPECT_EQ(free_cluster.stats().server_egress_bytes, 0U);
+  EXPECT_GE(s.pulls, 4U * kWorkers);
+  EXPECT_GE(s.server_egress_bytes + 1, s.pulls * c.bytes);  // and what is on the wire now
+  EXPECT_LT(s.server_egress_bytes, (s.pulls + kWorkers) * c.bytes);
+
+  for (const Mode ring_mode : {Mode::ring, Mode::local_ring}) {
+    c.mode = ring_mode;
+    c.pulls = PullCost::free;
+    Recorder a, b;
+    Cluster without(c, &a);
+    c.pulls = PullCost::priced;
+    Cluster with(c, &b);
+    without.run_until(at_ms(30));
+    with.run_until(at_ms(30));
+    ASSERT_FALSE(b.times.empty());
+    EXPECT_EQ(b.times, a.times) << to_string(ring_mode);
+    EXPECT_EQ(with.stats().pulls, 0U);
+  }
+}
+
+// backup with priced pulls: every step still averages workers - b, the late ones' pushes
+// dropped while every worker pulls the step's model.
+TEST(Pulls, BackupWithPricedPullsAveragesWorkersMinusBEveryStep) {
+  constexpr std::uint32_t kWorkers = 10;
+  ClusterParams c = one_straggler(Mode::backup, kWorkers, 0, 2);
+  c.server_gbps = 10.0;
+  c.pulls = PullCost::priced;
+  Recorder r;
+  Cluster backup(c, &r);
+  backup.run_until(at_ms(100));
+  ASSERT_GE(r.sizes.size(), 5U);
+  for (const std::size_t size : r.sizes) ASSERT_EQ(size, kWorkers - 2);
+  EXPECT_GT(backup.stats().pulls, 0U);
 }
 
 }  // namespace
