@@ -1,8 +1,11 @@
 #include "perf/sched/cluster.hpp"
 
+#include "perf/sched/tree_allreduce.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <numeric>
 #include <stdexcept>
 #include <variant>
 
@@ -45,6 +48,10 @@ const char* to_string(Mode mode) {
       return "gradlane-local";
     case Mode::local_ring:
       return "local-ring";
+    case Mode::local_tree:
+      return "local-tree";
+    case Mode::gradlane_tree:
+      return "gradlane-tree";
   }
   return "?";
 }
@@ -60,20 +67,27 @@ Mode parse_mode(const std::string& name) {
   if (name == "local") return Mode::local;
   if (name == "gradlane-local") return Mode::gradlane_local;
   if (name == "local-ring") return Mode::local_ring;
-  throw std::invalid_argument(
-      "unknown mode '" + name +
-      "': use gradlane, fifo, sync, fifo-sa, backup, ssp, ring, local, local-ring or gradlane-local");
+  if (name == "local-tree") return Mode::local_tree;
+  if (name == "gradlane-tree") return Mode::gradlane_tree;
+  throw std::invalid_argument("unknown mode '" + name +
+                              "': use gradlane, fifo, sync, fifo-sa, backup, ssp, ring, local, local-ring, "
+                              "local-tree, gradlane-local or gradlane-tree");
 }
 
 bool is_synchronous(Mode mode) {
-  return mode == Mode::sync || mode == Mode::backup || reduces_by_ring(mode) || averages_models(mode);
+  return mode == Mode::sync || mode == Mode::backup || allreduces(mode) || averages_models(mode);
 }
 
 bool averages_models(Mode mode) {
-  return mode == Mode::local || mode == Mode::local_ring || mode == Mode::gradlane_local;
+  return mode == Mode::local || mode == Mode::local_ring || mode == Mode::local_tree || mode == Mode::gradlane_local ||
+         mode == Mode::gradlane_tree;
 }
 
-bool reduces_by_ring(Mode mode) { return mode == Mode::ring || mode == Mode::local_ring; }
+bool allreduces(Mode mode) {
+  return mode == Mode::ring || mode == Mode::local_ring || mode == Mode::local_tree || mode == Mode::gradlane_tree;
+}
+
+bool reduces_by_tree(Mode mode) { return mode == Mode::local_tree || mode == Mode::gradlane_tree; }
 
 bool uses_gradlane_grants(Mode mode) { return mode == Mode::gradlane || mode == Mode::gradlane_local; }
 
@@ -121,9 +135,13 @@ std::optional<std::string> ClusterParams::validate() const {
   if (stragglers > workers) return "stragglers cannot exceed workers";
   if (is_synchronous(mode) && servers != 1)
     return "sync, backup, ring and local modes simulate one server (ring: its version)";
-  if (reduces_by_ring(mode) && !(ring_hop_us >= 0)) return "ring hop cost must be >= 0";
+  if (allreduces(mode) && !(ring_hop_us >= 0)) return "ring hop cost must be >= 0";
   if (averages_models(mode) && local_steps == 0) return "local SGD needs at least 1 local step per average";
   if (mode == Mode::backup && backup_workers >= workers) return "backup workers must be fewer than workers";
+  if (tree_skip_slowest > 0 && mode != Mode::gradlane_tree) return "only gradlane-tree skips the slowest links";
+  if (tree_skip_slowest > 0 && 2 * (std::uint64_t{workers} - tree_skip_slowest) + 1 < workers) {
+    return "gradlane-tree can skip at most half the workers (those it skips are leaves)";
+  }
   if (bytes == 0) return "bytes must be positive";
   if (!(compute_ms > 0) || !(worker_gbps > 0) || !(server_gbps > 0)) {
     return "compute time and line rates must be positive";
@@ -184,6 +202,12 @@ Cluster::Cluster(const ClusterParams& p, Observer* observer)
     start_compute(w, Instant{});
   }
   if (p.change_ms > 0) push(Instant{} + from_ms(p.change_ms), Kind::bandwidth_change, 0);
+  if (reduces_by_tree(p.mode)) {  // ranks in an order the rates do not know: a random one, fixed
+    tree_order_.resize(p.workers);
+    std::iota(tree_order_.begin(), tree_order_.end(), 0U);
+    std::mt19937_64 placement(p.seed ^ 0x5bd1e995ULL);
+    std::shuffle(tree_order_.begin(), tree_order_.end(), placement);
+  }
 }
 
 double Cluster::draw_factor() {
@@ -229,7 +253,7 @@ const ClusterStats& Cluster::stats() {
 }
 
 bool Cluster::prices_pulls() const {
-  return p_.pulls == PullCost::priced && p_.network == NetworkModel::fair && !reduces_by_ring(p_.mode);
+  return p_.pulls == PullCost::priced && p_.network == NetworkModel::fair && !allreduces(p_.mode);
 }
 
 void Cluster::take_snapshot(std::uint32_t w) {
@@ -314,7 +338,7 @@ void Cluster::handle(const Event& e, Instant now) {
       r.computed_on = workers_[w].computed_on;
       submit_time_[r.id] = now;
       gradients_[r.id] = Gradient{r.id, w, r.computed_on, workers_[w].token, workers_[w].clock, 0};
-      if (reduces_by_ring(p_.mode)) {
+      if (allreduces(p_.mode)) {
         join_ring(r.id, now);
         break;
       }
@@ -377,14 +401,9 @@ void Cluster::decide(Instant now) {
       pa.grant = *a;
       if (pa.arrived == pa.expected) launch_aggregate(to_int(a->aggregate), now);
     } else if (const Drop* d = std::get_if<Drop>(&o)) {
-      const auto it = gradients_.find(d->request);
-      const Gradient dropped = it->second;
-      gradients_.erase(it);
-      submit_time_.erase(d->request);
-      ++stats_.drops;
-      if (dropped.worker < p_.stragglers) ++stats_.straggler_drops;
-      if (observer_) observer_->dropped(dropped);
-      finish_step(dropped.worker, now);  // pull a fresh model, compute again
+      const std::uint32_t w = gradients_.at(d->request).worker;
+      drop_submitted(d->request);
+      finish_step(w, now);  // pull a fresh model, compute again
     }
   }
   // Work held back only by the grant horizon needs a decision at that time even if no
@@ -568,6 +587,16 @@ void Cluster::finish_transfer(std::uint64_t id, Instant now) {
   if (goes_on) finish_step(pusher, now);
 }
 
+void Cluster::drop_submitted(RequestId request) {
+  const auto it = gradients_.find(request);
+  const Gradient dropped = it->second;
+  gradients_.erase(it);
+  submit_time_.erase(request);
+  ++stats_.drops;
+  if (dropped.worker < p_.stragglers) ++stats_.straggler_drops;
+  if (observer_) observer_->dropped(dropped);
+}
+
 Gradient Cluster::record_applied(RequestId request, Seq seq, Instant now) {
   const auto it = gradients_.find(request);
   Gradient g = it->second;
@@ -619,12 +648,7 @@ void Cluster::arrive_for_backup_step(EndpointId at, Seq seq, RequestId request, 
        seq);
   applied_[at] = std::max(applied_[at], seq);
   if (gradients_.at(request).step != stats_.steps) {  // late: its step was applied without it
-    const Gradient late = gradients_.at(request);
-    gradients_.erase(request);
-    submit_time_.erase(request);
-    ++stats_.drops;
-    if (late.worker < p_.stragglers) ++stats_.straggler_drops;
-    if (observer_) observer_->dropped(late);
+    drop_submitted(request);
     return;
   }
   step_.push_back(record_applied(request, seq, now));
@@ -634,11 +658,33 @@ void Cluster::arrive_for_backup_step(EndpointId at, Seq seq, RequestId request, 
 void Cluster::join_ring(RequestId request, Instant now) {
   ++stats_.submitted;
   ring_ready_.push_back(request);
-  if (ring_ready_.size() == p_.workers) push(now + allreduce_time(), Kind::allreduce_done, 0);
+  if (ring_ready_.size() != p_.workers) return;
+  push(now + allreduce_time(), Kind::allreduce_done, 0);
+  if (p_.mode == Mode::gradlane_tree) {
+    skipped_this_round_.assign(p_.workers, false);
+    for (std::size_t i = uploaders(); i < p_.workers; ++i) skipped_this_round_[tree_order_[i]] = true;
+    // This allreduce measured every worker's egress (each sent its share up the tree): the next
+    // one places the slowest at the leaves.
+    std::vector<double> measured(p_.workers);
+    for (std::uint32_t w = 0; w < p_.workers; ++w) measured[w] = worker_egress(w);
+    tree_order_ = place_slowest_at_leaves(measured);
+    tree_measured_ = true;
+  }
+}
+
+std::size_t Cluster::uploaders() const {
+  return p_.mode == Mode::gradlane_tree && tree_measured_ ? p_.workers - p_.tree_skip_slowest : p_.workers;
 }
 
 Nanos Cluster::allreduce_time() const {
   if (p_.workers == 1) return Nanos{0};
+  if (reduces_by_tree(p_.mode)) {
+    std::vector<double> egress(p_.workers), ingress(p_.workers, p_.worker_gbps * kGbps);
+    for (std::size_t i = 0; i < p_.workers; ++i) egress[i] = worker_egress(tree_order_[i]);
+    const double s =
+        tree_allreduce_seconds(egress, ingress, static_cast<double>(p_.bytes), p_.ring_hop_us * 1e-6, uploaders());
+    return Nanos{static_cast<std::int64_t>(std::llround(s * 1e9))};
+  }
   double slowest = p_.worker_gbps * kGbps;  // every worker's ingress
   for (std::uint32_t w = 0; w < p_.workers; ++w) slowest = std::min(slowest, worker_egress(w));
   const double n = p_.workers;
@@ -650,7 +696,13 @@ void Cluster::finish_allreduce(Instant now) {
   // The model's version is kept under server 0's name, as in sync: one version per step.
   const EndpointId at = server(0);
   const Seq seq = applied_[at] + 1;
-  for (const RequestId request : ring_ready_) step_.push_back(record_applied(request, seq, now));
+  for (const RequestId request : ring_ready_) {
+    if (!skipped_this_round_.empty() && skipped_this_round_[gradients_.at(request).worker]) {
+      drop_submitted(request);  // gradlane-tree did not wait for it
+      continue;
+    }
+    step_.push_back(record_applied(request, seq, now));
+  }
   ring_ready_.clear();
   applied_[at] = seq;
   apply_step(now);

@@ -73,6 +73,13 @@
 //    needs every model), so tau does not apply. One server only.
 //  - Mode::local_ring: local SGD as it is usually run (e.g. PyTorch's post-local SGD): the
 //    models are averaged by ring's allreduce, with ring's timing, instead of through a server.
+//  - Mode::local_tree, Mode::gradlane_tree: local SGD averaged by a pipelined binary-tree
+//    allreduce (tree_allreduce.hpp: reduce up, broadcast down, the same hop cost as ring's).
+//    local-tree ranks the workers in a random order fixed for the run, as a launcher does;
+//    gradlane-tree is the scheduler's placement: each allreduce measures every worker's egress
+//    and the next one puts the slowest at the leaves, where a slow link delays only its own
+//    upload, not every phase (ring) or the broadcast (an inner node). With tree_skip_slowest
+//    it also does not wait for that many of the slowest measured links in a round.
 #pragma once
 
 #include <cstdint>
@@ -101,13 +108,17 @@ enum class Mode : std::uint8_t {
   local,           // local SGD: sync's traffic once every local_steps minibatches, models averaged
   gradlane_local,  // local SGD's rounds, each model change granted and aggregated by gradlane
   local_ring,      // local SGD whose models are averaged by ring allreduce: no server
+  local_tree,      // local SGD averaged by a pipelined binary-tree allreduce, ranks in a random order
+  gradlane_tree,   // the same tree, placed by the scheduler: the slowest measured links at the leaves
 };
 // Modes with a barrier per step (every worker computes on the same model).
 bool is_synchronous(Mode mode);
 // Modes whose step is local_steps minibatches per worker and the mean of the workers' models.
 bool averages_models(Mode mode);
-// Modes whose step is reduced by ring allreduce between the workers (no server traffic).
-bool reduces_by_ring(Mode mode);
+// Modes whose step is allreduced between the workers, by ring or tree (no server traffic).
+bool allreduces(Mode mode);
+// The tree modes (tree_allreduce.hpp prices their allreduce).
+bool reduces_by_tree(Mode mode);
 // Modes whose transfers start at the scheduling core's slots (SJF, packed ingress, aggregation).
 bool uses_gradlane_grants(Mode mode);
 const char* to_string(Mode mode);
@@ -163,6 +174,10 @@ struct ClusterParams {
   std::uint64_t ssp_bound = 3;       // ssp only: s, the clock lead allowed over the slowest
   double ring_hop_us = 5.0;          // ring only: the fixed cost of each of its 2(N-1) phases
   std::uint32_t local_steps = 4;     // local, gradlane-local: H, minibatches between two averages
+  // gradlane-tree only: once the links are measured, the round does not wait for this many of
+  // the slowest: they send no model (their local work is dropped, as backup workers') and
+  // receive the mean at the leaves.
+  std::uint32_t tree_skip_slowest = 0;
 
   // A message naming the first unusable field, or nullopt.
   std::optional<std::string> validate() const;
@@ -317,6 +332,8 @@ class Cluster {
   void launch_aggregate(std::uint64_t aggregate, Instant now);
   void finish_transfer(std::uint64_t id, Instant now);
   void apply(EndpointId at, std::vector<RequestId> requests, Seq seq, Instant now);
+  // Takes a submitted gradient out of the books as dropped (never applied) and tells the Observer.
+  void drop_submitted(RequestId request);
   // Takes a submitted gradient out of the books as applied at `seq`, counting its delay.
   Gradient record_applied(RequestId request, Seq seq, Instant now);
   // Asynchronous modes: worker w's step is over (pushed or dropped): its clock advances and it
@@ -331,6 +348,7 @@ class Cluster {
   // ring: worker w's gradient is ready; the last of the step starts the allreduce.
   void join_ring(RequestId request, Instant now);
   Nanos allreduce_time() const;
+  std::size_t uploaders() const;  // tree modes: the heap positions that send up this round
   void finish_allreduce(Instant now);
   void change_bandwidth(Instant now);
   double draw_factor();
@@ -357,8 +375,11 @@ class Cluster {
   std::map<std::uint64_t, Transfer> transfers_;
   std::map<std::uint64_t, Instant> begins_;
   std::map<std::uint64_t, Pending> pending_;
-  std::vector<Gradient> step_;         // barrier modes: the gradients of the current step at the server
-  std::vector<RequestId> ring_ready_;  // ring: the step's gradients computed so far
+  std::vector<Gradient> step_;             // barrier modes: the gradients of the current step at the server
+  std::vector<RequestId> ring_ready_;      // allreduce modes: the step's gradients computed so far
+  std::vector<std::uint32_t> tree_order_;  // tree modes: the worker at each heap position
+  bool tree_measured_ = false;             // gradlane-tree: an allreduce has measured the links
+  std::vector<bool> skipped_this_round_;   // gradlane-tree: workers whose model the round leaves out
   // Asynchronous modes: how many workers are at each clock (the first key is the slowest), and
   // (ssp) the workers waiting for the slowest to catch up, by their clock.
   std::map<std::uint64_t, std::uint32_t> clock_counts_;
