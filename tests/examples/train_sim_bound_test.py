@@ -36,7 +36,8 @@ class ComputeOnlyBound(unittest.TestCase):
         reached = {'gradients': 0, 'updates': 7}
         self.assertAlmostEqual(tsb.bound_ms(config('sync'), reached, random.Random(1), {}), 70)
         self.assertAlmostEqual(tsb.bound_ms(config('local'), reached, random.Random(1), {}), 280)
-        self.assertAlmostEqual(tsb.bound_ms(config('gradlane-local'), reached, random.Random(1), {}), 280)
+        for mode in ('local-ring', 'local-tree', 'gradlane-local', 'gradlane-tree'):
+            self.assertAlmostEqual(tsb.bound_ms(config(mode), reached, random.Random(1), {}), 280, msg=mode)
 
     def test_jitter_makes_a_step_wait_for_the_slowest_and_backup_for_fewer(self):
         reached = {'gradients': 0, 'updates': 1}
@@ -45,6 +46,10 @@ class ComputeOnlyBound(unittest.TestCase):
         self.assertGreater(sync, 10.5)  # the slowest of 10 draws in [8, 12]
         self.assertLessEqual(sync, 12)
         self.assertLess(backup, sync)
+
+    def test_a_regime_name_may_hold_hyphens(self):
+        self.assertEqual(tsb.regime_of('test-large-updates-gradlane-tree-lr0.3-s1-x.json'), 'large-updates')
+        self.assertEqual(tsb.regime_of('test-overloaded-fifo-lr1-s1-x.json'), 'overloaded')
 
     def test_the_table_reads_the_runs_crossing(self):
         with tempfile.TemporaryDirectory() as d:
