@@ -52,6 +52,8 @@ const char* to_string(Mode mode) {
       return "local-tree";
     case Mode::gradlane_tree:
       return "gradlane-tree";
+    case Mode::local_ring_skip:
+      return "local-ring-skip";
   }
   return "?";
 }
@@ -69,9 +71,10 @@ Mode parse_mode(const std::string& name) {
   if (name == "local-ring") return Mode::local_ring;
   if (name == "local-tree") return Mode::local_tree;
   if (name == "gradlane-tree") return Mode::gradlane_tree;
+  if (name == "local-ring-skip") return Mode::local_ring_skip;
   throw std::invalid_argument("unknown mode '" + name +
                               "': use gradlane, fifo, sync, fifo-sa, backup, ssp, ring, local, local-ring, "
-                              "local-tree, gradlane-local or gradlane-tree");
+                              "local-ring-skip, local-tree, gradlane-local or gradlane-tree");
 }
 
 bool is_synchronous(Mode mode) {
@@ -79,13 +82,16 @@ bool is_synchronous(Mode mode) {
 }
 
 bool averages_models(Mode mode) {
-  return mode == Mode::local || mode == Mode::local_ring || mode == Mode::local_tree || mode == Mode::gradlane_local ||
-         mode == Mode::gradlane_tree;
+  return mode == Mode::local || mode == Mode::local_ring || mode == Mode::local_ring_skip || mode == Mode::local_tree ||
+         mode == Mode::gradlane_local || mode == Mode::gradlane_tree;
 }
 
 bool allreduces(Mode mode) {
-  return mode == Mode::ring || mode == Mode::local_ring || mode == Mode::local_tree || mode == Mode::gradlane_tree;
+  return mode == Mode::ring || mode == Mode::local_ring || mode == Mode::local_ring_skip || mode == Mode::local_tree ||
+         mode == Mode::gradlane_tree;
 }
+
+bool skips_slowest(Mode mode) { return mode == Mode::gradlane_tree || mode == Mode::local_ring_skip; }
 
 bool reduces_by_tree(Mode mode) { return mode == Mode::local_tree || mode == Mode::gradlane_tree; }
 
@@ -138,8 +144,9 @@ std::optional<std::string> ClusterParams::validate() const {
   if (allreduces(mode) && !(ring_hop_us >= 0)) return "ring hop cost must be >= 0";
   if (averages_models(mode) && local_steps == 0) return "local SGD needs at least 1 local step per average";
   if (mode == Mode::backup && backup_workers >= workers) return "backup workers must be fewer than workers";
-  if (tree_skip_slowest > 0 && mode != Mode::gradlane_tree) return "only gradlane-tree skips the slowest links";
-  if (tree_skip_slowest > 0 && 2 * (std::uint64_t{workers} - tree_skip_slowest) + 1 < workers) {
+  if (skip_slowest > 0 && !skips_slowest(mode)) return "only gradlane-tree and local-ring-skip skip the slowest links";
+  if (skip_slowest >= workers) return "skip fewer of the slowest links than there are workers";
+  if (mode == Mode::gradlane_tree && 2 * (std::uint64_t{workers} - skip_slowest) + 1 < workers) {
     return "gradlane-tree can skip at most half the workers (those it skips are leaves)";
   }
   if (bytes == 0) return "bytes must be positive";
@@ -659,22 +666,27 @@ void Cluster::join_ring(RequestId request, Instant now) {
   ++stats_.submitted;
   ring_ready_.push_back(request);
   if (ring_ready_.size() != p_.workers) return;
-  push(now + allreduce_time(), Kind::allreduce_done, 0);
-  if (p_.mode == Mode::gradlane_tree) {
-    skipped_this_round_.assign(p_.workers, false);
-    for (std::size_t i = uploaders(); i < p_.workers; ++i) skipped_this_round_[tree_order_[i]] = true;
-    // This allreduce measured every worker's egress (each sent its share up the tree): the next
-    // one places the slowest at the leaves.
-    std::vector<double> measured(p_.workers);
-    for (std::uint32_t w = 0; w < p_.workers; ++w) measured[w] = worker_egress(w);
-    tree_order_ = place_slowest_at_leaves(measured);
-    tree_measured_ = true;
+  if (skips_slowest(p_.mode)) {  // the last measurement decides whom this round leaves out
+    skipped_this_round_ = links_measured_ ? next_skipped_ : std::vector<bool>(p_.workers, false);
+    skipped_count_ = links_measured_ ? p_.skip_slowest : 0;
   }
+  push(now + allreduce_time(), Kind::allreduce_done, 0);
+  if (skips_slowest(p_.mode)) measure_links();
 }
 
-std::size_t Cluster::uploaders() const {
-  return p_.mode == Mode::gradlane_tree && tree_measured_ ? p_.workers - p_.tree_skip_slowest : p_.workers;
+void Cluster::measure_links() {
+  // Every worker's egress as this allreduce starts: an oracle for what a scheduler probing the
+  // links between rounds would read (the same for gradlane-tree and local-ring-skip).
+  std::vector<double> measured(p_.workers);
+  for (std::uint32_t w = 0; w < p_.workers; ++w) measured[w] = worker_egress(w);
+  const std::vector<std::uint32_t> fastest_first = place_slowest_at_leaves(measured);
+  next_skipped_.assign(p_.workers, false);
+  for (std::size_t i = p_.workers - p_.skip_slowest; i < p_.workers; ++i) next_skipped_[fastest_first[i]] = true;
+  if (p_.mode == Mode::gradlane_tree) tree_order_ = fastest_first;  // the slowest at the leaves
+  links_measured_ = true;
 }
+
+std::size_t Cluster::uploaders() const { return p_.workers - skipped_count_; }
 
 Nanos Cluster::allreduce_time() const {
   if (p_.workers == 1) return Nanos{0};
@@ -685,11 +697,24 @@ Nanos Cluster::allreduce_time() const {
         tree_allreduce_seconds(egress, ingress, static_cast<double>(p_.bytes), p_.ring_hop_us * 1e-6, uploaders());
     return Nanos{static_cast<std::int64_t>(std::llround(s * 1e9))};
   }
-  double slowest = p_.worker_gbps * kGbps;  // every worker's ingress
-  for (std::uint32_t w = 0; w < p_.workers; ++w) slowest = std::min(slowest, worker_egress(w));
-  const double n = p_.workers;
-  const double phase_s = p_.ring_hop_us * 1e-6 + static_cast<double>(p_.bytes) / n / slowest;
-  return Nanos{static_cast<std::int64_t>(std::llround(2 * (n - 1) * phase_s * 1e9))};
+  // local-ring-skip: the ring is the workers not left out; each left-out one then receives the
+  // mean from a distinct ring member, the fastest ones, all at once.
+  const double ingress = p_.worker_gbps * kGbps;  // every worker's
+  double slowest = ingress;
+  std::vector<double> members;
+  for (std::uint32_t w = 0; w < p_.workers; ++w) {
+    if (!skipped_this_round_.empty() && skipped_this_round_[w]) continue;
+    slowest = std::min(slowest, worker_egress(w));
+    members.push_back(worker_egress(w));
+  }
+  const auto n = static_cast<double>(members.size());
+  const double hop = p_.ring_hop_us * 1e-6, bytes = static_cast<double>(p_.bytes);
+  double seconds = n > 1 ? 2 * (n - 1) * (hop + bytes / n / slowest) : 0.0;
+  if (skipped_count_ > 0) {
+    std::sort(members.begin(), members.end(), std::greater<>());
+    seconds += hop + bytes / std::min(members[std::min(skipped_count_, members.size()) - 1], ingress);
+  }
+  return Nanos{static_cast<std::int64_t>(std::llround(seconds * 1e9))};
 }
 
 void Cluster::finish_allreduce(Instant now) {

@@ -78,8 +78,11 @@
 //    local-tree ranks the workers in a random order fixed for the run, as a launcher does;
 //    gradlane-tree is the scheduler's placement: each allreduce measures every worker's egress
 //    and the next one puts the slowest at the leaves, where a slow link delays only its own
-//    upload, not every phase (ring) or the broadcast (an inner node). With tree_skip_slowest
+//    upload, not every phase (ring) or the broadcast (an inner node). With skip_slowest
 //    it also does not wait for that many of the slowest measured links in a round.
+//  - Mode::local_ring_skip: local-ring given gradlane-tree's measurement and skip: the ring of
+//    the workers not left out, then the mean sent to each left-out one. The baseline that
+//    separates what the tree's placement gains from what not waiting for stragglers gains.
 #pragma once
 
 #include <cstdint>
@@ -98,18 +101,19 @@
 namespace gradlane::sched::sim {
 
 enum class Mode : std::uint8_t {
-  fifo,            // plain asynchronous parameter server: arrival order, no drops, no aggregation
-  gradlane,        // the sidecar's ordering (MLfabric): SJF, tau drops, aggregation, replica window
-  sync,            // synchronous SGD: barrier per step
-  fifo_sa,         // fifo's traffic; each gradient's learning rate divided by its delay (the Observer)
-  backup,          // synchronous SGD, a step applied when the first workers - b of it arrived
-  ssp,             // fifo, but no worker's clock more than ssp_bound ahead of the slowest's
-  ring,            // synchronous SGD by ring allreduce between the workers: no server
-  local,           // local SGD: sync's traffic once every local_steps minibatches, models averaged
-  gradlane_local,  // local SGD's rounds, each model change granted and aggregated by gradlane
-  local_ring,      // local SGD whose models are averaged by ring allreduce: no server
-  local_tree,      // local SGD averaged by a pipelined binary-tree allreduce, ranks in a random order
-  gradlane_tree,   // the same tree, placed by the scheduler: the slowest measured links at the leaves
+  fifo,             // plain asynchronous parameter server: arrival order, no drops, no aggregation
+  gradlane,         // the sidecar's ordering (MLfabric): SJF, tau drops, aggregation, replica window
+  sync,             // synchronous SGD: barrier per step
+  fifo_sa,          // fifo's traffic; each gradient's learning rate divided by its delay (the Observer)
+  backup,           // synchronous SGD, a step applied when the first workers - b of it arrived
+  ssp,              // fifo, but no worker's clock more than ssp_bound ahead of the slowest's
+  ring,             // synchronous SGD by ring allreduce between the workers: no server
+  local,            // local SGD: sync's traffic once every local_steps minibatches, models averaged
+  gradlane_local,   // local SGD's rounds, each model change granted and aggregated by gradlane
+  local_ring,       // local SGD whose models are averaged by ring allreduce: no server
+  local_tree,       // local SGD averaged by a pipelined binary-tree allreduce, ranks in a random order
+  gradlane_tree,    // the same tree, placed by the scheduler: the slowest measured links at the leaves
+  local_ring_skip,  // local-ring leaving out the skip_slowest slowest measured links, as gradlane-tree does
 };
 // Modes with a barrier per step (every worker computes on the same model).
 bool is_synchronous(Mode mode);
@@ -119,6 +123,8 @@ bool averages_models(Mode mode);
 bool allreduces(Mode mode);
 // The tree modes (tree_allreduce.hpp prices their allreduce).
 bool reduces_by_tree(Mode mode);
+// Modes that, once they measured the links, leave the skip_slowest slowest out of a round.
+bool skips_slowest(Mode mode);
 // Modes whose transfers start at the scheduling core's slots (SJF, packed ingress, aggregation).
 bool uses_gradlane_grants(Mode mode);
 const char* to_string(Mode mode);
@@ -174,10 +180,11 @@ struct ClusterParams {
   std::uint64_t ssp_bound = 3;       // ssp only: s, the clock lead allowed over the slowest
   double ring_hop_us = 5.0;          // ring only: the fixed cost of each of its 2(N-1) phases
   std::uint32_t local_steps = 4;     // local, gradlane-local: H, minibatches between two averages
-  // gradlane-tree only: once the links are measured, the round does not wait for this many of
-  // the slowest: they send no model (their local work is dropped, as backup workers') and
-  // receive the mean at the leaves.
-  std::uint32_t tree_skip_slowest = 0;
+  // gradlane-tree and local-ring-skip: once the links are measured, a round does not wait for
+  // this many of the slowest: they send no model (their local work is dropped, as backup
+  // workers') and receive the mean (gradlane-tree: at the leaves; local-ring-skip: from a ring
+  // member after the allreduce).
+  std::uint32_t skip_slowest = 0;
 
   // A message naming the first unusable field, or nullopt.
   std::optional<std::string> validate() const;
@@ -349,6 +356,7 @@ class Cluster {
   void join_ring(RequestId request, Instant now);
   Nanos allreduce_time() const;
   std::size_t uploaders() const;  // tree modes: the heap positions that send up this round
+  void measure_links();           // skipping modes: whom the next round leaves out (and its tree)
   void finish_allreduce(Instant now);
   void change_bandwidth(Instant now);
   double draw_factor();
@@ -378,8 +386,10 @@ class Cluster {
   std::vector<Gradient> step_;             // barrier modes: the gradients of the current step at the server
   std::vector<RequestId> ring_ready_;      // allreduce modes: the step's gradients computed so far
   std::vector<std::uint32_t> tree_order_;  // tree modes: the worker at each heap position
-  bool tree_measured_ = false;             // gradlane-tree: an allreduce has measured the links
-  std::vector<bool> skipped_this_round_;   // gradlane-tree: workers whose model the round leaves out
+  bool links_measured_ = false;            // skipping modes: an allreduce has measured the links
+  std::vector<bool> skipped_this_round_;   // skipping modes: workers whose model the round leaves out
+  std::size_t skipped_count_ = 0;
+  std::vector<bool> next_skipped_;  // skipping modes: from the last measurement
   // Asynchronous modes: how many workers are at each clock (the first key is the slowest), and
   // (ssp) the workers waiting for the slowest to catch up, by their clock.
   std::map<std::uint64_t, std::uint32_t> clock_counts_;

@@ -80,7 +80,7 @@ int main(int argc, char** argv) try {
   std::string json_path, csv_path;
   std::int64_t tau = -1;             // -1: default_tau(workers); 0: unbounded
   std::int64_t backup_workers = -1;  // -1: default_backup_workers(workers)
-  std::int64_t tree_skip = -1;       // -1: gradlane-tree default_backup_workers(workers), else 0
+  std::int64_t skip = -1;            // -1: default_backup_workers(workers) where the mode skips, else 0
   bool no_aggregation = false, quiet = false;
   std::size_t train_rows = 50'000;
   Bytes update_bytes = 0;  // 0: the model's own size
@@ -90,12 +90,13 @@ int main(int argc, char** argv) try {
                  "gradlane, fifo, sync, fifo-sa (fifo, lr / delay), backup (sync with backup workers) or "
                  "ssp (fifo within a clock bound) or ring (sync by ring allreduce, no server) or local "
                  "(local SGD: models averaged every --local-steps minibatches, through the server) or local-ring "
-                 "(local SGD averaged by ring allreduce) or local-tree (by a binary-tree allreduce, ranks in a "
+                 "(local SGD averaged by ring allreduce) or local-ring-skip (the same, leaving out the slowest "
+                 "measured links, as gradlane-tree does) or local-tree (by a binary-tree allreduce, ranks in a "
                  "random order) or gradlane-tree (the tree placed by the scheduler: the slowest measured links at "
                  "the leaves) or gradlane-local (local SGD's "
                  "rounds, each model change granted and aggregated by gradlane's scheduler)")
       ->check(CLI::IsMember({"gradlane", "fifo", "sync", "fifo-sa", "backup", "ssp", "ring", "local", "local-ring",
-                             "local-tree", "gradlane-local", "gradlane-tree"}));
+                             "local-ring-skip", "local-tree", "gradlane-local", "gradlane-tree"}));
   app.add_option("--lr", t.learning_rate, "learning rate (sync: of the averaged gradient)")->check(CLI::PositiveNumber);
   app.add_option("--tau", tau, "staleness bound in versions (gradlane); 0 = unbounded; default 2 x workers");
   app.add_flag("--no-aggregation", no_aggregation, "gradlane without aggregation");
@@ -106,8 +107,9 @@ int main(int argc, char** argv) try {
   app.add_option("--local-steps", c.local_steps,
                  "local, gradlane-local: minibatches each worker trains on between two averages")
       ->check(CLI::PositiveNumber);
-  app.add_option("--tree-skip-slowest", tree_skip,
-                 "gradlane-tree: once the links are measured, a round does not wait for this many of the slowest "
+  app.add_option("--skip-slowest", skip,
+                 "gradlane-tree, local-ring-skip: once the links are measured, a round does not wait for this many "
+                 "of the slowest "
                  "(their models are left out, as backup workers'; they receive the mean); default 1% (>= 1)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--ring-hop-us", c.ring_hop_us,
@@ -169,8 +171,8 @@ int main(int argc, char** argv) try {
   if (tau < 0) tau = default_tau(c.workers);
   if (backup_workers < 0) backup_workers = default_backup_workers(c.workers);
   c.backup_workers = static_cast<std::uint32_t>(std::min<std::int64_t>(backup_workers, c.workers));
-  if (tree_skip < 0) tree_skip = c.mode == sim::Mode::gradlane_tree ? default_backup_workers(c.workers) : 0;
-  c.tree_skip_slowest = static_cast<std::uint32_t>(std::min<std::int64_t>(tree_skip, c.workers));
+  if (skip < 0) skip = sim::skips_slowest(c.mode) ? default_backup_workers(c.workers) : 0;
+  c.skip_slowest = static_cast<std::uint32_t>(std::min<std::int64_t>(skip, c.workers));
   c.tau = tau == 0 ? std::nullopt : std::optional<std::uint32_t>(static_cast<std::uint32_t>(tau));
   t.seed = c.seed;
   if (const auto bad = c.validate()) {
@@ -204,9 +206,9 @@ int main(int argc, char** argv) try {
     fmt::print("  ssp bound {}: waits {}, max clock lead {}\n", c.ssp_bound, s.ssp_waits, s.max_clock_lead);
   if (c.mode == sim::Mode::sync) fmt::print("  steps {}\n", s.steps);
   if (sim::allreduces(c.mode)) {
-    fmt::print("  {} hop {} us: steps {}{}\n", sim::reduces_by_tree(c.mode) ? "tree" : "ring", c.ring_hop_us, s.steps,
-               c.tree_skip_slowest > 0 ? fmt::format(", not waiting for the {} slowest links", c.tree_skip_slowest)
-                                       : std::string());
+    fmt::print(
+        "  {} hop {} us: steps {}{}\n", sim::reduces_by_tree(c.mode) ? "tree" : "ring", c.ring_hop_us, s.steps,
+        c.skip_slowest > 0 ? fmt::format(", not waiting for the {} slowest links", c.skip_slowest) : std::string());
   }
   if (sim::averages_models(c.mode)) fmt::print("  local steps {}: averages {}\n", c.local_steps, s.steps);
   if (c.bytes != model_bytes)
@@ -245,7 +247,7 @@ int main(int argc, char** argv) try {
                    {"ssp_bound", c.ssp_bound},
                    {"ring_hop_us", c.ring_hop_us},
                    {"local_steps", c.local_steps},
-                   {"tree_skip_slowest", c.tree_skip_slowest},
+                   {"skip_slowest", c.skip_slowest},
                    {"data_shards", t.data_shards},
                    {"workers", c.workers},
                    {"compute_ms", c.compute_ms},

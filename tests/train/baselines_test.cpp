@@ -55,8 +55,9 @@ ClusterParams busy(Mode mode) {
 }
 
 TEST(Baselines, ModesParseAndPrint) {
-  for (const Mode mode : {Mode::fifo, Mode::gradlane, Mode::sync, Mode::fifo_sa, Mode::backup, Mode::ssp, Mode::ring,
-                          Mode::local, Mode::gradlane_local}) {
+  for (const Mode mode :
+       {Mode::fifo, Mode::gradlane, Mode::sync, Mode::fifo_sa, Mode::backup, Mode::ssp, Mode::ring, Mode::local,
+        Mode::local_ring, Mode::local_ring_skip, Mode::local_tree, Mode::gradlane_local, Mode::gradlane_tree}) {
     EXPECT_EQ(parse_mode(to_string(mode)), mode);
   }
   EXPECT_STREQ(to_string(Mode::fifo_sa), "fifo-sa");
