@@ -36,7 +36,7 @@ class ComputeOnlyBound(unittest.TestCase):
         reached = {'gradients': 0, 'updates': 7}
         self.assertAlmostEqual(tsb.bound_ms(config('sync'), reached, random.Random(1), {}), 70)
         self.assertAlmostEqual(tsb.bound_ms(config('local'), reached, random.Random(1), {}), 280)
-        for mode in ('local-ring', 'local-tree', 'gradlane-local', 'gradlane-tree'):
+        for mode in ('local-ring', 'local-ring-skip', 'local-tree', 'gradlane-local', 'gradlane-tree'):
             self.assertAlmostEqual(tsb.bound_ms(config(mode), reached, random.Random(1), {}), 280, msg=mode)
 
     def test_jitter_makes_a_step_wait_for_the_slowest_and_backup_for_fewer(self):
