@@ -238,7 +238,7 @@ int main(int argc, char** argv) try {
     nlohmann::json j;
     j["config"] = {{"mode", mode},
                    {"network", network},
-                   {"pulls", pulls},
+                   {"pulls", c.network == sim::NetworkModel::exclusive ? "free" : pulls},  // always free there
                    {"ingress", ingress},
                    {"lr", t.learning_rate},
                    {"tau", tau},
