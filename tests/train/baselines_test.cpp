@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <random>
 #include <stdexcept>
@@ -180,17 +181,24 @@ TEST(Baselines, BackupStepsNeverWaitForTheStragglerAndAverageExactlyN) {
 // ring: a step is the slowest compute, then 2(N-1) phases of (hop + bytes/N at the ring's
 // slowest link); it averages all N gradients, each computed on the step before's model, and
 // nothing reaches a server.
-TEST(Baselines, RingStepsTakeTheComputeThenTwoNMinusOnePhasesAtTheSlowestLink) {
+// Eight workers computing 2 ms steps (no jitter) over 10 GB/s links, one of them at 2.5 GB/s:
+// the ring's slowest link; 8 MiB models, so 1 MiB per worker per phase; 10 us a hop.
+ClusterParams ring_of_eight(Mode mode) {
   ClusterParams c;
-  c.mode = Mode::ring;
+  c.mode = mode;
   c.workers = 8;
-  c.bytes = 8 << 20;  // 1 MiB per worker per phase
+  c.bytes = 8 << 20;
   c.compute_ms = 2.0;
   c.jitter = 0.0;
-  c.worker_gbps = c.server_gbps = 80.0;  // 10 GB/s
+  c.worker_gbps = c.server_gbps = 80.0;
   c.stragglers = 1;
-  c.straggler_slowdown = 4.0;  // 2.5 GB/s: the ring's slowest link
+  c.straggler_slowdown = 4.0;
   c.ring_hop_us = 10.0;
+  return c;
+}
+
+TEST(Baselines, RingStepsTakeTheComputeThenTwoNMinusOnePhasesAtTheSlowestLink) {
+  ClusterParams c = ring_of_eight(Mode::ring);
   Recorder slowed, even;
   Cluster ring(c, &slowed);
   c.stragglers = 0;
@@ -416,12 +424,6 @@ TEST(LocalSgd, OneLocalStepIsSyncAndFourMakeStepsFourTimesTheCompute) {
   EXPECT_NEAR(step_h4 - step_h1, 3e6, 1e3);
 }
 
-}  // namespace
-}  // namespace gradlane::sched::sim
-
-namespace gradlane::sched::sim {
-namespace {
-
 // gradlane-local's rule is local's: the mean of the workers' models after H local steps.
 TEST(GradlaneLocal, AveragesModelsExactlyAsLocalSgdDoes) {
   const train::Dataset data = random_set(256, 8, 8);
@@ -446,16 +448,7 @@ TEST(GradlaneLocal, AveragesModelsExactlyAsLocalSgdDoes) {
 // local-ring: ring's allreduce after H minibatches instead of one: the step is H computes plus
 // the same 2(N-1) phases, nothing reaches a server, and a step averages all N models.
 TEST(LocalRing, AStepIsHComputesThenRingsAllreduce) {
-  ClusterParams c;
-  c.mode = Mode::local_ring;
-  c.workers = 8;
-  c.bytes = 8 << 20;
-  c.compute_ms = 2.0;
-  c.jitter = 0.0;
-  c.worker_gbps = c.server_gbps = 80.0;
-  c.stragglers = 1;
-  c.straggler_slowdown = 4.0;
-  c.ring_hop_us = 10.0;
+  ClusterParams c = ring_of_eight(Mode::local_ring);
   c.local_steps = 3;
   Recorder rounds;
   Cluster local_ring(c, &rounds);
@@ -515,12 +508,6 @@ TEST(GradlaneLocal, AggregatesARoundsModelsAndNeverDropsOne) {
   EXPECT_GT(g.steps, 2 * l.steps) << "rounds bound by the server's ingress come faster";
 }
 
-}  // namespace
-}  // namespace gradlane::sched::sim
-
-namespace gradlane::sched::sim {
-namespace {
-
 // A priced pull is the model from the server's egress to the worker's ingress before it
 // computes: a sync step of N workers gains N x bytes at the server's egress rate (the N pulls
 // share it), the egress counts those bytes, and ring's modes (their allgather is their pull)
@@ -576,6 +563,41 @@ TEST(Pulls, BackupWithPricedPullsAveragesWorkersMinusBEveryStep) {
   ASSERT_GE(r.sizes.size(), 5U);
   for (const std::size_t size : r.sizes) ASSERT_EQ(size, kWorkers - 2);
   EXPECT_GT(backup.stats().pulls, 0U);
+}
+
+// local-ring-skip: the first round is local-ring's (nothing measured yet); later ones ring the
+// workers not left out, then send the mean to each left-out one from the fastest member.
+TEST(LocalRingSkip, LaterRoundsRingTheRestThenSendTheMeanToTheLeftOut) {
+  ClusterParams c = ring_of_eight(Mode::local_ring_skip);
+  c.local_steps = 1;
+  c.skip_slowest = 1;
+  Cluster ring(c);
+  ring.run_until(Instant{} + std::chrono::microseconds(16'825));
+  // Round 1: 2 ms + the ring test's 6,012,025.6 ns. Rounds 2, 3: 2 ms + 12 phases of
+  // (10 us + 8 MiB / 7 / 10 GB/s) + 10 us + 8 MiB / 10 GB/s = 2 ms + 2,406,908 ns: the third
+  // ends at 16,825.84 us.
+  EXPECT_EQ(ring.stats().steps, 2U);
+  ring.run_until(Instant{} + std::chrono::microseconds(16'827));
+  ASSERT_EQ(ring.stats().steps, 3U);
+  EXPECT_EQ(ring.stats().drops, 2U) << "the straggler left out of rounds 2 and 3";
+  EXPECT_EQ(ring.stats().straggler_drops, 2U);
+}
+
+// Each pulled model is released once, whatever leaves it out: SgdObserver throws on a second
+// release. Rounds that skip, and backup's priced pulls, over real training.
+TEST(Pulls, EverySkippedOrAbandonedModelIsReleasedOnce) {
+  const train::Dataset data = random_set(256, 8, 9);
+  const train::Model model(softmax(8));
+  for (const Mode mode : {Mode::gradlane_tree, Mode::local_ring_skip, Mode::backup}) {
+    ClusterParams c = one_straggler(mode, 15, 3, 2);
+    c.bytes = 256 << 10;
+    c.local_steps = 2;
+    c.skip_slowest = mode == Mode::backup ? 0 : 3;
+    SgdObserver sgd(model, data, mode, 0.1F, 4, 1, 0, c.local_steps);
+    Cluster cluster(c, &sgd);
+    EXPECT_NO_THROW(cluster.run_until(at_ms(60))) << to_string(mode);
+    EXPECT_GT(cluster.stats().drops + cluster.stats().abandoned, 0U) << to_string(mode);
+  }
 }
 
 }  // namespace

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "perf/sched/cluster.hpp"
-#include "perf/sched/training.hpp"
 
 namespace gradlane::sched::sim {
 namespace {
@@ -136,62 +135,6 @@ TEST(TreeAllreduce, WithEvenLinksARoundIsTheComputeThenTheTreesPrice) {
   const double round_ms = 2.0 + allreduce * 1e3;
   ASSERT_GT(allreduce, 0.0);
   EXPECT_EQ(tree.stats().steps, static_cast<std::uint64_t>(100.0 / round_ms)) << round_ms << " ms a round";
-}
-
-// local-ring-skip: the first round is local-ring's (nothing measured yet); later ones ring the
-// workers not left out, then send the mean to each left-out one from the fastest member.
-TEST(LocalRingSkip, LaterRoundsRingTheRestThenSendTheMeanToTheLeftOut) {
-  ClusterParams c;
-  c.mode = Mode::local_ring_skip;
-  c.workers = 8;
-  c.bytes = 8 << 20;
-  c.compute_ms = 2.0;
-  c.jitter = 0.0;
-  c.worker_gbps = c.server_gbps = 80.0;  // 10 GB/s
-  c.stragglers = 1;
-  c.straggler_slowdown = 4.0;
-  c.ring_hop_us = 10.0;
-  c.local_steps = 1;
-  c.skip_slowest = 1;
-  Cluster ring(c);
-  ring.run_until(Instant{} + std::chrono::microseconds(16'825));
-  // Round 1: 2 ms + the ring test's 6,012,025.6 ns. Rounds 2, 3: 2 ms + 12 phases of
-  // (10 us + 8 MiB / 7 / 10 GB/s) + 10 us + 8 MiB / 10 GB/s = 2 ms + 2,406,908 ns: the third
-  // ends at 16,825.84 us.
-  EXPECT_EQ(ring.stats().steps, 2U);
-  ring.run_until(Instant{} + std::chrono::microseconds(16'827));
-  ASSERT_EQ(ring.stats().steps, 3U);
-  EXPECT_EQ(ring.stats().drops, 2U) << "the straggler left out of rounds 2 and 3";
-  EXPECT_EQ(ring.stats().straggler_drops, 2U);
-}
-
-// Each pulled model is released once, whatever leaves it out: SgdObserver throws on a second
-// release. Rounds that skip, and backup's priced pulls, over real training.
-TEST(TreeAllreduce, EverySkippedOrAbandonedModelIsReleasedOnce) {
-  train::Dataset data;
-  data.rows = 256;
-  data.features = 8;
-  data.classes = 3;
-  for (std::size_t r = 0; r < data.rows; ++r) {
-    for (std::size_t f = 0; f < data.features; ++f) data.pixels.push_back(static_cast<float>((r * 7 + f) % 11) / 11);
-    data.labels.push_back(static_cast<std::uint8_t>(r % 3));
-  }
-  train::ModelSpec spec;
-  spec.kind = train::ModelKind::softmax;
-  spec.inputs = 8;
-  spec.classes = 3;
-  const train::Model model(spec);
-  for (const Mode mode : {Mode::gradlane_tree, Mode::local_ring_skip, Mode::backup}) {
-    ClusterParams c = fifteen_workers(3);
-    c.mode = mode;
-    c.skip_slowest = mode == Mode::backup ? 0 : 3;
-    c.backup_workers = 2;
-    c.bytes = 256 << 10;
-    SgdObserver sgd(model, data, mode, 0.1F, 4, 1, 0, c.local_steps);
-    Cluster cluster(c, &sgd);
-    EXPECT_NO_THROW(cluster.run_until(Instant{} + std::chrono::milliseconds(60))) << to_string(mode);
-    EXPECT_GT(cluster.stats().drops + cluster.stats().abandoned, 0U) << to_string(mode);
-  }
 }
 
 }  // namespace
