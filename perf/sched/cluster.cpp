@@ -723,7 +723,7 @@ void Cluster::finish_allreduce(Instant now) {
   const Seq seq = applied_[at] + 1;
   for (const RequestId request : ring_ready_) {
     if (!skipped_this_round_.empty() && skipped_this_round_[gradients_.at(request).worker]) {
-      drop_submitted(request);  // gradlane-tree did not wait for it
+      drop_submitted(request);  // the round did not wait for it (skip_slowest)
       continue;
     }
     step_.push_back(record_applied(request, seq, now));
