@@ -1,36 +1,48 @@
 #!/bin/sh
-# Two training jobs sharing three emulated hosts (examples/train-tenants.sh runs it): a long job
-# (id 1: LONG_WORKERS workers) and a short one (id 2: SHORT_WORKERS), softmax regression on
-# Fashion-MNIST. Worker w of each job runs on host 1 + (w - 1) % 2, and what leaves a worker
-# host is shaped (the harness's --shape I:RATE:out): the jobs' pushes compete for it.
-#   host 0: both servers (job 1 on port 7800, job 2 on 7810), gradlaned
+# Two or three training jobs sharing three emulated hosts (examples/train-tenants.sh runs it): a
+# long job (id 1: LONG_WORKERS workers), a short one (id 2: SHORT_WORKERS) and with JOBS=3 a
+# medium one (id 3: MEDIUM_WORKERS), softmax regression on Fashion-MNIST. Worker w of each job
+# runs on host 1 + (w - 1) % 2, and what leaves a worker host is shaped (the harness's
+# --shape I:RATE:out): the jobs' pushes compete for it.
+#   host 0: every server (job j on port 7790 + 10 j, endpoint j - 1), gradlaned
 #   host 1: odd workers of each job (NIC endpoint 101)   host 2: even workers (102)
 # MODE=gradlane: every role attaches to the one gradlaned (no --endpoint: it schedules every
 #   receiver itself), told the worker hosts' egress rate; with DECLARE=1 each push declares its
 #   job's work left, and the NIC serves the job with less left first (MLNet's prioritization);
 #   DECLARE=0: nothing declared, queued bytes tie and the tie goes to the lower job id, job 1.
+#   SHARING=fair or priority: gradlaned shares each NIC by a baseline rule instead (--job-sharing):
+#   equal bytes per backlogged job, or strict priority in PRIORITY's order (default: the least
+#   total work first, 2,1 or 2,3,1: the order an operator who knows every job's length would set).
 # MODE=fifo: no sidecar, every push at once: the link shares itself between the jobs (fair
 #   sharing, the baseline).
 #   bash ci/softroce.sh --hosts 3 --shape 1:2mbit:out --shape 2:2mbit:out -- \
 #     sh examples/train-tenants-job.sh build MODE=gradlane SEED=1 RATE=2mbit
-# Settings: MODE, DECLARE (1), SEED (1), LONG_WORKERS (4), LONG_STEPS (60), SHORT_WORKERS (2),
-#   SHORT_STEPS (20) per worker, LR (0.05),
+# Settings: MODE, DECLARE (1), SHARING (shortest-remaining), PRIORITY, JOBS (2), SEED (1),
+#   LONG_WORKERS (4), LONG_STEPS (60), SHORT_WORKERS (2), SHORT_STEPS (20), MEDIUM_WORKERS (2),
+#   MEDIUM_STEPS (40) per worker, LR (0.05),
 #   BATCH (64), RATE (what the harness shaped, told to gradlaned), TAU (gradlaned's, 2 x LONG_WORKERS),
 #   NAME (the results folder under $GRADLANE_OUT_DIR: tenants-NAME; default MODE-seedSEED).
-# Each job's server writes its files in job1/ and job2/ (stats.json with its training start as
+# Each job's server writes its files in jobJ/ (stats.json with its training start as
 # a Unix time, snapshots for the offline evaluation); every role's exit goes in NAME.exit.
 set -u
 BUILD=${1:?usage: train-tenants-job.sh BUILD_DIR [NAME=VALUE ...]}
 shift
 for setting in "$@"; do
   case $setting in
-    MODE=*|DECLARE=*|SEED=*|LONG_STEPS=*|LONG_WORKERS=*|SHORT_WORKERS=*|SHORT_STEPS=*|LR=*|BATCH=*|RATE=*|TAU=*|NAME=*) export "$setting" ;;
+    MODE=*|DECLARE=*|SHARING=*|PRIORITY=*|JOBS=*|SEED=*|LONG_STEPS=*|LONG_WORKERS=*|SHORT_WORKERS=*|SHORT_STEPS=*|\
+    MEDIUM_WORKERS=*|MEDIUM_STEPS=*|LR=*|BATCH=*|RATE=*|TAU=*|NAME=*) export "$setting" ;;
     *) echo "train-tenants-job.sh: unknown setting '$setting' (see the comment at the top)" >&2; exit 2 ;;
   esac
 done
 MODE=${MODE:-gradlane}; DECLARE=${DECLARE:-1}; SEED=${SEED:-1}; LONG_STEPS=${LONG_STEPS:-60}
 SHORT_STEPS=${SHORT_STEPS:-20}; LONG_WORKERS=${LONG_WORKERS:-4}; SHORT_WORKERS=${SHORT_WORKERS:-2}
+MEDIUM_WORKERS=${MEDIUM_WORKERS:-2}; MEDIUM_STEPS=${MEDIUM_STEPS:-40}; JOBS=${JOBS:-2}
+SHARING=${SHARING:-shortest-remaining}
 LR=${LR:-0.05}; BATCH=${BATCH:-64}; TAU=${TAU:-$((2 * LONG_WORKERS))}
+case $JOBS in 2) PRIORITY=${PRIORITY:-2,1} ;; 3) PRIORITY=${PRIORITY:-2,3,1} ;;
+  *) echo "train-tenants-job.sh: JOBS is 2 or 3" >&2; exit 2 ;; esac
+case $SHARING in shortest-remaining|fair|priority) ;;
+  *) echo "train-tenants-job.sh: SHARING is shortest-remaining, fair or priority" >&2; exit 2 ;; esac
 NAME=${NAME:-$MODE-seed$SEED}
 case $MODE in gradlane|fifo) ;; *) echo "train-tenants-job.sh: MODE is gradlane or fifo" >&2; exit 2 ;; esac
 OUT=${GRADLANE_OUT_DIR:-/tmp}/tenants-$NAME
@@ -38,9 +50,9 @@ export GRADLANE_SIDECAR_TIMEOUT_MS=${GRADLANE_SIDECAR_TIMEOUT_MS:-3000}
 set -- $GRADLANE_HOSTS
 DEV0=${1%%,*}; ADDR0=${1#*,}; DEV1=${2%%,*}; DEV2=${3%%,*}
 TRAIN="$BUILD/examples/gradlane_train"
-rm -rf "$OUT"; mkdir -p "$OUT/job1" "$OUT/job2"
+rm -rf "$OUT"; for job in $(seq 1 "$JOBS"); do mkdir -p "$OUT/job$job"; done
 . "$(dirname "$0")/job-key.sh"; make_job_key "$OUT"
-echo "== tenants, $MODE$([ "$MODE" = gradlane ] && echo " (declared work left: $DECLARE, tau $TAU)"): job 1 $LONG_WORKERS x $LONG_STEPS steps, job 2 $SHORT_WORKERS x $SHORT_STEPS, seed $SEED"
+echo "== tenants, $MODE$([ "$MODE" = gradlane ] && echo " (sharing $SHARING, declared work left: $DECLARE, tau $TAU)"): job 1 $LONG_WORKERS x $LONG_STEPS steps, job 2 $SHORT_WORKERS x $SHORT_STEPS$([ "$JOBS" = 3 ] && echo ", job 3 $MEDIUM_WORKERS x $MEDIUM_STEPS"), seed $SEED"
 
 role() {  # NAME CMD...: in the background, output in NAME.log, "STATUS UNIX_TIME" in NAME.exit
   name=$1; shift
@@ -49,17 +61,19 @@ role() {  # NAME CMD...: in the background, output in NAME.log, "STATUS UNIX_TIM
 SHM=/gradlane-tenants
 if [ "$MODE" = gradlane ]; then
   RATES=""; [ -n "${RATE:-}" ] && RATES="--link-rate 101:out:$RATE --link-rate 102:out:$RATE"
+  SHARES="--job-sharing $SHARING"; [ "$SHARING" = priority ] && SHARES="$SHARES --job-priority $PRIORITY"
   "$BUILD/sidecar/daemon/gradlaned" --foreground --shm-name $SHM --device "$DEV0" --staleness-bound "$TAU" \
-      --replica-bound 0 $RATES --schedule-log "$OUT/schedule.jsonl" > "$OUT/gradlaned.log" 2>&1 &
+      --replica-bound 0 $RATES $SHARES --schedule-log "$OUT/schedule.jsonl" > "$OUT/gradlaned.log" 2>&1 &
   DAEMON=$!
 fi
 attach() {  # ENDPOINT JOB: the options that attach a role to gradlaned
   [ "$MODE" = gradlane ] && echo "--sidecar $SHM --endpoint $1 --job $2"
 }
 SERVERS="" WORKERS_PIDS=""
-for job in 1 2; do
+for job in $(seq 1 "$JOBS"); do
   port=$((7790 + 10 * job)); steps=$LONG_STEPS; workers=$LONG_WORKERS
   [ $job = 2 ] && { steps=$SHORT_STEPS; workers=$SHORT_WORKERS; }
+  [ $job = 3 ] && { steps=$MEDIUM_STEPS; workers=$MEDIUM_WORKERS; }
   common="--mode $MODE --workers $workers --lr $LR --seed $SEED --out $OUT/job$job"
   role job$job-server "$TRAIN" server $common --device "$DEV0" --port $port $(attach $((job - 1)) $job)
   SERVERS="$SERVERS $!"
@@ -77,6 +91,6 @@ failed=0
 for p in $WORKERS_PIDS $SERVERS; do wait "$p" || failed=1; done
 if [ "$MODE" = gradlane ]; then kill -TERM $DAEMON 2>/dev/null; wait $DAEMON; fi
 [ $failed = 0 ] || { echo "a role failed:"; tail -n 3 "$OUT"/*.log; exit 1; }
-for job in 1 2; do
+for job in $(seq 1 "$JOBS"); do
   printf 'job %s: ' $job; tail -n 1 "$OUT/job$job-server.log"
 done

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Two jobs sharing hosts (the multi-tenant case, MLNet's flow prioritization): does
-# serving the job with the least work left first finish the short job sooner than fair sharing,
-# and what does it cost the long one? examples/train-tenants-job.sh runs one trial (hosts,
-# jobs and modes are described there); this runs each variant for each seed, every trial in a
-# fresh VM, and writes the table and a plot:
-#   bash examples/train-tenants.sh [BUILD_DIR] [SEEDS="1 2 3"] [RATE=1mbit]
+# Jobs sharing hosts (the multi-tenant case, MLNet's flow prioritization): does serving the
+# job with the least work left first finish jobs sooner than sharing the link per flow, per job,
+# or by a fixed priority, and what does it cost the long job? examples/train-tenants-job.sh runs
+# one trial (hosts, jobs and modes are described there); this runs each variant for each seed,
+# every trial in a fresh VM, and writes the table and a plot:
+#   bash examples/train-tenants.sh [BUILD_DIR] [SEEDS="1 2 3"] [RATE=1mbit] [JOBS=2]
 #        [VARIANTS="gradlane fifo undeclared"] [RESULTS=perf/results/train-tenants]
 #        [RUNS=out/train-tenants/runs]
 # Variants: gradlane (declared work left), undeclared (gradlane, nothing declared: the NIC
-# compares the bytes each job has queued), fifo (no sidecar: the link shares itself).
-# Extra NAME=VALUE settings (LONG_STEPS, SHORT_STEPS, LONG_WORKERS, SHORT_WORKERS, LR, BATCH, TAU)
-# go to every trial. Writes RESULTS/results.md (headed by the command and the commit), results.json,
+# compares the bytes each job has queued), fifo (no sidecar: the link shares itself per flow),
+# fair (gradlaned shares each NIC per job: equal bytes), priority (gradlaned, strict priority,
+# the least total work first).
+# Extra NAME=VALUE settings (JOBS, LONG_STEPS, SHORT_STEPS, MEDIUM_STEPS, LONG_WORKERS,
+# SHORT_WORKERS, MEDIUM_WORKERS, PRIORITY, LR, BATCH, TAU) go to every trial. Writes RESULTS/results.md (headed by the command and the commit), results.json,
 # jct.png, command.txt, and each trial's raw run to RUNS/<variant>-seed<N>/ (ignored by git).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -23,7 +25,8 @@ JOB=()
 for setting in "$@"; do
   case $setting in
     SEEDS=*|RATE=*|VARIANTS=*|RESULTS=*|RUNS=*) declare "$setting" ;;
-    LONG_STEPS=*|SHORT_STEPS=*|LONG_WORKERS=*|SHORT_WORKERS=*|LR=*|BATCH=*|TAU=*) JOB+=("$setting") ;;
+    JOBS=*|LONG_STEPS=*|SHORT_STEPS=*|MEDIUM_STEPS=*|LONG_WORKERS=*|SHORT_WORKERS=*|MEDIUM_WORKERS=*|PRIORITY=*|\
+    LR=*|BATCH=*|TAU=*) JOB+=("$setting") ;;
     *) echo "train-tenants.sh: settings are SEEDS, RATE, VARIANTS, RESULTS, RUNS and the job's (see the top); got '$setting'" >&2
        exit 2 ;;
   esac
@@ -47,7 +50,9 @@ for seed in $SEEDS; do
       gradlane) settings=(MODE=gradlane) ;;
       undeclared) settings=(MODE=gradlane DECLARE=0) ;;
       fifo) settings=(MODE=fifo) ;;
-      *) echo "train-tenants.sh: unknown variant '$variant' (gradlane, fifo, undeclared)" >&2; exit 2 ;;
+      fair) settings=(MODE=gradlane SHARING=fair) ;;
+      priority) settings=(MODE=gradlane SHARING=priority) ;;
+      *) echo "train-tenants.sh: unknown variant '$variant' (gradlane, undeclared, fifo, fair, priority)" >&2; exit 2 ;;
     esac
     name=$variant-seed$seed
     echo "== $name"
@@ -59,8 +64,7 @@ for seed in $SEEDS; do
     fi
     rm -rf "$RUNS/$name"
     cp -r "$TMP/tenants-$name" "$RUNS/$name"
-    for job in 1 2; do  # the final model's accuracy on the full test set, outside the emulator
-      dir=$RUNS/$name/job$job
+    for dir in "$RUNS/$name"/job*; do  # the final model's accuracy on the full test set, outside the emulator
       [[ -f $dir/snapshots.bin ]] && "$BUILD/examples/gradlane_train" evaluate --out "$dir" --target 0.7 > "$dir/evaluate.txt"
     done
   done

@@ -1,5 +1,7 @@
 #include "sidecar/core/config.hpp"
 
+#include <algorithm>
+
 namespace gradlane::sched {
 
 std::optional<std::string> SchedulerConfig::validate() const {
@@ -12,6 +14,12 @@ std::optional<std::string> SchedulerConfig::validate() const {
   if (credit_bytes == 0) return "credit_bytes must be > 0";
   if (!(tenant_floor_share >= 0.0 && tenant_floor_share <= 1.0)) {
     return "tenant_floor_share must be in [0, 1]";
+  }
+  if (job_sharing == JobSharing::priority && job_priority.empty()) {
+    return "job_sharing priority needs job_priority: the jobs in the order they are served";
+  }
+  for (auto it = job_priority.begin(); it != job_priority.end(); ++it) {
+    if (std::find(job_priority.begin(), it, *it) != it) return "job_priority names a job twice";
   }
   if (grant_horizon < Nanos::zero()) return "grant_horizon must be >= 0";
   if (aggregation.min_group < 2) return "aggregation.min_group must be >= 2";

@@ -5,9 +5,11 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "sidecar/core/aggregation.hpp"
 #include "sidecar/core/bandwidth.hpp"
+#include "sidecar/core/tenant_arbiter.hpp"
 #include "sidecar/core/types.hpp"
 
 namespace gradlane::sched {
@@ -64,6 +66,12 @@ struct SchedulerConfig {
   // Share of a host NIC each backlogged job is guaranteed despite shortest-remaining-job-first
   // (tenant_arbiter.hpp). 10%: up to ten co-located jobs can all be guaranteed progress.
   double tenant_floor_share = 0.10;
+
+  // How a host NIC is shared between jobs: gradlane's shortest remaining job first (with the
+  // floor above), or a baseline to compare it with: per-job fair sharing, or strict priority in
+  // job_priority's order (the first listed is served first; unlisted jobs after, lower id first).
+  JobSharing job_sharing = JobSharing::shortest_remaining;
+  std::vector<JobId> job_priority;
 
   // Only slots starting within this much of `now` are granted; the rest wait for a later
   // schedule() call. Granting far ahead fixes the order before shorter jobs that arrive

@@ -39,7 +39,9 @@ Scheduler::Index Scheduler::endpoint(EndpointId id) {
   if (inserted) {
     EndpointState e;
     e.id = id;
-    e.queue = TenantArbiter(config_.tenant_floor_share, config_.partition_bytes);
+    e.queue = config_.job_sharing == JobSharing::shortest_remaining
+                  ? TenantArbiter(config_.tenant_floor_share, config_.partition_bytes)
+                  : TenantArbiter(config_.job_sharing, config_.job_priority);
     e.window = ReplicationWindow(config_.replica_bound);
     endpoints_.push_back(std::move(e));
     hot_.emplace_back();

@@ -40,8 +40,14 @@ void TenantArbiter::push(JobId job, const QueuedPart& part, Bytes declared) {
 void TenantArbiter::push_parts(JobId job, const QueuedRun& run, Bytes declared) {
   if (run.index >= run.end || run.offset >= run.end_offset) return;
   auto it = std::lower_bound(jobs_.begin(), jobs_.end(), job, [](const JobQueue& q, JobId j) { return q.job < j; });
-  if (it == jobs_.end() || it->job != job)
-    it = jobs_.insert(it, JobQueue{.job = job, .heap = {}, .remaining = 0, .declared = 0, .owed = 0.0});
+  if (it == jobs_.end() || it->job != job) {
+    // Fair sharing's virtual time: a job joins at the least any backlogged job has been served,
+    // so it neither catches up on bytes sent while it was idle nor waits behind them.
+    double start = 0.0;
+    if (const JobQueue* least = least_served()) start = least->served;
+    it =
+        jobs_.insert(it, JobQueue{.job = job, .heap = {}, .remaining = 0, .declared = 0, .owed = 0.0, .served = start});
+  }
   it->heap.push_back(run);
   std::push_heap(it->heap.begin(), it->heap.end(), Later{});
   it->remaining += run.end_offset - run.offset;
@@ -50,20 +56,56 @@ void TenantArbiter::push_parts(JobId job, const QueuedRun& run, Bytes declared) 
 
 std::optional<TenantArbiter::Head> TenantArbiter::head() const {
   const JobQueue* best = nullptr;
+  switch (sharing_) {
+    case JobSharing::shortest_remaining:
+      best = shortest_remaining();
+      break;
+    case JobSharing::fair:
+      best = least_served();
+      break;
+    case JobSharing::priority:
+      best = first_in_order();
+      break;
+  }
+  if (!best) return std::nullopt;
+  return Head{best->job, best->heap.front().front()};
+}
+
+const TenantArbiter::JobQueue* TenantArbiter::shortest_remaining() const noexcept {
+  const JobQueue* best = nullptr;
   // Floor first: the job owed the most, if it is owed at least its next part.
   for (const JobQueue& q : jobs_) {
     if (q.owed >= static_cast<double>(q.heap.front().front().length) && (!best || q.owed > best->owed)) {
       best = &q;
     }
   }
+  if (best) return best;
   // Otherwise shortest remaining job first (jobs_ is sorted by id, so ties go to the lower id).
-  if (!best) {
-    for (const JobQueue& q : jobs_) {
-      if (!best || q.work() < best->work()) best = &q;
-    }
+  for (const JobQueue& q : jobs_) {
+    if (!best || q.work() < best->work()) best = &q;
   }
-  if (!best) return std::nullopt;
-  return Head{best->job, best->heap.front().front()};
+  return best;
+}
+
+const TenantArbiter::JobQueue* TenantArbiter::least_served() const noexcept {
+  const JobQueue* best = nullptr;
+  for (const JobQueue& q : jobs_) {
+    if (!best || q.served < best->served) best = &q;
+  }
+  return best;
+}
+
+const TenantArbiter::JobQueue* TenantArbiter::first_in_order() const noexcept {
+  const JobQueue* best = nullptr;
+  for (const JobQueue& q : jobs_) {
+    if (!best || rank(q.job) < rank(best->job)) best = &q;
+  }
+  return best;
+}
+
+std::size_t TenantArbiter::rank(JobId job) const noexcept {
+  const auto it = std::find(order_.begin(), order_.end(), job);
+  return static_cast<std::size_t>(it - order_.begin());  // unlisted: order_.size(), then by id
 }
 
 QueuedPart TenantArbiter::pop(JobId job) {
@@ -87,7 +129,10 @@ void TenantArbiter::served(JobId job, Bytes bytes) {
   const double b = static_cast<double>(bytes);
   for (JobQueue& q : jobs_) {
     q.owed += floor_share_ * b;
-    if (q.job == job) q.owed = std::max(q.owed - b, -burst_);
+    if (q.job == job) {
+      q.owed = std::max(q.owed - b, -burst_);
+      q.served += b;
+    }
   }
 }
 

@@ -20,6 +20,11 @@
 // and what a job can owe back is capped at `burst`, so a long SRJF run in its favour does not
 // lock it out of the floor later.
 //
+// Two baselines share the queues, chosen by JobSharing: per-job fair sharing (every backlogged
+// job gets equal bytes, whatever its flows or work left: start-time fair queuing, a job that
+// becomes backlogged starting at the least any backlogged job has been served) and strict
+// priority (an operator's fixed order of jobs). Neither uses the floor or the declarations.
+//
 // Deterministic: every choice breaks ties by job id, then (priority, request id, part).
 //
 // A request's parts are queued as one run (push_parts), which hands out its parts one by one:
@@ -29,11 +34,19 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "sidecar/core/types.hpp"
 
 namespace gradlane::sched {
+
+// How a host NIC is shared between the jobs queued on it.
+enum class JobSharing : std::uint8_t {
+  shortest_remaining,  // least work left first, with the no-starvation floor (gradlane's)
+  fair,                // equal bytes per backlogged job (the per-job fair sharing baseline)
+  priority,            // strict priority in a fixed order of jobs (the operator's baseline)
+};
 
 struct QueuedPart {
   std::uint32_t priority = 0;
@@ -65,6 +78,10 @@ class TenantArbiter {
   // burst: cap on how far a job may be in credit (typically the largest part size).
   explicit TenantArbiter(double floor_share = 0.0, Bytes burst = 0) noexcept
       : floor_share_(floor_share), burst_(static_cast<double>(burst)) {}
+  // A baseline: fair, or priority in `order` (first served first; jobs not listed come after
+  // every listed one, lower id first).
+  TenantArbiter(JobSharing sharing, std::vector<JobId> order)
+      : floor_share_(0.0), burst_(0.0), sharing_(sharing), order_(std::move(order)) {}
 
   // `declared`: the job's remaining work as its latest request declared it (0: not declared);
   // a job that goes idle forgets it, like its debt.
@@ -98,14 +115,21 @@ class TenantArbiter {
     Bytes remaining = 0;          // queued bytes
     Bytes declared = 0;           // the latest non-zero Request::job_remaining
     double owed = 0.0;
+    double served = 0.0;  // fair: bytes granted, from the backlogged minimum when it joined
     Bytes work() const noexcept { return remaining > declared ? remaining : declared; }
   };
   const JobQueue* find(JobId job) const noexcept;
   JobQueue* find(JobId job) noexcept;
   void forget_if_idle(std::size_t i);
+  const JobQueue* shortest_remaining() const noexcept;
+  const JobQueue* least_served() const noexcept;
+  const JobQueue* first_in_order() const noexcept;
+  std::size_t rank(JobId job) const noexcept;
 
   double floor_share_;
   double burst_;
+  JobSharing sharing_ = JobSharing::shortest_remaining;
+  std::vector<JobId> order_;
   std::vector<JobQueue> jobs_;  // only backlogged jobs, sorted by job id
 };
 

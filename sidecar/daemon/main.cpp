@@ -270,6 +270,18 @@ int main(int argc, char** argv) {
                  "a slow sender never idles the rest of the server (give the server's rate with --link-rate)")
       ->check(CLI::IsMember({"exclusive", "packed"}))
       ->capture_default_str();
+  std::string job_sharing = "shortest-remaining";
+  cli.add_option("--job-sharing", job_sharing,
+                 "how a host NIC is shared between the jobs queued on it: shortest-remaining (the job with the least "
+                 "work left first, each backlogged job keeping a 10% floor), or a baseline to compare it with: fair "
+                 "(equal bytes to every backlogged job) or priority (strict, in --job-priority's order)")
+      ->check(CLI::IsMember({"shortest-remaining", "fair", "priority"}))
+      ->capture_default_str();
+  std::vector<std::uint32_t> job_priority;
+  cli.add_option("--job-priority", job_priority,
+                 "JOB,JOB,... for --job-sharing priority: the jobs in the order they are served (jobs not listed "
+                 "come after them, lower id first)")
+      ->delimiter(',');
   cli.add_flag("--writers-mirror", sched_config.writers_mirror,
                "the servers' writers also write each update to the replica at the same time (ps::Worker's "
                "default with a replica): their slots are sized for twice the bytes on their side. Leave it off "
@@ -322,6 +334,10 @@ int main(int argc, char** argv) {
   if (replica_bound > 0) sched_config.replica_bound = replica_bound;
   sched_config.ingress = ingress_sharing == "packed" ? gradlane::sched::IngressSharing::packed
                                                      : gradlane::sched::IngressSharing::exclusive;
+  sched_config.job_sharing = job_sharing == "fair"       ? gradlane::sched::JobSharing::fair
+                             : job_sharing == "priority" ? gradlane::sched::JobSharing::priority
+                                                         : gradlane::sched::JobSharing::shortest_remaining;
+  for (const std::uint32_t job : job_priority) sched_config.job_priority.push_back(gradlane::sched::JobId{job});
   config.endpoints = fabric_options.endpoints;
   fabric_options.peer_request_bytes = config.max_update_bytes;
   // Saturating: a product past 2^64 means no bound worth the name.
@@ -344,6 +360,11 @@ int main(int argc, char** argv) {
           if (const char* value = std::getenv(name)) return std::string(value);
           return std::nullopt;
         });
+    if (job_sharing == "priority" && job_priority.empty()) {
+      throw gradlane::Error(gradlane::Errc::invalid_argument,
+                            "--job-sharing priority needs --job-priority JOB,JOB,...: the jobs in the order they are "
+                            "served");
+    }
     config.validate();
     if (auto problem = sched_config.validate()) throw gradlane::Error(gradlane::Errc::invalid_argument, *problem);
     if (check_config) {

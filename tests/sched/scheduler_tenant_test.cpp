@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "sched_test_util.hpp"
 #include "sidecar/core/scheduler.hpp"
@@ -77,6 +79,37 @@ TEST(SchedulerTenants, TheFloorKeepsTheBigJobMoving) {
     if (grants[0].job == JobId{2}) small_queued = false;
   }
   EXPECT_EQ(order, "BBBBABBBABBBA");
+}
+
+// The baselines reach every NIC's arbiter from the configuration: with the same queue (job 1
+// 3 MB, job 2 1 MB), fair sharing alternates and strict priority for job 1 serves it first.
+TEST(SchedulerTenants, TheConfiguredJobSharingDecidesTheOrder) {
+  SchedulerConfig c = plain_config();
+  c.bandwidth = testing::bandwidth_config(10 * kGBps, 0.25, 1e6);
+  const auto order = [&](JobSharing sharing, std::vector<JobId> priority) {
+    c.job_sharing = sharing;
+    c.job_priority = std::move(priority);
+    Scheduler s(c);
+    for (std::uint64_t i = 1; i <= 3; ++i)
+      EXPECT_EQ(s.submit(job_request(i, 1, kMB), at_us(0)), SubmitStatus::accepted);
+    EXPECT_EQ(s.submit(job_request(10, 2, kMB), at_us(0)), SubmitStatus::accepted);
+    return granted_ids(s.schedule(at_us(0)));
+  };
+  EXPECT_EQ(order(JobSharing::shortest_remaining, {}), (std::vector<std::uint64_t>{10, 1, 2, 3}));
+  EXPECT_EQ(order(JobSharing::fair, {}), (std::vector<std::uint64_t>{1, 10, 2, 3}));
+  EXPECT_EQ(order(JobSharing::priority, {JobId{1}}), (std::vector<std::uint64_t>{1, 2, 3, 10}));
+}
+
+TEST(SchedulerTenants, StrictPriorityWithoutAnOrderIsRefused) {
+  SchedulerConfig c = plain_config();
+  c.job_sharing = JobSharing::priority;
+  ASSERT_TRUE(c.validate().has_value());
+  EXPECT_NE(c.validate()->find("job_priority"), std::string::npos);
+  c.job_priority = {JobId{2}, JobId{1}, JobId{2}};
+  ASSERT_TRUE(c.validate().has_value());
+  EXPECT_NE(c.validate()->find("twice"), std::string::npos);
+  c.job_priority = {JobId{2}, JobId{1}};
+  EXPECT_FALSE(c.validate().has_value());
 }
 
 }  // namespace

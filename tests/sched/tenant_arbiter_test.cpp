@@ -221,5 +221,48 @@ TEST(TenantArbiter, RemoveRequestReturnsItsPartsInOrder) {
   EXPECT_TRUE(a.remove_request(JobId{1}, RequestId{99}).empty());
 }
 
+// Sends `grants` parts the way the scheduler does (head, pop, served) and spells which job got
+// each: '1' for job 1 and so on.
+std::string send(TenantArbiter& a, int grants) {
+  std::string order;
+  for (int i = 0; i < grants && !a.empty(); ++i) {
+    const JobId job = a.head()->job;
+    a.served(job, a.pop(job).length);
+    order += std::to_string(static_cast<std::uint32_t>(job));
+  }
+  return order;
+}
+
+// Per-job fair sharing: job 2 declares far less work left and job 1 queued more parts, yet
+// each gets equal bytes: one 2 MB part of job 1 for every two 1 MB parts of job 2.
+TEST(TenantArbiter, FairSharingGivesEveryBackloggedJobEqualBytes) {
+  TenantArbiter a(JobSharing::fair, {});
+  for (std::uint64_t i = 0; i < 20; ++i) a.push(JobId{1}, part(100 + i, 2 * kMB), 900 * kMB);
+  for (std::uint64_t i = 0; i < 6; ++i) a.push(JobId{2}, part(200 + i, kMB), 6 * kMB);
+  EXPECT_EQ(send(a, 9), "122122122");
+  EXPECT_EQ(send(a, 3), "111");  // job 2 is done: job 1 alone
+}
+
+// A job that joins late starts at the least any backlogged job has been served: it does not
+// get the whole NIC until it has caught up with what job 1 sent alone.
+TEST(TenantArbiter, FairSharingStartsAJobThatJoinsAtTheBackloggedMinimum) {
+  TenantArbiter a(JobSharing::fair, {});
+  for (std::uint64_t i = 0; i < 20; ++i) a.push(JobId{1}, part(100 + i, kMB));
+  EXPECT_EQ(send(a, 5), "11111");
+  for (std::uint64_t i = 0; i < 5; ++i) a.push(JobId{2}, part(200 + i, kMB));
+  EXPECT_EQ(send(a, 6), "121212");
+}
+
+// Strict priority in the operator's order, whatever the work left: job 3 first, then job 1,
+// then the unlisted jobs by id (2 before 4). No floor: job 1 waits while job 3 has parts.
+TEST(TenantArbiter, StrictPriorityServesTheListedOrderThenUnlistedJobsById) {
+  TenantArbiter a(JobSharing::priority, {JobId{3}, JobId{1}});
+  a.push(JobId{4}, part(400, kMB), kMB);
+  a.push(JobId{2}, part(200, kMB), kMB);
+  a.push(JobId{1}, part(100, kMB), kMB);
+  for (std::uint64_t i = 0; i < 3; ++i) a.push(JobId{3}, part(300 + i, kMB), 900 * kMB);
+  EXPECT_EQ(send(a, 6), "333124");
+}
+
 }  // namespace
 }  // namespace gradlane::sched
