@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """examples/train_tenants_table.py's figures can fail: job completion times are taken on one
-clock (from the first job's start), speed-ups are per seed against fifo of that seed, and a job
-whose server stopped on an error makes its run count for nothing.
+clock (from the first job's start), speed-ups are per seed against fifo of that seed, a job
+whose server stopped on an error makes its run count for nothing, a third job gets its own
+columns, and gradlane against each baseline is baseline / gradlane over the seeds both ran.
   python3 tests/examples/train_tenants_table_test.py"""
 import json
 import os
@@ -13,9 +14,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'
 import train_tenants_table  # noqa: E402
 
 
-def make_run(results, name, short, long, error=''):
-    """short/long: (start_unix, seconds) of each job's server."""
-    for job, (start, seconds) in ((2, short), (1, long)):
+def make_run(results, name, short, long, error='', medium=None):
+    """short/long/medium: (start_unix, seconds) of each job's server (no medium: two jobs)."""
+    for job, (start, seconds) in ((2, short), (1, long)) + (((3, medium),) if medium else ()):
         d = os.path.join(results, 'runs', name, f'job{job}')
         os.makedirs(d)
         with open(os.path.join(d, 'server.stats.json'), 'w') as f:
@@ -26,12 +27,12 @@ def make_run(results, name, short, long, error=''):
 
 class TenantsTable(unittest.TestCase):
     def run_table(self, runs):
-        results = tempfile.mkdtemp(prefix='tenants-table-test.')
-        for name, short, long, error in runs:
-            make_run(results, name, short, long, error)
-        sys.argv = ['train_tenants_table.py', results]
+        self.results = tempfile.mkdtemp(prefix='tenants-table-test.')
+        for run in runs:
+            make_run(self.results, *run)
+        sys.argv = ['train_tenants_table.py', self.results]
         train_tenants_table.main()
-        with open(os.path.join(results, 'results.json')) as f:
+        with open(os.path.join(self.results, 'results.json')) as f:
             return json.load(f)
 
     def test_completion_times_share_one_clock_and_speedups_are_per_seed(self):
@@ -58,6 +59,37 @@ class TenantsTable(unittest.TestCase):
         ])
         self.assertEqual(got['gradlane']['seeds'], [2])
         self.assertEqual(got['gradlane']['short_speedup'], [])  # no fifo of seed 2 to compare with
+
+    def test_a_third_job_has_its_own_columns(self):
+        got = self.run_table([
+            ('fifo-seed1', (100.0, 20.0), (100.0, 40.0), '', (100.0, 30.0)),
+            ('priority-seed1', (100.0, 10.0), (100.0, 44.0), '', (100.0, 20.0)),
+        ])
+        p = got['priority']
+        self.assertEqual(p['medium_jct_s'], [20.0])
+        self.assertEqual(p['medium_speedup'], [1.5])
+        self.assertAlmostEqual(p['mean_jct_s'][0], (10 + 44 + 20) / 3)
+        with open(os.path.join(self.results, 'results.md')) as f:
+            md = f.read()
+        self.assertIn('# Three jobs sharing hosts', md)
+        self.assertIn('medium job JCT (s)', md)
+
+    def test_gradlane_against_a_baseline_is_baseline_over_gradlane_on_the_seeds_both_ran(self):
+        runs = []
+        for seed, (fair_short, gradlane_short) in enumerate([(20.0, 10.0), (24.0, 12.0), (30.0, 10.0)], 1):
+            runs.append((f'fair-seed{seed}', (100.0, fair_short), (100.0, 40.0), ''))
+            runs.append((f'gradlane-seed{seed}', (100.0, gradlane_short), (100.0, 40.0), ''))
+        runs.append(('fair-seed4', (100.0, 99.0), (100.0, 40.0), ''))  # gradlane has no seed 4
+        got = self.run_table(runs)['fair']['gradlane_ratio']
+        short = got['short']
+        self.assertEqual(short['seeds'], 3)
+        self.assertAlmostEqual(short['ratio'], 24.0 / 10.0)  # medians of seeds 1-3: 24 and 10
+        # Every resample's ratio lies between the seeds' extremes: 20/12 and 30/10.
+        self.assertGreaterEqual(short['low'], 20.0 / 12.0 - 1e-9)
+        self.assertLessEqual(short['high'], 30.0 / 10.0 + 1e-9)
+        self.assertLess(short['low'], short['ratio'])
+        self.assertEqual(got['long']['ratio'], 1.0)
+        self.assertEqual((got['long']['low'], got['long']['high']), (1.0, 1.0))
 
 
 if __name__ == '__main__':
