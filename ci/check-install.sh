@@ -37,7 +37,7 @@ check pkg-config sh -c "test -n '$readme_line' && \
   PKG_CONFIG_PATH='$PREFIX/lib/pkgconfig:$PREFIX/lib/x86_64-linux-gnu/pkgconfig' && export PKG_CONFIG_PATH && \
   c++ '$ROOT/examples/push_update.cpp' -o '$SCRATCH/push_update_pc' \$($readme_line)"
 check library-only sh -c "cmake -S '$ROOT' -B '$SCRATCH/library-only' -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DGRADLANE_BUILD_TESTS=OFF -DGRADLANE_BUILD_PERF=OFF -DGRADLANE_BUILD_DAEMON=OFF -DGRADLANE_BUILD_EXAMPLES=OFF \
+  -DGRADLANE_BUILD_TESTS=OFF -DGRADLANE_BUILD_PERF=OFF -DGRADLANE_BUILD_DAEMON=OFF -DGRADLANE_BUILD_EXAMPLES=OFF -DGRADLANE_BUILD_TRAINER=OFF \
   -DCMAKE_DISABLE_FIND_PACKAGE_CLI11=ON -DCMAKE_DISABLE_FIND_PACKAGE_nlohmann_json=ON \
   -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON \
   && cmake --build '$SCRATCH/library-only' --target gradlane -j\$(nproc)"

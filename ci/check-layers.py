@@ -28,9 +28,10 @@ ALLOWED = {
     "ps": {"common", "device", "memory", "transport", "sidecar/core", "sidecar/client"},
     # The umbrella header: every public header, for programs.
     "api": {"common", "device", "memory", "transport", "sidecar/client", "ps"},
-    # Users' view: tools and examples see only the public API.
+    # Users' view: tools, examples and the trainer see only the public API (the trainer also train/).
     "perf/tools": {"common", "device", "memory", "transport", "sidecar/client", "ps", "api"},
-    "examples": {"common", "device", "memory", "transport", "sidecar/client", "ps", "api", "train"},
+    "examples": {"common", "device", "memory", "transport", "sidecar/client", "ps", "api"},
+    "trainer": {"common", "device", "memory", "transport", "sidecar/client", "ps", "api", "train"},
 }
 # The folder that implements each public header: including it depends on that folder.
 PUBLIC_HOME = {
@@ -51,7 +52,7 @@ PUBLIC_HOME = {
     "include/gradlane/gradlane.hpp": "api",
 }
 # Folders that users' code lives in: they may include public headers only.
-USERS = {"perf/tools", "examples"}
+USERS = {"perf/tools", "examples", "trainer"}
 # Public headers must not expose internal types: a detail:: name may appear only in a private
 # section (a pimpl) or a forward declaration, never in what an embedder can call or touch.
 DETAIL_IN_PUBLIC = re.compile(r"\bdetail::")

@@ -37,7 +37,7 @@ mkdir -p "$BUILD"
 # Debug for assert()s, -O1 for speed (libFuzzer's usual); only what configure needs for the
 # library's own dependencies, none of the daemon's, tests' or tools'.
 if ! CC=clang CXX=clang++ cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS=-O1 \
-       -DGRADLANE_FUZZ=ON -DGRADLANE_WERROR=ON -DGRADLANE_BUILD_DAEMON=OFF -DGRADLANE_BUILD_EXAMPLES=OFF \
+       -DGRADLANE_FUZZ=ON -DGRADLANE_WERROR=ON -DGRADLANE_BUILD_DAEMON=OFF -DGRADLANE_BUILD_EXAMPLES=OFF -DGRADLANE_BUILD_TRAINER=OFF \
        -DGRADLANE_BUILD_TESTS=OFF -DGRADLANE_BUILD_PERF=OFF >"$BUILD/configure.log" 2>&1 ||
    ! cmake --build "$BUILD" -j"$JOBS" --target "${TARGETS[@]/#/gradlane_fuzz_}"; then
   [[ -f $BUILD/configure.log ]] && tail -20 "$BUILD/configure.log"

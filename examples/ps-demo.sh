@@ -18,7 +18,7 @@ OUT=${GRADLANE_OUT_DIR:-/tmp}
 . "$(dirname "$0")/job-key.sh"; make_job_key "$OUT"
 set -- $GRADLANE_HOSTS
 DEV0=${1%%,*}; ADDR0=${1#*,}; DEV1=${2%%,*}; ADDR1=${2#*,}; DEV2=${3%%,*}
-NODE="$BUILD/examples/ps_node"
+NODE="$BUILD/tests/ps/ps_node"
 D="$BUILD/sidecar/daemon/gradlaned"
 COMMON="floats=65536 slots=8 workers=4 updates=30"
 

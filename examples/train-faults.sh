@@ -34,7 +34,7 @@ for setting in "$@"; do
     *) echo "train-faults.sh: settings are SEED, FAULTS, WORKERS, STEPS, OUT, RUNS, GRANT_WINDOWS; got '$setting'" >&2; exit 2 ;;
   esac
 done
-[[ -x $BUILD/examples/gradlane_train ]] || { echo "train-faults.sh: build $BUILD/examples/gradlane_train first" >&2; exit 2; }
+[[ -x $BUILD/trainer/gradlane_train ]] || { echo "train-faults.sh: build $BUILD/trainer/gradlane_train first" >&2; exit 2; }
 # Raw runs go to RUNS (default: out/<OUT's path under perf/results>/runs, ignored by git; OUT
 # outside perf/results keeps its runs in OUT/runs); OUT gets the table only.
 if [[ -z $RUNS ]]; then

@@ -50,7 +50,7 @@ OUT=${GRADLANE_OUT_DIR:-/tmp}/train-$MODE
 export GRADLANE_SIDECAR_TIMEOUT_MS=${GRADLANE_SIDECAR_TIMEOUT_MS:-3000}
 set -- $GRADLANE_HOSTS
 DEV0=${1%%,*}; ADDR0=${1#*,}; DEV1=${2%%,*}; ADDR1=${2#*,}; DEV2=${3%%,*}; ADDR2=${3#*,}; DEV3=${4:-none}; DEV3=${DEV3%%,*}
-TRAIN="$BUILD/examples/gradlane_train"
+TRAIN="$BUILD/trainer/gradlane_train"
 D="$BUILD/sidecar/daemon/gradlaned"
 rm -rf "$OUT"; mkdir -p "$OUT"
 . "$(dirname "$0")/job-key.sh"; make_job_key "$OUT"

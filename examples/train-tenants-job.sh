@@ -49,7 +49,7 @@ OUT=${GRADLANE_OUT_DIR:-/tmp}/tenants-$NAME
 export GRADLANE_SIDECAR_TIMEOUT_MS=${GRADLANE_SIDECAR_TIMEOUT_MS:-3000}
 set -- $GRADLANE_HOSTS
 DEV0=${1%%,*}; ADDR0=${1#*,}; DEV1=${2%%,*}; DEV2=${3%%,*}
-TRAIN="$BUILD/examples/gradlane_train"
+TRAIN="$BUILD/trainer/gradlane_train"
 rm -rf "$OUT"; for job in $(seq 1 "$JOBS"); do mkdir -p "$OUT/job$job"; done
 . "$(dirname "$0")/job-key.sh"; make_job_key "$OUT"
 echo "== tenants, $MODE$([ "$MODE" = gradlane ] && echo " (sharing $SHARING, declared work left: $DECLARE, tau $TAU)"): job 1 $LONG_WORKERS x $LONG_STEPS steps, job 2 $SHORT_WORKERS x $SHORT_STEPS$([ "$JOBS" = 3 ] && echo ", job 3 $MEDIUM_WORKERS x $MEDIUM_STEPS"), seed $SEED"

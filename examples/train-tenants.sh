@@ -65,7 +65,7 @@ for seed in $SEEDS; do
     rm -rf "$RUNS/$name"
     cp -r "$TMP/tenants-$name" "$RUNS/$name"
     for dir in "$RUNS/$name"/job*; do  # the final model's accuracy on the full test set, outside the emulator
-      [[ -f $dir/snapshots.bin ]] && "$BUILD/examples/gradlane_train" evaluate --out "$dir" --target 0.7 > "$dir/evaluate.txt"
+      [[ -f $dir/snapshots.bin ]] && "$BUILD/trainer/gradlane_train" evaluate --out "$dir" --target 0.7 > "$dir/evaluate.txt"
     done
   done
 done

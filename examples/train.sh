@@ -30,7 +30,7 @@ for setting in "$@"; do
   esac
 done
 # On a fresh clone: the packages, then only the two programs the job runs (a few minutes).
-if [[ ! -x $BUILD/examples/gradlane_train || ! -x $BUILD/sidecar/daemon/gradlaned ]]; then
+if [[ ! -x $BUILD/trainer/gradlane_train || ! -x $BUILD/sidecar/daemon/gradlaned ]]; then
   echo "train.sh: building gradlane_train and gradlaned in $BUILD" >&2
   bash "$ROOT/ci/install-deps.sh"
   cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo >&2
@@ -52,7 +52,7 @@ rc=0
 SOFTROCE_OUT=$OUT_DIR bash "$ROOT/ci/softroce.sh" "${harness[@]}" -- sh "$HERE/train-job.sh" "$BUILD" "${JOB_SETTINGS[@]}" || rc=$?
 RUN=$OUT_DIR/train-$MODE
 if [[ -f $RUN/snapshots.bin ]]; then
-  "$BUILD/examples/gradlane_train" evaluate --model "$MODEL" --out "$RUN" --target "$TARGET"
+  "$BUILD/trainer/gradlane_train" evaluate --model "$MODEL" --out "$RUN" --target "$TARGET"
   python3 "$HERE/train_summary.py" "$RUN"
   # Every setting that made this run, for the results folder.
   printf '%s\n' "bash examples/train.sh $*" "network: ${harness[*]}" > "$RUN/command.txt"

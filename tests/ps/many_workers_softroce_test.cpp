@@ -34,7 +34,7 @@
 #include "gradlane/gradlane.hpp"
 
 #include "../common/hosts.hpp"
-#include "examples/ps_synthetic.hpp"
+#include "tests/ps/ps_synthetic.hpp"
 #include "ps/kernels.hpp"
 
 namespace gradlane::testing {

@@ -25,7 +25,7 @@
 
 #include "../common/external_process.hpp"
 #include "../common/hosts.hpp"
-#include "examples/ps_synthetic.hpp"
+#include "tests/ps/ps_synthetic.hpp"
 #include "ps_run.hpp"
 #include "ps/kernels.hpp"
 #include "ps/messages.hpp"

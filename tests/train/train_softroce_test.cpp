@@ -22,7 +22,7 @@
 
 #include "../common/external_process.hpp"
 #include "../common/hosts.hpp"
-#include "examples/train/snapshots.hpp"
+#include "trainer/snapshots.hpp"
 #include "train/dataset.hpp"
 #include "train/model.hpp"
 #include "ps/kernels.hpp"
@@ -274,7 +274,7 @@ class TrainingRun : public ::testing::Test {
     const auto replica_model = read_floats(out_ + "/replica.model", model.parameters());
     EXPECT_TRUE(server_model == replica_model) << "server and replica differ";
     EXPECT_TRUE(server_model == replay.versions.back()) << "the server's model is not the replay of the run";
-    const auto snapshots = gradlane::examples::train::read_snapshots(out_ + "/snapshots.bin");
+    const auto snapshots = gradlane::trainer::read_snapshots(out_ + "/snapshots.bin");
     ASSERT_GE(snapshots.size(), 2u);
     const auto test = data.test.slice(0, 1000);
     const double first = model.accuracy(snapshots.front().model, test);

@@ -6,7 +6,7 @@
 
 #include "gradlane/options.hpp"
 
-namespace gradlane::examples::train {
+namespace gradlane::trainer {
 
 // How updates reach the server:
 //   gradlane  through the hosts' gradlaned: shortest-first ordering, staleness bound τ (drops),
@@ -76,4 +76,4 @@ int run_worker(const Config& config);
 int run_aggregator(const Config& config);
 int run_evaluate(const Config& config);  // offline: the server's snapshots on the test set
 
-}  // namespace gradlane::examples::train
+}  // namespace gradlane::trainer

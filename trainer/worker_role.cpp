@@ -13,7 +13,7 @@
 #include "train/dataset.hpp"
 #include "train/model.hpp"
 
-namespace gradlane::examples::train {
+namespace gradlane::trainer {
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -232,4 +232,4 @@ int run_worker(const Config& c) {
   return 0;
 }
 
-}  // namespace gradlane::examples::train
+}  // namespace gradlane::trainer

@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-namespace gradlane::examples::train {
+namespace gradlane::trainer {
 
 SnapshotWriter::SnapshotWriter(const std::string& path) : path_(path), out_(path, std::ios::binary | std::ios::trunc) {
   if (!out_) throw std::runtime_error("cannot create " + path);
@@ -39,4 +39,4 @@ std::vector<Snapshot> read_snapshots(const std::string& path) {
   return all;
 }
 
-}  // namespace gradlane::examples::train
+}  // namespace gradlane::trainer

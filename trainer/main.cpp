@@ -1,5 +1,5 @@
 // gradlane_train: asynchronous (or synchronous) data-parallel SGD on Fashion-MNIST over
-// gradlane's parameter server. One process per role; examples/train-demo.sh starts a whole job
+// gradlane's parameter server. One process per role; examples/train.sh starts a whole job
 // on the Soft-RoCE hosts. See docs/training.md.
 //
 //   gradlane_train server  --mode M --device rxe0 --port 7800 --workers N [--replica A:P] --out DIR
@@ -16,7 +16,7 @@
 
 #include "config.hpp"
 
-namespace gradlane::examples::train {
+namespace gradlane::trainer {
 
 Mode parse_mode(const std::string& name) {
   if (name == "gradlane") return Mode::gradlane;
@@ -40,10 +40,10 @@ const char* to_string(Mode mode) {
   return "?";
 }
 
-}  // namespace gradlane::examples::train
+}  // namespace gradlane::trainer
 
 int main(int argc, char** argv) {
-  using gradlane::examples::train::Config;
+  using gradlane::trainer::Config;
   Config c;
   std::string mode = "fifo";
   CLI::App app{"gradlane_train: data-parallel SGD on Fashion-MNIST over gradlane's parameter server"};
@@ -144,20 +144,20 @@ int main(int argc, char** argv) {
   evaluate->callback([&c] { c.role = "evaluate"; });
   CLI11_PARSE(app, argc, argv);
   try {
-    c.mode = gradlane::examples::train::parse_mode(mode);
-    if (c.mode == gradlane::examples::train::Mode::gradlane &&
+    c.mode = gradlane::trainer::parse_mode(mode);
+    if (c.mode == gradlane::trainer::Mode::gradlane &&
         (c.role == "server" || c.role == "worker" || c.role == "aggregator") && c.sidecar.empty()) {
       throw std::invalid_argument("--mode gradlane needs --sidecar SHM_NAME (the host's gradlaned) and --endpoint");
     }
-    if (c.mode == gradlane::examples::train::Mode::aggregate && c.role == "worker" && c.aggregator.empty()) {
+    if (c.mode == gradlane::trainer::Mode::aggregate && c.role == "worker" && c.aggregator.empty()) {
       throw std::invalid_argument("--mode aggregate needs --aggregator ADDR:PORT on each worker");
     }
     // Before anything is loaded: a role without the job's key refuses to start (GRADLANE_INSECURE=1 overrides).
     if (c.role != "evaluate") c.transport = gradlane::TransportOptions::from_env();
-    if (c.role == "worker") return gradlane::examples::train::run_worker(c);
-    if (c.role == "aggregator") return gradlane::examples::train::run_aggregator(c);
-    if (c.role == "evaluate") return gradlane::examples::train::run_evaluate(c);
-    return gradlane::examples::train::run_server(c);
+    if (c.role == "worker") return gradlane::trainer::run_worker(c);
+    if (c.role == "aggregator") return gradlane::trainer::run_aggregator(c);
+    if (c.role == "evaluate") return gradlane::trainer::run_evaluate(c);
+    return gradlane::trainer::run_server(c);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gradlane_train %s: %s\n", c.role.c_str(), e.what());
     return 1;

@@ -13,7 +13,7 @@
 #include "endpoint.hpp"
 #include "train/model.hpp"
 
-namespace gradlane::examples::train {
+namespace gradlane::trainer {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -132,4 +132,4 @@ int run_aggregator(const Config& c) {
   return finished ? 0 : 3;
 }
 
-}  // namespace gradlane::examples::train
+}  // namespace gradlane::trainer

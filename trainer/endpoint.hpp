@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace gradlane::examples::train {
+namespace gradlane::trainer {
 
 // "ADDRESS:PORT" → Endpoint; throws std::invalid_argument naming the text otherwise.
 inline ps::Endpoint parse_endpoint(const std::string& text) {
@@ -18,4 +18,4 @@ inline ps::Endpoint parse_endpoint(const std::string& text) {
   return {text.substr(0, colon), static_cast<std::uint16_t>(port)};
 }
 
-}  // namespace gradlane::examples::train
+}  // namespace gradlane::trainer

@@ -19,7 +19,7 @@
 #include "train/dataset.hpp"
 #include "train/model.hpp"
 
-namespace gradlane::examples::train {
+namespace gradlane::trainer {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -226,4 +226,4 @@ int run_server(const Config& c) {
   return shard.finished() ? 0 : 3;
 }
 
-}  // namespace gradlane::examples::train
+}  // namespace gradlane::trainer

@@ -9,7 +9,7 @@
 #include "train/dataset.hpp"
 #include "train/model.hpp"
 
-namespace gradlane::examples::train {
+namespace gradlane::trainer {
 
 int run_evaluate(const Config& c) {
   const gradlane::train::Model model(gradlane::train::ModelSpec{.kind = gradlane::train::parse_model_kind(c.model)});
@@ -55,4 +55,4 @@ int run_evaluate(const Config& c) {
   return 0;
 }
 
-}  // namespace gradlane::examples::train
+}  // namespace gradlane::trainer

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace gradlane::examples::train {
+namespace gradlane::trainer {
 
 struct Snapshot {
   std::int64_t at_ns = 0;
@@ -30,4 +30,4 @@ class SnapshotWriter {
 // Every record of `path`; throws std::runtime_error on a truncated or inconsistent file.
 std::vector<Snapshot> read_snapshots(const std::string& path);
 
-}  // namespace gradlane::examples::train
+}  // namespace gradlane::trainer
