@@ -301,4 +301,24 @@ TEST(GradlanedConfig, IngressSharingIsExclusiveOrPacked) {
   EXPECT_NE(said.find("packed"), std::string::npos) << "names the choices: " << said;
 }
 
+// --job-sharing picks how a host NIC is shared between jobs; strict priority needs its order,
+// and the order it was given is what --check-config prints back.
+TEST(GradlanedConfig, JobSharingIsShortestRemainingFairOrPriorityInAGivenOrder) {
+  auto [status, said] = check_config({"--insecure"}, "-j1");
+  EXPECT_EQ(status, 0) << said;
+  EXPECT_NE(said.find("job-sharing=\"shortest-remaining\""), std::string::npos) << "the default: " << said;
+  std::tie(status, said) = check_config({"--insecure", "--job-sharing", "priority"}, "-j2");
+  EXPECT_EQ(status, 1);
+  EXPECT_NE(said.find("--job-sharing priority needs --job-priority"), std::string::npos) << said;
+  std::tie(status, said) = check_config({"--insecure", "--job-sharing", "priority", "--job-priority", "2,3,1"}, "-j3");
+  EXPECT_EQ(status, 0) << said;
+  EXPECT_NE(said.find("job-priority=[2, 3, 1]"), std::string::npos) << said;
+  std::tie(status, said) = check_config({"--insecure", "--job-sharing", "priority", "--job-priority", "2,2"}, "-j4");
+  EXPECT_EQ(status, 1);
+  EXPECT_NE(said.find("names a job twice"), std::string::npos) << said;
+  std::tie(status, said) = check_config({"--insecure", "--job-sharing", "round-robin"}, "-j5");
+  EXPECT_NE(status, 0);
+  EXPECT_NE(said.find("fair"), std::string::npos) << "names the choices: " << said;
+}
+
 }  // namespace
