@@ -64,6 +64,7 @@ readonly VM_MODULES=(
   crc32_generic '?crc32_pclmul'                     # rxe's crc32 shash (pitfall 2)
   rdma_rxe ib_uverbs rdma_ucm                       # uverbs0 + rdma_cm device nodes
   veth bridge sch_tbf sch_netem sch_htb             # topologies; tc can't autoload qdiscs
+  sch_prio sch_drr cls_u32                          # classes by DSCP under a shaped link
 )
 
 HOSTS=1

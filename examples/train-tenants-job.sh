@@ -13,11 +13,15 @@
 #   SHARING=fair or priority: gradlaned shares each NIC by a baseline rule instead (--job-sharing):
 #   equal bytes per backlogged job, or strict priority in PRIORITY's order (default: the least
 #   total work first, 2,1 or 2,3,1: the order an operator who knows every job's length would set).
-# MODE=fifo: no sidecar, every push at once: the link shares itself between the jobs (fair
-#   sharing, the baseline).
+# MODE=fifo: no sidecar, every push at once: the link shares itself between the jobs (per-flow
+#   fair sharing, the baseline). With NET=fair or priority the worker hosts' shaped links queue
+#   by job instead, as a RoCE fabric configured per traffic class does: each job's workers mark
+#   their packets with DSCP = job id (GRADLANE_TOS), and under the same rate the link runs
+#   deficit round robin between the jobs (fair: equal bytes per job, whatever its flows) or
+#   strict priority in PRIORITY's order (priority).
 #   bash ci/softroce.sh --hosts 3 --shape 1:2mbit:out --shape 2:2mbit:out -- \
 #     sh examples/train-tenants-job.sh build MODE=gradlane SEED=1 RATE=2mbit
-# Settings: MODE, DECLARE (1), SHARING (shortest-remaining), PRIORITY, JOBS (2), SEED (1),
+# Settings: MODE, DECLARE (1), SHARING (shortest-remaining), NET, PRIORITY, JOBS (2), SEED (1),
 #   LONG_WORKERS (4), LONG_STEPS (60), SHORT_WORKERS (2), SHORT_STEPS (20), MEDIUM_WORKERS (2),
 #   MEDIUM_STEPS (40) per worker, LR (0.05),
 #   BATCH (64), RATE (what the harness shaped, told to gradlaned), TAU (gradlaned's, 2 x LONG_WORKERS),
@@ -29,7 +33,7 @@ BUILD=${1:?usage: train-tenants-job.sh BUILD_DIR [NAME=VALUE ...]}
 shift
 for setting in "$@"; do
   case $setting in
-    MODE=*|DECLARE=*|SHARING=*|PRIORITY=*|JOBS=*|SEED=*|LONG_STEPS=*|LONG_WORKERS=*|SHORT_WORKERS=*|SHORT_STEPS=*|\
+    MODE=*|DECLARE=*|SHARING=*|NET=*|PRIORITY=*|JOBS=*|SEED=*|LONG_STEPS=*|LONG_WORKERS=*|SHORT_WORKERS=*|SHORT_STEPS=*|\
     MEDIUM_WORKERS=*|MEDIUM_STEPS=*|LR=*|BATCH=*|RATE=*|TAU=*|NAME=*) export "$setting" ;;
     *) echo "train-tenants-job.sh: unknown setting '$setting' (see the comment at the top)" >&2; exit 2 ;;
   esac
@@ -43,6 +47,9 @@ case $JOBS in 2) PRIORITY=${PRIORITY:-2,1} ;; 3) PRIORITY=${PRIORITY:-2,3,1} ;;
   *) echo "train-tenants-job.sh: JOBS is 2 or 3" >&2; exit 2 ;; esac
 case $SHARING in shortest-remaining|fair|priority) ;;
   *) echo "train-tenants-job.sh: SHARING is shortest-remaining, fair or priority" >&2; exit 2 ;; esac
+NET=${NET:-}
+case $MODE/$NET in */|fifo/fair|fifo/priority) ;;
+  *) echo "train-tenants-job.sh: NET is fair or priority, with MODE=fifo" >&2; exit 2 ;; esac
 NAME=${NAME:-$MODE-seed$SEED}
 case $MODE in gradlane|fifo) ;; *) echo "train-tenants-job.sh: MODE is gradlane or fifo" >&2; exit 2 ;; esac
 OUT=${GRADLANE_OUT_DIR:-/tmp}/tenants-$NAME
@@ -59,6 +66,39 @@ role() {  # NAME CMD...: in the background, output in NAME.log, "STATUS UNIX_TIM
   ( "$@" > "$OUT/$name.log" 2>&1; rc=$?; echo "$rc $(date +%s.%N)" > "$OUT/$name.exit"; exit $rc ) &
 }
 SHM=/gradlane-tenants
+if [ -n "$NET" ]; then
+  # Replaces the harness's tbf on each worker host's egress by the same tbf over classes by
+  # DSCP (the IP header's dsfield is DSCP << 2): DRR with a class per job, or prio with a band
+  # per job in PRIORITY's order; anything unmarked (acks, connects) gets a class of its own.
+  batch=""
+  for h in 1 2; do
+    batch="${batch}qdisc del dev h$h root
+qdisc add dev h$h root handle 1: tbf rate ${RATE:?NET needs RATE} burst 32kb latency 400ms
+"
+    if [ "$NET" = fair ]; then
+      batch="${batch}qdisc add dev h$h parent 1:1 handle 10: drr
+class add dev h$h parent 10: classid 10:99 drr
+"
+      for job in $(seq 1 "$JOBS"); do
+        batch="${batch}class add dev h$h parent 10: classid 10:$job drr
+filter add dev h$h parent 10: protocol ip prio 1 u32 match ip dsfield $((job * 4)) 0xfc flowid 10:$job
+"
+      done
+      batch="${batch}filter add dev h$h parent 10: protocol all prio 2 u32 match u32 0 0 flowid 10:99
+"
+    else
+      bands=$((JOBS + 1)) band=1
+      batch="${batch}qdisc add dev h$h parent 1:1 handle 10: prio bands $bands priomap $(printf "$JOBS %.0s" $(seq 16))
+"
+      for job in $(echo "$PRIORITY" | tr , ' '); do
+        batch="${batch}filter add dev h$h parent 10: protocol ip prio 1 u32 match ip dsfield $((job * 4)) 0xfc flowid 10:$band
+"
+        band=$((band + 1))
+      done
+    fi
+  done
+  printf '%s' "$batch" | tc -batch - || { echo "train-tenants-job.sh: tc refused the classes by DSCP" >&2; exit 1; }
+fi
 if [ "$MODE" = gradlane ]; then
   RATES=""; [ -n "${RATE:-}" ] && RATES="--link-rate 101:out:$RATE --link-rate 102:out:$RATE"
   SHARES="--job-sharing $SHARING"; [ "$SHARING" = priority ] && SHARES="$SHARES --job-priority $PRIORITY"
@@ -77,10 +117,11 @@ for job in $(seq 1 "$JOBS"); do
   common="--mode $MODE --workers $workers --lr $LR --seed $SEED --out $OUT/job$job"
   role job$job-server "$TRAIN" server $common --device "$DEV0" --port $port $(attach $((job - 1)) $job)
   SERVERS="$SERVERS $!"
+  marked=""; [ -n "$NET" ] && marked="env GRADLANE_TOS=$((job * 4))"  # DSCP = job id
   w=1
   while [ $w -le $workers ]; do
     host=$((1 + (w - 1) % 2)); dev=$DEV1; [ $host = 2 ] && dev=$DEV2
-    role job$job-worker$w "$TRAIN" worker $common --device "$dev" --id $w --server "$ADDR0:$port" --steps "$steps" \
+    role job$job-worker$w $marked "$TRAIN" worker $common --device "$dev" --id $w --server "$ADDR0:$port" --steps "$steps" \
          --batch "$BATCH" $(attach $((100 + host)) $job) --server-endpoint $((job - 1)) \
          $([ "$MODE" = gradlane ] && [ "$DECLARE" = 0 ] && echo "--declare-remaining false")
     WORKERS_PIDS="$WORKERS_PIDS $!"
@@ -90,6 +131,8 @@ done
 failed=0
 for p in $WORKERS_PIDS $SERVERS; do wait "$p" || failed=1; done
 if [ "$MODE" = gradlane ]; then kill -TERM $DAEMON 2>/dev/null; wait $DAEMON; fi
+# What each class carried: a job whose packets were not marked shows in the unmarked class.
+[ -n "$NET" ] && tc -s class show dev h1 > "$OUT/classes-h1.txt"
 [ $failed = 0 ] || { echo "a role failed:"; tail -n 3 "$OUT"/*.log; exit 1; }
 for job in $(seq 1 "$JOBS"); do
   printf 'job %s: ' $job; tail -n 1 "$OUT/job$job-server.log"

@@ -10,7 +10,8 @@
 # Variants: gradlane (declared work left), undeclared (gradlane, nothing declared: the NIC
 # compares the bytes each job has queued), fifo (no sidecar: the link shares itself per flow),
 # fair (gradlaned shares each NIC per job: equal bytes), priority (gradlaned, strict priority,
-# the least total work first).
+# the least total work first), net-fair and net-priority (no sidecar: the shaped link itself
+# queues by job, deficit round robin or strict priority, from the DSCP each job's packets carry).
 # Extra NAME=VALUE settings (JOBS, LONG_STEPS, SHORT_STEPS, MEDIUM_STEPS, LONG_WORKERS,
 # SHORT_WORKERS, MEDIUM_WORKERS, PRIORITY, LR, BATCH, TAU) go to every trial. Writes RESULTS/results.md (headed by the command and the commit), results.json,
 # jct.png, command.txt, and each trial's raw run to RUNS/<variant>-seed<N>/ (ignored by git).
@@ -52,7 +53,10 @@ for seed in $SEEDS; do
       fifo) settings=(MODE=fifo) ;;
       fair) settings=(MODE=gradlane SHARING=fair) ;;
       priority) settings=(MODE=gradlane SHARING=priority) ;;
-      *) echo "train-tenants.sh: unknown variant '$variant' (gradlane, undeclared, fifo, fair, priority)" >&2; exit 2 ;;
+      net-fair) settings=(MODE=fifo NET=fair) ;;
+      net-priority) settings=(MODE=fifo NET=priority) ;;
+      *) echo "train-tenants.sh: unknown variant '$variant' (gradlane, undeclared, fifo, fair, priority, net-fair," \
+              "net-priority)" >&2; exit 2 ;;
     esac
     name=$variant-seed$seed
     echo "== $name"

@@ -28,18 +28,48 @@ import train_table  # noqa: E402  (its median-and-range format)
 
 # Job ids as train-tenants-job.sh numbers them, shortest first in the table.
 JOB_NAMES = {2: 'short', 3: 'medium', 1: 'long'}
-ORDER = ['gradlane', 'undeclared', 'priority', 'fair', 'fifo']
-BASELINES = ['priority', 'fair', 'fifo']
+ORDER = ['gradlane', 'undeclared', 'priority', 'net-priority', 'fair', 'net-fair', 'fifo']
+BASELINES = ['priority', 'net-priority', 'fair', 'net-fair', 'fifo']
 NOTES = {
     'gradlane': 'gradlaned, shortest remaining job first: each push declares its job\'s work left',
     'undeclared': 'gradlaned, nothing declared (queued bytes compared)',
     'priority': 'gradlaned, strict priority in the order of the jobs\' total work, least first '
                 '(an operator who knows every job\'s length)',
+    'net-priority': 'no sidecar: the shaped link queues by job (DSCP) in strict priority, the same order',
     'fair': 'gradlaned, per-job fair sharing: equal bytes to every backlogged job',
+    'net-fair': 'no sidecar: the shaped link runs deficit round robin between the jobs (DSCP): equal bytes per job',
     'fifo': 'no sidecar: the link shares itself per flow (the long job has more flows)',
 }
 RESAMPLES = 10000
 BOOT_SEED = 1
+
+
+def classes_sent(run_dir):
+    """Bytes per class of a net-* run's worker-host link (classes-h1.txt, `tc -s class show`):
+    {classid minor: bytes} for the DRR or prio classes under the tbf, or None without the file."""
+    path = os.path.join(run_dir, 'classes-h1.txt')
+    if not os.path.exists(path):
+        return None
+    sent, current = {}, None
+    with open(path) as f:
+        for line in f:
+            m = re.match(r'class (drr|prio) 10:(\w+)', line)
+            if m:
+                current = int(m.group(2), 16)
+                continue
+            m = re.match(r'\s*Sent (\d+) bytes', line)
+            if m and current is not None:
+                sent[current] = int(m.group(1))
+                current = None
+    return sent
+
+
+def marked_by_job(sent, jobs):
+    """Whether the DSCP marks put each job in a class of its own: every job's class (1..jobs)
+    carried bytes, and the class of unmarked packets (the one above them) at most a fifth of all."""
+    total = sum(sent.values())
+    unmarked = sum(b for c, b in sent.items() if c > jobs)
+    return total > 0 and all(sent.get(c, 0) > 0 for c in range(1, jobs + 1)) and unmarked <= total / 5
 
 
 def run_row(run_dir):
@@ -62,6 +92,11 @@ def run_row(run_dir):
             'final_accuracy': accuracy.get('final_accuracy'),
         }
     if not jobs:
+        return None
+    sent = classes_sent(run_dir)
+    if sent is not None and not marked_by_job(sent, len(jobs)):
+        print(f'{run_dir}: its link did not see each job in a class of its own (bytes per class {sent}): '
+              'left out', file=sys.stderr)
         return None
     origin = min(j['start'] for j in jobs.values())
     row = {}

@@ -306,6 +306,13 @@ Connection connect_on(const Device& device, const std::string& address, std::uin
     detail::throw_call_failed(Errc::system, "rdma_create_id", errno);
   }
   state->id.reset(raw_id);
+  // Before the route is resolved: rdma_cm puts it in the route's traffic class, which the QP's
+  // packets carry in their IP header.
+  if (std::uint8_t tos = options.type_of_service; tos != 0) {
+    if (rdma_set_option(state->id.get(), RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, sizeof tos) != 0) {
+      detail::throw_call_failed(Errc::system, fmt::format("rdma_set_option(TOS={})", tos), errno);
+    }
+  }
 
   sockaddr_in src = detail::make_address(detail::source_address_of(dev), 0, "source");
   sockaddr_in dst = detail::make_address(address, port, "destination");

@@ -39,6 +39,7 @@ TransportOptions TransportOptions::from_env(const std::function<std::optional<st
   apply(getenv, "GRADLANE_MAX_INLINE", 0, 1024, o.max_inline);
   apply(getenv, "GRADLANE_MAX_MESSAGE", 64, 1u << 20, o.max_message_bytes);
   apply(getenv, "GRADLANE_MAX_PENDING_ACCEPTS", 1, 1u << 16, o.max_pending_accepts);
+  apply(getenv, "GRADLANE_TOS", 0, 255, o.type_of_service);
   const auto key = getenv("GRADLANE_JOB_KEY");
   const auto key_file = getenv("GRADLANE_JOB_KEY_FILE");
   if (key && key_file) {

@@ -56,6 +56,10 @@ struct TransportOptions {
   std::uint32_t max_inline = 64;
   // GRADLANE_MAX_MESSAGE: largest SEND/RECV control message, bytes.
   std::uint32_t max_message_bytes = 4096;
+  // GRADLANE_TOS: the IP type-of-service byte (DSCP << 2) of the RoCE v2 packets of the
+  // connections this side opens. A network that queues by DSCP (strict priority, or weighted
+  // shares per class, as RoCE fabrics are configured) tells jobs apart by it. 0: not set.
+  std::uint8_t type_of_service = 0;
   // GRADLANE_JOB_KEY: the job's shared secret, up to 32 bytes (empty: none). It travels in the
   // connect handshake; a listener refuses a peer whose key differs from its own (both sides
   // are told why), and a connector refuses a listener that answers with another key. It keeps

@@ -91,6 +91,26 @@ class TenantsTable(unittest.TestCase):
         self.assertEqual(got['long']['ratio'], 1.0)
         self.assertEqual((got['long']['low'], got['long']['high']), (1.0, 1.0))
 
+    def test_a_net_run_whose_packets_were_not_marked_by_job_is_left_out(self):
+        classes = {
+            'net-fair-seed1': 'class drr 10:1 root leaf 8002: quantum 1514b\n Sent 90000 bytes 60 pkt (dropped 0)\n'
+                              'class drr 10:2 root leaf 8003: quantum 1514b\n Sent 30000 bytes 20 pkt (dropped 0)\n'
+                              'class drr 10:99 root leaf 8001: quantum 1514b\n Sent 2000 bytes 9 pkt (dropped 0)\n',
+            # The marks were lost: everything went to the class of unmarked packets.
+            'net-fair-seed2': 'class drr 10:1 root leaf 8002: quantum 1514b\n Sent 0 bytes 0 pkt (dropped 0)\n'
+                              'class drr 10:2 root leaf 8003: quantum 1514b\n Sent 0 bytes 0 pkt (dropped 0)\n'
+                              'class drr 10:99 root leaf 8001: quantum 1514b\n Sent 120000 bytes 80 pkt (dropped 0)\n',
+        }
+        self.results = tempfile.mkdtemp(prefix='tenants-table-test.')
+        for name, text in classes.items():
+            make_run(self.results, name, (100.0, 12.0), (100.0, 40.0))
+            with open(os.path.join(self.results, 'runs', name, 'classes-h1.txt'), 'w') as f:
+                f.write(text)
+        sys.argv = ['train_tenants_table.py', self.results]
+        train_tenants_table.main()
+        with open(os.path.join(self.results, 'results.json')) as f:
+            self.assertEqual(json.load(f)['net-fair']['seeds'], [1])
+
 
 if __name__ == '__main__':
     unittest.main()

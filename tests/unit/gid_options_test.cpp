@@ -60,6 +60,7 @@ TEST(Options, DefaultsAreValidAndDocumented) {
   EXPECT_EQ(o.ack_timeout, 18);
   EXPECT_EQ(o.retry_count, 1);
   EXPECT_EQ(o.signal_interval, 32u);
+  EXPECT_EQ(o.type_of_service, 0) << "not set unless asked";
   EXPECT_NO_THROW(o.validate());
 }
 
@@ -70,6 +71,7 @@ TEST(Options, EnvironmentOverrides) {
                                                                  {"GRADLANE_SQ_DEPTH", "1024"},
                                                                  {"GRADLANE_SIGNAL_INTERVAL", "100"},
                                                                  {"GRADLANE_MAX_PENDING_ACCEPTS", "3"},
+                                                                 {"GRADLANE_TOS", "8"},
                                                                  {"GRADLANE_JOB_KEY", "k"}}});
   EXPECT_EQ(o.ack_timeout, 20);
   EXPECT_EQ(o.retry_count, 7);
@@ -77,6 +79,7 @@ TEST(Options, EnvironmentOverrides) {
   EXPECT_EQ(o.send_queue_depth, 1024u);
   EXPECT_EQ(o.signal_interval, 100u);
   EXPECT_EQ(o.max_pending_accepts, 3u);
+  EXPECT_EQ(o.type_of_service, 8);
 }
 
 TEST(Options, MalformedValuesNameTheVariable) {
@@ -85,7 +88,8 @@ TEST(Options, MalformedValuesNameTheVariable) {
                                                                       {"GRADLANE_RETRY_COUNT", "-1"},
                                                                       {"GRADLANE_SQ_DEPTH", "12abc"},
                                                                       {"GRADLANE_MAX_MESSAGE", ""},
-                                                                      {"GRADLANE_MAX_PENDING_ACCEPTS", "0"}}) {
+                                                                      {"GRADLANE_MAX_PENDING_ACCEPTS", "0"},
+                                                                      {"GRADLANE_TOS", "256"}}) {
     try {
       TransportOptions::from_env(FakeEnv{{{name, value}}});
       FAIL() << name << "=" << value << " accepted";
