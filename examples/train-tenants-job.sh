@@ -70,6 +70,8 @@ if [ -n "$NET" ]; then
   # Replaces the harness's tbf on each worker host's egress by the same tbf over classes by
   # DSCP (the IP header's dsfield is DSCP << 2): DRR with a class per job, or prio with a band
   # per job in PRIORITY's order; anything unmarked (acks, connects) gets a class of its own.
+  # Each class queues at most 40 packets (~45 kB), as the harness's tbf alone holds ~50 kB:
+  # past it packets drop and RC retransmits, instead of waiting seconds in a deep queue.
   batch=""
   for h in 1 2; do
     batch="${batch}qdisc del dev h$h root
@@ -78,9 +80,11 @@ qdisc add dev h$h root handle 1: tbf rate ${RATE:?NET needs RATE} burst 32kb lat
     if [ "$NET" = fair ]; then
       batch="${batch}qdisc add dev h$h parent 1:1 handle 10: drr
 class add dev h$h parent 10: classid 10:99 drr
+qdisc add dev h$h parent 10:99 pfifo limit 40
 "
       for job in $(seq 1 "$JOBS"); do
         batch="${batch}class add dev h$h parent 10: classid 10:$job drr
+qdisc add dev h$h parent 10:$job pfifo limit 40
 filter add dev h$h parent 10: protocol ip prio 1 u32 match ip dsfield $((job * 4)) 0xfc flowid 10:$job
 "
       done
@@ -90,6 +94,8 @@ filter add dev h$h parent 10: protocol ip prio 1 u32 match ip dsfield $((job * 4
       bands=$((JOBS + 1)) band=1
       batch="${batch}qdisc add dev h$h parent 1:1 handle 10: prio bands $bands priomap $(printf "$JOBS %.0s" $(seq 16))
 "
+      for b in $(seq 1 "$bands"); do batch="${batch}qdisc add dev h$h parent 10:$b pfifo limit 40
+"; done
       for job in $(echo "$PRIORITY" | tr , ' '); do
         batch="${batch}filter add dev h$h parent 10: protocol ip prio 1 u32 match ip dsfield $((job * 4)) 0xfc flowid 10:$band
 "
@@ -117,7 +123,10 @@ for job in $(seq 1 "$JOBS"); do
   common="--mode $MODE --workers $workers --lr $LR --seed $SEED --out $OUT/job$job"
   role job$job-server "$TRAIN" server $common --device "$DEV0" --port $port $(attach $((job - 1)) $job)
   SERVERS="$SERVERS $!"
-  marked=""; [ -n "$NET" ] && marked="env GRADLANE_TOS=$((job * 4))"  # DSCP = job id
+  # DSCP = job id. A job behind another in a class queue waits for seconds (strict priority:
+  # as long as the other sends), so its connections get the long RC timeouts an operator of
+  # such a network sets (4.3 s, 7 retries) instead of gradlane's 1 s, 1 retry.
+  marked=""; [ -n "$NET" ] && marked="env GRADLANE_TOS=$((job * 4)) GRADLANE_ACK_TIMEOUT=20 GRADLANE_RETRY_COUNT=7"
   w=1
   while [ $w -le $workers ]; do
     host=$((1 + (w - 1) % 2)); dev=$DEV1; [ $host = 2 ] && dev=$DEV2
