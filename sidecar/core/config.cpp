@@ -18,6 +18,9 @@ std::optional<std::string> SchedulerConfig::validate() const {
   if (job_sharing == JobSharing::priority && job_priority.empty()) {
     return "job_sharing priority needs job_priority: the jobs in the order they are served";
   }
+  if (job_sharing != JobSharing::priority && !job_priority.empty()) {
+    return "job_priority orders jobs only under job_sharing priority: give both, or neither";
+  }
   for (auto it = job_priority.begin(); it != job_priority.end(); ++it) {
     if (std::find(job_priority.begin(), it, *it) != it) return "job_priority names a job twice";
   }

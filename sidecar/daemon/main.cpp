@@ -177,6 +177,20 @@ std::string as_config_file(const std::string& dump) {
   return file;
 }
 
+// SchedulerConfig::validate() names the config's fields; the operator set them by these flags.
+std::string in_flag_terms(std::string problem) {
+  constexpr std::pair<std::string_view, std::string_view> kFlags[] = {
+      {"job_sharing", "--job-sharing"},
+      {"job_priority", "--job-priority"},
+      {"aggregation.relay_ratio", "--relay-slower-than"}};
+  for (const auto& [field, flag] : kFlags) {
+    for (std::size_t at = problem.find(field); at != std::string::npos; at = problem.find(field, at + flag.size())) {
+      problem.replace(at, field.size(), flag);
+    }
+  }
+  return problem;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -360,13 +374,10 @@ int main(int argc, char** argv) {
           if (const char* value = std::getenv(name)) return std::string(value);
           return std::nullopt;
         });
-    if (job_sharing == "priority" && job_priority.empty()) {
-      throw gradlane::Error(gradlane::Errc::invalid_argument,
-                            "--job-sharing priority needs --job-priority JOB,JOB,...: the jobs in the order they are "
-                            "served");
-    }
     config.validate();
-    if (auto problem = sched_config.validate()) throw gradlane::Error(gradlane::Errc::invalid_argument, *problem);
+    if (auto problem = sched_config.validate()) {
+      throw gradlane::Error(gradlane::Errc::invalid_argument, in_flag_terms(*problem));
+    }
     if (check_config) {
       fmt::print("# gradlaned options, checked: every one with its value (defaults included)\n{}",
                  as_config_file(cli.config_to_str(true, true)));

@@ -316,6 +316,9 @@ TEST(GradlanedConfig, JobSharingIsShortestRemainingFairOrPriorityInAGivenOrder) 
   std::tie(status, said) = check_config({"--insecure", "--job-sharing", "priority", "--job-priority", "2,2"}, "-j4");
   EXPECT_EQ(status, 1);
   EXPECT_NE(said.find("names a job twice"), std::string::npos) << said;
+  std::tie(status, said) = check_config({"--insecure", "--job-priority", "2,3"}, "-j6");
+  EXPECT_EQ(status, 1) << "an order without strict priority would be silently ignored: " << said;
+  EXPECT_NE(said.find("--job-priority orders jobs only under --job-sharing priority"), std::string::npos) << said;
   std::tie(status, said) = check_config({"--insecure", "--job-sharing", "round-robin"}, "-j5");
   EXPECT_NE(status, 0);
   EXPECT_NE(said.find("fair"), std::string::npos) << "names the choices: " << said;

@@ -100,7 +100,7 @@ TEST(SchedulerTenants, TheConfiguredJobSharingDecidesTheOrder) {
   EXPECT_EQ(order(JobSharing::priority, {JobId{1}}), (std::vector<std::uint64_t>{1, 2, 3, 10}));
 }
 
-TEST(SchedulerTenants, StrictPriorityWithoutAnOrderIsRefused) {
+TEST(SchedulerTenants, StrictPriorityWithoutAnOrderAndAnOrderWithoutItAreRefused) {
   SchedulerConfig c = plain_config();
   c.job_sharing = JobSharing::priority;
   ASSERT_TRUE(c.validate().has_value());
@@ -110,6 +110,9 @@ TEST(SchedulerTenants, StrictPriorityWithoutAnOrderIsRefused) {
   EXPECT_NE(c.validate()->find("twice"), std::string::npos);
   c.job_priority = {JobId{2}, JobId{1}};
   EXPECT_FALSE(c.validate().has_value());
+  c.job_sharing = JobSharing::fair;  // an order it would ignore
+  ASSERT_TRUE(c.validate().has_value());
+  EXPECT_NE(c.validate()->find("only under job_sharing priority"), std::string::npos);
 }
 
 }  // namespace
