@@ -13,6 +13,13 @@ std::optional<Hello> try_hello(Connection& conn) {
   if (!bytes) return std::nullopt;
   const Message first = decode(*bytes);
   if (const auto* hello = std::get_if<Hello>(&first)) return *hello;
+  if (std::holds_alternative<Bye>(first)) {
+    // A ps::Worker checks the regions it was advertised before its hello, and says bye when
+    // they do not fit it.
+    throw Error(Errc::protocol,
+                "it left before its hello: a worker does so when this shard's regions do not fit its model "
+                "(are worker and server configured with the same number of floats?); its own error says which");
+  }
   throw Error(Errc::protocol, fmt::format("the first message (kind {}) was not a hello", first.index() + 1));
 }
 

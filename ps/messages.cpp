@@ -28,7 +28,8 @@ enum class Kind : std::uint8_t {
   replica_key,
   opened,
   ask_landed,
-  landed
+  landed,
+  refused
 };
 // A message: its kind, then its fields.
 class Writer {
@@ -76,7 +77,7 @@ Message decode_fields(Kind kind, wire::LeReader& in);
 std::vector<std::byte> encode(const Message& message) {
   return std::visit(
       detail::Overloaded{
-          [](const Hello& m) { return Writer(Kind::hello).put(m.kind).put(m.worker).done(); },
+          [](const Hello& m) { return Writer(Kind::hello).put(m.kind).put(m.worker).put(m.addressed).done(); },
           [](const Request& m) { return Writer(Kind::request).put(m.worker).put(m.tag).put(m.computed_on).done(); },
           [](const Grant& m) {
             return Writer(Kind::grant).put(m.sequence).put(m.tag).put(m.window_rkey).put(m.token).done();
@@ -101,6 +102,7 @@ std::vector<std::byte> encode(const Message& message) {
           [](const Opened& m) { return Writer(Kind::opened).put(m.sequence).put(m.window_rkey).done(); },
           [](const AskLanded& m) { return Writer(Kind::ask_landed).put(m.worker).done(); },
           [](const Landed& m) { return Writer(Kind::landed).put(m.tag).put(m.sequence).put(m.computed_on).done(); },
+          [](const Refused& m) { return Writer(Kind::refused).put(m.why).put(m.tag).put(m.version).done(); },
           [](const ReplicaKey& m) {
             Writer w(Kind::replica_key);
             for (const std::uint8_t b : m.key) w.put(b);
@@ -113,7 +115,7 @@ std::vector<std::byte> encode(const Message& message) {
 Message decode(std::span<const std::byte> bytes) {
   if (bytes.empty()) throw Error(Errc::protocol, "empty parameter-server message");
   const auto kind = std::to_integer<std::uint8_t>(bytes[0]);
-  if (kind < 1 || kind > static_cast<std::uint8_t>(Kind::landed)) {
+  if (kind < 1 || kind > static_cast<std::uint8_t>(Kind::refused)) {
     throw Error(Errc::protocol, fmt::format("unknown parameter-server message kind {}", kind));
   }
   wire::LeReader in(bytes.subspan(1), "parameter-server message of kind", kind);
@@ -127,7 +129,14 @@ namespace {
 Message decode_fields(Kind kind, wire::LeReader& in) {
   switch (kind) {
     case Kind::hello: {
-      Hello m{in.get<PeerKind>(), in.get<std::uint32_t>()};
+      Hello m;
+      m.kind = in.get<PeerKind>();
+      m.worker = in.get<std::uint32_t>();
+      m.addressed = in.get<Addressed>();
+      if (m.addressed != Addressed::server && m.addressed != Addressed::replica) {
+        throw Error(Errc::protocol,
+                    fmt::format("hello addressed to an unknown role ({})", static_cast<int>(m.addressed)));
+      }
       if (m.kind != PeerKind::worker && m.kind != PeerKind::primary && m.kind != PeerKind::replica) {
         throw Error(Errc::protocol, fmt::format("hello from an unknown kind of peer ({})", static_cast<int>(m.kind)));
       }
@@ -237,6 +246,16 @@ Message decode_fields(Kind kind, wire::LeReader& in) {
       if (m.sequence == 0 && (m.tag != 0 || m.computed_on != 0)) {
         throw Error(Errc::protocol, "landed: no update (sequence 0) with a tag or a version");
       }
+      return m;
+    }
+    case Kind::refused: {
+      Refused m;
+      m.why = in.get<RefusedWhy>();
+      if (m.why != RefusedWhy::version_from_future && m.why != RefusedWhy::not_the_server) {
+        throw Error(Errc::protocol, fmt::format("refused for an unknown reason ({})", static_cast<int>(m.why)));
+      }
+      m.tag = in.get<std::uint64_t>();
+      m.version = in.get<std::uint64_t>();
       return m;
     }
   }

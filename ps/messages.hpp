@@ -42,6 +42,12 @@
 //                             of that worker id the server took (its doorbell accepted: it is
 //                             or will be applied), or sequence 0 (none; or sidecar mode, where
 //                             the server does not learn a push's tag)
+//   Refused   server → worker  a Request it will not grant, and why: computed on a version
+//                             ahead of every one granted here (a model from another server,
+//                             or pulled before a failover from a server that got further);
+//             replica → worker  a Request on a connection the worker addressed as its server
+//                             while the primary lives (a worker given the replica's address as
+//                             its server's: it must not make the primary step down)
 //
 // Each message is its kind byte, then its fields through the shared little-endian codec
 // (common/le_codec.hpp), written once in encode() and once in decode(). decode() checks the
@@ -63,9 +69,15 @@ namespace gradlane::ps {
 // only in ListeningAt (an aggregator says hello as the worker it is at the server).
 enum class PeerKind : std::uint8_t { worker = 1, primary = 2, replica = 3, aggregator = 4 };
 
+// What a worker connected to a shard as: its server, or its replica (mirrors go there, and
+// requests only once it failed over). A replica refuses a worker's requests on a connection
+// addressed to it as the server while its primary lives.
+enum class Addressed : std::uint8_t { server = 1, replica = 2 };
+
 struct Hello {
   PeerKind kind = PeerKind::worker;
   std::uint32_t worker = 0;
+  Addressed addressed = Addressed::server;
 };
 struct Request {
   std::uint32_t worker = 0;
@@ -143,8 +155,18 @@ struct Landed {
   std::uint64_t computed_on = 0;
 };
 
+enum class RefusedWhy : std::uint8_t {
+  version_from_future = 1,  // computed on a version ahead of every sequence granted here
+  not_the_server = 2,       // a replica, whose primary lives, addressed as the worker's server
+};
+struct Refused {
+  RefusedWhy why = RefusedWhy::version_from_future;
+  std::uint64_t tag = 0;      // the request's
+  std::uint64_t version = 0;  // the server's latest granted sequence when it refused
+};
+
 using Message = std::variant<Hello, Request, Grant, Decided, Ack, Bye, FailedOver, Forwarded, Adopted, ListeningAt,
-                             Mirroring, Claim, ReplicaKey, Opened, AskLanded, Landed>;
+                             Mirroring, Claim, ReplicaKey, Opened, AskLanded, Landed, Refused>;
 
 std::vector<std::byte> encode(const Message& message);
 Message decode(std::span<const std::byte> bytes);

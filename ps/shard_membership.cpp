@@ -42,6 +42,7 @@ void ShardServer::accept_peers(std::size_t workers, Millis timeout) {
         s.primary = s.peers.size();
       }
       s.peers.push_back(Peer{std::move(j.conn), j.hello.kind, j.hello.worker, true, {}, {}, {}, false, false});
+      s.peers.back().addressed = j.hello.addressed;
       ++taken;
     }
   }
@@ -91,6 +92,7 @@ void ShardServer::State::admit(Connection&& conn, const Hello& hello) {
     }
   }
   peers.push_back(Peer{std::move(conn), PeerKind::worker, hello.worker, true, {}, {}, {}, false, false, true});
+  peers.back().addressed = hello.addressed;
   ++stats.peers_joined;
   awaiting_rejoin.erase(hello.worker);
   if (role == Role::server) {

@@ -102,6 +102,13 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
         throw Error(Errc::protocol, fmt::format("request names worker {} on the connection of worker {}",
                                                 request->worker, peer.worker));
       }
+      if (role == Role::replica && peer.addressed == Addressed::server) {
+        // Not a failover: the worker was given our address as its server's. Refused to it
+        // alone; the primary goes on.
+        peer.conn.send(encode(Refused{RefusedWhy::not_the_server, request->tag, 0}));
+        ++stats.refused_requests;
+        continue;
+      }
       waiting.push_back({index, *request});
       if (role == Role::replica) tell_primary_failed_over(peer);
     } else if (const auto* decided = std::get_if<Decided>(&message);
@@ -272,6 +279,17 @@ std::size_t ShardServer::State::grant() {
     waiting.pop_front();
     Peer& peer = peers[w.peer];
     if (!peer.alive) continue;
+    if (w.request.computed_on >= sequence) {
+      // Computed on a model no sequence here has reached yet, as the sidecar refuses it.
+      try {
+        peer.conn.send(encode(Refused{RefusedWhy::version_from_future, w.request.tag, sequence - 1}));
+        ++stats.refused_requests;
+      } catch (const Error& e) {
+        lose(peer, e);
+      }
+      ++work;
+      continue;
+    }
     try {
       const std::uint32_t window_rkey = options.grant_windows ? open_window(peer, sequence) : 0;
       // The token: the worker claims its mirror's slot at the replica with it.

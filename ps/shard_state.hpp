@@ -36,9 +36,10 @@ struct Peer {
   // after the connection, so they go first.
   std::map<std::uint64_t, MemoryWindow> windows;
   std::vector<MemoryWindow> spare_windows;
-  bool said_bye = false;      // the worker (or, at a replica, the server) said it finished: a leave
-  bool told_primary = false;  // replica: the primary heard this worker failed over to us
-  bool joined_late = false;   // admitted after accept_peers (a restarted worker or aggregator)
+  bool said_bye = false;                    // the worker (or, at a replica, the server) said it finished: a leave
+  bool told_primary = false;                // replica: the primary heard this worker failed over to us
+  bool joined_late = false;                 // admitted after accept_peers (a restarted worker or aggregator)
+  Addressed addressed = Addressed::server;  // what the worker connected to us as (its Hello)
 };
 
 struct Waiting {

@@ -236,7 +236,7 @@ struct Worker::State {
   void connect_replica(const std::string& address, std::uint16_t port, Millis timeout) {
     replica.emplace(connect_with_retry(device, address, port, options.transport, timeout));
     replica_address = {address, port};
-    std::tie(replica_slots, replica_shard) = join(*replica);
+    std::tie(replica_slots, replica_shard) = join(*replica, Addressed::replica);
     if (replica_slots.length != server_slots.length) {
       throw Error(Errc::protocol, fmt::format("the replica has {} bytes of slots, the server {}: they must match",
                                               replica_slots.length, server_slots.length));
@@ -426,9 +426,7 @@ struct Worker::State {
                    "server (grant_lifetime %lld ms): not written, reported lost\n",
                    options.id, static_cast<unsigned long long>(sequence),
                    static_cast<long long>(options.grant_lifetime.count()));
-      PushResult lost;
-      lost.lost = true;
-      return lost;
+      return lost_push();
     }
     const OpId written = window_rkey == 0
                              ? server.write_and_ring(gradient_region, 0, server_slots, offset, bytes, imm)
@@ -512,9 +510,7 @@ struct Worker::State {
                      aggregator ? "not the one this worker is connected to" : "and this worker has no aggregator");
         warned_redirect = true;
       }
-      PushResult lost;
-      lost.lost = true;
-      return lost;
+      return lost_push();
     }
     PushResult result;
     try {
@@ -582,9 +578,7 @@ struct Worker::State {
                  "gradlane ps worker %u: the %s had decided sequence %llu before our claim: not written, "
                  "reported lost\n",
                  options.id, where, static_cast<unsigned long long>(sequence));
-    PushResult lost;
-    lost.lost = true;
-    return lost;
+    return lost_push();
   }
 
   // Direct mode: the next message on `target`, and when its receive queue was last seen empty
@@ -637,6 +631,7 @@ struct Worker::State {
         continue;
       }
       if (std::holds_alternative<Opened>(answer)) continue;  // a mirror claim's answer from before a failover
+      if (const auto* refused = std::get_if<Refused>(&answer)) return refused_push(target, *refused);
       const auto* grant = std::get_if<Grant>(&answer);
       if (grant == nullptr || grant->sequence == 0) {
         throw Error(Errc::protocol,
@@ -655,9 +650,33 @@ struct Worker::State {
     }
   }
 
-  static PushResult expired_push(std::uint32_t expired) {
+  static PushResult lost_push() {
     PushResult lost;
     lost.lost = true;
+    return lost;
+  }
+  // Within failover_patience of this worker's last failover.
+  bool failing_over() const { return failed_over_at && Clock::now() - *failed_over_at < options.failover_patience; }
+
+  // The server refused the request: computed on a version it has not reached. After a failover
+  // the model came from a server that got further than its promoted replica: the push did not
+  // happen, the caller pulls the new server's model. Otherwise the application's error.
+  PushResult refused_push(const Connection& target, const Refused& refused) {
+    if (refused.why == RefusedWhy::not_the_server) {
+      throw Error(Errc::invalid_argument,
+                  fmt::format("{}: refused push tag {}: this is the shard's replica, and its server lives; give "
+                              "WorkerOptions::server the server's address (the replica's goes in ::replica)",
+                              target.describe(), refused.tag));
+    }
+    if (failovers != failovers_at_pull || failing_over()) return lost_push();
+    throw Error(Errc::invalid_argument,
+                fmt::format("{}: the server refused push tag {}: computed on version {}, and it has granted only up to "
+                            "{}; push a gradient of a model pulled from this shard's server (pull() says its version)",
+                            target.describe(), refused.tag, push_computed_on, refused.version));
+  }
+
+  static PushResult expired_push(std::uint32_t expired) {
+    PushResult lost = lost_push();
     lost.expired_grants = expired;
     return lost;
   }
@@ -709,9 +728,7 @@ struct Worker::State {
         // The sidecar restarted (or stalled past its heartbeat) with this request owed: the
         // push never happened, as after a lost peer — the caller pulls and goes on.
         if (g.reason == sidecar::Reason::sidecar_restarted) {
-          PushResult lost;
-          lost.lost = true;
-          return lost;
+          return lost_push();
         }
         // The server's sidecar is unreachable, or no sidecar serves it yet: during a failover,
         // until the promoted replica's sidecar announces it (a Takeover). Lost pushes for up to
@@ -721,9 +738,7 @@ struct Worker::State {
           if (!refused_since) refused_since = now;
           if (now - *refused_since < options.failover_patience) {
             std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the new owner needs a moment
-            PushResult lost;
-            lost.lost = true;
-            return lost;
+            return lost_push();
           }
           throw Error(Errc::protocol,
                       fmt::format("the sidecar refused the push for {} ms: {} (endpoint {}); no sidecar took the "
@@ -737,12 +752,10 @@ struct Worker::State {
         // sidecar still hands out the dead server's sequence (its Takeover on the way). Either
         // way the push did not happen; the caller pulls the new server's model and goes on.
         // Without a failover (for failover_patience after one) it is the application's error.
-        const bool failing_over = failed_over_at && Clock::now() - *failed_over_at < options.failover_patience;
-        if (g.reason == sidecar::Reason::version_from_future && (failovers != failovers_at_pull || failing_over)) {
-          if (failing_over) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the takeover's moment
-          PushResult lost;
-          lost.lost = true;
-          return lost;
+        const bool moving = failing_over();
+        if (g.reason == sidecar::Reason::version_from_future && (failovers != failovers_at_pull || moving)) {
+          if (moving) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the takeover's moment
+          return lost_push();
         }
         throw Error(Errc::protocol, fmt::format("the sidecar refused the push: {}", sidecar::reason_name(g.reason)));
       }
@@ -771,7 +784,7 @@ struct Worker::State {
   }
 
   // Learns a shard's regions on `conn` and says who we are.
-  std::pair<RegionDescriptor, RegionDescriptor> join(Connection& conn) {
+  std::pair<RegionDescriptor, RegionDescriptor> join(Connection& conn, Addressed as) {
     const RegionDescriptor ring = conn.wait_region(kSlotRegionId, options.timeout);
     const RegionDescriptor shard = conn.wait_region(kShardRegionId, options.timeout);
     if (ring.length == 0 || ring.length % bytes != 0 || shard.length != kHeaderBytes + bytes) {
@@ -780,7 +793,7 @@ struct Worker::State {
                               "bytes): are worker and server configured with the same model?",
                               conn.describe(), options.floats, ring.length, shard.length));
     }
-    conn.send(encode(Hello{PeerKind::worker, options.id}));
+    conn.send(encode(Hello{PeerKind::worker, options.id, as}));
     return {ring, shard};
   }
 };
@@ -797,7 +810,7 @@ Worker::Worker(const Device& device, const WorkerOptions& options) {
   }
   state_ = std::make_unique<State>(device, options);
   State& s = *state_;
-  std::tie(s.server_slots, s.server_shard) = s.join(s.server);
+  std::tie(s.server_slots, s.server_shard) = s.join(s.server, Addressed::server);
   s.slots = static_cast<std::uint32_t>(s.server_slots.length / s.bytes);
   if (options.sidecar) {
     sidecar::AttachOptions attach = *options.sidecar;
@@ -862,9 +875,7 @@ PushResult Worker::wait_push() {
       // replica, promoted, is the server (its sidecar takes the sequence over). Lost, never
       // resent; every other failure is the caller's to see.
       if (!s.recover()) throw;
-      PushResult lost;
-      lost.lost = true;
-      return lost;
+      return State::lost_push();
     }
   }
   try {
@@ -873,9 +884,7 @@ PushResult Worker::wait_push() {
     // The update may or may not have reached the server before it failed: never resent (it
     // could be applied twice); the caller pulls and computes the next one.
     if (!s.recover()) throw;
-    PushResult lost;
-    lost.lost = true;
-    return lost;
+    return State::lost_push();
   }
 }
 
@@ -934,16 +943,12 @@ PushResult Worker::write_as(std::uint64_t sequence, std::uint64_t token) {
                    "gradlane ps worker %u: the server skipped sequence %llu before it was written: not "
                    "written, reported lost\n",
                    s.options.id, static_cast<unsigned long long>(sequence));
-      PushResult lost;
-      lost.lost = true;
-      return lost;
+      return State::lost_push();
     }
     return s.write(sequence, kNoDeadline);
   } catch (const Error&) {
     if (!s.recover()) throw;
-    PushResult lost;
-    lost.lost = true;
-    return lost;
+    return State::lost_push();
   }
 }
 

@@ -358,6 +358,9 @@ void ps_seeds(const fs::path& dir) {
     put_message(s, ps::Claim{.sequence = 2, .token = 0x93f5f5799a932462ULL});
     put_message(s, ps::AskLanded{.worker = 1});
     put_message(s, ps::Landed{.tag = 126, .sequence = 379, .computed_on = 376});
+    put_message(s, ps::Hello{ps::PeerKind::worker, 3, ps::Addressed::replica});
+    put_message(s, ps::Refused{ps::RefusedWhy::version_from_future, 9, 1});
+    put_message(s, ps::Refused{ps::RefusedWhy::not_the_server, 9, 0});
     put_message(s, ps::Landed{});
     s.put(doorbell).put(std::uint32_t{1});
     s.put(doorbell).put(std::uint32_t{2});

@@ -49,6 +49,8 @@ void received_message(std::span<const std::byte> bytes) {
             "hello from an unknown peer kind");
     require(hello->kind != ps::PeerKind::worker || hello->worker != 0, "hello from worker id 0");
     require(hello->kind != ps::PeerKind::replica || hello->worker == 0, "hello from a joining replica with an id");
+    require(hello->addressed == ps::Addressed::server || hello->addressed == ps::Addressed::replica,
+            "hello addressed to an unknown role");
   }
   if (const auto* forwarded = std::get_if<ps::Forwarded>(&*message)) {
     require(forwarded->delivered == (forwarded->sequence != 0),
@@ -75,6 +77,10 @@ void received_message(std::span<const std::byte> bytes) {
   if (const auto* landed = std::get_if<ps::Landed>(&*message)) {
     require(landed->sequence != 0 || (landed->tag == 0 && landed->computed_on == 0),
             "landed: no update (sequence 0) with a tag or a version");
+  }
+  if (const auto* refused = std::get_if<ps::Refused>(&*message)) {
+    require(refused->why == ps::RefusedWhy::version_from_future || refused->why == ps::RefusedWhy::not_the_server,
+            "refused for an unknown reason");
   }
   const auto again = ps::encode(*message);
   require(again.size() == bytes.size() && std::equal(again.begin(), again.end(), bytes.begin()),

@@ -24,6 +24,8 @@
 
 #include "../common/external_process.hpp"
 #include "../common/hosts.hpp"
+#include "link_faults.hpp"
+#include "server_thread.hpp"
 #include "ps/messages.hpp"
 #include "ps/regions.hpp"
 
@@ -34,78 +36,6 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kFloats = 64;
-
-// Drops every packet on host `host`'s link, both directions, until destroyed.
-class SilentHost {
- public:
-  explicit SilentHost(int host) : host_(host) {
-    run("tc qdisc replace dev h" + std::to_string(host_) + " root netem loss 100% && tc qdisc replace dev h" +
-        std::to_string(host_) + "-p root netem loss 100%");
-  }
-  ~SilentHost() { speak(); }
-  SilentHost(const SilentHost&) = delete;
-  SilentHost& operator=(const SilentHost&) = delete;
-  void speak() {
-    if (silent_) {
-      run("tc qdisc del dev h" + std::to_string(host_) + " root; tc qdisc del dev h" + std::to_string(host_) +
-          "-p root");
-    }
-    silent_ = false;
-  }
-
- private:
-  static void run(const std::string& command) {
-    ExternalProcess p({"/bin/sh", "-c", command});
-    const auto status = p.wait_exit(20s);
-    EXPECT_TRUE(status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << command;
-  }
-  int host_;
-  bool silent_ = true;
-};
-
-// A shard server on host 0 in a thread, serving until stop(); the peers it lost as it goes, its
-// history once stopped.
-class ServerThread {
- public:
-  ServerThread(const Host& host, std::uint16_t port, std::size_t peers)
-      : thread_([this, host, port, peers] {
-          try {
-            Device device = Device::open({.name = host.device});
-            ps::ShardOptions shard;
-            shard.floats = kFloats;
-            shard.slots = 8;
-            ps::ShardServer server(device, ps::Role::server, port, shard, std::vector<float>(kFloats, 0.0F));
-            serving = true;
-            server.accept_peers(peers, 60s);
-            while (!stop_.load()) {
-              if (server.progress() == 0) server.wait_for_input(5ms);
-              peers_lost = server.stats().peers_lost;
-            }
-            history = server.history();
-          } catch (const std::exception& e) {
-            failure = e.what();
-            serving = true;
-          }
-        }) {
-    while (!serving.load()) std::this_thread::sleep_for(1ms);
-  }
-  ~ServerThread() { stop(); }
-  ServerThread(const ServerThread&) = delete;
-  ServerThread& operator=(const ServerThread&) = delete;
-  void stop() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-  }
-
-  std::atomic<bool> serving{false};
-  std::atomic<std::uint64_t> peers_lost{0};
-  std::string failure;
-  std::vector<ps::AppliedUpdate> history;
-
- private:
-  std::atomic<bool> stop_{false};
-  std::jthread thread_;
-};
 
 ps::AggregatorOptions aggregator_of(const Host& server, std::uint16_t port) {
   ps::AggregatorOptions o;
@@ -121,7 +51,7 @@ TEST(CutOffAggregator, AMemberWhoseHostFallsSilentIsLostAndTheAggregatorFinishes
   const auto hosts = hosts_from_env();
   ASSERT_GE(hosts.size(), 3u) << "needs ci/softroce.sh --hosts 3";
   constexpr std::uint16_t kServerPort = 7940, kAggregatorPort = 7941;
-  ServerThread server(hosts[0], kServerPort, 1);  // the aggregator's forward
+  ServerThread server(hosts[0], kServerPort, 1, kFloats);  // the aggregator's forward
   std::atomic<bool> admitted{false}, finished{false};
   std::atomic<std::uint64_t> lost{0};
   std::string aggregator_failure;
@@ -168,7 +98,7 @@ TEST(CutOffAggregator, AForwardCutOffFromItsServerRejoinsTheJobAndForwardsAgain)
   const auto hosts = hosts_from_env();
   ASSERT_GE(hosts.size(), 3u) << "needs ci/softroce.sh --hosts 3";
   constexpr std::uint16_t kServerPort = 7942, kAggregatorPort = 7943;
-  ServerThread server(hosts[0], kServerPort, 2);  // the aggregator's forward and the worker
+  ServerThread server(hosts[0], kServerPort, 2, kFloats);  // the aggregator's forward and the worker
   std::atomic<bool> stop{false}, admitted{false};
   std::atomic<std::uint64_t> rejoins{0};
   std::string aggregator_failure;

@@ -118,7 +118,9 @@ class AggregatedRun : public ::testing::Test {
                                    "linger_ms=" + spec.linger_ms, out, "rejoin=1", "name=aggregator2"},
           out_ + "/aggregator2");
     }
-    expect_workers_exit(workers, spec.die_after);
+    std::map<std::uint32_t, int> exits;
+    for (const auto& [id, step] : spec.die_after) exits[id] = 9;  // ps_node's exit when it dies as told
+    expect_workers_exit(workers, exits);
     if (::testing::Test::HasFatalFailure()) return;
     if (restarted) {
       const auto status = restarted->wait_exit(120s);

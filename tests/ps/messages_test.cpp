@@ -31,7 +31,8 @@ std::vector<Message> one_of_each() {
           key,
           Opened{37, 0x55},
           AskLanded{7},
-          Landed{11, 43, 13}};
+          Landed{11, 43, 13},
+          Refused{RefusedWhy::version_from_future, 11, 43}};
 }
 
 TEST(PsMessages, EveryKindDecodesToWhatWasEncoded) {
@@ -70,6 +71,18 @@ TEST(PsMessages, AMessageCutShortOrTooLongIsAProtocolErrorNamingItsKind) {
     }
   }
   EXPECT_THROW((void)decode({}), Error);
+}
+
+TEST(PsMessages, ARefusalForAnUnknownReasonIsAProtocolError) {
+  std::vector<std::byte> bytes = encode(Refused{RefusedWhy::version_from_future, 11, 43});
+  bytes[1] = std::byte{9};
+  try {
+    (void)decode(bytes);
+    ADD_FAILURE() << "a refusal for reason 9 decoded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::protocol);
+    EXPECT_NE(std::string(e.what()).find("unknown reason (9)"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

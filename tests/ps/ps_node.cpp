@@ -138,6 +138,7 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
     shard.join_server(server.address, server.port, 60s);
   } else {
     shard.accept_peers(workers, 120s);
+    std::fprintf(stderr, "%s: every peer joined\n", name.c_str());  // tests act on it
   }
   // Until every update is decided, or every worker left (some may have died) with nothing owed.
   // die_at=K: the server kills itself (SIGKILL, as kill -9) once it has applied K updates.
@@ -210,7 +211,8 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
       << ",\"replicas_joined\":" << st.replicas_joined << ",\"joined_at\":" << st.joined_at
       << ",\"sidecars_resumed\":" << st.sidecars_resumed << ",\"claimed\":" << st.claimed
       << ",\"refused_claims\":" << st.refused_claims << ",\"refused_cancels\":" << st.refused_cancels
-      << ",\"stepped_down\":" << (st.stepped_down ? "true" : "false") << "}\n";
+      << ",\"refused_requests\":" << st.refused_requests << ",\"stepped_down\":" << (st.stepped_down ? "true" : "false")
+      << "}\n";
   std::printf(
       "%s: version %llu, applied %llu, skipped %llu, refused doorbells %llu, peers lost %llu, left %llu, "
       "replica acked %llu, updates read from the server %llu\n",

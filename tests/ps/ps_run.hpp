@@ -86,14 +86,14 @@ inline std::string fresh_test_dir() {
   return dir;
 }
 
-// Waits for workers 1..N (workers[id - 1]); those in `die_after` must die with exit code 9
-// (ps_node's die_after), the others exit 0. Fails the test otherwise.
+// Waits for workers 1..N (workers[id - 1]); those in `exit_codes` must exit with theirs (9:
+// ps_node's die_after; 1: an error), the others with 0. Fails the test otherwise.
 inline void expect_workers_exit(const std::vector<std::unique_ptr<ExternalProcess>>& workers,
-                                const std::map<std::uint32_t, std::uint64_t>& die_after) {
+                                const std::map<std::uint32_t, int>& exit_codes) {
   for (std::uint32_t id = 1; id <= workers.size(); ++id) {
     const auto status = workers[id - 1]->wait_exit(std::chrono::seconds(240));
     ASSERT_TRUE(status.has_value()) << "worker " << id << " did not finish";
-    const int expected = die_after.contains(id) ? 9 : 0;
+    const int expected = exit_codes.contains(id) ? exit_codes.at(id) : 0;
     EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == expected) << "worker " << id << " status " << *status;
   }
 }

@@ -26,6 +26,7 @@
 #include "../common/external_process.hpp"
 #include "../common/hosts.hpp"
 #include "tests/ps/ps_synthetic.hpp"
+#include "link_faults.hpp"
 #include "ps_run.hpp"
 #include "ps/kernels.hpp"
 #include "ps/messages.hpp"
@@ -52,9 +53,12 @@ struct RunSpec {
   // The server SIGKILLs itself once this many updates wait behind a sequence not yet written.
   std::uint64_t server_dies_behind_hole = 0;
   bool server_dies() const { return server_dies_at != 0 || server_dies_behind_hole != 0; }
-  // Worker 4 reaches only the replica (as a worker whose link to the server failed does): it
-  // connects to the replica as its server; the server expects the other three.
-  bool worker4_reaches_only_the_replica = false;
+  // Worker 4 is given the replica's address as its server's (and no replica); the server
+  // expects the other three.
+  bool worker4_addresses_the_replica = false;
+  // Once the server has its workers, host 2's link to host 0 is cut both ways (a link flap):
+  // workers 1 and 2 fail over to the replica while the server lives on.
+  bool host2_cut_from_server = false;
   // Membership: worker 4 dies at die_after[4] and is started again from the next step once its
   // process is gone; every worker takes pace_ms before each step so the job outlasts that.
   bool restart_worker4 = false;
@@ -156,12 +160,12 @@ class ShardRun : public ::testing::Test {
       server_args.push_back("die_behind_hole=" + std::to_string(spec.server_dies_behind_hole));
     }
     std::vector<std::string> server_command = args(server_args);
-    if (spec.worker4_reaches_only_the_replica) server_command.push_back("workers=" + std::to_string(kWorkers - 1));
+    if (spec.worker4_addresses_the_replica) server_command.push_back("workers=" + std::to_string(kWorkers - 1));
     ExternalProcess server(server_command, out_ + "/server");
     std::vector<std::unique_ptr<ExternalProcess>> workers;
     const auto worker_args = [&](std::uint32_t id) {
       const Host& host = id <= 2 ? hosts[2] : hosts[1];
-      const bool stray = id == 4 && spec.worker4_reaches_only_the_replica;
+      const bool stray = id == 4 && spec.worker4_addresses_the_replica;
       std::vector<std::string> a = {
           node,
           "role=worker",
@@ -185,6 +189,12 @@ class ShardRun : public ::testing::Test {
     };
     for (std::uint32_t id = 1; id <= kWorkers; ++id) {
       workers.push_back(std::make_unique<ExternalProcess>(worker_args(id), out_ + "/worker" + std::to_string(id)));
+    }
+    std::optional<CutBetween> cut;  // restored when the run ends
+    if (spec.host2_cut_from_server) {
+      ASSERT_TRUE(wait_for_text(out_ + "/server.err", "every peer joined", std::chrono::seconds(120)))
+          << "the workers did not join the server";
+      cut.emplace(2, hosts[0].address);
     }
     std::optional<ExternalProcess> replica2, replica3;
     if (spec.new_replica_joins) {
@@ -221,7 +231,10 @@ class ShardRun : public ::testing::Test {
       workers[3] = std::make_unique<ExternalProcess>(a, out_ + "/worker4-restarted");
       dying.erase(4);
     }
-    expect_workers_exit(workers, dying);
+    std::map<std::uint32_t, int> exits;
+    for (const auto& [id, step] : dying) exits[id] = 9;  // ps_node's exit when it dies as told
+    if (spec.worker4_addresses_the_replica) exits[4] = 1;
+    expect_workers_exit(workers, exits);
     if (::testing::Test::HasFatalFailure()) return;
     for (auto* p : {&server, &replica}) {
       const auto status = p->wait_exit(120s);
@@ -229,7 +242,7 @@ class ShardRun : public ::testing::Test {
       const bool killed = p == &server ? spec.server_dies() : spec.promoted_dies_at != 0;
       if (killed) {
         EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL) << "status " << *status;
-      } else if (p == &server && spec.worker4_reaches_only_the_replica) {
+      } else if (p == &server && spec.host2_cut_from_server) {
         EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 5)
             << "a server that stepped down exits 5: " << *status;
       } else {
@@ -270,7 +283,7 @@ class ShardRun : public ::testing::Test {
       return;
     }
     replica_model_ = read_model(out_ + "/replica.model", spec.floats);
-    if (spec.server_dies() || spec.worker4_reaches_only_the_replica) {  // the promoted replica finished it
+    if (spec.server_dies() || spec.host2_cut_from_server) {  // the promoted replica finished it
       history_ = read_lines(out_ + "/replica.jsonl");
       server_model_ = replica_model_;
     } else {
@@ -644,13 +657,41 @@ TEST_F(ShardRun, WithSidecarsADeadWorkersGrantedSequenceIsCancelledBySidecar) {
   EXPECT_TRUE(bitwise_equal(server_model_, reference()));
 }
 
-TEST_F(ShardRun, AWorkerThatReachesOnlyTheReplicaMakesTheServerStepDown) {
-  // The split a link flap made (a worker failed over while the server lived on, and both
+TEST_F(ShardRun, AWorkerGivenTheReplicasAddressAsItsServersIsRefusedAndTheServerGoesOn) {
+  // A misconfigured worker must not look like a link flap: the replica refuses its request, to
+  // it alone, and the job runs on at the server with its replica.
+  RunSpec spec;
+  spec.worker4_addresses_the_replica = true;
+  run(spec);
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_TRUE(wait_for_text(out_ + "/worker4.err", "this is the shard's replica, and its server lives",
+                            std::chrono::seconds(1)))
+      << "worker 4 was not told why";
+  const json server_stats = read_lines(out_ + "/server.stats.json").at(0);
+  EXPECT_FALSE(server_stats["stepped_down"].get<bool>());
+  const json replica_stats = read_lines(out_ + "/replica.stats.json").at(0);
+  EXPECT_EQ(replica_stats["promoted_at_ns"].get<std::int64_t>(), 0) << "the replica was promoted";
+  EXPECT_EQ(replica_stats["refused_requests"].get<std::uint64_t>(), 1u);
+  EXPECT_TRUE(bitwise_equal(server_model_, reference()));
+  EXPECT_TRUE(bitwise_equal(replica_model_, server_model_));
+  for (std::uint32_t id = 1; id < kWorkers; ++id) {
+    std::ifstream in(out_ + "/worker" + std::to_string(id) + ".json");
+    EXPECT_EQ(json::parse(in)["failovers"].get<std::uint64_t>(), 0u) << "worker " << id;
+  }
+  EXPECT_EQ(history_.size(), (kWorkers - 1) * spec_.updates) << "every push of the three others, nothing else";
+}
+
+TEST_F(ShardRun, AWorkerThatFailedOverWhileTheServerLivesMakesTheServerStepDown) {
+  // The split a link flap made (workers failed over while the server lived on, and both
   // finished with a model of their own): the replica tells the server, which stops granting,
   // finishes what it granted and goes; the replica, promoted, serves every worker to the end.
   RunSpec spec;
-  spec.worker4_reaches_only_the_replica = true;
+  spec.host2_cut_from_server = true;
+  // Workers 3 and 4 still push when 1 and 2 fail over (within the ACK timeout's retries, about
+  // a second): a server whose other workers all finished would end the job instead.
+  spec.pace_ms = 150;
   run(spec);
+  ASSERT_FALSE(HasFatalFailure());
   const json server_stats = read_lines(out_ + "/server.stats.json").at(0);
   EXPECT_TRUE(server_stats["stepped_down"].get<bool>());
   const json replica_stats = read_lines(out_ + "/replica.stats.json").at(0);
@@ -668,7 +709,8 @@ TEST_F(ShardRun, AWorkerThatReachesOnlyTheReplicaMakesTheServerStepDown) {
   for (std::uint32_t id = 1; id <= kWorkers; ++id) {
     std::ifstream in(out_ + "/worker" + std::to_string(id) + ".json");
     const json report = json::parse(in);
-    EXPECT_EQ(report["failovers"].get<std::uint64_t>(), id == 4 ? 0u : 1u) << "worker " << id;
+    // 1 and 2 when their link went, 3 and 4 when the server stepped down and left.
+    EXPECT_EQ(report["failovers"].get<std::uint64_t>(), 1u) << "worker " << id;
     reported_lost += report["lost"].get<std::uint64_t>();
     for (const json& sequence : report["acked"]) {
       const auto at = applied_by.find(sequence.get<std::uint64_t>());
@@ -676,7 +718,7 @@ TEST_F(ShardRun, AWorkerThatReachesOnlyTheReplicaMakesTheServerStepDown) {
           << "worker " << id << "'s acknowledged update " << sequence << " is not in the job's history";
     }
   }
-  EXPECT_LE(reported_lost, kWorkers - 1) << "at most the push each worker had waiting at the server";
+  EXPECT_LE(reported_lost, kWorkers) << "at most the push each worker had waiting at the server";
   EXPECT_EQ(applied_by.size() + reported_lost, kWorkers * spec_.updates) << "an update vanished unreported";
 }
 

@@ -1,4 +1,6 @@
-// Rejoining over rxe. Worker::last_landed: a restarted worker asks its server which of its
+// Joining and rejoining over rxe. A worker that does not fit the shard is told why, and so is
+// the server's operator; a push computed on a version the server never reached is refused.
+// Worker::last_landed: a restarted worker asks its server which of its
 // pushes it took last, so it resumes after it instead of pushing that step again (a worker can
 // die between writing a step and logging it; pushed again, that step would be applied twice).
 // ShardOptions::rejoin_grace: a server whose last worker was lost waits for it to come back
@@ -16,6 +18,7 @@
 #include "gradlane/gradlane.hpp"
 
 #include "../common/hosts.hpp"
+#include "server_thread.hpp"
 #include "ps/messages.hpp"
 #include "ps/regions.hpp"
 
@@ -42,29 +45,84 @@ ps::WorkerOptions worker_of(const Host& server, std::uint16_t port) {
   return options;
 }
 
+std::vector<std::uint64_t> applied_tags_of(const std::vector<ps::AppliedUpdate>& history, std::uint32_t worker) {
+  std::vector<std::uint64_t> tags;
+  for (const auto& u : history) {
+    if (!u.skipped && u.worker == worker) tags.push_back(u.tag);
+  }
+  return tags;
+}
+
+TEST(MisfitWorker, OfAnotherModelSizeIsToldWhyAndSoIsTheServersLog) {
+  const auto hosts = hosts_from_env();
+  ASSERT_GE(hosts.size(), 3u) << "needs ci/softroce.sh --hosts 3";
+  constexpr std::uint16_t kPort = 7894;
+  ::testing::internal::CaptureStderr();
+  ServerThread server(hosts[0], kPort, 1, kFloats);
+  Device device = Device::open({.name = hosts[2].device});
+  std::string worker_error;
+  ps::WorkerOptions misfit = worker_of(hosts[0], kPort);
+  misfit.floats = 2 * kFloats;
+  try {
+    ps::Worker worker(device, misfit);
+  } catch (const Error& e) {
+    worker_error = e.what();
+  }
+  // The server goes on: a worker that fits joins and pushes.
+  std::vector<std::uint64_t> sequences;
+  try {
+    ps::Worker fits(device, worker_of(hosts[0], kPort));
+    sequences.push_back(fits.push(0, 1).sequence);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "worker: " << e.what();
+  }
+  server.stop();
+  const std::string server_log = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(server.failure, "");
+  EXPECT_NE(worker_error.find("same model"), std::string::npos) << "the worker's error: " << worker_error;
+  EXPECT_NE(server_log.find("left before its hello"), std::string::npos) << server_log;
+  EXPECT_NE(server_log.find("same number of floats"), std::string::npos) << server_log;
+  EXPECT_EQ(server_log.find("was not a hello"), std::string::npos) << server_log;
+  EXPECT_EQ(sequences, (std::vector<std::uint64_t>{1}));
+}
+
+TEST(MisfitWorker, APushComputedOnAVersionTheServerNeverReachedIsRefused) {
+  const auto hosts = hosts_from_env();
+  ASSERT_GE(hosts.size(), 3u) << "needs ci/softroce.sh --hosts 3";
+  constexpr std::uint16_t kPort = 7896;
+  ServerThread server(hosts[0], kPort, 1, kFloats);
+  Device device = Device::open({.name = hosts[2].device});
+  std::string refusal;
+  std::optional<ps::PushResult> after;
+  try {
+    ps::Worker worker(device, worker_of(hosts[0], kPort));
+    (void)worker.push(0, 1);
+    try {
+      (void)worker.push(/*computed_on=*/7, 2);  // one sequence granted: version 1 at most
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::invalid_argument);
+      refusal = e.what();
+    }
+    after = worker.push(1, 3);  // the worker goes on
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "worker: " << e.what();
+  }
+  server.stop();
+  ASSERT_EQ(server.failure, "");
+  EXPECT_NE(refusal.find("computed on version 7"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("granted only up to 1"), std::string::npos) << refusal;
+  ASSERT_TRUE(after.has_value());
+  EXPECT_FALSE(after->lost || after->dropped);
+  EXPECT_EQ(after->sequence, 2u) << "the refused push took no sequence";
+  EXPECT_EQ(server.stats.refused_requests, 1u);
+  EXPECT_EQ(applied_tags_of(server.history, 1), (std::vector<std::uint64_t>{1, 3}));
+}
+
 TEST(RestartedWorker, LearnsFromTheServerWhichOfItsPushesLandedLast) {
   const auto hosts = hosts_from_env();
   ASSERT_GE(hosts.size(), 3u) << "needs ci/softroce.sh --hosts 3";
   constexpr std::uint16_t kPort = 7890;
-  const ps::ShardOptions shard = small_shard();
-  std::atomic<bool> stop{false}, serving{false};
-  std::string server_failure;
-  std::vector<ps::AppliedUpdate> history;
-  std::jthread server_thread([&] {
-    try {
-      Device device = Device::open({.name = hosts[0].device});
-      ps::ShardServer server(device, ps::Role::server, kPort, shard, std::vector<float>(kFloats, 0.0F));
-      serving = true;
-      server.accept_peers(1, 60s);
-      while (!stop.load()) {
-        if (server.progress() == 0) server.wait_for_input(5ms);
-      }
-      history = server.history();
-    } catch (const std::exception& e) {
-      server_failure = e.what();
-    }
-  });
-  while (!serving.load()) std::this_thread::sleep_for(1ms);
+  ServerThread server(hosts[0], kPort, 1, kFloats);
 
   Device device = Device::open({.name = hosts[2].device});
   const ps::WorkerOptions options = worker_of(hosts[0], kPort);
@@ -90,9 +148,8 @@ TEST(RestartedWorker, LearnsFromTheServerWhichOfItsPushesLandedLast) {
   } catch (const std::exception& e) {
     ADD_FAILURE() << "worker: " << e.what();
   }
-  stop = true;
-  server_thread.join();
-  ASSERT_EQ(server_failure, "");
+  server.stop();
+  ASSERT_EQ(server.failure, "");
   ASSERT_EQ(sequences.size(), 5u);
 
   EXPECT_FALSE(before_any_push.has_value()) << "a worker that pushed nothing was told step " << before_any_push->tag;
@@ -104,11 +161,7 @@ TEST(RestartedWorker, LearnsFromTheServerWhichOfItsPushesLandedLast) {
   }
   EXPECT_FALSE(other_worker.has_value()) << "worker 2 was told of another worker's push";
   // The server applied each push once, worker 1's tags in order.
-  std::vector<std::uint64_t> applied_tags;
-  for (const auto& u : history) {
-    if (!u.skipped && u.worker == 1) applied_tags.push_back(u.tag);
-  }
-  EXPECT_EQ(applied_tags, (std::vector<std::uint64_t>{10, 11, 12, 13, 14}));
+  EXPECT_EQ(applied_tags_of(server.history, 1), (std::vector<std::uint64_t>{10, 11, 12, 13, 14}));
 }
 
 TEST(ServerRejoinGrace, AJobWhoseOnlyWorkerWasLostWaitsForItToComeBack) {
@@ -175,11 +228,7 @@ TEST(ServerRejoinGrace, AJobWhoseOnlyWorkerWasLostWaitsForItToComeBack) {
   EXPECT_FALSE(finished_while_gone) << "the server finished within its rejoin grace";
   EXPECT_TRUE(finished) << "the server did not finish once the worker that came back said Bye";
   EXPECT_EQ(joined, 1u);
-  std::vector<std::uint64_t> applied_tags;
-  for (const auto& u : history) {
-    if (!u.skipped && u.worker == 1) applied_tags.push_back(u.tag);
-  }
-  EXPECT_EQ(applied_tags, (std::vector<std::uint64_t>{0, 1, 2}));
+  EXPECT_EQ(applied_tags_of(history, 1), (std::vector<std::uint64_t>{0, 1, 2}));
 }
 
 }  // namespace

@@ -84,6 +84,10 @@ struct ServerStats {
   std::uint64_t skipped = 0;            // holes skipped in order
   std::uint64_t refused_doorbells = 0;  // doorbells for a sequence not granted to that peer, or done
   std::uint64_t refused_cancels = 0;    // sidecar cancels for a sequence already here or done
+  std::uint64_t refused_requests = 0;   // direct mode: requests computed on a version ahead of
+                                        // every sequence granted here, or, at a replica whose
+                                        // primary lives, from a worker that addressed it as its
+                                        // server (the worker's push fails)
   std::uint64_t claimed = 0;            // sidecar mode, grant windows: slots opened to the worker
                                         // that showed its grant's token
   std::uint64_t refused_claims = 0;     // sidecar mode, grant windows: claims with a token that is

@@ -137,6 +137,10 @@ class Worker {
   // wait_push() returns. One push in flight per worker.
   void start_push(std::uint64_t computed_on, std::uint64_t tag = 0);
   // Waits for the grant, writes (replica first, then server), waits for both completions.
+  // Throws Error(invalid_argument) when the server refuses the request: `computed_on` is ahead
+  // of every version it granted (unless this worker failed over within failover_patience: then
+  // lost), or the server is this shard's replica and its primary lives (WorkerOptions::server
+  // names the replica).
   PushResult wait_push();
   PushResult push(std::uint64_t computed_on, std::uint64_t tag = 0) {
     start_push(computed_on, tag);
