@@ -119,9 +119,10 @@ void Daemon::accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now)
     // taking its own sequence on from where it says (its receiver is held until then).
     const auto& standby = config_.standby;
     const auto held = held_.find(endpoint);
-    const bool survivor = held != held_.end() && held->second.server.pid == shm::claim_pid(claim) &&
+    const bool survivor = held != held_.end() && !held->second.contested &&
+                          held->second.server.pid == shm::claim_pid(claim) &&
                           held->second.server.start_time == s.owner_start_time && held->second.server.job == job &&
-                          held->second.served == slot / config_.max_apps;
+                          held->second.segment == slot / config_.max_apps;
     const bool standing_by = std::any_of(standby.begin(), standby.end(), [&](const DaemonConfig::Standby& named) {
       return named.endpoint == endpoint && named.job == job;
     });

@@ -83,7 +83,7 @@ Daemon::Daemon(DaemonConfig config, std::unique_ptr<sched::Policy> policy)
   const std::size_t bytes = shm::segment_bytes(config_.max_apps);
   // Before create() replaces a dead daemon's segment: its servers that outlived it. The
   // segment is the one gradlaned made for our user, or it is ignored.
-  hold_survivors(surviving_servers(config_.shm_name, own_uid), 0);
+  std::vector<SurvivorsIn> survivors{{std::nullopt, surviving_servers(config_.shm_name, own_uid)}};
   policy_->check_servers_with([this](sched::EndpointId receiver) { return server_alive(sched::to_int(receiver)); });
   shm::Segment shared = shm::Segment::create(config_.shm_name, bytes);
   std::vector<Served> jobs;
@@ -91,13 +91,18 @@ Daemon::Daemon(DaemonConfig config, std::unique_ptr<sched::Policy> policy)
   for (const auto& j : config_.job_segments) {
     const std::string label = shm::job_segment_name(config_.shm_name, j.job);
     // Before its successor exists: the servers that outlived a dead daemon's segment of the job.
-    hold_survivors(surviving_servers_in_job_segment(label, own_uid), static_cast<std::uint32_t>(1 + jobs.size()));
+    survivors.push_back({j.job, surviving_servers_in_job_segment(label, own_uid)});
     jobs.push_back(publish(shm::Segment::create_sealed(label, bytes), j.job, generation, now));
     door_jobs[j.job] = JobDoor::Job{j.uid, jobs.back().segment.reopen()};
   }
   if (!door_jobs.empty()) door_.emplace(config_.shm_name, std::move(door_jobs));
   served_.push_back(publish(std::move(shared), std::nullopt, generation, now));
   for (Served& j : jobs) served_.push_back(std::move(j));
+  // In served_'s order: the shared segment, then each job's.
+  hold_survivors(endpoints_to_hold(survivors, [this](std::uint32_t endpoint) {
+    return serves(endpoint) || std::any_of(config_.standby.begin(), config_.standby.end(),
+                                           [&](const DaemonConfig::Standby& s) { return s.endpoint == endpoint; });
+  }));
   apps_.resize(std::size_t{config_.max_apps} * served_.size());
   next_heartbeat_ = now + config_.heartbeat_every;
   next_sweep_ = now + config_.liveness_every;
@@ -105,11 +110,9 @@ Daemon::Daemon(DaemonConfig config, std::unique_ptr<sched::Policy> policy)
   routes_.reserve(1024);
 }
 
-void Daemon::hold_survivors(const std::vector<Survivor>& survivors, std::uint32_t served) {
-  for (const Survivor& survivor : survivors) {
-    policy_->hold_receiver(sched::EndpointId{survivor.endpoint});
-    held_[survivor.endpoint] = Held{survivor, served};
-  }
+void Daemon::hold_survivors(std::map<std::uint32_t, HeldEndpoint> held) {
+  for (const auto& [endpoint, survivor] : held) policy_->hold_receiver(sched::EndpointId{endpoint});
+  held_ = std::move(held);
 }
 
 Daemon::Served Daemon::publish(shm::Segment segment, std::optional<std::uint32_t> job, std::uint64_t generation,

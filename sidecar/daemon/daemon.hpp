@@ -141,8 +141,8 @@ class Daemon {
     std::uint32_t seen_attach_epoch = 0;
   };
   // Holds the receivers of servers that outlived a dead daemon (survivors.hpp) until each takes
-  // its sequence over through served_[served].
-  void hold_survivors(const std::vector<Survivor>& survivors, std::uint32_t served);
+  // its sequence over through the segment it was found in.
+  void hold_survivors(std::map<std::uint32_t, HeldEndpoint> held);
   // Lays the header and the app slots out in a new segment and marks it running.
   Served publish(shm::Segment segment, std::optional<std::uint32_t> job, std::uint64_t generation, sched::Instant now);
   const Served& served_for(std::uint32_t slot) const noexcept { return served_[slot / config_.max_apps]; }
@@ -154,13 +154,10 @@ class Daemon {
   // Hands jobs' own segments to their users (none without --job-user).
   std::optional<JobDoor> door_;
   // Receivers whose server outlived the daemon before us (survivors.hpp), by endpoint: held
-  // until that server attaches again, through the same segment, taking its sequence over; no
-  // other takeover of an own endpoint is allowed.
-  struct Held {
-    Survivor server;
-    std::uint32_t served = 0;  // the segment it was found in (index into served_)
-  };
-  std::map<std::uint32_t, Held> held_;
+  // until that server attaches again, through the same segment (index into served_), taking
+  // its sequence over; no other takeover of an own endpoint is allowed, nor any of a contested
+  // one.
+  std::map<std::uint32_t, HeldEndpoint> held_;
   // Receivers whose server app is attached here, by endpoint: the app that declared its slots
   // or took the sequence over. Only that app reports what its receiver applied and gets its
   // cancels; while it is attached, no app of another job attaches as that receiver's server.

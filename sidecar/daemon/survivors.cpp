@@ -45,6 +45,24 @@ std::vector<Survivor> servers_in(const shm::Segment& segment, std::uint32_t owne
 
 }  // namespace
 
+std::map<std::uint32_t, HeldEndpoint> endpoints_to_hold(const std::vector<SurvivorsIn>& segments,
+                                                        const std::function<bool(std::uint32_t)>& serves) {
+  std::map<std::uint32_t, HeldEndpoint> held;
+  const auto has_own_segment = [&](std::uint32_t job) {
+    return std::any_of(segments.begin(), segments.end(), [&](const SurvivorsIn& s) { return s.job == job; });
+  };
+  for (std::uint32_t segment = 0; segment < segments.size(); ++segment) {
+    const SurvivorsIn& in = segments[segment];
+    for (const Survivor& survivor : in.survivors) {
+      const bool vouched = in.job ? survivor.job == *in.job : !has_own_segment(survivor.job);
+      if (!vouched || !serves(survivor.endpoint)) continue;
+      const auto [it, first] = held.try_emplace(survivor.endpoint, HeldEndpoint{survivor, segment, false});
+      if (!first && it->second.segment != segment) it->second.contested = true;
+    }
+  }
+  return held;
+}
+
 std::vector<Survivor> surviving_servers(const std::string& name, std::uint32_t owner_uid) {
   try {
     if (const auto segment = shm::Segment::open(name)) return servers_in(*segment, owner_uid);

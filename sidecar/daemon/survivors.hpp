@@ -12,6 +12,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,5 +42,26 @@ std::vector<Survivor> surviving_servers(const std::string& name, std::uint32_t o
 // belongs to `owner_uid` (the daemon's user, who made it: a memfd an app made under the same
 // label is ignored) and is sealed against resizing.
 std::vector<Survivor> surviving_servers_in_job_segment(const std::string& label, std::uint32_t owner_uid);
+
+// The survivors read from one segment of the dead daemon: the shared one (job: none) or a
+// job's own.
+struct SurvivorsIn {
+  std::optional<std::uint32_t> job;
+  std::vector<Survivor> survivors;
+};
+// An endpoint to hold, for the survivor that may take it over, found in segments[segment].
+// Contested: two segments named a server for it, so nobody may (a forged record is not told
+// from the true one); its server stops at the takeover's refusal and a standby takes over.
+struct HeldEndpoint {
+  Survivor server;
+  std::uint32_t segment = 0;
+  bool contested = false;
+};
+// Which endpoints the new daemon holds. A record is written by the apps of its segment, so one
+// counts only as far as that segment vouches for it: a job's own segment for that job's
+// servers alone, the shared one for the jobs without a segment of their own; and only for an
+// endpoint this daemon serves.
+std::map<std::uint32_t, HeldEndpoint> endpoints_to_hold(const std::vector<SurvivorsIn>& segments,
+                                                        const std::function<bool(std::uint32_t)>& serves);
 
 }  // namespace gradlane::sidecar
