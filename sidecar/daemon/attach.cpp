@@ -108,8 +108,8 @@ void Daemon::accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now)
     reject(slot, claim, Reason::bad_attach);
     return;
   }
-  if (const auto server = receiver_servers_.find(endpoint);
-      as_server && server != receiver_servers_.end() && server->second.job != job) {
+  if (const auto owning = endpoint_owners_.find(endpoint);
+      as_server && owning != endpoint_owners_.end() && owning->second != job) {
     reject(slot, claim, Reason::receiver_of_another_job);  // before it narrows that job's window
     return;
   }
@@ -160,6 +160,7 @@ void Daemon::accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now)
   // may attach before its dead predecessor is swept).
   if (as_server) {
     receiver_servers_[endpoint] = ReceiverServer{job, slot};
+    endpoint_owners_[endpoint] = job;
     if (keyed) {
       grant_keys_[endpoint] = key;
     } else {
@@ -185,7 +186,7 @@ void Daemon::reject(std::uint32_t slot, std::uint64_t claim, Reason reason) {
 void Daemon::evict(AppSession& app, Reason reason, sched::Instant now) {
   shm::AppSlot& s = slot_ref(app.slot);
   const std::uint32_t pid = app.pid;
-  forget(app, now);
+  forget(app, now, /*detached=*/false);
   // The slot stays held (evicted) until its owner detaches or dies: it may still be writing.
   s.reason.store(static_cast<std::uint32_t>(reason), std::memory_order_relaxed);
   s.claim.store(shm::claim_word(SlotState::evicted, pid), std::memory_order_release);
@@ -195,7 +196,7 @@ void Daemon::evict(AppSession& app, Reason reason, sched::Instant now) {
 
 void Daemon::release_detached(std::uint32_t slot, sched::Instant now) {
   take_last_completions(*apps_[slot], now);
-  forget(*apps_[slot], now);
+  forget(*apps_[slot], now, /*detached=*/true);
   free_slot(slot);
   ++stats_.detached;
 }
@@ -225,7 +226,7 @@ bool Daemon::has_own_segment(std::uint32_t job) const {
 
 void Daemon::reclaim(std::uint32_t slot, sched::Instant now) {
   stats_.reclaimed_entries += queued_entries(slot_ref(slot));
-  forget(*apps_[slot], now);
+  forget(*apps_[slot], now, /*detached=*/false);
   free_slot(slot);
   ++stats_.reclaimed;
 }
@@ -248,7 +249,7 @@ void Daemon::take_last_completions(AppSession& app, sched::Instant now) {
   app.outbox.clear();  // answers to a departed app (incl. errors from complete() above)
 }
 
-void Daemon::forget(AppSession& app, sched::Instant now) {
+void Daemon::forget(AppSession& app, sched::Instant now, bool detached) {
   // Granted transfers that will never be completed give their credit back as failed. (Parts the
   // policy has not decided yet come back later as orphaned outcomes: see route().)
   for (auto& [app_request, owed] : app.owed) {
@@ -266,7 +267,10 @@ void Daemon::forget(AppSession& app, sched::Instant now) {
   if (const auto server = receiver_servers_.find(app.limits.endpoint);
       server != receiver_servers_.end() && server->second.slot == slot) {
     receiver_servers_.erase(server);
-    policy_->serve_job(sched::EndpointId{app.limits.endpoint}, std::nullopt);
+    if (detached) {  // otherwise its job keeps the receiver, and the scheduler its requests
+      endpoint_owners_.erase(app.limits.endpoint);
+      policy_->serve_job(sched::EndpointId{app.limits.endpoint}, std::nullopt);
+    }
   }
   active_.erase(std::find(active_.begin(), active_.end(), slot));
   apps_[slot].reset();  // `app` dangles from here on

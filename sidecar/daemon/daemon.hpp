@@ -105,7 +105,8 @@ class Daemon {
   bool serves(std::uint32_t endpoint) const;
   bool server_alive(std::uint32_t endpoint) const;  // the app serving it here, checked now
   bool has_own_segment(std::uint32_t job) const;
-  void forget(AppSession& app, sched::Instant now);
+  // An app gone; `detached`: it said so (a server's job then no longer owns its endpoint).
+  void forget(AppSession& app, sched::Instant now, bool detached);
   void take_last_completions(AppSession& app, sched::Instant now);
   void free_slot(std::uint32_t slot);
   void sweep(sched::Instant now);
@@ -166,6 +167,11 @@ class Daemon {
     std::uint32_t slot = 0;  // the app's slot index
   };
   std::map<std::uint32_t, ReceiverServer> receiver_servers_;
+  // The job whose server app last attached as each receiver's, kept while that server is gone
+  // without detaching (dead, evicted: it or its replica comes back), released by a clean
+  // detach: meanwhile no app of another job attaches as its server (to narrow its window,
+  // replace its grant key or take its sequence) and requests of other jobs are refused.
+  std::map<std::uint32_t, std::uint32_t> endpoint_owners_;
   AppSession* receiver_server(std::uint32_t endpoint, std::uint32_t job);
   // The key of each receiver's grant tokens (AttachOptions::grant_key), set when its server app
   // attaches (and dropped if it attaches without one). Kept when that app is gone: the tokens

@@ -267,6 +267,15 @@ int run_child(int argc, char** argv) {
       client.detach();
       return 0;
     }
+    if (role == "app-serves") {
+      // Attach as the server of endpoint 9 (2 slots) of job 1, say so, and wait to be killed.
+      AttachOptions o = test_attach(shm, 1);
+      o.endpoint = 9;
+      o.slots = 2;
+      Client client = Client::attach(o);
+      tell_ready();
+      park();
+    }
     if (role == "app-takes-over") {
       // Attach as the server of endpoint 9 (4 slots) of job --job (1 if not given) taking its
       // sequence over at version 6: 0 if accepted, 21 if refused with bad_takeover.

@@ -78,6 +78,30 @@ TEST(ReceiverServer, AnotherJobCanNeitherBecomeItsServerNorFreeItsSlotsNorNarrow
   EXPECT_EQ(attach_outcome(on_receiver(name, 2, 2)), "attached");
 }
 
+// A server that died (or is restarting) leaves its job's receiver: until it or its replica is
+// back, no app of another job may serve it (narrow its window, replace its grant key, take its
+// sequence) nor ask it for slots. A clean detach gives it up (the test above).
+TEST(ReceiverServer, WhileItsServerIsGoneWithoutDetachingTheReceiverStaysItsJobs) {
+  const std::string name = unique_shm_name();
+  DaemonDriver driver(test_config(name), std::make_unique<sched::SchedulerPolicy>(no_replica()));
+  Child server("app-serves", {"--shm=" + name});
+  ASSERT_TRUE(server.ready(5s));
+  Client stranger = Client::attach(test_attach(name, 2));
+  server.kill_now();
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (driver.stats().reclaimed == 0) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the daemon never found its server dead";
+    std::this_thread::sleep_for(1ms);
+  }
+  const std::string refusal = attach_outcome(on_receiver(name, 2, 1));
+  EXPECT_NE(refusal.find("receiver_of_another_job"), std::string::npos) << "job 2 served job 1's receiver: " << refusal;
+  stranger.request(small_update());
+  const Grant refused = stranger.wait(2s);
+  EXPECT_EQ(refused.kind, GrantKind::error);
+  EXPECT_EQ(refused.reason, Reason::receiver_of_another_job);
+  EXPECT_EQ(attach_outcome(on_receiver(name, 1, 2)), "attached") << "its own job's server, restarted";
+}
+
 // A standby host takes a server's sequence over only for the job named with --standby: an
 // app of another job that attaches with take_over_at (no server attached here to refuse it
 // for) is refused, and the job's own replica takes it over.
