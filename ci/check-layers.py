@@ -12,6 +12,8 @@ import os
 import re
 import sys
 
+# The parameter server's roles that have public headers.
+PS_ROLES = ("ps/worker", "ps/server", "ps/aggregator")
 # folder -> folders it may include (besides itself).
 ALLOWED = {
     "common": set(),
@@ -25,13 +27,23 @@ ALLOWED = {
     "sidecar/peer": {"common", "device", "memory", "transport", "sidecar/core", "sidecar/client"},
     "sidecar/daemon": {"common", "device", "memory", "transport", "sidecar/core", "sidecar/shm", "sidecar/client",
                        "sidecar/peer"},
-    "ps": {"common", "device", "memory", "transport", "sidecar/core", "sidecar/client"},
+    # The parameter server, a folder per role: what every role speaks, what every receiver of
+    # updates runs, then the roles; the aggregator forwards through a worker.
+    "ps/protocol": {"common", "device", "memory", "transport"},
+    "ps/receiving": {"common"},
+    "ps/worker": {"common", "device", "memory", "transport", "sidecar/core", "sidecar/client", "ps/protocol"},
+    "ps/server": {"common", "device", "memory", "transport", "sidecar/core", "sidecar/client", "ps/protocol",
+                  "ps/receiving"},
+    "ps/aggregator": {"common", "device", "memory", "transport", "sidecar/core", "sidecar/client", "ps/protocol",
+                      "ps/receiving", "ps/worker"},
+    # gradlane/ps.hpp: the parameter server's public headers, all roles.
+    "ps": {"common", "device", "memory", "transport", "sidecar/client", "ps/worker", "ps/server", "ps/aggregator"},
     # The umbrella header: every public header, for programs.
-    "api": {"common", "device", "memory", "transport", "sidecar/client", "ps"},
+    "api": {"common", "device", "memory", "transport", "sidecar/client", "ps", *PS_ROLES},
     # Users' view: tools, examples and the trainer see only the public API (the trainer also train/).
-    "perf/tools": {"common", "device", "memory", "transport", "sidecar/client", "ps", "api"},
-    "examples": {"common", "device", "memory", "transport", "sidecar/client", "ps", "api"},
-    "trainer": {"common", "device", "memory", "transport", "sidecar/client", "ps", "api", "train"},
+    "perf/tools": {"common", "device", "memory", "transport", "sidecar/client", "ps", *PS_ROLES, "api"},
+    "examples": {"common", "device", "memory", "transport", "sidecar/client", "ps", *PS_ROLES, "api"},
+    "trainer": {"common", "device", "memory", "transport", "sidecar/client", "ps", *PS_ROLES, "api", "train"},
 }
 # The folder that implements each public header: including it depends on that folder.
 PUBLIC_HOME = {
@@ -45,10 +57,10 @@ PUBLIC_HOME = {
     "include/gradlane/connection.hpp": "transport",
     "include/gradlane/sidecar.hpp": "sidecar/client",
     "include/gradlane/ps.hpp": "ps",
-    "include/gradlane/ps/aggregator.hpp": "ps",
-    "include/gradlane/ps/server.hpp": "ps",
-    "include/gradlane/ps/sharded.hpp": "ps",
-    "include/gradlane/ps/worker.hpp": "ps",
+    "include/gradlane/ps/aggregator.hpp": "ps/aggregator",
+    "include/gradlane/ps/server.hpp": "ps/server",
+    "include/gradlane/ps/sharded.hpp": "ps/worker",
+    "include/gradlane/ps/worker.hpp": "ps/worker",
     "include/gradlane/gradlane.hpp": "api",
 }
 # Folders that users' code lives in: they may include public headers only.

@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "ps/kernels.hpp"
+#include "ps/receiving/kernels.hpp"
 
 namespace {
 

@@ -61,6 +61,10 @@ class CheckLayers(unittest.TestCase):
         self.fails_with('transport/wire.cpp', 'gradlane/sidecar.hpp',
                         'include cycle between top-level folders: sidecar -> transport -> sidecar')
 
+    def test_a_worker_that_includes_the_servers_internals_fails(self):
+        self.fails_with('ps/worker/worker.cpp', 'ps/server/shard_state.hpp',
+                        'ps/worker may not include ps/server/shard_state.hpp (ps/server)')
+
     def test_an_example_that_includes_internals_fails(self):
         self.fails_with('examples/push_update.cpp', 'transport/wire.hpp',
                         'examples sees only the public API, not transport/wire.hpp')

@@ -24,7 +24,7 @@
 #include "gradlane/memory.hpp"
 #include "sidecar/peer/messages.hpp"
 #include "sidecar/shm/layout.hpp"
-#include "ps/messages.hpp"
+#include "ps/protocol/messages.hpp"
 #include "transport/wire.hpp"
 
 namespace {

@@ -1,5 +1,5 @@
 // Fuzz target: what a parameter-server receiver takes from its peers, the peers hostile — the
-// control messages (ps/messages.cpp) and the WRITE_WITH_IMM doorbells, whose 32-bit
+// control messages (ps/protocol/messages.cpp) and the WRITE_WITH_IMM doorbells, whose 32-bit
 // immediate is widened to a sequence and admitted by the real ApplyOrder (apply_order.cpp), as
 // ShardServer::take_from does. The input is a receiver's configuration and then a stream of
 // arrivals:
@@ -30,8 +30,8 @@
 
 #include "fuzz_util.hpp"
 #include "gradlane/error.hpp"
-#include "ps/apply_order.hpp"
-#include "ps/messages.hpp"
+#include "ps/receiving/apply_order.hpp"
+#include "ps/protocol/messages.hpp"
 
 namespace gradlane::fuzz {
 namespace {

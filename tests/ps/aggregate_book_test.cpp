@@ -1,6 +1,6 @@
 // AggregateBook: the sidecar-mode aggregator's pairing of redirected members with aggregate
-// grants (ps/aggregate_book.hpp). Exact expectations over hand-made sequences.
-#include "ps/aggregate_book.hpp"
+// grants (ps/aggregator/aggregate_book.hpp). Exact expectations over hand-made sequences.
+#include "ps/aggregator/aggregate_book.hpp"
 
 #include <gtest/gtest.h>
 

@@ -26,8 +26,8 @@
 #include "../common/hosts.hpp"
 #include "link_faults.hpp"
 #include "server_thread.hpp"
-#include "ps/messages.hpp"
-#include "ps/regions.hpp"
+#include "ps/protocol/messages.hpp"
+#include "ps/protocol/regions.hpp"
 
 namespace gradlane::testing {
 namespace {

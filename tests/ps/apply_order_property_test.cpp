@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "ps/apply_order.hpp"
+#include "ps/receiving/apply_order.hpp"
 
 namespace gradlane::ps {
 namespace {

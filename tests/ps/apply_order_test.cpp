@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "gradlane/error.hpp"
-#include "ps/apply_order.hpp"
+#include "ps/receiving/apply_order.hpp"
 
 namespace gradlane::ps {
 namespace {

@@ -14,8 +14,8 @@
 #include "gradlane/gradlane.hpp"
 
 #include "../common/hosts.hpp"
-#include "ps/messages.hpp"
-#include "ps/regions.hpp"
+#include "ps/protocol/messages.hpp"
+#include "ps/protocol/regions.hpp"
 
 namespace gradlane::testing {
 namespace {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "gradlane/error.hpp"
-#include "ps/kernels.hpp"
+#include "ps/receiving/kernels.hpp"
 
 namespace gradlane::ps {
 namespace {

@@ -35,7 +35,7 @@
 
 #include "../common/hosts.hpp"
 #include "tests/ps/ps_synthetic.hpp"
-#include "ps/kernels.hpp"
+#include "ps/receiving/kernels.hpp"
 
 namespace gradlane::testing {
 namespace {

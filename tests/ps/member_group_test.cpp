@@ -7,8 +7,8 @@
 #include <random>
 
 #include "gradlane/error.hpp"
-#include "ps/kernels.hpp"
-#include "ps/member_group.hpp"
+#include "ps/receiving/kernels.hpp"
+#include "ps/aggregator/member_group.hpp"
 
 namespace gradlane::ps {
 namespace {

@@ -1,7 +1,7 @@
-// The parameter server's control messages on the wire (ps/messages.hpp), through the shared
+// The parameter server's control messages on the wire (ps/protocol/messages.hpp), through the shared
 // little-endian codec: every kind decodes to what was encoded; a message cut short, or longer
 // than its fields, is Error(protocol) naming the kind, never a read past the bytes received.
-#include "ps/messages.hpp"
+#include "ps/protocol/messages.hpp"
 
 #include <gtest/gtest.h>
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "gradlane/error.hpp"
-#include "ps/model_version.hpp"
+#include "ps/protocol/model_version.hpp"
 
 namespace gradlane::ps {
 namespace {

@@ -2,7 +2,7 @@
 // worker's sequence; silence past the hole timeout, or the worker's death, gives them back.
 #include <gtest/gtest.h>
 
-#include "ps/outstanding_grants.hpp"
+#include "ps/receiving/outstanding_grants.hpp"
 
 namespace gradlane::ps {
 namespace {

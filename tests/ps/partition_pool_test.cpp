@@ -1,12 +1,12 @@
-// The sidecar-mode aggregator's ring partitions (ps/partition_pool.hpp) and the book's
+// The sidecar-mode aggregator's ring partitions (ps/aggregator/partition_pool.hpp) and the book's
 // answer to "is any of this worker's member slots still held" (AggregateBook::holds_any).
 #include <gtest/gtest.h>
 
 #include <optional>
 
 #include "gradlane/error.hpp"
-#include "ps/aggregate_book.hpp"
-#include "ps/partition_pool.hpp"
+#include "ps/aggregator/aggregate_book.hpp"
+#include "ps/aggregator/partition_pool.hpp"
 
 namespace gradlane::ps {
 namespace {

@@ -28,9 +28,9 @@
 #include "tests/ps/ps_synthetic.hpp"
 #include "link_faults.hpp"
 #include "ps_run.hpp"
-#include "ps/kernels.hpp"
-#include "ps/messages.hpp"
-#include "ps/regions.hpp"
+#include "ps/receiving/kernels.hpp"
+#include "ps/protocol/messages.hpp"
+#include "ps/protocol/regions.hpp"
 
 namespace gradlane::testing {
 namespace {

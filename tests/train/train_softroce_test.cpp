@@ -25,7 +25,7 @@
 #include "trainer/snapshots.hpp"
 #include "train/dataset.hpp"
 #include "train/model.hpp"
-#include "ps/kernels.hpp"
+#include "ps/receiving/kernels.hpp"
 
 namespace gradlane::testing {
 namespace {

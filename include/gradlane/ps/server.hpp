@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gradlane/connection.hpp"  // Millis
 #include "gradlane/device.hpp"
 #include "gradlane/options.hpp"
 #include "gradlane/sidecar.hpp"

@@ -10,10 +10,10 @@
 #include <cstdio>
 #include <memory>
 
-#include "ps/aggregator_state.hpp"
-#include "ps/join.hpp"
-#include "ps/kernels.hpp"
-#include "ps/slot_wait.hpp"
+#include "ps/aggregator/aggregator_state.hpp"
+#include "ps/protocol/join.hpp"
+#include "ps/receiving/kernels.hpp"
+#include "ps/protocol/slot_wait.hpp"
 
 namespace gradlane::ps {
 namespace {

@@ -12,15 +12,15 @@
 #include <optional>
 #include <vector>
 
-#include "gradlane/ps.hpp"
-#include "ps/aggregate_book.hpp"
-#include "ps/apply_order.hpp"
-#include "ps/join.hpp"
-#include "ps/member_group.hpp"
-#include "ps/messages.hpp"
-#include "ps/outstanding_grants.hpp"
-#include "ps/partition_pool.hpp"
-#include "ps/regions.hpp"
+#include "gradlane/ps/aggregator.hpp"
+#include "ps/aggregator/aggregate_book.hpp"
+#include "ps/receiving/apply_order.hpp"
+#include "ps/protocol/join.hpp"
+#include "ps/aggregator/member_group.hpp"
+#include "ps/protocol/messages.hpp"
+#include "ps/receiving/outstanding_grants.hpp"
+#include "ps/aggregator/partition_pool.hpp"
+#include "ps/protocol/regions.hpp"
 
 namespace gradlane::ps {
 

@@ -1,4 +1,4 @@
-#include "ps/messages.hpp"
+#include "ps/protocol/messages.hpp"
 
 #include <fmt/format.h>
 

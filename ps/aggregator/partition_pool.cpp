@@ -1,4 +1,4 @@
-#include "ps/partition_pool.hpp"
+#include "ps/aggregator/partition_pool.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "ps/aggregate_book.hpp"
+#include "ps/aggregator/aggregate_book.hpp"
 
 #include <algorithm>
 #include <tuple>

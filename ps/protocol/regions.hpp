@@ -21,7 +21,7 @@
 
 #include "gradlane/connection.hpp"
 #include "gradlane/memory.hpp"
-#include "ps/model_version.hpp"
+#include "ps/protocol/model_version.hpp"
 
 namespace gradlane::ps {
 

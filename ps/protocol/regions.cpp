@@ -1,4 +1,4 @@
-#include "ps/regions.hpp"
+#include "ps/protocol/regions.hpp"
 
 #include <fmt/format.h>
 

@@ -1,7 +1,7 @@
 // ShardedWorker: a model's tensors over S shard servers (include/gradlane/ps.hpp).
 #include <fmt/format.h>
 
-#include "gradlane/ps.hpp"
+#include "gradlane/ps/sharded.hpp"
 
 namespace gradlane::ps {
 

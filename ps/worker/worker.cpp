@@ -13,11 +13,11 @@
 #include <thread>
 #include <utility>
 
-#include "gradlane/ps.hpp"
+#include "gradlane/ps/worker.hpp"
 #include "common/back_off.hpp"
-#include "ps/messages.hpp"
-#include "ps/regions.hpp"
-#include "ps/slot_wait.hpp"
+#include "ps/protocol/messages.hpp"
+#include "ps/protocol/regions.hpp"
+#include "ps/protocol/slot_wait.hpp"
 
 namespace gradlane::ps {
 namespace {

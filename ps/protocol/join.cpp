@@ -1,4 +1,4 @@
-#include "ps/join.hpp"
+#include "ps/protocol/join.hpp"
 
 #include <fmt/format.h>
 

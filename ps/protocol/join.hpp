@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "gradlane/connection.hpp"
-#include "ps/messages.hpp"
+#include "ps/protocol/messages.hpp"
 
 namespace gradlane::ps {
 

@@ -12,13 +12,13 @@
 #include <string_view>
 #include <vector>
 
-#include "gradlane/ps.hpp"
-#include "ps/apply_order.hpp"
-#include "ps/join.hpp"
-#include "ps/messages.hpp"
-#include "ps/model_version.hpp"
-#include "ps/outstanding_grants.hpp"
-#include "ps/regions.hpp"
+#include "gradlane/ps/server.hpp"
+#include "ps/receiving/apply_order.hpp"
+#include "ps/protocol/join.hpp"
+#include "ps/protocol/messages.hpp"
+#include "ps/protocol/model_version.hpp"
+#include "ps/receiving/outstanding_grants.hpp"
+#include "ps/protocol/regions.hpp"
 
 namespace gradlane::ps {
 namespace shard {

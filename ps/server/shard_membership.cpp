@@ -7,8 +7,8 @@
 #include <chrono>
 #include <cstdio>
 
-#include "ps/join.hpp"
-#include "ps/shard_state.hpp"
+#include "ps/protocol/join.hpp"
+#include "ps/server/shard_state.hpp"
 
 namespace gradlane::ps {
 using shard::Clock;

@@ -16,15 +16,15 @@
 #include <map>
 #include <memory>
 
-#include "gradlane/ps.hpp"
-#include "ps/apply_order.hpp"
-#include "ps/join.hpp"
-#include "ps/kernels.hpp"
-#include "ps/messages.hpp"
-#include "ps/model_version.hpp"
-#include "ps/outstanding_grants.hpp"
-#include "ps/regions.hpp"
-#include "ps/shard_state.hpp"
+#include "gradlane/ps/server.hpp"
+#include "ps/receiving/apply_order.hpp"
+#include "ps/protocol/join.hpp"
+#include "ps/receiving/kernels.hpp"
+#include "ps/protocol/messages.hpp"
+#include "ps/protocol/model_version.hpp"
+#include "ps/receiving/outstanding_grants.hpp"
+#include "ps/protocol/regions.hpp"
+#include "ps/server/shard_state.hpp"
 
 namespace gradlane::ps {
 using shard::Clock;

@@ -1,4 +1,4 @@
-#include "ps/model_version.hpp"
+#include "ps/protocol/model_version.hpp"
 
 #include <exception>
 

@@ -1,4 +1,4 @@
-#include "ps/apply_order.hpp"
+#include "ps/receiving/apply_order.hpp"
 
 #include <numeric>
 #include <string>

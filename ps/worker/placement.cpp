@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "gradlane/ps.hpp"
+#include "gradlane/ps/sharded.hpp"
 
 namespace gradlane::ps {
 

@@ -16,10 +16,10 @@
 #include <memory>
 #include <thread>
 
-#include "gradlane/ps.hpp"
-#include "ps/aggregator_state.hpp"
-#include "ps/join.hpp"
-#include "ps/kernels.hpp"
+#include "gradlane/ps/aggregator.hpp"
+#include "ps/aggregator/aggregator_state.hpp"
+#include "ps/protocol/join.hpp"
+#include "ps/receiving/kernels.hpp"
 
 namespace gradlane::ps {
 namespace {

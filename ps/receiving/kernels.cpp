@@ -1,4 +1,4 @@
-#include "ps/kernels.hpp"
+#include "ps/receiving/kernels.hpp"
 
 #include <Eigen/Core>
 #include <algorithm>

@@ -1,4 +1,4 @@
-#include "ps/member_group.hpp"
+#include "ps/aggregator/member_group.hpp"
 
 #include <algorithm>
 #include <string>
