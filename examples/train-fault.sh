@@ -2,7 +2,7 @@
 # One fault, injected into a running training job (examples/train-job.sh FAULT=...), then a
 # watchdog: every role must end within HANG_S of the fault, else it is recorded as hung and
 # killed, so the run always ends. Runs inside the Soft-RoCE harness, next to the roles.
-#   sh examples/train-fault.sh OUT_DIR KIND:TARGET:DELAY_MS
+#   sh examples/train-fault.sh OUT_DIR KIND:TARGET:AT
 # KIND:TARGET   kill:ROLE     SIGKILL the role (server, replica, workerI, aggregator)
 #               stop:ROLE     SIGSTOP it for STOP_S seconds (6: longer than the 3 s hole
 #                             timeout and the ~2 s silent-peer timeout), then SIGCONT
@@ -17,13 +17,17 @@
 #               link:HOST     host HOST's link (bridge port hHOST-p) down for LINK_S s (4), then up
 #               netem:HOST    NETEM (loss 10% delay 20ms) on host HOST's link, both
 #                             directions, for NETEM_S s (5)
-# DELAY_MS: after training started (the server's snapshots.bin appears: every worker is connected).
+# AT: vK once the server has applied version K (an event: on a loaded machine a delay lands at
+# another point of the job; up to AT_WITHIN_S (120) s, then the fault goes in anyway, and
+# fault.json says so), or DELAY_MS after training started (the server's snapshots.bin
+# appears: every worker is connected).
 # Writes OUT_DIR/fault.json: what was done when (epoch seconds), the model version then, and
 # which roles were still running HANG_S after the fault.
 set -u
 OUT=${1:?usage: train-fault.sh OUT_DIR KIND:TARGET:DELAY_MS}
-FAULT=${2:?usage: train-fault.sh OUT_DIR KIND:TARGET:DELAY_MS}
-KIND=${FAULT%%:*}; REST=${FAULT#*:}; TARGET=${REST%%:*}; DELAY_MS=${REST#*:}
+FAULT=${2:?usage: train-fault.sh OUT_DIR KIND:TARGET:AT}
+KIND=${FAULT%%:*}; REST=${FAULT#*:}; TARGET=${REST%%:*}; AT=${REST#*:}
+AT_WITHIN_S=${AT_WITHIN_S:-120}
 STOP_S=${STOP_S:-6}; RESTART_S=${RESTART_S:-1}; LINK_S=${LINK_S:-4}; NETEM_S=${NETEM_S:-5}; HANG_S=${HANG_S:-120}
 NETEM=${NETEM:-loss 10% delay 20ms}
 now() { date +%s.%N; }
@@ -33,7 +37,18 @@ last_version() { v=$(tail -n 1 "$OUT/$1.versions.csv" 2>/dev/null); echo "${v%%,
 i=0
 while [ ! -s "$OUT/snapshots.bin" ] && [ $i -lt 6000 ]; do sleep 0.05; i=$((i + 1)); done
 started=$(now)
-sleep "$((DELAY_MS / 1000)).$(printf %03d $((DELAY_MS % 1000)))"
+at_version=null delay_ms=null trigger=reached
+case $AT in
+  v*)
+    at_version=${AT#v}
+    read -r up _ < /proc/uptime; give_up=$(( ${up%.*} + AT_WITHIN_S ))
+    while v=$(last_version server); [ "${v:-0}" -lt "$at_version" ]; do
+      read -r up _ < /proc/uptime
+      if [ "${up%.*}" -ge "$give_up" ]; then trigger=timeout; break; fi
+      sleep 0.02
+    done ;;
+  *) delay_ms=$AT; sleep "$((AT / 1000)).$(printf %03d $((AT % 1000)))" ;;
+esac
 
 alive() { [ -f "$OUT/$1.pid" ] && [ ! -f "$OUT/$1.exit" ]; }
 # start_role NAME CMD_FILE EXTRA...: the command in CMD_FILE (an argument a line) and EXTRA, in
@@ -142,6 +157,6 @@ for f in "$OUT"/*.pid; do
     kill -CONT "$(cat "$f")" 2>/dev/null; kill -KILL "$(cat "$f")" 2>/dev/null
   fi
 done
-printf '{"fault":"%s","kind":"%s","target":"%s","delay_ms":%s,"started":%s,"injected":%s,"injected_uptime":%s,"ended":%s,"version_at_injection":%s,"target_alive":%s,"hang_s":%s,"hung":[%s]}\n' \
-  "$FAULT" "$KIND" "$TARGET" "$DELAY_MS" "$started" "$injected" "$uptime" "${ended:-null}" "$version" \
+printf '{"fault":"%s","kind":"%s","target":"%s","delay_ms":%s,"at_version":%s,"trigger":"%s","started":%s,"injected":%s,"injected_uptime":%s,"ended":%s,"version_at_injection":%s,"target_alive":%s,"hang_s":%s,"hung":[%s]}\n' \
+  "$FAULT" "$KIND" "$TARGET" "$delay_ms" "$at_version" "$trigger" "$started" "$injected" "$uptime" "${ended:-null}" "$version" \
   "$([ $target_alive = 1 ] && echo true || echo false)" "$HANG_S" "$(echo "$hung" | sed 's/,$//')" > "$OUT/fault.json"

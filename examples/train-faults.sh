@@ -2,7 +2,7 @@
 # Fault injection during training over Soft-RoCE: for each fault, a fresh
 # set of emulated hosts runs a short direct-mode training job (examples/train-job.sh: server,
 # replica, WORKERS workers; aggregate mode for the aggregator's faults), one fault is injected
-# at a seeded time after training started (examples/train-fault.sh), and the run is checked
+# at a seeded version of the server (examples/train-fault.sh), and the run is checked
 # (examples/train_faults.py): finished or a clear error within 5 s, nothing hung, server and
 # replica bitwise equal at equal versions, no acknowledged update lost.
 #   bash examples/train-faults.sh [BUILD_DIR] [SEED=1] [FAULTS="kill:server kill:replica ..."]
@@ -48,17 +48,17 @@ show_tails() {
     [[ -f $f ]] && { echo "    -- ${f##*/}"; tail -n 12 "$f" | cut -c1-300 | sed 's/^/       /'; }
   done
 }
-# run_fault NAME FAULT DELAY_MS MODE STEPS FIRST_FAILURE: one fault on fresh emulated hosts; its
+# run_fault NAME FAULT AT MODE STEPS FIRST_FAILURE: one fault on fresh emulated hosts; its
 # raw run to RUNS/NAME with row.json (train_faults.py's verdict), the row in $row.
 run_fault() {
-  local name=$1 fault=$2 delay_ms=$3 mode=$4 steps=$5 first=$6 work rc=0
+  local name=$1 fault=$2 at=$3 mode=$4 steps=$5 first=$6 work rc=0
   work=$(mktemp -d /tmp/gradlane-faults.XXXXXX)
-  echo "== $name: $fault at +$delay_ms ms, $mode, $WORKERS workers x $steps steps, seed $SEED${first:+ (run again)}"
+  echo "== $name: $fault at version ${at#v}, $mode, $WORKERS workers x $steps steps, seed $SEED${first:+ (run again)}"
   # softlockup_panic: a guest kernel that locks up ends its VM at once, saying so.
   SOFTROCE_OUT=$work SOFTROCE_TIMEOUT=${SOFTROCE_TIMEOUT:-600} SOFTROCE_APPEND="softlockup_panic=1 ${SOFTROCE_APPEND:-}" \
     nice -n 15 bash "$ROOT/ci/softroce.sh" --hosts 3 -- \
     sh "$HERE/train-job.sh" "$BUILD" MODE="$mode" WORKERS="$WORKERS" STEPS="$steps" SEED="$SEED" \
-    GRANT_WINDOWS="$GRANT_WINDOWS" FAULT="$fault:$delay_ms" > "$work/job.out" 2>&1 || rc=$?
+    GRANT_WINDOWS="$GRANT_WINDOWS" FAULT="$fault:$at" > "$work/job.out" 2>&1 || rc=$?
   local run=$work/train-$mode dest=$RUNS/$name
   rm -rf "$dest"; mkdir -p "$dest"
   cp "$work/job.out" "$dest/"
@@ -72,27 +72,32 @@ rc, spec, mode, first = sys.argv[1:]
 r.update(job_exit=int(rc), spec=spec, mode=mode)
 if first:
     r.update(earlier_runs=first, outcome=r["outcome"] + " (run again; before: " + first + ")")
-print(json.dumps(r))' "$rc" "$fault:$delay_ms" "$mode" "$first")
+print(json.dumps(r))' "$rc" "$fault:$at" "$mode" "$first")
   echo "$row" > "$dest/row.json"
   python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("   ", "survived" if r["survived"] else "FAILED", "|", r["outcome"], "| lost", r["lost"], "| equal", r["equal"], "| hung", r["hung"], "|", "; ".join(r.get("problems", [])))' "$row"
   python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1])["survived"] else 1)' "$row" || show_tails "$dest"
 }
-RANDOM=$SEED  # the injection times: the same for the same SEED and FAULTS
+RANDOM=$SEED  # the injection points: the same for the same SEED and FAULTS
 n=0
 for spec in $FAULTS; do
   n=$((n + 1))
-  delay_ms=$((1000 + RANDOM % 3000))
   fault=${spec%@*}  # FAULT@MODE runs that fault in another mode (kill:server@gradlane)
   mode=fifo
   [[ $fault == *:aggregator ]] && mode=aggregate
   [[ $fault == *:gradlaned-* ]] && mode=gradlane
   [[ $spec == *@* ]] && mode=${spec#*@}
+  # At a version of the server, not a time: the same point of the job however loaded the
+  # machine. Mid-job, where the 1-4 s of earlier lists landed (v80-v440 of 450 pushes); in
+  # aggregate mode a version holds WORKERS pushes.
+  at=$((80 + RANDOM % 120))
+  [[ $mode == aggregate ]] && at=$((at / WORKERS))
+  at=v$at
   # A restarted worker loads the dataset again (~3 s in the emulator) before it connects: the
   # job must outlast that, or the others finish first and there is nothing left to rejoin.
   steps=$STEPS
   [[ $fault == restart:* || $fault == replace:* ]] && steps=$((2 * STEPS))
   name=$(printf '%02d-%s' "$n" "${spec//[:@]/-}")
-  run_fault "$name" "$fault" "$delay_ms" "$mode" "$steps" ""
+  run_fault "$name" "$fault" "$at" "$mode" "$steps" ""
   # A run whose VM failed under it (the harness timed out, the guest kernel locked up: no
   # record from the injector, whose watchdog ends any role that hangs) says nothing of
   # gradlane: it runs again, up to twice, its row naming the earlier runs' failures (kept in
@@ -103,7 +108,7 @@ for spec in $FAULTS; do
     [[ -n $harness ]] || break
     failures="${failures:+$failures; }$harness"
     mkdir -p "$RUNS/first-runs"; rm -rf "$RUNS/first-runs/$name.$again"; mv "$RUNS/$name" "$RUNS/first-runs/$name.$again"
-    run_fault "$name" "$fault" "$delay_ms" "$mode" "$steps" "$failures"
+    run_fault "$name" "$fault" "$at" "$mode" "$steps" "$failures"
   done
 done
 python3 "$HERE/train_faults_table.py" "$OUT" "$RUNS" "bash examples/train-faults.sh SEED=$SEED WORKERS=$WORKERS STEPS=$STEPS FAULTS=\"$FAULTS\""

@@ -26,8 +26,8 @@
 #   (which train.sh shapes), SERVER_RATE (the server's ingress as train.sh shaped it, e.g. 4mbit:
 #   gradlaned is told it, as it would be told a NIC's line rate; the straggler is learned).
 #   Results: $GRADLANE_OUT_DIR/train-$MODE.
-#   FAULT=KIND:TARGET:DELAY_MS (examples/train-fault.sh, which examples/train-faults.sh drives):
-#   one fault injected DELAY_MS after training starts. Every role records its pid
+#   FAULT=KIND:TARGET:AT (examples/train-fault.sh, which examples/train-faults.sh drives):
+#   one fault injected once the server reaches version K (AT=vK), or AT ms after training starts. Every role records its pid
 #   (NAME.pid), its command (NAME.cmd) and its exit status and time (NAME.exit: "STATUS EPOCH_SECONDS").
 set -u
 BUILD=${1:?usage: train-demo.sh BUILD_DIR [NAME=VALUE ...]}

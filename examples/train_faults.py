@@ -110,7 +110,8 @@ def check(run):
     kind, target = fault['kind'], fault['target']
     injected = float(fault['injected'])
     row.update(fault=kind, target=target if kind in ('kill', 'stop', 'restart', 'replace') else f'host {target}',
-               injected_at=f"{injected - float(fault['started']):.2f} s (v{fault['version_at_injection']})",
+               injected_at=f"{injected - float(fault['started']):.2f} s (v{fault['version_at_injection']})"
+               + (f", v{fault['at_version']} not reached in time" if fault.get('trigger') == 'timeout' else ''),
                target_alive=fault['target_alive'])
     problems = []
     if not fault['target_alive']:
