@@ -8,7 +8,6 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <string>
 #include <thread>
 #include <utility>
@@ -18,6 +17,7 @@
 #include "ps/protocol/messages.hpp"
 #include "ps/protocol/regions.hpp"
 #include "ps/protocol/slot_wait.hpp"
+#include "ps/worker/aggregator_link.hpp"
 
 namespace gradlane::ps {
 namespace {
@@ -52,7 +52,8 @@ struct Worker::State {
         // [header copy 1][floats][header copy 2]: the three READs of a pull land side by side.
         model_buffer(Buffer::allocate(kHeaderBytes + bytes + kHeaderBytes)),
         model_region(MemoryRegion::register_buffer(dev, model_buffer, Access::local_write)),
-        server(connect_with_retry(dev, o.server.address, o.server.port, o.transport, connect_bound(o))) {}
+        server(connect_with_retry(dev, o.server.address, o.server.port, o.transport, connect_bound(o))),
+        aggregator(dev, o, bytes, o.sidecar.has_value()) {}
   ~State() { say_goodbye(); }  // before the connections close
   State(const State&) = delete;
   State& operator=(const State&) = delete;
@@ -70,21 +71,20 @@ struct Worker::State {
   RegionDescriptor replica_slots, replica_shard;
   // Direct mode with an aggregator: requests, grants and the one write go there (no mirror:
   // the aggregator's forward is mirrored); pulls stay with the server.
-  std::optional<Connection> aggregator;
-  RegionDescriptor aggregator_slots;
+  AggregatorLink aggregator;
   std::uint64_t failovers = 0;
   std::uint64_t failovers_at_pull = 0;              // `failovers` when the last pull read its version
   std::optional<Clock::time_point> failed_over_at;  // the last failover
   std::uint64_t bytes_copied = 0;                   // Worker::bytes_copied()
 
-  Connection& push_target() { return aggregator ? *aggregator : server; }
+  Connection& push_target() { return aggregator.up() ? aggregator.connection() : server; }
 
   // After an error: if the server's connection failed and the replica's is alive, the replica
   // (which promotes itself when it loses the server) is the server from now on; if only the
   // replica failed, go on without mirroring. Returns false when nothing can take over.
   bool recover() {
-    if (aggregator && aggregator->failed()) {
-      drop_aggregator(aggregator->failure()->what());
+    if (aggregator.up() && aggregator.connection().failed()) {
+      aggregator.drop(aggregator.connection().failure()->what());
       return true;
     }
     if (server.failed() && replica && !replica->failed()) {
@@ -106,63 +106,6 @@ struct Worker::State {
     }
     return false;
   }
-  // Pushes an aggregator took and has not yet said what became of (PushResult::pending), and
-  // the outcomes it said, not yet taken by the app.
-  struct PendingMember {
-    std::uint64_t member = 0;
-    std::uint64_t tag = 0;
-  };
-  std::deque<PendingMember> pending_members;
-  std::vector<MemberOutcome> member_outcomes;
-  bool said_bye_to_aggregator = false;  // settle(): pushes no more
-
-  void drop_aggregator(const std::string& why) {
-    std::fprintf(stderr,
-                 "gradlane ps worker %u: aggregator lost (%s); %zu update(s) it held reported not delivered; "
-                 "%s\n",
-                 options.id, why.c_str(), pending_members.size(),
-                 sidecar ? "updates redirected to it are reported lost" : "pushing to the server directly");
-    for (const PendingMember& p : pending_members) member_outcomes.push_back({p.tag, p.member, 0, false});
-    pending_members.clear();
-    aggregator.reset();
-  }
-
-  void take_forwarded(const Forwarded& f) {
-    const auto it = std::find_if(pending_members.begin(), pending_members.end(),
-                                 [&](const PendingMember& p) { return p.member == f.member; });
-    if (it == pending_members.end()) {
-      // Not ours (a stray or a rogue report, or one for a write this process never made):
-      // nothing pending changes.
-      std::fprintf(stderr,
-                   "gradlane ps worker %u: the aggregator reported member %llu, which is not pending here: "
-                   "ignored\n",
-                   options.id, static_cast<unsigned long long>(f.member));
-      return;
-    }
-    member_outcomes.push_back({it->tag, it->member, f.sequence, f.delivered});
-    pending_members.erase(it);
-  }
-
-  // Reads what the aggregator said, without waiting; never while a direct-mode push waits for
-  // its grant there (wait_direct() reads those). A malformed message costs the aggregator its
-  // connection, as a dead one does.
-  void take_aggregator_messages() {
-    if (!aggregator) return;
-    try {
-      while (auto said = aggregator->try_receive()) {
-        const Message message = decode(*said);
-        const auto* forwarded = std::get_if<Forwarded>(&message);
-        if (forwarded == nullptr) {
-          throw Error(Errc::protocol, fmt::format("{}: unexpected message (kind {}) from the aggregator",
-                                                  aggregator->describe(), message.index() + 1));
-        }
-        take_forwarded(*forwarded);
-      }
-    } catch (const Error& e) {
-      drop_aggregator(e.what());
-    }
-  }
-
   // Sidecar mode: the server sends a worker nothing but where a restarted aggregator listens
   // (ListeningAt); read at each push, without waiting. A failure here is left for the push to
   // meet (its write fails over), as it would be unread otherwise.
@@ -189,7 +132,7 @@ struct Worker::State {
   // fail over to it if the server dies.
   bool announce_mirroring = false;
   void take_listening_at(const ListeningAt& at) {
-    if (at.kind == PeerKind::aggregator) return take_aggregator_at(at);
+    if (at.kind == PeerKind::aggregator) return aggregator.heard_of(at);
     // The server adopts a joining replica only when it has none: one announced elsewhere than
     // ours means ours is not the server's any more (it failed; we may not have seen it yet).
     if (replica && !replica->failed() && replica_address == std::pair{at.address, at.port}) return;
@@ -225,8 +168,8 @@ struct Worker::State {
   std::uint32_t replica_attempts = 0;
   Clock::time_point next_replica_attempt{};
   std::pair<std::string, std::uint16_t> replica_address;  // where `replica` is connected
-  // How long a worker tries to reach a replica or aggregator the server announced, and how
-  // often and how far apart it tries a replica.
+  // How long a worker tries to reach a replica the server announced, and how often and how far
+  // apart.
   static constexpr Millis kReachAnnouncedWithin{5000};
   static constexpr std::uint32_t kReachAttempts = 3;
   static constexpr Millis kReachAgainAfter{5000};
@@ -243,56 +186,9 @@ struct Worker::State {
     }
   }
 
-  // An aggregator said where it listens (the server passes it on): one that was restarted. A
-  // worker told to push through an aggregator, that lost its own, pushes through it again.
-  // It becomes the push target from the next push on: the push in flight asked the server.
-  void take_aggregator_at(const ListeningAt& at) {
-    if (!options.aggregator || rejoined_aggregator) return;
-    // Only ours (another aggregator of the job, restarted, is not this worker's to use).
-    if (at.port != options.aggregator->port || at.address != options.aggregator->address) return;
-    if (aggregator) {
-      // Ours restarted, but we have not seen the old one's disconnect yet (a sidecar-mode
-      // worker reads its aggregator only to write to it): kept until we have, and the old
-      // connection probed, so a dead peer fails it within the ACK timeout.
-      aggregator_announced = at;
-      try {
-        if (aggregator->outstanding() == 0) aggregator->probe();
-      } catch (const Error& e) {
-        drop_aggregator(e.what());
-      }
-      if (aggregator) return;
-    }
-    aggregator_announced.reset();
-    try {
-      rejoined_aggregator.emplace(connect_aggregator(at.address, at.port, kReachAnnouncedWithin));
-      std::fprintf(stderr, "gradlane ps worker %u: pushing through the aggregator again from the next push, %s\n",
-                   options.id, rejoined_aggregator->describe().c_str());
-    } catch (const Error& e) {
-      std::fprintf(stderr,
-                   "gradlane ps worker %u: the aggregator at %s:%u is out of reach, pushing to the server: %s\n",
-                   options.id, at.address.c_str(), at.port, e.what());
-    }
-  }
-  std::optional<Connection> rejoined_aggregator;
-  std::optional<ListeningAt> aggregator_announced;  // see take_aggregator_at
   // This worker is a sidecar-mode aggregator's forward (write_as): its sequences are a
   // sidecar's, as a sidecar-mode worker's are, though it has no sidecar client of its own.
   bool sidecar_forward = false;
-
-  // Connects to an aggregator, learns its ring (aggregator_slots), says who we are.
-  Connection connect_aggregator(const std::string& address, std::uint16_t port, Millis timeout) {
-    Connection conn = connect_with_retry(device, address, port, options.transport, timeout);
-    const RegionDescriptor ring = conn.wait_region(kSlotRegionId, timeout);
-    if (ring.length == 0 || ring.length % bytes != 0) {
-      throw Error(Errc::protocol, fmt::format("{}: the aggregator's ring ({} bytes) is not whole slots of {} bytes: "
-                                              "are worker and aggregator configured with the same shard?",
-                                              conn.describe(), ring.length, bytes));
-    }
-    conn.send(encode(Hello{PeerKind::worker, options.id}));
-    aggregator_slots = ring;
-    said_bye_to_aggregator = false;
-    return conn;
-  }
 
   std::uint32_t slots = 0;
   bool push_in_flight = false;
@@ -320,7 +216,7 @@ struct Worker::State {
                                   .priority = 0,
                                   .job_remaining = job_remaining,
                                   // No aggregator (none given, or lost): a redirect could only fail.
-                                  .direct_only = !aggregator});
+                                  .direct_only = !aggregator.up()});
     } else {
       push_target().send(encode(Request{options.id, push_tag, push_computed_on}));
     }
@@ -370,11 +266,10 @@ struct Worker::State {
   // slot with it (claim_mirror), whose answer opens it.
   PushResult write(std::uint64_t sequence, Clock::time_point deadline, std::uint32_t window_rkey = 0,
                    std::uint64_t token = 0, bool mirror_claimed = false) {
-    if (aggregator && !sidecar) {  // a member slot of the aggregator's ring
-      PushResult member =
-          write_member(sequence % (aggregator_slots.length / bytes), static_cast<std::uint32_t>(sequence));
+    if (aggregator.up() && !sidecar) {  // a member slot of the aggregator's ring
+      PushResult member = write_member(aggregator.slot_of(sequence), static_cast<std::uint32_t>(sequence));
       member.sequence = sequence;  // the aggregator's member sequence
-      pending_members.push_back({sequence, push_tag});
+      aggregator.took(sequence, push_tag);
       return member;
     }
     const auto imm = static_cast<std::uint32_t>(sequence);  // low 32 bits: ApplyOrder::widen
@@ -480,8 +375,8 @@ struct Worker::State {
   PushResult write_member(std::uint64_t slot, std::uint32_t imm) {
     const auto start = Clock::now();
     if (bytes <= options.transport.max_inline) bytes_copied += bytes;
-    aggregator->wait(aggregator->write_and_ring(gradient_region, 0, aggregator_slots, slot * bytes, bytes, imm),
-                     options.timeout);
+    Connection& conn = aggregator.connection();
+    conn.wait(conn.write_and_ring(gradient_region, 0, aggregator.ring(), slot * bytes, bytes, imm), options.timeout);
     PushResult result;
     result.wire_time = Clock::now() - start;
     result.pending = true;
@@ -499,7 +394,7 @@ struct Worker::State {
                               bytes, g.part_count));
     }
     const bool redirect = g.kind == sidecar::GrantKind::redirect;
-    if (redirect && (!aggregator || g.target != options.aggregator_endpoint)) {
+    if (redirect && (!aggregator.up() || g.target != options.aggregator_endpoint)) {
       // Nowhere to write it: the sidecar hears it failed (the aggregate goes on without it).
       sidecar->complete(g.request, g.part_index, std::chrono::nanoseconds{0}, /*failed=*/true);
       if (!warned_redirect) {
@@ -507,7 +402,7 @@ struct Worker::State {
                      "gradlane ps worker %u: the sidecar redirected an update to aggregator endpoint %u, %s; "
                      "reported lost\n",
                      options.id, g.target,
-                     aggregator ? "not the one this worker is connected to" : "and this worker has no aggregator");
+                     aggregator.up() ? "not the one this worker is connected to" : "and this worker has no aggregator");
         warned_redirect = true;
       }
       return lost_push();
@@ -523,7 +418,7 @@ struct Worker::State {
       // A member's slot at the aggregator is its aggregate id modulo the worker's slots there;
       // the doorbell carries the id's low 32 bits, the same modulo there.
       const auto id32 = static_cast<std::uint32_t>(g.sequence);
-      result = redirect ? write_member(id32 % (aggregator_slots.length / bytes), id32)
+      result = redirect ? write_member(aggregator.slot_of(id32), id32)
                : claims ? write_claimed(g.sequence, deadline, g.token, mirror_claimed)
                         : write(g.sequence, deadline);
     } catch (const Error&) {
@@ -532,7 +427,7 @@ struct Worker::State {
     }
     if (redirect) {
       result.aggregate = g.sequence;
-      pending_members.push_back({g.sequence, push_tag});
+      aggregator.took(g.sequence, push_tag);
     }
     // Not written (stalled past the grant before the server's write): failed, so the sidecar
     // cancels the sequence and the server skips it now if it has not yet.
@@ -622,8 +517,8 @@ struct Worker::State {
     for (std::uint32_t expired = 0;;) {
       Connection& target = push_target();
       const auto [answer, arrived_after] = receive_noting_arrival(target);
-      if (const auto* forwarded = std::get_if<Forwarded>(&answer); forwarded != nullptr && aggregator) {
-        take_forwarded(*forwarded);  // an earlier member's outcome, ahead of this grant
+      if (const auto* forwarded = std::get_if<Forwarded>(&answer); forwarded != nullptr && aggregator.up()) {
+        aggregator.take_forwarded(*forwarded);  // an earlier member's outcome, ahead of this grant
         continue;
       }
       if (const auto* at = std::get_if<ListeningAt>(&answer); at != nullptr && &target == &server) {
@@ -770,9 +665,9 @@ struct Worker::State {
   // loss. Bounded: a peer that does not acknowledge within a second is left to its timeouts.
   void say_goodbye() noexcept {
     if (push_in_flight) return;  // a push started and never waited for: not finished
-    Connection* told_aggregator = aggregator && !said_bye_to_aggregator ? &*aggregator : nullptr;
-    Connection* rejoined = rejoined_aggregator ? &*rejoined_aggregator : nullptr;  // found again, never pushed to
-    for (Connection* conn : {&server, replica ? &*replica : nullptr, told_aggregator, rejoined}) {
+    std::vector<Connection*> told{&server, replica ? &*replica : nullptr};
+    for (Connection* conn : aggregator.to_tell_bye()) told.push_back(conn);
+    for (Connection* conn : told) {
       if (conn == nullptr || conn->failed()) continue;
       try {
         conn->send(encode(Bye{options.id}));
@@ -819,8 +714,7 @@ Worker::Worker(const Device& device, const WorkerOptions& options) {
   }
   if (options.replica) s.connect_replica(options.replica->address, options.replica->port, connect_bound(options));
   if (options.aggregator) {
-    s.aggregator.emplace(
-        s.connect_aggregator(options.aggregator->address, options.aggregator->port, connect_bound(options)));
+    s.aggregator.connect(connect_bound(options));
   }
 }
 
@@ -841,14 +735,10 @@ void Worker::start_push(std::uint64_t computed_on, std::uint64_t tag) {
   if (s.push_in_flight) throw Error(Errc::invalid_argument, "start_push: the previous push is still in flight");
   s.push_tag = tag;
   s.push_computed_on = computed_on;
-  s.take_aggregator_messages();  // no push waits for a grant there now (and a failed one is dropped)
+  s.aggregator.take_messages();  // no push waits for a grant there now (and a failed one is dropped)
   s.take_server_notices();
   s.reach_announced_replica();
-  if (!s.aggregator && s.aggregator_announced) s.take_aggregator_at(*s.aggregator_announced);
-  if (s.rejoined_aggregator && !s.aggregator) {  // a restarted aggregator found again: push through it
-    s.aggregator = std::move(s.rejoined_aggregator);
-    s.rejoined_aggregator.reset();
-  }
+  s.aggregator.before_push();
   try {
     s.send_request();
   } catch (const Error&) {
@@ -954,7 +844,7 @@ PushResult Worker::write_as(std::uint64_t sequence, std::uint64_t token) {
 
 std::optional<LandedPush> Worker::last_landed() {
   State& s = *state_;
-  if (s.sidecar || s.aggregator) {
+  if (s.sidecar || s.aggregator.up()) {
     throw Error(Errc::invalid_argument,
                 fmt::format("worker {}: last_landed() needs direct mode pushing to the server (in "
                             "sidecar mode or through an aggregator the server learns no tags)",
@@ -1007,41 +897,16 @@ void Worker::announce_aggregator(const std::string& address, std::uint16_t port)
 
 std::vector<MemberOutcome> Worker::take_member_outcomes() {
   State& s = *state_;
-  if (!s.push_in_flight) s.take_aggregator_messages();
-  return std::exchange(s.member_outcomes, {});
+  if (!s.push_in_flight) s.aggregator.take_messages();
+  return s.aggregator.take_outcomes();
 }
 
-std::size_t Worker::members_pending() const { return state_->pending_members.size(); }
+std::size_t Worker::members_pending() const { return state_->aggregator.pending(); }
 
 bool Worker::settle(Millis timeout) {
   State& s = *state_;
   if (s.push_in_flight) throw Error(Errc::invalid_argument, "settle: a push is in flight (wait_push() first)");
-  const auto start = Clock::now();
-  auto last_probe = start;
-  if (s.aggregator && !s.said_bye_to_aggregator) {
-    try {
-      s.aggregator->send(encode(Bye{s.options.id}));
-      s.said_bye_to_aggregator = true;
-    } catch (const Error& e) {
-      s.drop_aggregator(e.what());
-    }
-  }
-  for (;;) {
-    s.take_aggregator_messages();
-    if (s.pending_members.empty()) return true;
-    const auto now = Clock::now();
-    if (now - start > timeout) return false;
-    // An aggregator gone without a disconnect reaching us: a probe a second finds it.
-    if (now - last_probe >= std::chrono::seconds(1) && s.aggregator->outstanding() == 0) {
-      last_probe = now;
-      try {
-        s.aggregator->probe();
-      } catch (const Error& e) {
-        s.drop_aggregator(e.what());
-      }
-    }
-    detail::back_off(now - start);
-  }
+  return s.aggregator.settle(timeout);
 }
 void Worker::set_job_remaining(std::uint64_t bytes) { state_->job_remaining = bytes; }
 std::uint64_t Worker::bytes_copied() const { return state_->bytes_copied; }
