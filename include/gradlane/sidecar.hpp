@@ -152,7 +152,9 @@ enum class Reason : std::uint8_t {
   unknown_request = 17,       // error: complete() for a request/part that was never granted
   too_many_outstanding = 18,  // error: the app has too many unanswered/uncompleted requests, or bytes
   bad_receiver = 19,          // error: the receiver is the app's own endpoint
-  version_from_future = 20,   // error: computed_on is ahead of the server (re-pull the model)
+  // error (or, answered by the receiver's sidecar on another host, drop): computed_on is ahead
+  // of the server's sequence (re-pull the model; after a failover the push did not happen)
+  version_from_future = 20,
   // error: the receiver's sequence is owned by a peer sidecar whose link failed; this sidecar
   // does not schedule it in its place (two owners would hand out the same sequence number).
   receiver_unreachable = 21,

@@ -596,6 +596,21 @@ struct Worker::State {
     }
   }
 
+  // The model was pulled from a server that died since, which had applied updates its replica
+  // had not yet when it was promoted (up to the replica bound): the version is ahead of the new
+  // server's. Or it was pulled from the promoted replica while the sidecar still hands out the
+  // dead server's sequence (its Takeover on the way). Either way the push did not happen; the
+  // caller pulls the new server's model and goes on. Without a failover (for
+  // failover_patience after one) it is the application's error.
+  PushResult from_the_future() {
+    const bool moving = failing_over();
+    if (failovers != failovers_at_pull || moving) {
+      if (moving) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the takeover's moment
+      return lost_push();
+    }
+    throw Error(Errc::protocol, "the sidecar refused the push: version_from_future");
+  }
+
   PushResult take_sidecar_answer(const sidecar::Grant& g) {
     if (g.reason == sidecar::Reason::receiver_of_another_job) {  // a drop from a peer, an error here
       throw Error(Errc::invalid_argument,
@@ -613,6 +628,8 @@ struct Worker::State {
         // sidecar was lost, or with receiver_moved its server failed over before this was
         // decided: the model is not stale, the push simply did not happen.
         refused_since.reset();
+        // Refused by the receiver's sidecar elsewhere, as ours refuses it (an error below).
+        if (g.reason == sidecar::Reason::version_from_future) return from_the_future();
         PushResult dropped;
         const bool lost = g.reason == sidecar::Reason::peer_lost || g.reason == sidecar::Reason::receiver_moved ||
                           g.reason == sidecar::Reason::peer_refused;
@@ -641,17 +658,7 @@ struct Worker::State {
                                   std::chrono::duration_cast<Millis>(now - *refused_since).count(),
                                   sidecar::reason_name(g.reason), options.server_endpoint));
         }
-        // The model was pulled from a server that died since, which had applied updates its
-        // replica had not yet when it was promoted (up to the replica bound): the version is
-        // ahead of the new server's. Or it was pulled from the promoted replica while the
-        // sidecar still hands out the dead server's sequence (its Takeover on the way). Either
-        // way the push did not happen; the caller pulls the new server's model and goes on.
-        // Without a failover (for failover_patience after one) it is the application's error.
-        const bool moving = failing_over();
-        if (g.reason == sidecar::Reason::version_from_future && (failovers != failovers_at_pull || moving)) {
-          if (moving) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the takeover's moment
-          return lost_push();
-        }
+        if (g.reason == sidecar::Reason::version_from_future) return from_the_future();
         throw Error(Errc::protocol, fmt::format("the sidecar refused the push: {}", sidecar::reason_name(g.reason)));
       }
       default:

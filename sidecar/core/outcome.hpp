@@ -93,6 +93,10 @@ enum class DropReason : std::uint8_t {
   // than a peer may ask for or its sender's sidecar having too many requests or bytes pending
   // there (DistributedPolicy's bounds). Not stale; the push did not happen.
   peer_refused,
+  // Not the scheduler's: the receiver's sidecar refused the request, computed on a version its
+  // server's sequence has not reached (a model pulled from a server that got further than the
+  // replica that took over, or from another server). Not stale: the push did not happen.
+  version_from_future,
 };
 
 // Do not send this part; tell the application. For staleness_bound it should pull a fresh

@@ -54,6 +54,8 @@ Reason reason_for(sched::DropReason reason) {
       return Reason::receiver_of_another_job;
     case sched::DropReason::peer_refused:
       return Reason::peer_refused;
+    case sched::DropReason::version_from_future:
+      return Reason::version_from_future;
   }
   return Reason::none;
 }

@@ -29,6 +29,8 @@ DropCause drop_cause(sched::DropReason reason) {
       return DropCause::receiver_of_another_job;
     case sched::DropReason::peer_refused:
       return DropCause::refused;
+    case sched::DropReason::version_from_future:
+      return DropCause::version_from_future;
     case sched::DropReason::staleness_bound:
     case sched::DropReason::peer_lost:
       break;
@@ -44,6 +46,8 @@ sched::DropReason drop_reason(DropCause cause) {
       return sched::DropReason::receiver_of_another_job;
     case DropCause::refused:
       return sched::DropReason::peer_refused;
+    case DropCause::version_from_future:
+      return sched::DropReason::version_from_future;
     case DropCause::stale:
       break;
   }
@@ -201,11 +205,23 @@ void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched
                    note(fmt::format("peer {} hosts {} endpoint(s)", transport_.describe(peer), hello.endpoints.size()));
                  },
                  [&](const SlotRequest& m) {
+                   // A refusal goes back as a drop naming its cause, and into our schedule log too.
+                   const auto refuse = [&](DropCause cause) {
+                     send(peer, drop_answer(m.request, 0, 1, 0, m.bytes, 0, cause));
+                     ++stats_.answers_sent;
+                     if (decision_hook_) {
+                       decision_hook_(sched::Drop{.request = sched::RequestId{m.request},
+                                                  .length = m.bytes,
+                                                  .job = sched::JobId{m.job},
+                                                  .sender = sched::EndpointId{m.sender},
+                                                  .receiver = sched::EndpointId{m.receiver},
+                                                  .reason = drop_reason(cause)},
+                                      now, "refused");
+                     }
+                   };
                    if (!is_local(sched::EndpointId{m.receiver}) && endpoint_owner_.contains(m.receiver)) {
                      // It moved away (a Takeover) and the peer has not heard yet: it asks again there.
-                     send(peer, drop_answer(m.request, 0, 1, 0, m.bytes, 0, DropCause::receiver_moved));
-                     ++stats_.answers_sent;
-                     return;
+                     return refuse(DropCause::receiver_moved);
                    }
                    if (!is_local(sched::EndpointId{m.receiver})) {
                      throw Error(Errc::protocol,
@@ -220,9 +236,7 @@ void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched
                            transport_.describe(peer), m.bytes, pending_from_[peer], pending_bytes_from_[peer],
                            max_request_bytes_, max_pending_per_peer_, max_pending_bytes_per_peer_));
                      }
-                     send(peer, drop_answer(m.request, 0, 1, 0, m.bytes, 0, DropCause::refused));
-                     ++stats_.answers_sent;
-                     return;
+                     return refuse(DropCause::refused);
                    }
                    const std::uint64_t ours = kOwnIdBase | next_remote_++;
                    sched::Request request{sched::RequestId{ours},
@@ -238,14 +252,13 @@ void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched
                                           m.direct_only};
                    const auto status = scheduler_.submit(request, now);
                    if (status != sched::SubmitStatus::accepted) {
-                     // The refusals a well-formed request can meet here: a version from the future,
-                     // or a receiver whose server serves another job. The sender's app hears a drop.
-                     send(peer, drop_answer(m.request, 0, 1, 0, m.bytes, 0,
-                                            status == sched::SubmitStatus::receiver_of_another_job
-                                                ? DropCause::receiver_of_another_job
-                                                : DropCause::stale));
-                     ++stats_.answers_sent;
-                     return;
+                     // The refusals a well-formed request can meet here: a version from the future
+                     // (a model pulled before a failover from a server that got further), or a
+                     // receiver whose server serves another job.
+                     return refuse(status == sched::SubmitStatus::receiver_of_another_job
+                                       ? DropCause::receiver_of_another_job
+                                   : status == sched::SubmitStatus::version_from_future ? DropCause::version_from_future
+                                                                                        : DropCause::stale);
                    }
                    remote_requests_[ours] = RemoteRequest{peer, m.request, m.bytes};
                    ++pending_from_[peer];

@@ -129,7 +129,9 @@ Message decode(std::span<const std::byte> bytes) {
       if (kind < 1 || kind > 4) bad(fmt::format("slot answer of unknown kind {}", kind));
       m.kind = static_cast<AnswerKind>(kind);
       const auto cause = r.get<std::uint8_t>("drop_cause");
-      if (cause > 3) bad(fmt::format("slot answer with unknown drop cause {}", cause));
+      if (cause > static_cast<std::uint8_t>(DropCause::version_from_future)) {
+        bad(fmt::format("slot answer with unknown drop cause {}", cause));
+      }
       if (cause != 0 && m.kind != AnswerKind::drop) bad("a drop cause on an answer that is not a drop");
       m.drop_cause = static_cast<DropCause>(cause);
       m.request = r.get<std::uint64_t>("request");

@@ -65,7 +65,13 @@ enum class AnswerKind : std::uint8_t { go = 1, redirect = 2, drop = 3, aggregate
 // sidecar before it was decided (sched::DropReason::receiver_moved).
 // refused: the receiver's sidecar would not hold the request (too large, or too much pending
 // from this peer); not stale, the same request may be taken later.
-enum class DropCause : std::uint8_t { stale = 0, receiver_moved = 1, receiver_of_another_job = 2, refused = 3 };
+enum class DropCause : std::uint8_t {
+  stale = 0,
+  receiver_moved = 1,
+  receiver_of_another_job = 2,
+  refused = 3,
+  version_from_future = 4
+};
 
 struct SlotAnswer {
   AnswerKind kind = AnswerKind::go;

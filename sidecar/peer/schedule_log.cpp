@@ -32,6 +32,8 @@ std::string_view drop_reason(sched::DropReason reason) {
       return "receiver_of_another_job";
     case sched::DropReason::peer_refused:
       return "peer_refused";
+    case sched::DropReason::version_from_future:
+      return "version_from_future";
   }
   return "unknown";
 }

@@ -45,7 +45,8 @@ void check_bounds(const peer::Message& message) {
             require(m.members.size() <= 65536, "aggregate with too many members");
             const bool known_cause = m.drop_cause == peer::DropCause::receiver_moved ||
                                      m.drop_cause == peer::DropCause::receiver_of_another_job ||
-                                     m.drop_cause == peer::DropCause::refused;
+                                     m.drop_cause == peer::DropCause::refused ||
+                                     m.drop_cause == peer::DropCause::version_from_future;
             require(m.drop_cause == peer::DropCause::stale || (known_cause && m.kind == peer::AnswerKind::drop),
                     "a drop cause that is unknown or on an answer that is not a drop");
             require(m.token == 0 || m.kind == peer::AnswerKind::go || m.kind == peer::AnswerKind::aggregate,

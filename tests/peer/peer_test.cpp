@@ -383,6 +383,35 @@ TEST_F(SlotAgreement, TakeoverEpochsLearnedFromAHelloAreNeverReused) {
   EXPECT_EQ(a.stats().takeovers_refused, 1u);
 }
 
+// A request computed on a version the receiver's sequence has not reached (a model pulled,
+// before a failover, from a server that got further than the replica that took over) is
+// refused as the owner refuses it locally: version_from_future, not a staleness drop, which
+// the worker would take for "pull and recompute" instead of a push that did not happen. The
+// owner logs the refusal too.
+TEST_F(SlotAgreement, ARemoteRequestFromTheFutureIsDroppedSayingSoAndLoggedByTheOwner) {
+  std::vector<std::pair<sched::DropReason, std::string>> logged;
+  a.on_decision([&](const sched::Outcome& o, sched::Instant, std::string_view origin) {
+    if (const auto* d = std::get_if<sched::Drop>(&o)) logged.emplace_back(d->reason, std::string(origin));
+  });
+  sched::Request ahead = request(1, 1, 1000);
+  ahead.computed_on = 50;                                          // receiver 0 has granted nothing yet
+  ASSERT_EQ(b.submit(ahead, now), sched::SubmitStatus::accepted);  // B cannot know: it forwards
+  exchange();
+  std::size_t drops = 0;
+  for (const auto& o : b_out) {
+    if (const auto* d = std::get_if<sched::Drop>(&o)) {
+      EXPECT_EQ(d->request, sched::RequestId{1});
+      EXPECT_EQ(d->reason, sched::DropReason::version_from_future);
+      ++drops;
+    }
+  }
+  EXPECT_EQ(drops, 1u);
+  ASSERT_EQ(logged.size(), 1u) << "the owner did not log its refusal";
+  EXPECT_EQ(logged[0].first, sched::DropReason::version_from_future);
+  EXPECT_EQ(logged[0].second, "refused");
+  EXPECT_EQ(a.scheduler().stats().requests, 0u);
+}
+
 TEST_F(SlotAgreement, AReceiverWhoseServerServesAnotherJobDropsARemoteRequestSayingSo) {
   // Receiver 0's server (at A) is an app of job 1. A request of job 2 forwarded from B is
   // refused at A and comes back to B's app as a drop naming the cause; job 1's still goes.
@@ -906,8 +935,8 @@ TEST(PeerMessages, MalformedInputIsAProtocolErrorNamingTheProblem) {
   expect_bad(encode(cause_on_go), "not a drop");
   SlotAnswer unknown_cause;
   unknown_cause.kind = AnswerKind::drop;
-  unknown_cause.drop_cause = static_cast<DropCause>(4);
-  expect_bad(encode(unknown_cause), "unknown drop cause 4");
+  unknown_cause.drop_cause = static_cast<DropCause>(5);
+  expect_bad(encode(unknown_cause), "unknown drop cause 5");
   auto unknown_type = encode(TransferDone{1, 2, false});
   unknown_type[6] = std::byte{99};
   expect_bad(unknown_type, "unknown message type 99");
