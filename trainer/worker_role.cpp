@@ -119,12 +119,10 @@ int run_worker(const Config& c) {
   // Each worker its own data order, reproducible from (seed, id).
   gradlane::train::BatchSampler batches(train_rows, c.batch, c.seed * 1000003ULL + c.id);
 
-  // Each push's fate, joined with the server's applied log by sequence (in gradlane mode the
-  // server learns only the sequence from the doorbell, not the version the gradient was
-  // computed on). In aggregate mode the sequence is the aggregator's member sequence; in
-  // gradlane mode a redirected push has sequence 0 and the sidecar's aggregate id. A push the
-  // aggregator took is pending: acknowledged once the aggregator says its sum reached the
-  // server (members.csv: the step, whether delivered, the server's sequence for the sum).
+  // Each push's fate, joined with the server's applied log by sequence. In aggregate mode the sequence is the
+  // aggregator's member sequence; in gradlane mode a redirected push has sequence 0 and the sidecar's aggregate id. A
+  // push the aggregator took is pending: acknowledged once the aggregator says its sum reached the server (members.csv:
+  // the step, whether delivered, the server's sequence for the sum).
   std::ofstream pushes(c.out + "/worker" + std::to_string(c.id) + ".pushes.csv");
   pushes << "step,computed_on,sequence,aggregate,dropped,lost,pending\n";
   std::ofstream members(c.out + "/worker" + std::to_string(c.id) + ".members.csv");
@@ -140,12 +138,11 @@ int run_worker(const Config& c) {
   // life may have died between writing a push and logging it (pushing that step again would
   // apply it twice), and one that lost its links mid-push does not know whether that
   // push arrived. The server's answer counts as acknowledged; a push in flight it does not name
-  // is lost (never resent: it may be applied, by a promoted replica holding its mirror). Direct
-  // mode pushing to the server only: in sidecar mode and through an aggregator the server
-  // learns no tags (its log says so).
+  // is lost (never resent: it may be applied, by a promoted replica holding its mirror). A
+  // worker pushing to the server only: through an aggregator the server learns no tags.
   std::uint64_t lost = 0;
   const auto resume_after_landed = [&](std::uint64_t from, bool in_flight) {
-    if (c.mode == Mode::fifo || c.mode == Mode::sync) {
+    if (!options.aggregator) {
       if (const auto landed = worker->last_landed(); landed && landed->tag >= from) {
         std::fprintf(stderr,
                      "gradlane_train worker %u: the server took step %llu already (sequence %llu): resuming "

@@ -29,7 +29,8 @@ enum class Kind : std::uint8_t {
   opened,
   ask_landed,
   landed,
-  refused
+  refused,
+  pushing
 };
 // A message: its kind, then its fields.
 class Writer {
@@ -103,6 +104,7 @@ std::vector<std::byte> encode(const Message& message) {
           [](const AskLanded& m) { return Writer(Kind::ask_landed).put(m.worker).done(); },
           [](const Landed& m) { return Writer(Kind::landed).put(m.tag).put(m.sequence).put(m.computed_on).done(); },
           [](const Refused& m) { return Writer(Kind::refused).put(m.why).put(m.tag).put(m.version).done(); },
+          [](const Pushing& m) { return Writer(Kind::pushing).put(m.sequence).put(m.tag).put(m.computed_on).done(); },
           [](const ReplicaKey& m) {
             Writer w(Kind::replica_key);
             for (const std::uint8_t b : m.key) w.put(b);
@@ -115,7 +117,7 @@ std::vector<std::byte> encode(const Message& message) {
 Message decode(std::span<const std::byte> bytes) {
   if (bytes.empty()) throw Error(Errc::protocol, "empty parameter-server message");
   const auto kind = std::to_integer<std::uint8_t>(bytes[0]);
-  if (kind < 1 || kind > static_cast<std::uint8_t>(Kind::refused)) {
+  if (kind < 1 || kind > static_cast<std::uint8_t>(Kind::pushing)) {
     throw Error(Errc::protocol, fmt::format("unknown parameter-server message kind {}", kind));
   }
   wire::LeReader in(bytes.subspan(1), "parameter-server message of kind", kind);
@@ -256,6 +258,14 @@ Message decode_fields(Kind kind, wire::LeReader& in) {
       }
       m.tag = in.get<std::uint64_t>();
       m.version = in.get<std::uint64_t>();
+      return m;
+    }
+    case Kind::pushing: {
+      Pushing m;
+      m.sequence = in.get<std::uint64_t>();
+      m.tag = in.get<std::uint64_t>();
+      m.computed_on = in.get<std::uint64_t>();
+      if (m.sequence == 0) throw Error(Errc::protocol, "pushing as sequence 0");
       return m;
     }
   }

@@ -40,8 +40,11 @@
 //                             resumes: its last push may have been taken without it hearing so)
 //   Landed    server → worker  the answer: the tag, sequence and computed_on of the last update
 //                             of that worker id the server took (its doorbell accepted: it is
-//                             or will be applied), or sequence 0 (none; or sidecar mode, where
-//                             the server does not learn a push's tag)
+//                             or will be applied), or sequence 0 (none); in sidecar mode from
+//                             what the worker said ahead of its write (Pushing)
+//   Pushing   worker → server (sidecar mode) the update it writes next as `sequence` (its
+//                             sidecar's grant): its tag and version, which the doorbell cannot
+//                             carry, so the server can answer AskLanded as in direct mode
 //   Refused   server → worker  a Request it will not grant, and why: computed on a version
 //                             ahead of every one granted here (a model from another server,
 //                             or pulled before a failover from a server that got further);
@@ -165,8 +168,14 @@ struct Refused {
   std::uint64_t version = 0;  // the server's latest granted sequence when it refused
 };
 
+struct Pushing {
+  std::uint64_t sequence = 0;
+  std::uint64_t tag = 0;
+  std::uint64_t computed_on = 0;
+};
+
 using Message = std::variant<Hello, Request, Grant, Decided, Ack, Bye, FailedOver, Forwarded, Adopted, ListeningAt,
-                             Mirroring, Claim, ReplicaKey, Opened, AskLanded, Landed, Refused>;
+                             Mirroring, Claim, ReplicaKey, Opened, AskLanded, Landed, Refused, Pushing>;
 
 std::vector<std::byte> encode(const Message& message);
 Message decode(std::span<const std::byte> bytes);

@@ -132,6 +132,11 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
         // old server died). Nothing to write: its push is lost, and the worker asks us again.
         peer.conn.send(encode(Opened{claim->sequence, 0}));
       }
+    } else if (const auto* next = std::get_if<Pushing>(&message); next && peer.kind == PeerKind::worker && sidecar) {
+      // Its doorbell follows on the same QP. At most `slots` ahead of what we took: a worker
+      // saying more is wrong, and loses only its own history's tags.
+      if (peer.pushing.size() >= options.slots) peer.pushing.erase(peer.pushing.begin());
+      peer.pushing[next->sequence] = *next;
     } else if (const auto* ask = std::get_if<AskLanded>(&message); ask && peer.kind == PeerKind::worker) {
       if (ask->worker != peer.worker) {
         throw Error(Errc::protocol,
@@ -194,6 +199,11 @@ std::size_t ShardServer::State::take_doorbells(Peer& peer) {
       if (claimant && sequence >= skip_below &&
           order.arrived(sequence, static_cast<std::uint32_t>(sequence % options.slots)) == Admit::accepted) {
         rung_by[sequence] = peer.worker;
+        if (const auto said = peer.pushing.extract(sequence); !said.empty()) {
+          pushed[sequence] = said.mapped();
+          note_landed(peer.worker, Landed{said.mapped().tag, sequence, said.mapped().computed_on});
+        }
+        peer.pushing.erase(peer.pushing.begin(), peer.pushing.lower_bound(sequence));  // never rung
       } else {
         ++stats.refused_doorbells;
       }
@@ -214,8 +224,7 @@ std::size_t ShardServer::State::take_doorbells(Peer& peer) {
 }
 
 void ShardServer::State::note_landed(std::uint32_t worker, const Landed& update) {
-  // Sidecar mode: the server learns no tag from a doorbell (its records count arrivals instead).
-  if (options.sidecar || worker == 0) return;
+  if (worker == 0) return;
   Landed& last = landed[worker];
   if (update.sequence > last.sequence) last = update;
 }
@@ -616,9 +625,15 @@ std::size_t ShardServer::State::apply() {
       }
     } else if (role == Role::server && options.sidecar) {  // attached or not (taking a sequence over)
       const auto from = rung_by.extract(step->sequence);
+      const auto said = pushed.extract(step->sequence);
       if (!from.empty() && !skip) {
         record.worker = from.mapped();
-        record.tag = arrivals[record.worker]++;  // the worker's n-th update: its step, if none was dropped
+        if (!said.empty()) {  // the push's own tag and version (Pushing)
+          record.tag = said.mapped().tag;
+          record.computed_on = said.mapped().computed_on;
+        } else {
+          record.tag = arrivals[record.worker]++;  // an aggregator's forward: its n-th update
+        }
       }
     } else if (role == Role::server) {
       const auto info = granted.extract(step->sequence);

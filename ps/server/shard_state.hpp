@@ -40,6 +40,9 @@ struct Peer {
   bool told_primary = false;                // replica: the primary heard this worker failed over to us
   bool joined_late = false;                 // admitted after accept_peers (a restarted worker or aggregator)
   Addressed addressed = Addressed::server;  // what the worker connected to us as (its Hello)
+  // Sidecar mode: what it said it writes as each sequence whose doorbell we have not taken yet
+  // (its write completes when our NIC has it, so it may say the next before we take this one).
+  std::map<std::uint64_t, Pushing> pushing{};
 };
 
 struct Waiting {
@@ -116,6 +119,7 @@ struct ShardServer::State {
   bool sidecar_lost = false;
   std::uint64_t reported = 0;                         // last `through` sent with Client::applied
   std::map<std::uint64_t, std::uint32_t> rung_by;     // sequence -> worker whose doorbell brought it
+  std::map<std::uint64_t, Pushing> pushed;            // sequence -> what its worker said it was
   std::map<std::uint32_t, std::uint64_t> arrivals;    // worker -> updates arrived from it
   std::optional<shard::Clock::time_point> gap_since;  // head missing while later updates wait
   // Promoted in sidecar mode: sequences below this were the old owner's to grant (skipped).

@@ -323,6 +323,9 @@ struct Worker::State {
                    static_cast<long long>(options.grant_lifetime.count()));
       return lost_push();
     }
+    // Sidecar mode: the server learns the push's tag and version from this, ahead of the doorbell
+    // (Worker::last_landed). Not for an aggregator's forward, whose members' tags are elsewhere.
+    if (sidecar) server.send(encode(Pushing{sequence, push_tag, push_computed_on}));
     const OpId written = window_rkey == 0
                              ? server.write_and_ring(gradient_region, 0, server_slots, offset, bytes, imm)
                              : server.write_and_ring(gradient_region, 0,
@@ -851,10 +854,10 @@ PushResult Worker::write_as(std::uint64_t sequence, std::uint64_t token) {
 
 std::optional<LandedPush> Worker::last_landed() {
   State& s = *state_;
-  if (s.sidecar || s.aggregator.up()) {
+  if (s.aggregator.up()) {
     throw Error(Errc::invalid_argument,
-                fmt::format("worker {}: last_landed() needs direct mode pushing to the server (in "
-                            "sidecar mode or through an aggregator the server learns no tags)",
+                fmt::format("worker {}: last_landed() needs a worker pushing to the server (through an aggregator "
+                            "the server learns no tags)",
                             s.options.id));
   }
   for (;;) {
@@ -867,6 +870,7 @@ std::optional<LandedPush> Worker::last_landed() {
           s.take_listening_at(*at);
           continue;
         }
+        if (std::holds_alternative<Opened>(answer)) continue;  // a claim's answer from before a failover
         const auto* landed = std::get_if<Landed>(&answer);
         if (landed == nullptr) {
           throw Error(Errc::protocol, fmt::format("{}: expected the answer to ask-landed, got message kind {}",

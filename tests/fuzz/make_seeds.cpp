@@ -361,6 +361,7 @@ void ps_seeds(const fs::path& dir) {
     put_message(s, ps::Hello{ps::PeerKind::worker, 3, ps::Addressed::replica});
     put_message(s, ps::Refused{ps::RefusedWhy::version_from_future, 9, 1});
     put_message(s, ps::Refused{ps::RefusedWhy::not_the_server, 9, 0});
+    put_message(s, ps::Pushing{.sequence = 3, .tag = 126, .computed_on = 2});
     put_message(s, ps::Landed{});
     s.put(doorbell).put(std::uint32_t{1});
     s.put(doorbell).put(std::uint32_t{2});

@@ -32,7 +32,8 @@ std::vector<Message> one_of_each() {
           Opened{37, 0x55},
           AskLanded{7},
           Landed{11, 43, 13},
-          Refused{RefusedWhy::version_from_future, 11, 43}};
+          Refused{RefusedWhy::version_from_future, 11, 43},
+          Pushing{43, 11, 13}};
 }
 
 TEST(PsMessages, EveryKindDecodesToWhatWasEncoded) {

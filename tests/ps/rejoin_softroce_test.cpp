@@ -17,7 +17,9 @@
 
 #include "gradlane/gradlane.hpp"
 
+#include "../common/external_process.hpp"
 #include "../common/hosts.hpp"
+#include "ps_run.hpp"
 #include "server_thread.hpp"
 #include "ps/protocol/messages.hpp"
 #include "ps/protocol/regions.hpp"
@@ -162,6 +164,65 @@ TEST(RestartedWorker, LearnsFromTheServerWhichOfItsPushesLandedLast) {
   EXPECT_FALSE(other_worker.has_value()) << "worker 2 was told of another worker's push";
   // The server applied each push once, worker 1's tags in order.
   EXPECT_EQ(applied_tags_of(server.history, 1), (std::vector<std::uint64_t>{10, 11, 12, 13, 14}));
+}
+
+// The same in sidecar mode, where a doorbell carries only the sidecar's sequence: the worker
+// tells the server each push's tag and version ahead of its write, so a restarted worker
+// learns where to resume there too, and the server's history names each push's own tag.
+TEST(RestartedWorker, WithSidecarsLearnsWhichOfItsPushesLandedLastToo) {
+  const auto hosts = hosts_from_env();
+  ASSERT_GE(hosts.size(), 3u) << "needs ci/softroce.sh --hosts 3";
+  constexpr std::uint16_t kPort = 7898;
+  constexpr const char* kShm = "/gradlane-ps-test-landed";
+  const std::string out = fresh_test_dir();
+  // One gradlaned for the server's endpoint (0) and the worker's (2): the hosts share a kernel.
+  ExternalProcess daemon({GRADLANE_GRADLANED, "--foreground", "--shm-name", kShm, "--device", hosts[0].device,
+                          "--endpoint", "0", "--endpoint", "2"},
+                         out + "/gradlaned");
+  ASSERT_TRUE(wait_for_text(out + "/gradlaned.err", "gradlaned: serving", 60s)) << "gradlaned did not start";
+  const auto attach = [&](std::uint32_t endpoint) {
+    sidecar::AttachOptions o = sidecar::AttachOptions::from_env();
+    o.shm_name = kShm;
+    o.job = 1;
+    o.endpoint = endpoint;
+    return o;
+  };
+  ps::ShardOptions shard = ServerThread::shard_of(kFloats);
+  shard.sidecar = attach(0);
+  ServerThread server(hosts[0], kPort, 1, shard);
+
+  Device device = Device::open({.name = hosts[2].device});
+  ps::WorkerOptions options = worker_of(hosts[0], kPort);
+  options.sidecar = attach(2);
+  options.server_endpoint = 0;
+  std::vector<std::uint64_t> sequences;
+  std::optional<ps::LandedPush> before_any_push, first_life_answer, second_life_answer;
+  try {
+    ps::Worker first_life(device, options);
+    before_any_push = first_life.last_landed();
+    for (std::uint64_t tag = 10; tag < 15; ++tag) {
+      const ps::PushResult pushed = first_life.push(/*computed_on=*/tag - 10, tag);
+      ASSERT_FALSE(pushed.lost || pushed.dropped) << "push of tag " << tag;
+      sequences.push_back(pushed.sequence);
+    }
+    first_life_answer = first_life.last_landed();
+    ps::Worker second_life(device, options);
+    second_life_answer = second_life.last_landed();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "worker: " << e.what();
+  }
+  server.stop();
+  ASSERT_EQ(server.failure, "");
+  ASSERT_EQ(sequences.size(), 5u);
+  EXPECT_FALSE(before_any_push.has_value());
+  for (const auto& [life, answer] : {std::pair{"first", first_life_answer}, std::pair{"second", second_life_answer}}) {
+    ASSERT_TRUE(answer.has_value()) << "the " << life << " life was told none of its pushes landed";
+    EXPECT_EQ(answer->tag, 14u) << life;
+    EXPECT_EQ(answer->sequence, sequences.back()) << life;
+    EXPECT_EQ(answer->computed_on, 4u) << life;
+  }
+  EXPECT_EQ(applied_tags_of(server.history, 1), (std::vector<std::uint64_t>{10, 11, 12, 13, 14}))
+      << "the history names each push's own tag";
 }
 
 TEST(ServerRejoinGrace, AJobWhoseOnlyWorkerWasLostWaitsForItToComeBack) {

@@ -1,6 +1,6 @@
-// A shard server of `floats` floats (8 slots) on one host, in a thread of the test process: it
-// accepts `peers` connections, then serves until stop(). While it runs, the peers it lost; once
-// stopped, its history and stats, and what it failed with ("" when it did not).
+// A shard server on one host, in a thread of the test process: it accepts `peers` connections,
+// then serves until stop(). While it runs, the peers it lost; once stopped, its history and
+// stats, and what it failed with ("" when it did not).
 #pragma once
 
 #include <atomic>
@@ -19,14 +19,14 @@ namespace gradlane::testing {
 
 class ServerThread {
  public:
+  // `floats` floats, 8 slots, direct mode.
   ServerThread(const Host& host, std::uint16_t port, std::size_t peers, std::size_t floats)
-      : thread_([this, host, port, peers, floats] {
+      : ServerThread(host, port, peers, shard_of(floats)) {}
+  ServerThread(const Host& host, std::uint16_t port, std::size_t peers, ps::ShardOptions shard)
+      : thread_([this, host, port, peers, shard] {
           try {
             Device device = Device::open({.name = host.device});
-            ps::ShardOptions shard;
-            shard.floats = floats;
-            shard.slots = 8;
-            ps::ShardServer server(device, ps::Role::server, port, shard, std::vector<float>(floats, 0.0F));
+            ps::ShardServer server(device, ps::Role::server, port, shard, std::vector<float>(shard.floats, 0.0F));
             serving_ = true;
             server.accept_peers(peers, std::chrono::seconds(60));
             while (!stop_.load()) {
@@ -45,6 +45,12 @@ class ServerThread {
   ~ServerThread() { stop(); }
   ServerThread(const ServerThread&) = delete;
   ServerThread& operator=(const ServerThread&) = delete;
+  static ps::ShardOptions shard_of(std::size_t floats) {
+    ps::ShardOptions shard;
+    shard.floats = floats;
+    shard.slots = 8;
+    return shard;
+  }
   void stop() {
     stop_ = true;
     if (thread_.joinable()) thread_.join();

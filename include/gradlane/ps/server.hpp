@@ -120,8 +120,9 @@ struct ServerStats {
 struct AppliedUpdate {
   std::uint64_t sequence = 0;
   std::uint32_t worker = 0;  // 0 for a hole
-  // Direct mode: the worker's tag (e.g. its step). Sidecar mode: how many of that worker's
-  // updates arrived before this one (a doorbell carries no tag; a lost push does not count).
+  // The worker's tag (e.g. its step); in sidecar mode the one the worker sent ahead of its
+  // write. An aggregator's forward in sidecar mode, which sends none: how many of its updates
+  // arrived before this one.
   std::uint64_t tag = 0;
   std::uint64_t computed_on = 0;  // model version the gradient was computed on
   bool skipped = false;

@@ -157,9 +157,9 @@ class Worker {
   // the server took — its doorbell accepted, so it is or will be applied — or nullopt if none.
   // The previous life may have died between its write and hearing that it landed; pushing that
   // step again would apply it twice. Ask before the first push: a push of this life counts too.
-  // Direct mode, pushing to the server; a promoted replica answers as its server would have.
-  // Sidecar mode and pushes through an aggregator: invalid_argument (the server does not learn
-  // the tag of a push there).
+  // Direct or sidecar mode, pushing to the server; a promoted replica answers as its server
+  // would have. Pushes through an aggregator: invalid_argument (the server does not learn the
+  // tag of a push there).
   std::optional<LandedPush> last_landed();
   // Outcomes of pending pushes (PushResult::pending) learned since the last call, in the order
   // they came; looks at the aggregator's connection without waiting.
