@@ -543,6 +543,8 @@ std::optional<Doorbell> Connection::try_doorbell() {
   return take_front(s.doorbells);
 }
 
+std::optional<Doorbell> Connection::take_reaped_doorbell() { return take_front(state_->doorbells); }
+
 Doorbell Connection::wait_doorbell(Millis timeout) {
   auto& s = *state_;
   return wait_until<Doorbell>(s, timeout, "WRITE_WITH_IMM doorbell", [&] { return take_front(s.doorbells); });

@@ -133,6 +133,11 @@ class Connection {
 
   // ---- doorbells (receiver side of WRITE_WITH_IMM) ----
   std::optional<Doorbell> try_doorbell();
+  // The next doorbell progress already reaped (try_receive(), try_doorbell(), a shared
+  // CompletionQueue's poll), without driving it: a caller that took this connection's messages
+  // until none was left has seen every message the peer sent ahead of such a doorbell (RC
+  // delivers them in order, and one poll reaps both).
+  std::optional<Doorbell> take_reaped_doorbell();
   Doorbell wait_doorbell(Millis timeout);
 
   // ---- region descriptors, exchanged once per (region, peer) ----

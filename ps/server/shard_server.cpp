@@ -38,6 +38,8 @@ void ShardServer::State::lose(Peer& peer, const Error& why) {
   // and exits has its disconnect seen while the message loop throws, before its last doorbell
   // was taken (the 32-worker test: an acknowledged sequence skipped).
   try {
+    while (cq.poll() > 0) {
+    }
     take_doorbells(peer);
   } catch (const Error&) {  // none left: the failure itself
   }
@@ -177,7 +179,10 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
 
 std::size_t ShardServer::State::take_doorbells(Peer& peer) {
   std::size_t work = 0;
-  while (auto bell = peer.conn.try_doorbell()) {
+  // Sidecar mode, only those reaped already: a worker's Pushing, sent ahead of its doorbell, has
+  // then been taken with the messages before (a poll here could reap both, the doorbell first).
+  const bool reaped_only = options.sidecar.has_value() && role == Role::server;
+  while (auto bell = reaped_only ? peer.conn.take_reaped_doorbell() : peer.conn.try_doorbell()) {
     ++work;
     const std::uint64_t sequence = ApplyOrder::widen(bell->imm, order.next_sequence());
     if (role == Role::replica) {

@@ -603,16 +603,23 @@ struct Worker::State {
   // had not yet when it was promoted (up to the replica bound): the version is ahead of the new
   // server's. Or it was pulled from the promoted replica while the sidecar still hands out the
   // dead server's sequence (its Takeover on the way). Either way the push did not happen; the
-  // caller pulls the new server's model and goes on. Without a failover (for
-  // failover_patience after one) it is the application's error.
+  // caller pulls the new server's model and goes on. Or the receiver's sidecar was restarted and
+  // answered before it held its surviving server's sequence. Refused so for failover_patience
+  // without a failover, it is the application's error.
   PushResult from_the_future() {
+    const auto now = Clock::now();
     const bool moving = failing_over();
-    if (failovers != failovers_at_pull || moving) {
-      if (moving) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the takeover's moment
+    if (!future_since) future_since = now;
+    if (failovers != failovers_at_pull || moving || now - *future_since < options.failover_patience) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the takeover's moment
       return lost_push();
     }
-    throw Error(Errc::protocol, "the sidecar refused the push: version_from_future");
+    throw Error(Errc::protocol,
+                fmt::format("the sidecar refused the push for {} ms: version_from_future (computed on version {}, "
+                            "ahead of the server's sequence)",
+                            std::chrono::duration_cast<Millis>(now - *future_since).count(), push_computed_on));
   }
+  std::optional<Clock::time_point> future_since;  // since when every push was refused so
 
   PushResult take_sidecar_answer(const sidecar::Grant& g) {
     if (g.reason == sidecar::Reason::receiver_of_another_job) {  // a drop from a peer, an error here
@@ -625,6 +632,7 @@ struct Worker::State {
       case sidecar::GrantKind::go:
       case sidecar::GrantKind::redirect:
         refused_since.reset();
+        future_since.reset();
         return write_granted(g);
       case sidecar::GrantKind::drop: {
         // Too stale to help (pull a fresh model) — or, with reason peer_lost, the receiver's

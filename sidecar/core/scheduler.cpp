@@ -216,7 +216,9 @@ SubmitStatus Scheduler::submit(const Request& request, Instant now) {
   if (endpoints_[receiver].serves && *endpoints_[receiver].serves != request.job) {
     return SubmitStatus::receiver_of_another_job;
   }
-  if (request.computed_on > endpoints_[receiver].window.granted()) {
+  // A held receiver's sequence is its surviving server's, not known here until it takes it over
+  // (slots past any version it served): its requests wait for that.
+  if (!endpoints_[receiver].held && request.computed_on > endpoints_[receiver].window.granted()) {
     return SubmitStatus::version_from_future;
   }
 

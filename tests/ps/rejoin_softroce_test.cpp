@@ -120,29 +120,53 @@ TEST(MisfitWorker, APushComputedOnAVersionTheServerNeverReachedIsRefused) {
   EXPECT_EQ(applied_tags_of(server.history, 1), (std::vector<std::uint64_t>{1, 3}));
 }
 
+// What two lives of one worker were told by last_landed(): the first before any push and after
+// pushing tags 10..14 (computed on versions 0..4), the second once connected while the first
+// still looks alive to the server (it supersedes it).
+struct TwoLives {
+  std::optional<ps::LandedPush> before_any_push, first, second;
+  std::vector<std::uint64_t> sequences;
+};
+TwoLives two_lives(const Device& device, const ps::WorkerOptions& options) {
+  TwoLives lives;
+  ps::Worker first_life(device, options);
+  lives.before_any_push = first_life.last_landed();
+  for (std::uint64_t tag = 10; tag < 15; ++tag) {
+    const ps::PushResult pushed = first_life.push(/*computed_on=*/tag - 10, tag);
+    EXPECT_FALSE(pushed.lost || pushed.dropped) << "push of tag " << tag;
+    lives.sequences.push_back(pushed.sequence);
+  }
+  lives.first = first_life.last_landed();
+  ps::Worker second_life(device, options);
+  lives.second = second_life.last_landed();
+  return lives;
+}
+
+// Both lives told of the last of the five pushes, and the server applied each once, in order.
+void expect_told_the_last_push(const TwoLives& lives, const std::vector<ps::AppliedUpdate>& history) {
+  ASSERT_EQ(lives.sequences.size(), 5u);
+  EXPECT_FALSE(lives.before_any_push.has_value())
+      << "a worker that pushed nothing was told step " << lives.before_any_push->tag;
+  for (const auto& [life, answer] : {std::pair{"first", lives.first}, std::pair{"second", lives.second}}) {
+    ASSERT_TRUE(answer.has_value()) << "the " << life << " life was told none of its pushes landed";
+    EXPECT_EQ(answer->tag, 14u) << life;
+    EXPECT_EQ(answer->sequence, lives.sequences.back()) << life;
+    EXPECT_EQ(answer->computed_on, 4u) << life;
+  }
+  EXPECT_EQ(applied_tags_of(history, 1), (std::vector<std::uint64_t>{10, 11, 12, 13, 14}));
+}
+
 TEST(RestartedWorker, LearnsFromTheServerWhichOfItsPushesLandedLast) {
   const auto hosts = hosts_from_env();
   ASSERT_GE(hosts.size(), 3u) << "needs ci/softroce.sh --hosts 3";
   constexpr std::uint16_t kPort = 7890;
   ServerThread server(hosts[0], kPort, 1, kFloats);
-
   Device device = Device::open({.name = hosts[2].device});
   const ps::WorkerOptions options = worker_of(hosts[0], kPort);
-  std::vector<std::uint64_t> sequences;
-  std::optional<ps::LandedPush> first_life_answer, second_life_answer, before_any_push, other_worker;
+  TwoLives lives;
+  std::optional<ps::LandedPush> other_worker;
   try {
-    ps::Worker first_life(device, options);
-    before_any_push = first_life.last_landed();
-    for (std::uint64_t tag = 10; tag < 15; ++tag) {
-      std::fill(first_life.gradient().begin(), first_life.gradient().end(), static_cast<float>(tag));
-      const ps::PushResult pushed = first_life.push(/*computed_on=*/tag - 10, tag);
-      ASSERT_FALSE(pushed.lost || pushed.dropped) << "push of tag " << tag;
-      sequences.push_back(pushed.sequence);
-    }
-    first_life_answer = first_life.last_landed();
-    // The second life connects while the first still looks alive to the server: it supersedes it.
-    ps::Worker second_life(device, options);
-    second_life_answer = second_life.last_landed();
+    lives = two_lives(device, options);
     ps::WorkerOptions other = options;
     other.id = 2;
     ps::Worker never_pushed(device, other);
@@ -152,18 +176,8 @@ TEST(RestartedWorker, LearnsFromTheServerWhichOfItsPushesLandedLast) {
   }
   server.stop();
   ASSERT_EQ(server.failure, "");
-  ASSERT_EQ(sequences.size(), 5u);
-
-  EXPECT_FALSE(before_any_push.has_value()) << "a worker that pushed nothing was told step " << before_any_push->tag;
-  for (const auto& [life, answer] : {std::pair{"first", first_life_answer}, std::pair{"second", second_life_answer}}) {
-    ASSERT_TRUE(answer.has_value()) << "the " << life << " life was told none of its pushes landed";
-    EXPECT_EQ(answer->tag, 14u) << life;
-    EXPECT_EQ(answer->sequence, sequences.back()) << life;
-    EXPECT_EQ(answer->computed_on, 4u) << life;
-  }
+  expect_told_the_last_push(lives, server.history);
   EXPECT_FALSE(other_worker.has_value()) << "worker 2 was told of another worker's push";
-  // The server applied each push once, worker 1's tags in order.
-  EXPECT_EQ(applied_tags_of(server.history, 1), (std::vector<std::uint64_t>{10, 11, 12, 13, 14}));
 }
 
 // The same in sidecar mode, where a doorbell carries only the sidecar's sequence: the worker
@@ -190,39 +204,19 @@ TEST(RestartedWorker, WithSidecarsLearnsWhichOfItsPushesLandedLastToo) {
   ps::ShardOptions shard = ServerThread::shard_of(kFloats);
   shard.sidecar = attach(0);
   ServerThread server(hosts[0], kPort, 1, shard);
-
   Device device = Device::open({.name = hosts[2].device});
   ps::WorkerOptions options = worker_of(hosts[0], kPort);
   options.sidecar = attach(2);
   options.server_endpoint = 0;
-  std::vector<std::uint64_t> sequences;
-  std::optional<ps::LandedPush> before_any_push, first_life_answer, second_life_answer;
+  TwoLives lives;
   try {
-    ps::Worker first_life(device, options);
-    before_any_push = first_life.last_landed();
-    for (std::uint64_t tag = 10; tag < 15; ++tag) {
-      const ps::PushResult pushed = first_life.push(/*computed_on=*/tag - 10, tag);
-      ASSERT_FALSE(pushed.lost || pushed.dropped) << "push of tag " << tag;
-      sequences.push_back(pushed.sequence);
-    }
-    first_life_answer = first_life.last_landed();
-    ps::Worker second_life(device, options);
-    second_life_answer = second_life.last_landed();
+    lives = two_lives(device, options);
   } catch (const std::exception& e) {
     ADD_FAILURE() << "worker: " << e.what();
   }
   server.stop();
   ASSERT_EQ(server.failure, "");
-  ASSERT_EQ(sequences.size(), 5u);
-  EXPECT_FALSE(before_any_push.has_value());
-  for (const auto& [life, answer] : {std::pair{"first", first_life_answer}, std::pair{"second", second_life_answer}}) {
-    ASSERT_TRUE(answer.has_value()) << "the " << life << " life was told none of its pushes landed";
-    EXPECT_EQ(answer->tag, 14u) << life;
-    EXPECT_EQ(answer->sequence, sequences.back()) << life;
-    EXPECT_EQ(answer->computed_on, 4u) << life;
-  }
-  EXPECT_EQ(applied_tags_of(server.history, 1), (std::vector<std::uint64_t>{10, 11, 12, 13, 14}))
-      << "the history names each push's own tag";
+  expect_told_the_last_push(lives, server.history);
 }
 
 TEST(ServerRejoinGrace, AJobWhoseOnlyWorkerWasLostWaitsForItToComeBack) {
