@@ -33,8 +33,10 @@ configure_and_build() {  # DIR OPTION TARGET...
   local dir=$1 option=$2
   shift 2
   mkdir -p "$dir"
-  cmake -S "$ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRADLANE_WERROR=ON "-D$option=ON" \
-        -DGRADLANE_BUILD_PERF=OFF > "$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; return 1; }
+  # -O1 -g1: what the sanitizers' own docs suggest, at half the compile time of -O2 -g; line
+  # tables are enough for a report's stack.
+  cmake -S "$ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+        -DGRADLANE_WERROR=ON "-D$option=ON" -DGRADLANE_BUILD_PERF=OFF > "$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; return 1; }
   cmake --build "$dir" -j"$JOBS" ${1:+--target "$@"}
 }
 

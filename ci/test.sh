@@ -5,8 +5,9 @@
 # rdma_rxe where the kernel has none), the unit and softroce suites again under ASan+UBSan and
 # the sidecar's tests under TSan (ci/sanitizers.sh ci, their own build directories), then the layering and
 # install checks, and the checkers of the experiment scripts (tests/examples); and the fault
-# list during training (examples/train-faults.sh: every fault injected into a running job on
-# fresh emulated hosts, one seed). The last eleven lines are the summaries:
+# list during training (examples/train-faults.sh: each fault injected into a running job on
+# fresh emulated hosts, one seed; the ten without a softroce twin, or GRADLANE_FAULTS). The last
+# eleven lines are the summaries:
 #   faults: N passed, M failed          (passed = survived, as train_faults.py checks it)
 #   fuzz: N passed, M failed
 #   asan-unit: N passed, M failed
@@ -96,11 +97,20 @@ echo "=== softroce suite (over rxe): ${#softroce_bins[@]} executables"
 # Three emulated hosts: the single-host tests use the first, the sidecar tests all three.
 SOFTROCE_OUT="$REPORTS/softroce" bash "$ROOT/ci/softroce.sh" --hosts 3 -- sh "$ROOT/ci/softroce-suite.sh" "${softroce_bins[@]}" || true
 
-echo "=== faults during training (examples/train-faults.sh, SEED=$FAULTS_SEED)"
-# One seed, fixed, so a CI run injects each fault at the same time as the last: a failure is
+# The faults of the list that no softroce test injects into a process of its own: the others
+# (kill:server, kill:server@gradlane, kill:worker1, restart:worker1, stop:worker2, link:0,
+# kill:aggregator, restart:aggregator, replace:server, restart:gradlaned-a, link:2@aggregate)
+# each have a twin in gradlane_ps_softroce_tests, run above and under ASan. The whole list:
+# bash examples/train-faults.sh (docs/testing.md).
+CI_FAULTS="kill:replica link:2 netem:0 stop:aggregator kill:gradlaned-a kill:gradlaned-b restart:gradlaned-b"
+CI_FAULTS+=" replace:server@gradlane restart:aggregator@gradlane link:2@gradlane"
+FAULTS=${GRADLANE_FAULTS:-$CI_FAULTS}
+echo "=== faults during training (examples/train-faults.sh, SEED=$FAULTS_SEED): $FAULTS"
+# One seed, fixed, so a CI run injects each fault at the same point as the last: a failure is
 # the code's, reproducible with the same command (printed with the table).
 faults_ok=0
-bash "$ROOT/examples/train-faults.sh" "$BUILD" SEED="$FAULTS_SEED" OUT="$REPORTS/faults" 2>&1 | tee "$REPORTS/faults.log" || faults_ok=1
+bash "$ROOT/examples/train-faults.sh" "$BUILD" SEED="$FAULTS_SEED" FAULTS="$FAULTS" OUT="$REPORTS/faults" 2>&1 \
+  | tee "$REPORTS/faults.log" || faults_ok=1
 python3 - "$REPORTS/faults/table.json" > "$REPORTS/faults.summary" <<'PY' || faults_ok=1
 import json, sys
 try:

@@ -42,6 +42,14 @@ if [[ -z $RUNS ]]; then
   case $rel in ..|../*) RUNS=$OUT/runs ;; *) RUNS=$ROOT/out/$rel/runs ;; esac
 fi
 mkdir -p "$OUT" "$RUNS"
+# The dataset decompressed once, here, outside the emulator: each of the job's processes would
+# otherwise inflate it inside (seconds each, several at once), before every fault's run.
+DATA=$BUILD/fashion-mnist
+mkdir -p "$DATA"
+for gz in /usr/share/datasets/fashion-mnist/*-ubyte.gz; do
+  plain=$DATA/$(basename "$gz" .gz)
+  [[ -s $plain ]] || { gunzip -c "$gz" > "$plain.tmp" && mv "$plain.tmp" "$plain"; }
+done
 # show_tails DIR: what the harness, the injector and each role last said (the raw run stays).
 show_tails() {
   for f in "$1/job.out" "$1"/*.log; do
@@ -58,7 +66,7 @@ run_fault() {
   SOFTROCE_OUT=$work SOFTROCE_TIMEOUT=${SOFTROCE_TIMEOUT:-600} SOFTROCE_APPEND="softlockup_panic=1 ${SOFTROCE_APPEND:-}" \
     nice -n 15 bash "$ROOT/ci/softroce.sh" --hosts 3 -- \
     sh "$HERE/train-job.sh" "$BUILD" MODE="$mode" WORKERS="$WORKERS" STEPS="$steps" SEED="$SEED" \
-    GRANT_WINDOWS="$GRANT_WINDOWS" FAULT="$fault:$at" > "$work/job.out" 2>&1 || rc=$?
+    GRANT_WINDOWS="$GRANT_WINDOWS" DATA="$DATA" FAULT="$fault:$at" > "$work/job.out" 2>&1 || rc=$?
   local run=$work/train-$mode dest=$RUNS/$name
   rm -rf "$dest"; mkdir -p "$dest"
   cp "$work/job.out" "$dest/"

@@ -25,6 +25,7 @@
 #   only to that worker, STRAGGLER=1 puts the last worker alone on host 3
 #   (which train.sh shapes), SERVER_RATE (the server's ingress as train.sh shaped it, e.g. 4mbit:
 #   gradlaned is told it, as it would be told a NIC's line rate; the straggler is learned).
+#   DATA (Fashion-MNIST's directory, default Debian's: gradlane_train --data).
 #   Results: $GRADLANE_OUT_DIR/train-$MODE.
 #   FAULT=KIND:TARGET:AT (examples/train-fault.sh, which examples/train-faults.sh drives):
 #   one fault injected once the server reaches version K (AT=vK), or AT ms after training starts. Every role records its pid
@@ -34,7 +35,7 @@ BUILD=${1:?usage: train-demo.sh BUILD_DIR [NAME=VALUE ...]}
 shift
 for setting in "$@"; do
   case $setting in
-    MODE=*|MODEL=*|WORKERS=*|STEPS=*|LR=*|BATCH=*|SEED=*|TAU=*|TARGET=*|SCHEDULE=*|REPLICA=*|SLOTS=*|STRAGGLER=*|GROUP=*|REPLICA_READS=*|GRANT_WINDOWS=*|AGGREGATE=*|EAGER=*|RELAY=*|SERVER_RATE=*|FAULT=*) export "$setting" ;;
+    MODE=*|MODEL=*|WORKERS=*|STEPS=*|LR=*|BATCH=*|SEED=*|TAU=*|TARGET=*|SCHEDULE=*|REPLICA=*|SLOTS=*|STRAGGLER=*|GROUP=*|REPLICA_READS=*|GRANT_WINDOWS=*|AGGREGATE=*|EAGER=*|RELAY=*|SERVER_RATE=*|FAULT=*|DATA=*) export "$setting" ;;
     *) echo "train-demo.sh: unknown setting '$setting' (see the comment at the top)" >&2; exit 2 ;;
   esac
 done
@@ -57,6 +58,7 @@ rm -rf "$OUT"; mkdir -p "$OUT"
 KEY=${GRADLANE_JOB_KEY_FILE:+--key-file $GRADLANE_JOB_KEY_FILE}  # gradlaned's peer links
 COMMON="--mode $MODE --model $MODEL --workers $WORKERS --lr $LR --seed $SEED --slots $SLOTS --out $OUT"
 [ "${REPLICA_READS:-0}" = 1 ] && COMMON="$COMMON --replica-reads"
+[ -n "${DATA:-}" ] && COMMON="$COMMON --data $DATA"
 WINDOWS=""
 [ "${GRANT_WINDOWS:-0}" = 1 ] && WINDOWS="--grant-windows"  # server, replica and (gradlane mode) aggregator
 REPLICA_AT=""; [ "$REPLICA" = 1 ] && REPLICA_AT="--replica $ADDR1:7801"

@@ -103,9 +103,9 @@ Dataset load_idx(const std::filesystem::path& images, const std::filesystem::pat
   return set;
 }
 
-FashionMnist load_fashion_mnist(const std::filesystem::path& dir) {
+Dataset load_fashion_mnist(const std::filesystem::path& dir, Split split) {
   const auto find = [&](const std::string& stem) {
-    for (const auto& name : {stem + ".gz", stem}) {
+    for (const auto& name : {stem, stem + ".gz"}) {
       if (std::filesystem::exists(dir / name)) return dir / name;
     }
     throw std::runtime_error(
@@ -113,10 +113,12 @@ FashionMnist load_fashion_mnist(const std::filesystem::path& dir) {
         " not found. Install Debian's dataset-fashion-mnist (apt-get install dataset-fashion-mnist), "
         "or point --data at a directory with the four IDX files.");
   };
-  FashionMnist out;
-  out.train = load_idx(find("train-images-idx3-ubyte"), find("train-labels-idx1-ubyte"));
-  out.test = load_idx(find("t10k-images-idx3-ubyte"), find("t10k-labels-idx1-ubyte"));
-  return out;
+  const std::string prefix = split == Split::train ? "train" : "t10k";
+  return load_idx(find(prefix + "-images-idx3-ubyte"), find(prefix + "-labels-idx1-ubyte"));
+}
+
+FashionMnist load_fashion_mnist(const std::filesystem::path& dir) {
+  return {.train = load_fashion_mnist(dir, Split::train), .test = load_fashion_mnist(dir, Split::test)};
 }
 
 }  // namespace gradlane::train

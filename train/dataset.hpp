@@ -36,8 +36,15 @@ struct FashionMnist {
 // naming the file and what is wrong with it (missing, truncated, wrong magic, mismatched counts).
 Dataset load_idx(const std::filesystem::path& images, const std::filesystem::path& labels);
 
-// Reads the four Fashion-MNIST files from `dir`. A missing file gets an error that says to
-// install Debian's dataset-fashion-mnist or pass another directory.
+enum class Split { train, test };
+
+// Reads one split of Fashion-MNIST from `dir`, each file plain if it is there, else gzipped: a
+// decompressed copy (examples/train-faults.sh makes one) spares every process the inflate,
+// seconds each in the emulator. A missing file gets an error that says to install Debian's
+// dataset-fashion-mnist or pass another directory.
+Dataset load_fashion_mnist(const std::filesystem::path& dir, Split split);
+
+// Both splits.
 FashionMnist load_fashion_mnist(const std::filesystem::path& dir = kDefaultFashionMnistDir);
 
 }  // namespace gradlane::train

@@ -14,7 +14,7 @@ namespace gradlane::trainer {
 int run_evaluate(const Config& c) {
   const gradlane::train::Model model(gradlane::train::ModelSpec{.kind = gradlane::train::parse_model_kind(c.model)});
   const std::filesystem::path dir = c.data.empty() ? gradlane::train::kDefaultFashionMnistDir : c.data;
-  const auto test = gradlane::train::load_idx(dir / "t10k-images-idx3-ubyte.gz", dir / "t10k-labels-idx1-ubyte.gz");
+  const auto test = gradlane::train::load_fashion_mnist(dir, gradlane::train::Split::test);
   const auto snapshots = read_snapshots(c.out + "/snapshots.bin");
   if (snapshots.empty()) throw std::runtime_error(c.out + "/snapshots.bin holds no snapshot");
 

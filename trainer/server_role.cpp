@@ -108,7 +108,7 @@ int run_server(const Config& c) {
   gradlane::train::Dataset live;
   if (is_server && c.live_eval > 0) {
     const std::filesystem::path dir = c.data.empty() ? gradlane::train::kDefaultFashionMnistDir : c.data;
-    const auto test = gradlane::train::load_idx(dir / "t10k-images-idx3-ubyte.gz", dir / "t10k-labels-idx1-ubyte.gz");
+    const auto test = gradlane::train::load_fashion_mnist(dir, gradlane::train::Split::test);
     live = test.slice(0, std::min<std::size_t>(c.live_eval, test.rows));
   }
 

@@ -69,9 +69,7 @@ int run_worker(const Config& c) {
   const gradlane::train::Model model(gradlane::train::ModelSpec{.kind = gradlane::train::parse_model_kind(c.model)});
   // Only the training files: under the emulator every decompressed megabyte costs.
   const std::filesystem::path dir = c.data.empty() ? gradlane::train::kDefaultFashionMnistDir : c.data;
-  const auto load = [&] {
-    return gradlane::train::load_idx(dir / "train-images-idx3-ubyte.gz", dir / "train-labels-idx1-ubyte.gz");
-  };
+  const auto load = [&] { return gradlane::train::load_fashion_mnist(dir, gradlane::train::Split::train); };
   // A worker that starts with the job loads its data first, so training starts (the server's
   // clock) when every worker is ready. One restarted mid-job joins first: the job ends when its
   // last worker leaves, and a load takes seconds in the emulator (11 s measured while the

@@ -107,6 +107,17 @@ TEST_F(ScratchDir, MissingDatasetSaysWhichPackageToInstall) {
   }
 }
 
+// A decompressed copy next to the gzipped files is the one read; each split alone, the other
+// split's files need not exist.
+TEST_F(ScratchDir, ASplitReadsThePlainFileBeforeTheGzippedOne) {
+  write("t10k-images-idx3-ubyte.gz", images_file(), true);
+  write("t10k-labels-idx1-ubyte.gz", labels_file({1, 1}), true);
+  EXPECT_EQ(load_fashion_mnist(dir_, Split::test).labels, (std::vector<std::uint8_t>{1, 1}));
+  write("t10k-labels-idx1-ubyte", labels_file({3, 4}), false);
+  EXPECT_EQ(load_fashion_mnist(dir_, Split::test).labels, (std::vector<std::uint8_t>{3, 4}));
+  EXPECT_THROW((void)load_fashion_mnist(dir_, Split::train), std::runtime_error);
+}
+
 // Debian's dataset-fashion-mnist (ci/install-deps.sh installs it): the real files.
 TEST(FashionMnist, DebianPackageLoads) {
   const auto data = load_fashion_mnist();
