@@ -5,6 +5,7 @@
 #     README's exact pkg-config line;
 #   - a library-only build (no daemon, tests, perf or examples; CLI11, nlohmann_json, GoogleTest
 #     and Google Benchmark made unfindable) configures and builds the gradlane target;
+#   - the installed Python package imports with Debian's python3;
 #   - `ctest -N` in the build directory lists the unit and softroce suites;
 #   - the installed systemd unit names the installed gradlaned and passes systemd-analyze verify.
 # Prints `install: N passed, M failed`. Usage: ci/check-install.sh BUILD_DIR
@@ -38,9 +39,14 @@ check pkg-config sh -c "test -n '$readme_line' && \
   c++ '$ROOT/examples/push_update.cpp' -o '$SCRATCH/push_update_pc' \$($readme_line)"
 check library-only sh -c "cmake -S '$ROOT' -B '$SCRATCH/library-only' -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DGRADLANE_BUILD_TESTS=OFF -DGRADLANE_BUILD_PERF=OFF -DGRADLANE_BUILD_DAEMON=OFF -DGRADLANE_BUILD_EXAMPLES=OFF -DGRADLANE_BUILD_TRAINER=OFF \
+  -DGRADLANE_BUILD_PYTHON=OFF \
   -DCMAKE_DISABLE_FIND_PACKAGE_CLI11=ON -DCMAKE_DISABLE_FIND_PACKAGE_nlohmann_json=ON \
   -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON \
   && cmake --build '$SCRATCH/library-only' --target gradlane -j\$(nproc)"
+# The Python package as installed: Debian's python3 imports it from the prefix's dist-packages,
+# and its extension finds the prefix's libgradlane (RUNPATH), without LD_LIBRARY_PATH.
+check python-package sh -c "cd '$SCRATCH' && env -u LD_LIBRARY_PATH PYTHONPATH=\$(echo '$PREFIX'/lib/python3.*/dist-packages) \
+  /usr/bin/python3 -c 'import gradlane, sys; sys.exit(0 if issubclass(gradlane.Error, RuntimeError) else 1)'"
 check ctest-lists-suites sh -c "ctest --test-dir '$BUILD' -N -L unit | grep -q 'Total Tests: [1-9]' && \
   ctest --test-dir '$BUILD' -N -L softroce | grep -q 'Total Tests: 1'"
 echo "install: $passed passed, $failed failed"

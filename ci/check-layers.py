@@ -43,6 +43,7 @@ ALLOWED = {
     # Users' view: tools, examples and the trainer see only the public API (the trainer also train/).
     "perf/tools": {"common", "device", "memory", "transport", "sidecar/client", "ps", *PS_ROLES, "api"},
     "examples": {"common", "device", "memory", "transport", "sidecar/client", "ps", *PS_ROLES, "api"},
+    "python": {"common", "device", "memory", "transport", "sidecar/client", "ps", *PS_ROLES, "api"},
     "trainer": {"common", "device", "memory", "transport", "sidecar/client", "ps", *PS_ROLES, "api", "train"},
 }
 # The folder that implements each public header: including it depends on that folder.
@@ -64,7 +65,7 @@ PUBLIC_HOME = {
     "include/gradlane/gradlane.hpp": "api",
 }
 # Folders that users' code lives in: they may include public headers only.
-USERS = {"perf/tools", "examples", "trainer"}
+USERS = {"perf/tools", "examples", "python", "trainer"}
 # Public headers must not expose internal types: a detail:: name may appear only in a private
 # section (a pimpl) or a forward declaration, never in what an embedder can call or touch.
 DETAIL_IN_PUBLIC = re.compile(r"\bdetail::")

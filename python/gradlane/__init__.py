@@ -1,0 +1,20 @@
+"""gradlane: gradient updates over RDMA, zero-copy, from Python.
+
+The parameter server's roles over gradlane's C++ API. A Worker's `gradient` and `model` are
+numpy arrays over its registered memory (torch.from_numpy shares them too): what is computed
+into `gradient` is what the NIC writes, with no copy between. Blocking calls release the GIL.
+
+    import gradlane
+    device = gradlane.Device.open("rxe0")
+    worker = gradlane.Worker(device, server="198.18.0.10:7900", floats=65536)
+    pulled = worker.pull()
+    worker.gradient[:] = 0.5                      # compute in registered memory
+    worker.push(computed_on=pulled.version)
+
+Every failure raises gradlane.Error: str() says what failed and what to do, .code names its
+category ("device_not_found", "timed_out", ...). The job's key comes from GRADLANE_JOB_KEY_FILE
+or GRADLANE_JOB_KEY, as for gradlane's programs.
+"""
+from ._gradlane import Device, Error, PullResult, PushResult, ServerStats, ShardServer, Worker
+
+__all__ = ["Device", "Error", "PullResult", "PushResult", "ServerStats", "ShardServer", "Worker"]

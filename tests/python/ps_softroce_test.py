@@ -1,0 +1,120 @@
+"""The Python package over rxe: a server, its replica and a worker on three emulated hosts
+(threads of this interpreter: blocking calls release the GIL), and the errors a user meets first.
+Run by run_tests.py inside ci/softroce.sh --hosts 3 (GRADLANE_HOSTS)."""
+import base64
+import concurrent.futures
+import os
+import time
+import unittest
+
+import numpy as np
+
+import gradlane
+
+FLOATS = 4096
+STEPS = 12
+LR = 0.05
+
+
+def hosts():
+    pairs = os.environ.get("GRADLANE_HOSTS", "").split()
+    if len(pairs) < 3:
+        raise unittest.SkipTest("needs three emulated hosts: run inside ci/softroce.sh --hosts 3")
+    return [tuple(p.split(",")) for p in pairs]
+
+
+# The job's key, as a launcher gives every process of the job (run_tests.py runs each case on
+# its own, without module fixtures: hence here).
+if not (os.environ.get("GRADLANE_JOB_KEY") or os.environ.get("GRADLANE_JOB_KEY_FILE")):
+    os.environ["GRADLANE_JOB_KEY"] = base64.b64encode(os.urandom(24)).decode()
+
+
+def gradient_of(step):
+    """A different gradient each step, so an update applied twice, out of order or not at all shows."""
+    return (np.arange(FLOATS, dtype=np.float32) % 7 - 3 + step) / np.float32(8)
+
+
+class ShardRun(unittest.TestCase):
+    def test_a_gradient_written_through_the_numpy_view_is_what_server_and_replica_apply(self):
+        (dev0, addr0), (dev1, addr1), (dev2, _) = hosts()[:3]
+        initial = np.linspace(-1, 1, FLOATS, dtype=np.float32)
+        server = gradlane.ShardServer(gradlane.Device.open(dev0), "server", 7910, FLOATS, learning_rate=LR,
+                                      initial=initial)
+        replica = gradlane.ShardServer(gradlane.Device.open(dev1), "replica", 7911, FLOATS, learning_rate=LR,
+                                       initial=initial)
+
+        def run_replica():
+            replica.accept_peers(1, timeout=60)
+            return replica.run_until(STEPS, timeout=60)
+
+        def run_server():
+            server.connect_replica(f"{addr1}:7911", timeout=30)
+            server.accept_peers(1, timeout=60)
+            return server.run_until(STEPS, timeout=60)
+
+        def run_worker():
+            worker = gradlane.Worker(gradlane.Device.open(dev2), server=f"{addr0}:7910", floats=FLOATS,
+                                     replica=f"{addr1}:7911")
+            buffer = worker.gradient.__array_interface__["data"][0]
+            sequences = []
+            for step in range(STEPS):
+                pulled = worker.pull()
+                worker.gradient[:] = gradient_of(step)  # into registered memory: nothing copies it
+                sequences.append(worker.push(computed_on=pulled.version, tag=step).sequence)
+            last = worker.pull()
+            return worker, buffer, sequences, last.version
+
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            replica_run, server_run = pool.submit(run_replica), pool.submit(run_server)
+            worker, buffer, sequences, last_version = pool.submit(run_worker).result(timeout=120)
+            self.assertTrue(server_run.result(timeout=120))
+            self.assertTrue(replica_run.result(timeout=120))
+
+        self.assertEqual(sequences, list(range(1, STEPS + 1)))
+        self.assertEqual(worker.gradient.__array_interface__["data"][0], buffer, "the view moved: not the buffer")
+        expected = initial.copy()
+        for step in range(STEPS):
+            expected -= np.float32(LR) * gradient_of(step)
+        np.testing.assert_allclose(server.model, expected, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(replica.model, server.model)
+        self.assertEqual(last_version, STEPS)
+        np.testing.assert_array_equal(worker.model, server.model)  # what the last pull read
+        self.assertEqual(server.stats.applied, STEPS)
+        self.assertEqual(server.version, STEPS)
+        with self.assertRaises(ValueError):  # the model views are read-only
+            server.model[0] = 1.0
+
+
+class Errors(unittest.TestCase):
+    def test_an_unknown_device_is_a_gradlane_error_naming_the_devices_there(self):
+        first = hosts()[0][0]
+        with self.assertRaises(gradlane.Error) as raised:
+            gradlane.Device.open("no-such-rdma-device")
+        self.assertEqual(raised.exception.code, "device_not_found")
+        self.assertIn(first, str(raised.exception))
+
+    def test_a_server_address_without_a_port_is_refused_before_connecting(self):
+        with self.assertRaises(gradlane.Error) as raised:
+            gradlane.Worker(gradlane.Device.open(hosts()[2][0]), server="198.18.0.10", floats=FLOATS)
+        self.assertEqual(raised.exception.code, "invalid_argument")
+        self.assertIn("ADDRESS:PORT", str(raised.exception))
+
+    def test_an_initial_model_of_another_size_is_refused(self):
+        with self.assertRaises(gradlane.Error) as raised:
+            gradlane.ShardServer(gradlane.Device.open(hosts()[0][0]), "server", 0, FLOATS,
+                                 initial=np.zeros(FLOATS - 1, dtype=np.float32))
+        self.assertEqual(raised.exception.code, "invalid_argument")
+        self.assertIn(str(FLOATS), str(raised.exception))
+
+    def test_nobody_listening_is_a_timeout_not_a_hang(self):
+        _, addr0 = hosts()[0]
+        device = gradlane.Device.open(hosts()[2][0])
+        started = time.monotonic()
+        with self.assertRaises(gradlane.Error) as raised:
+            gradlane.Worker(device, server=f"{addr0}:7919", floats=FLOATS, timeout=2)
+        self.assertLess(time.monotonic() - started, 10)
+        self.assertIn(raised.exception.code, ("timeout", "connection_rejected", "unreachable"))
+
+
+if __name__ == "__main__":
+    unittest.main()
