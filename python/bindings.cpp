@@ -31,7 +31,7 @@ Millis seconds(double s) {
 }
 
 // "ADDRESS:PORT", as the C++ tools take it.
-ps::Endpoint endpoint(const std::string& what, const std::string& text) {
+ps::Endpoint parse_endpoint(const std::string& what, const std::string& text) {
   const auto colon = text.rfind(':');
   unsigned port = 0;
   const char* digits = text.data() + (colon == std::string::npos ? text.size() : colon + 1);
@@ -62,6 +62,15 @@ std::vector<float> initial_model(
   }
   const auto* first = static_cast<const float*>(info.ptr);
   return {first, first + floats};
+}
+
+// Attached to the host's gradlaned at `shm_name` (GRADLANE_SIDECAR_* as for every program).
+sidecar::AttachOptions attach_options(const std::string& shm_name, std::uint32_t endpoint, std::uint32_t job) {
+  sidecar::AttachOptions attach = sidecar::AttachOptions::from_env();
+  attach.shm_name = shm_name;
+  attach.endpoint = endpoint;
+  attach.job = job;
+  return attach;
 }
 
 void translate_errors(py::module_& m) {
@@ -110,7 +119,8 @@ void bind_server(py::module_& m) {
   py::class_<ps::ShardServer>(m, "ShardServer", "A parameter-server shard: the server, or its replica.")
       .def(py::init([](const Device& device, const std::string& role, std::uint16_t port, std::size_t floats,
                        float learning_rate, float momentum, std::uint32_t slots,
-                       const std::optional<py::array_t<float, py::array::c_style | py::array::forcecast>>& initial) {
+                       const std::optional<py::array_t<float, py::array::c_style | py::array::forcecast>>& initial,
+                       const std::optional<std::string>& sidecar, std::uint32_t endpoint, std::uint32_t job) {
              if (role != "server" && role != "replica") {
                throw Error(Errc::invalid_argument, "role '" + role + "': a shard is a 'server' or a 'replica'");
              }
@@ -120,17 +130,21 @@ void bind_server(py::module_& m) {
              options.momentum = momentum;
              options.slots = slots;
              options.transport = TransportOptions::from_env();
+             if (sidecar) options.sidecar = attach_options(*sidecar, endpoint, job);
              const std::vector<float> model = initial_model(floats, initial);
              return std::make_unique<ps::ShardServer>(device, role == "server" ? ps::Role::server : ps::Role::replica,
                                                       port, options, model);
            }),
            py::arg("device"), py::arg("role"), py::arg("port"), py::arg("floats"), py::arg("learning_rate") = 0.01F,
-           py::arg("momentum") = 0.0F, py::arg("slots") = 8U, py::arg("initial") = py::none(), py::keep_alive<1, 2>())
+           py::arg("momentum") = 0.0F, py::arg("slots") = 8U, py::arg("initial") = py::none(),
+           py::arg("sidecar") = py::none(), py::arg("endpoint") = 0U, py::arg("job") = 1U, py::keep_alive<1, 2>(),
+           "sidecar: the shm name of this host's gradlaned, which then owns the shard's sequence (the server's "
+           "endpoint and job as the workers' requests name them).")
       .def_property_readonly("port", &ps::ShardServer::port)
       .def(
           "connect_replica",
           [](ps::ShardServer& s, const std::string& replica, double timeout_s) {
-            const ps::Endpoint at = endpoint("replica", replica);
+            const ps::Endpoint at = parse_endpoint("replica", replica);
             const Millis timeout = seconds(timeout_s);
             const py::gil_scoped_release unlocked;
             s.connect_replica(at.address, at.port, timeout);
@@ -174,20 +188,30 @@ void bind_worker(py::module_& m) {
 
   py::class_<ps::Worker>(m, "Worker", "A parameter-server worker: pushes its gradient, pulls the model.")
       .def(py::init([](const Device& device, const std::string& server, std::size_t floats, std::uint32_t id,
-                       const std::optional<std::string>& replica, bool mirror, double timeout_s) {
+                       const std::optional<std::string>& replica, bool mirror, double timeout_s,
+                       const std::optional<std::string>& sidecar, std::uint32_t endpoint, std::uint32_t server_endpoint,
+                       std::uint32_t job) {
              ps::WorkerOptions options;
              options.id = id;
-             options.server = endpoint("server", server);
-             if (replica) options.replica = endpoint("replica", *replica);
+             options.server = parse_endpoint("server", server);
+             if (replica) options.replica = parse_endpoint("replica", *replica);
              options.mirror = mirror;
              options.floats = floats;
              options.timeout = seconds(timeout_s);
              options.transport = TransportOptions::from_env();
+             if (sidecar) {
+               options.sidecar = attach_options(*sidecar, endpoint, job);
+               options.server_endpoint = server_endpoint;
+               options.tensor = 1;
+             }
              const py::gil_scoped_release unlocked;
              return std::make_unique<ps::Worker>(device, options);
            }),
            py::arg("device"), py::arg("server"), py::arg("floats"), py::arg("id") = 1U, py::arg("replica") = py::none(),
-           py::arg("mirror") = true, py::arg("timeout") = 30.0, py::keep_alive<1, 2>())
+           py::arg("mirror") = true, py::arg("timeout") = 30.0, py::arg("sidecar") = py::none(),
+           py::arg("endpoint") = 0U, py::arg("server_endpoint") = 0U, py::arg("job") = 1U, py::keep_alive<1, 2>(),
+           "sidecar: the shm name of this host's gradlaned, which grants each push (this worker's NIC endpoint, "
+           "its server's endpoint and the job).")
       .def_property_readonly(
           "gradient",
           [](py::object self) {

@@ -333,15 +333,14 @@ struct Worker::State {
     // Sidecar mode: the server's refusal floor, READ behind the write on the same QP (so it
     // completes after it, and waiting for it waits for the write).
     constexpr std::size_t kFloorAt = offsetof(ShardHeader, refuse_below);
-    const std::optional<OpId> floor_read =
-        floors ? std::optional(server.read(model_region, kFloorAt, server_shard, kFloorAt, sizeof(std::uint64_t)))
-               : std::nullopt;
+    const OpId last_on_server =
+        floors ? server.read(model_region, kFloorAt, server_shard, kFloorAt, sizeof(std::uint64_t)) : written;
     if (mirrored) replica->wait(*mirrored, options.timeout);
-    server.wait(floor_read.value_or(written), options.timeout);
+    server.wait(last_on_server, options.timeout);
     PushResult result;
     result.sequence = sequence;
     result.wire_time = Clock::now() - start;
-    if (floor_read && refused_below_floor(sequence, kFloorAt)) result.lost = true;
+    if (floors && refused_below_floor(sequence, kFloorAt)) result.lost = true;
     if (mirrored && refused_below_floor(sequence, kReplicaFloorAt)) result.lost = true;
     return result;
   }

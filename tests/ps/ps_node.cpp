@@ -12,6 +12,7 @@
 //           updates=50 gradient=pattern|uniform out=DIR [die_after=K] [aggregator=ADDR:7802]
 //           [stall_after=K stall_ms=M]: at step K, stall M ms between the request and the grant
 //           [grant_lifetime_ms=1500]: WorkerOptions::grant_lifetime
+//           [failover_patience_ms=5000]: WorkerOptions::failover_patience
 //           [first_step=K]: start at step K (a restarted worker rejoining the running job)
 //           [pace_ms=M]: M ms of "compute" before each step
 //   ps_node role=replica ... join=ADDR:7801 name=replica2: a new replica joining the running
@@ -345,6 +346,7 @@ int run_worker(const Args& a) {
     options.tensor = 1;
   }
   options.grant_lifetime = std::chrono::milliseconds(a.number("grant_lifetime_ms", 1500));
+  options.failover_patience = std::chrono::milliseconds(a.number("failover_patience_ms", 5000));
   // first_step=K: a restarted worker goes on from step K (membership: it rejoins the job).
   // pace_ms=M: M ms between steps (compute time), so a run lasts long enough for a restart.
   const std::uint64_t updates = a.number("updates"), die_after = a.number("die_after", ~0ull);

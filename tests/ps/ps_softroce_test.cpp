@@ -44,6 +44,7 @@ struct RunSpec {
   std::string gradient = "pattern";
   std::map<std::uint32_t, std::uint64_t> die_after;  // worker -> step at which it dies after its request
   std::vector<std::string> worker4_args;             // extra ps_node arguments for worker 4
+  std::vector<std::string> every_worker_args;        // extra ps_node arguments for every worker
   std::string hole_timeout_ms;                       // empty: ps_node's default
   bool replica_reads = false;                        // workers do not mirror; the replica reads from the server's slots
   // Sidecar mode: gradlaned A on host 0 (endpoints 0 = the server's NIC, 2 = host 2's) owns the
@@ -178,6 +179,7 @@ class ShardRun : public ::testing::Test {
           out};
       if (!stray) a.push_back(replica_at);
       if (spec.die_after.contains(id)) a.push_back("die_after=" + std::to_string(spec.die_after.at(id)));
+      a.insert(a.end(), spec.every_worker_args.begin(), spec.every_worker_args.end());
       if (id == 4) a.insert(a.end(), spec.worker4_args.begin(), spec.worker4_args.end());
       if (spec.replica_reads) a.push_back("replica_reads=1");
       if (spec.sidecar) {  // workers 1, 2 on host 2 (endpoint 2, sidecar A); 3, 4 on host 1 (endpoint 1, B)
@@ -951,9 +953,11 @@ TEST_F(ShardRun, WithSidecarsARestartedServerSidecarHoldsTheSequenceUntilTheServ
   spec.updates = 40;
   spec.pace_ms = 100;                        // the job outlasts the restart by seconds
   spec.restart_sidecar_a_after_grants = 20;  // of the 160 pushes: the job outlasts the restart
-  // Time for the new A to come up under TCG, for every app that reattaches (the server's
-  // takeover too): 5 s instead of 2.
-  ::setenv("GRADLANE_SIDECAR_TIMEOUT_MS", "5000", 1);
+  // Time for the new A to come up under TCG — under ASan it has taken more than 5 s from the
+  // kill — for every app that reattaches (the server's takeover too), and for B's workers,
+  // whose requests B refuses while A is away, before a refusal is an error: 15 s, not 2 and 5.
+  spec.every_worker_args = {"failover_patience_ms=15000"};
+  ::setenv("GRADLANE_SIDECAR_TIMEOUT_MS", "15000", 1);
   run(spec);
   ::unsetenv("GRADLANE_SIDECAR_TIMEOUT_MS");
   ASSERT_FALSE(HasFatalFailure());

@@ -4,6 +4,9 @@ Run by run_tests.py inside ci/softroce.sh --hosts 3 (GRADLANE_HOSTS)."""
 import base64
 import concurrent.futures
 import os
+import re
+import subprocess
+import tempfile
 import time
 import unittest
 
@@ -83,6 +86,62 @@ class ShardRun(unittest.TestCase):
         self.assertEqual(server.version, STEPS)
         with self.assertRaises(ValueError):  # the model views are read-only
             server.model[0] = 1.0
+
+
+class WithGradlaned(unittest.TestCase):
+    """Sidecar mode: the host's gradlaned (one serves every emulated host: they share the VM's
+    /dev/shm) owns the shard's sequence and grants each push."""
+
+    def test_every_push_is_granted_by_gradlaned_and_applied_in_its_order(self):
+        (dev0, addr0), _, (dev2, _) = hosts()[:3]
+        shm = f"/gradlane-python-test-{os.getpid()}"
+        log = tempfile.NamedTemporaryFile(prefix="gradlaned-", suffix=".err", delete=False)
+        daemon = subprocess.Popen([os.environ["GRADLANE_GRADLANED"], "--foreground", "--shm-name", shm],
+                                  stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            deadline = time.monotonic() + 60
+            while "gradlaned: serving" not in open(log.name).read():
+                self.assertIsNone(daemon.poll(), open(log.name).read())
+                self.assertLess(time.monotonic(), deadline, "gradlaned did not start serving in 60 s")
+                time.sleep(0.05)
+            initial = np.zeros(FLOATS, dtype=np.float32)
+            server = gradlane.ShardServer(gradlane.Device.open(dev0), "server", 7912, FLOATS, learning_rate=LR,
+                                          initial=initial, sidecar=shm, endpoint=0)
+
+            def run_server():
+                server.accept_peers(1, timeout=60)
+                return server.run_until(STEPS, timeout=60)
+
+            def run_worker():
+                worker = gradlane.Worker(gradlane.Device.open(dev2), server=f"{addr0}:7912", floats=FLOATS,
+                                         sidecar=shm, endpoint=2, server_endpoint=0)
+                results = []
+                for step in range(STEPS):
+                    pulled = worker.pull()
+                    worker.gradient[:] = gradient_of(step)
+                    results.append(worker.push(computed_on=pulled.version, tag=step))
+                worker.settle(10)
+                return results
+
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                server_run = pool.submit(run_server)
+                results = pool.submit(run_worker).result(timeout=120)
+                self.assertTrue(server_run.result(timeout=120))
+        finally:
+            daemon.terminate()
+            daemon.wait(timeout=30)
+        said = open(log.name).read()
+        os.unlink(log.name)
+        self.assertEqual([r.sequence for r in results], list(range(1, STEPS + 1)))
+        self.assertFalse(any(r.dropped or r.lost for r in results))
+        expected = initial.copy()
+        for step in range(STEPS):
+            expected -= np.float32(LR) * gradient_of(step)
+        np.testing.assert_allclose(server.model, expected, rtol=1e-5, atol=1e-6)
+        # The daemon's closing line counts what it was asked: every push went through it.
+        requests = re.search(r"(\d+) requests", said)
+        self.assertIsNotNone(requests, said)
+        self.assertGreaterEqual(int(requests.group(1)), STEPS, said)
 
 
 class Errors(unittest.TestCase):
