@@ -439,6 +439,15 @@ relay_status() {
 }
 
 show_console_tail() {
+  # The first report of a guest kernel that failed (its cause and first frames), which the
+  # tail of a long stack dump would not include.
+  local first
+  first=$(grep -n -m1 -E 'BUG:|Oops|WARNING:|watchdog:|rcu: INFO|Kernel panic|general protection' "$WORK/console.log" |
+    cut -d: -f1) || true
+  if [[ -n $first ]]; then
+    echo "---- the VM's kernel reported, from line $first of its console ----" >&2
+    sed -n "$((first > 5 ? first - 5 : 1)),$((first + 30))p" "$WORK/console.log" >&2 || true
+  fi
   echo "---- last 60 lines of the VM console ----" >&2
   tail -n 60 "$WORK/console.log" >&2 || true
   if [[ -s $WORK/qemu.err ]]; then

@@ -86,16 +86,18 @@ def restarted_from(run):
 
 def harness_failure(run):
     """What the Soft-RoCE harness or the VM's kernel said went wrong (job.out), or None."""
-    marks = ('softroce: timed out', 'softroce: VM did not start', 'softroce: CMD did not report',
-             'soft lockup', 'hung_task', 'BUG:', 'Kernel panic')
+    harness = ('softroce: timed out', 'softroce: VM did not start', 'softroce: CMD did not report')
+    kernel = ('soft lockup', 'hung_task', 'BUG:', 'Oops', 'watchdog:', 'rcu: INFO', 'Kernel panic')
+    said = {}  # the harness's first line and the kernel's, each cut to 200 characters
     try:
         with open(os.path.join(run, 'job.out'), errors='replace') as f:
             for line in f:
-                if any(m in line for m in marks):
-                    return line.strip()[:200]
+                for kind, marks in (('harness', harness), ('kernel', kernel)):
+                    if kind not in said and any(m in line for m in marks):
+                        said[kind] = line.strip()[:200]
     except OSError:
         pass
-    return None
+    return ' / the kernel: '.join(said[k] for k in ('harness', 'kernel') if k in said) or None
 
 
 def check(run):

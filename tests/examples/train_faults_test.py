@@ -133,6 +133,15 @@ class TrainFaultsCheck(unittest.TestCase):
         self.assertFalse(row['survived'])
         self.assertIn('soft lockup', row['outcome'])
 
+    def test_a_vm_that_died_is_named_by_the_harness_and_by_its_kernels_first_report(self):
+        run = make_run()
+        os.remove(os.path.join(run, 'fault.json'))
+        write(run, 'job.out', 'softroce: CMD did not report an exit code: the VM died under it\n---- the VM\n'
+              '[  40.1] rcu: INFO: rcu_preempt self-detected stall on CPU\n[  40.2] BUG: later\n')
+        row = train_faults.check(run)
+        self.assertEqual(row['harness_failure'], 'softroce: CMD did not report an exit code: the VM died under it'
+                         ' / the kernel: [  40.1] rcu: INFO: rcu_preempt self-detected stall on CPU')
+
     def test_an_error_within_5_s_is_clear_and_later_is_not(self):
         exits = {'server': (0, 110.0), 'replica': (0, 110.0), 'worker1': (1, 104.0), 'worker2': (137, 102.1)}
         logs = {'worker1': 'gradlane_train worker: the server is gone\n'}
