@@ -161,6 +161,7 @@ struct Landed {
 enum class RefusedWhy : std::uint8_t {
   version_from_future = 1,  // computed on a version ahead of every sequence granted here
   not_the_server = 2,       // a replica, whose primary lives, addressed as the worker's server
+  round_closed = 3,         // ShardOptions::round: the round of the version it was computed on is full
 };
 struct Refused {
   RefusedWhy why = RefusedWhy::version_from_future;

@@ -293,11 +293,19 @@ std::size_t ShardServer::State::grant() {
     waiting.pop_front();
     Peer& peer = peers[w.peer];
     if (!peer.alive) continue;
+    // Refused before anything is written and without consuming the sequence: computed on a
+    // model no sequence here has reached yet (as the sidecar refuses it), or, with rounds, its
+    // round already took its `round` updates (as a backup worker's is dropped).
+    std::optional<RefusedWhy> refusal;
     if (w.request.computed_on >= sequence) {
-      // Computed on a model no sequence here has reached yet, as the sidecar refuses it.
+      refusal = RefusedWhy::version_from_future;
+    } else if (options.round != 0 && (sequence - 1) / options.round != w.request.computed_on / options.round) {
+      refusal = RefusedWhy::round_closed;
+    }
+    if (refusal) {
       try {
-        peer.conn.send(encode(Refused{RefusedWhy::version_from_future, w.request.tag, sequence - 1}));
-        ++stats.refused_requests;
+        peer.conn.send(encode(Refused{*refusal, w.request.tag, sequence - 1}));
+        ++(*refusal == RefusedWhy::round_closed ? stats.refused_rounds : stats.refused_requests);
       } catch (const Error& e) {
         lose(peer, e);
       }
@@ -666,6 +674,11 @@ ShardServer::ShardServer(const Device& device, Role role, std::uint16_t port, co
                          std::span<const float> initial) {
   if (options.floats == 0 || options.slots == 0) {
     throw Error(Errc::invalid_argument, "ShardServer: the shard needs floats > 0 and slots > 0");
+  }
+  if (options.round != 0 && options.sidecar) {
+    throw Error(Errc::invalid_argument,
+                "ShardServer: ShardOptions::round is direct mode's; in sidecar mode the staleness bound is "
+                "gradlaned's tau (--staleness-bound)");
   }
   if (initial.size() != options.floats) {
     throw Error(Errc::invalid_argument,

@@ -565,6 +565,11 @@ struct Worker::State {
                               "WorkerOptions::server the server's address (the replica's goes in ::replica)",
                               target.describe(), refused.tag));
     }
+    if (refused.why == RefusedWhy::round_closed) {
+      PushResult dropped;
+      dropped.dropped = true;
+      return dropped;
+    }
     if (failovers != failovers_at_pull || failing_over()) return lost_push();
     throw Error(Errc::invalid_argument,
                 fmt::format("{}: the server refused push tag {}: computed on version {}, and it has granted only up to "

@@ -74,6 +74,13 @@ TEST(PsMessages, AMessageCutShortOrTooLongIsAProtocolErrorNamingItsKind) {
   EXPECT_THROW((void)decode({}), Error);
 }
 
+TEST(PsMessages, EveryRefusalReasonDecodesToItself) {
+  for (const RefusedWhy why : {RefusedWhy::version_from_future, RefusedWhy::not_the_server, RefusedWhy::round_closed}) {
+    const auto back = std::get<Refused>(decode(encode(Refused{why, 11, 43})));
+    EXPECT_EQ(back.why, why) << static_cast<int>(why);
+  }
+}
+
 TEST(PsMessages, ARefusalForAnUnknownReasonIsAProtocolError) {
   std::vector<std::byte> bytes = encode(Refused{RefusedWhy::version_from_future, 11, 43});
   bytes[1] = std::byte{9};

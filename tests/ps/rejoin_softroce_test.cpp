@@ -120,6 +120,65 @@ TEST(MisfitWorker, APushComputedOnAVersionTheServerNeverReachedIsRefused) {
   EXPECT_EQ(applied_tags_of(server.history, 1), (std::vector<std::uint64_t>{1, 3}));
 }
 
+// Backup workers: rounds of 2 updates, 3 workers; a round's third request is refused before it
+// is written and takes no sequence, and a push computed on the next round's model is taken.
+TEST(BackupWorkers, ARoundTakesItsFirstRequestsAndDropsTheRestUnwritten) {
+  const auto hosts = hosts_from_env();
+  ASSERT_GE(hosts.size(), 3u) << "needs ci/softroce.sh --hosts 3";
+  constexpr std::uint16_t kPort = 7897;
+  ps::ShardOptions shard = small_shard();
+  shard.round = 2;
+  ServerThread server(hosts[0], kPort, 3, shard);
+  Device device = Device::open({.name = hosts[2].device});
+  std::vector<std::uint64_t> sequences;  // 0: dropped
+  const auto note = [&](const ps::PushResult& r) {
+    EXPECT_FALSE(r.lost);
+    EXPECT_EQ(r.dropped, r.sequence == 0);
+    sequences.push_back(r.sequence);
+  };
+  try {
+    std::vector<ps::Worker> workers;
+    for (std::uint32_t id = 1; id <= 3; ++id) {
+      ps::WorkerOptions options = worker_of(hosts[0], kPort);
+      options.id = id;
+      workers.emplace_back(device, options);
+    }
+    note(workers[0].push(0, 10));  // round 0 (versions 0-1): sequences 1 and 2
+    note(workers[1].push(0, 20));
+    note(workers[2].push(0, 30));  // round 0 is full
+    note(workers[2].push(2, 31));  // round 1 (versions 2-3): sequences 3 and 4
+    note(workers[0].push(2, 11));
+    note(workers[1].push(3, 21));  // computed on version 3, still round 1: full
+    note(workers[1].push(4, 22));  // round 2
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "worker: " << e.what();
+  }
+  server.stop();
+  ASSERT_EQ(server.failure, "");
+  EXPECT_EQ(sequences, (std::vector<std::uint64_t>{1, 2, 0, 3, 4, 0, 5}));
+  EXPECT_EQ(server.stats.refused_rounds, 2u);
+  EXPECT_EQ(server.stats.skipped, 0u) << "a refused request leaves no hole";
+  std::vector<std::uint64_t> tags;
+  for (const auto& u : server.history) tags.push_back(u.tag);
+  EXPECT_EQ(tags, (std::vector<std::uint64_t>{10, 20, 31, 11, 22}));
+}
+
+TEST(BackupWorkers, RoundsAreRefusedInSidecarMode) {
+  const auto hosts = hosts_from_env();
+  ASSERT_GE(hosts.size(), 1u) << "needs ci/softroce.sh";
+  Device device = Device::open({.name = hosts[0].device});
+  ps::ShardOptions shard = small_shard();
+  shard.round = 2;
+  shard.sidecar = sidecar::AttachOptions{};
+  try {
+    ps::ShardServer server(device, ps::Role::server, 0, shard, std::vector<float>(kFloats, 0.0F));
+    ADD_FAILURE() << "a sidecar-mode server took rounds";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("--staleness-bound"), std::string::npos) << e.what();
+  }
+}
+
 // What two lives of one worker were told by last_landed(): the first before any push and after
 // pushing tags 10..14 (computed on versions 0..4), the second once connected while the first
 // still looks alive to the server (it supersedes it).

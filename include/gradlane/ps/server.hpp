@@ -77,6 +77,16 @@ struct ShardOptions {
   // 512 MiB per connection-owned rings. Size it to the doorbells and control messages that may
   // wait at once (e.g. 2 × workers): a dry queue makes senders retry ("receiver not ready").
   std::uint32_t shared_receives = 0;
+  // Direct mode: synchronous SGD with backup workers (Chen et al., "Revisiting distributed
+  // synchronous SGD"). Sequences are taken in rounds of `round` updates (versions r·round up to
+  // (r+1)·round − 1 are round r's), and an update is granted only a sequence of the round of
+  // the version it was computed on: the first `round` requests of a round are taken, a later
+  // one is refused before it is written (Worker::push says dropped; pull the next round's
+  // model). Workers that start a round only once the previous one is complete (the server's
+  // version reaches r·round) and a learning rate divided by `round` make each round one step
+  // of the mean of its first `round` gradients, however many workers compute it. 0: no rounds.
+  // Sidecar mode refuses it: there the staleness bound is the sidecar's τ.
+  std::uint64_t round = 0;
 };
 
 struct ServerStats {
@@ -85,6 +95,8 @@ struct ServerStats {
   std::uint64_t skipped = 0;            // holes skipped in order
   std::uint64_t refused_doorbells = 0;  // doorbells for a sequence not granted to that peer, or done
   std::uint64_t refused_cancels = 0;    // sidecar cancels for a sequence already here or done
+  std::uint64_t refused_rounds = 0;     // direct mode, ShardOptions::round: requests whose round
+                                        // was full (the worker's push is dropped)
   std::uint64_t refused_requests = 0;   // direct mode: requests computed on a version ahead of
                                         // every sequence granted here, or, at a replica whose
                                         // primary lives, from a worker that addressed it as its

@@ -72,7 +72,9 @@ struct WorkerOptions {
 };
 
 struct PushResult {
-  bool dropped = false;                   // sidecar mode: too stale, never sent (pull again)
+  bool dropped = false;                   // never sent (pull again): too stale for the sidecar's
+                                          // τ, or its round at the server was full (direct mode,
+                                          // ShardOptions::round)
   bool lost = false;                      // the server (or, in sidecar mode, the receiver's
                                           // sidecar, or this host's sidecar restarted) was
                                           // lost mid-push: pull again and go on. It may or
