@@ -10,9 +10,10 @@
 # reaches A over RDMA. The aggregator (AGGREGATE=1, the default) runs on host 2; A redirects
 # updates to it when they would wait for the server.
 #   bash ci/softroce.sh --hosts 3 -- sh examples/train-job.sh build [NAME=VALUE ...]
-# Settings (NAME=VALUE arguments): MODE=gradlane|fifo|sync|aggregate (gradlane), GROUP (aggregate:
-#   gradients per forwarded update, WORKERS), MODEL=softmax|mlp (softmax),
-#   WORKERS (4), STEPS per worker (150), LR (0.05; sync: 0.2), BATCH (64), SEED (1),
+# Settings (NAME=VALUE arguments): MODE=gradlane|fifo|sync|aggregate|backup (gradlane), GROUP
+#   (aggregate: gradients per forwarded update, WORKERS), BACKUP (backup: backup workers, 1; each
+#   step averages the first WORKERS − BACKUP gradients), MODEL=softmax|mlp (softmax),
+#   WORKERS (4), STEPS per worker (150), LR (0.05; sync and backup: 0.2), BATCH (64), SEED (1),
 #   TAU (gradlaned's staleness bound, 2×WORKERS), AGGREGATE=0 (gradlane mode without the
 #   aggregator: ordering and tau only), EAGER=0 (gradlaned without --aggregate-eagerly: only
 #   the updates waiting behind a grant are grouped, and no relays), RELAY (gradlaned's
@@ -25,7 +26,8 @@
 #   only to that worker, STRAGGLER=1 puts the last worker alone on host 3
 #   (which train.sh shapes), SERVER_RATE (the server's ingress as train.sh shaped it, e.g. 4mbit:
 #   gradlaned is told it, as it would be told a NIC's line rate; the straggler is learned).
-#   DATA (Fashion-MNIST's directory, default Debian's: gradlane_train --data).
+#   DATA (Fashion-MNIST's directory, default Debian's: gradlane_train --data). SHARD=1: each
+#   worker trains only on its own partition of the training rows (gradlane_train --shard).
 #   Results: $GRADLANE_OUT_DIR/train-$MODE.
 #   FAULT=KIND:TARGET:AT (examples/train-fault.sh, which examples/train-faults.sh drives):
 #   one fault injected once the server reaches version K (AT=vK), or AT ms after training starts. Every role records its pid
@@ -35,13 +37,13 @@ BUILD=${1:?usage: train-demo.sh BUILD_DIR [NAME=VALUE ...]}
 shift
 for setting in "$@"; do
   case $setting in
-    MODE=*|MODEL=*|WORKERS=*|STEPS=*|LR=*|BATCH=*|SEED=*|TAU=*|TARGET=*|SCHEDULE=*|REPLICA=*|SLOTS=*|STRAGGLER=*|GROUP=*|REPLICA_READS=*|GRANT_WINDOWS=*|AGGREGATE=*|EAGER=*|RELAY=*|SERVER_RATE=*|FAULT=*|DATA=*) export "$setting" ;;
+    MODE=*|BACKUP=*|SHARD=*|MODEL=*|WORKERS=*|STEPS=*|LR=*|BATCH=*|SEED=*|TAU=*|TARGET=*|SCHEDULE=*|REPLICA=*|SLOTS=*|STRAGGLER=*|GROUP=*|REPLICA_READS=*|GRANT_WINDOWS=*|AGGREGATE=*|EAGER=*|RELAY=*|SERVER_RATE=*|FAULT=*|DATA=*) export "$setting" ;;
     *) echo "train-demo.sh: unknown setting '$setting' (see the comment at the top)" >&2; exit 2 ;;
   esac
 done
 MODE=${MODE:-gradlane}; MODEL=${MODEL:-softmax}; WORKERS=${WORKERS:-4}; STEPS=${STEPS:-150}
 BATCH=${BATCH:-64}; SEED=${SEED:-1}; TAU=${TAU:-$((2 * WORKERS))}; TARGET=${TARGET:-0.75}
-if [ "$MODE" = sync ]; then LR=${LR:-0.2}; else LR=${LR:-0.05}; fi
+case $MODE in sync|backup) LR=${LR:-0.2} ;; *) LR=${LR:-0.05} ;; esac
 REPLICA=${REPLICA:-1}; SLOTS=${SLOTS:-8}; STRAGGLER=${STRAGGLER:-0}; GROUP=${GROUP:-$WORKERS}
 AGGREGATE=${AGGREGATE:-1}; [ "$MODE" = gradlane ] || AGGREGATE=0
 OUT=${GRADLANE_OUT_DIR:-/tmp}/train-$MODE
@@ -58,6 +60,7 @@ rm -rf "$OUT"; mkdir -p "$OUT"
 KEY=${GRADLANE_JOB_KEY_FILE:+--key-file $GRADLANE_JOB_KEY_FILE}  # gradlaned's peer links
 COMMON="--mode $MODE --model $MODEL --workers $WORKERS --lr $LR --seed $SEED --slots $SLOTS --out $OUT"
 [ "${REPLICA_READS:-0}" = 1 ] && COMMON="$COMMON --replica-reads"
+[ "$MODE" = backup ] && COMMON="$COMMON --backup ${BACKUP:-1}"
 [ -n "${DATA:-}" ] && COMMON="$COMMON --data $DATA"
 WINDOWS=""
 [ "${GRANT_WINDOWS:-0}" = 1 ] && WINDOWS="--grant-windows"  # server, replica and (gradlane mode) aggregator
@@ -142,7 +145,7 @@ while [ $i -le "$WORKERS" ]; do
   host=$(host_of $i)
   case $host in 1) dev=$DEV1 ;; 2) dev=$DEV2 ;; *) dev=$DEV3 ;; esac
   role worker$i "$TRAIN" worker $COMMON --device "$dev" --id $i --server "$ADDR0:7800" $REPLICA_AT $WORKER_TO --steps "$STEPS" \
-           --batch "$BATCH" $(sidecar "$host" $((100 + i))) --server-endpoint 0
+           --batch "$BATCH" $(sidecar "$host" $((100 + i))) --server-endpoint 0 $([ "${SHARD:-0}" = 1 ] && echo --shard)
   PIDS="$PIDS $!"
   i=$((i + 1))
 done

@@ -57,7 +57,7 @@ def main(out):
             server_ingress = link["after"]["h0"]["rx"] - link["before"]["h0"]["rx"]
     with open(os.path.join(out, "delays.csv"), "w") as f:
         f.write("delay\n" + "".join(f"{d}\n" for d in delays))
-    computed = sum(w["steps"] for w in workers)
+    computed = sum(w["steps"] - w.get("skipped_steps", 0) for w in workers)  # backup: steps it joined late
     dropped = sum(w["dropped"] for w in workers)
     summary = {
         "mode": server["mode"], "workers": len(workers), "gradients_computed": computed,

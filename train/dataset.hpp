@@ -14,6 +14,9 @@ namespace gradlane::train {
 
 // Where Debian's dataset-fashion-mnist puts the files.
 inline constexpr const char* kDefaultFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+// gradlane_train's validation split: the last 10,000 training images (learning rates are chosen
+// on it); its workers never train on them.
+inline constexpr std::size_t kValidationRows = 10000;
 
 struct Dataset {
   std::size_t rows = 0;              // images

@@ -21,7 +21,11 @@ namespace gradlane::trainer {
 //             group of `group` gradients and forwards one update to the server and replica
 //             (MLfabric's R1: the server's ingress carries one update per group), in direct
 //             mode: fixed groups, no ordering and no τ.
-enum class Mode : std::uint8_t { gradlane, fifo, sync, aggregate };
+//   backup    synchronous SGD with `backup` backup workers (Chen et al.): sync's barrier, but a
+//             step is the mean of the first workers − backup gradients that reach the server
+//             (ps::ShardOptions::round); a later one is dropped unwritten, and its worker joins
+//             the next step. A straggler no longer holds every step.
+enum class Mode : std::uint8_t { gradlane, fifo, sync, aggregate, backup };
 Mode parse_mode(const std::string& name);
 const char* to_string(Mode mode);
 
@@ -42,6 +46,8 @@ struct Config {
   bool replica_reads = false;             // workers do not mirror; the replica READs each update from
                                           // the server's slot (give it to the replica and the workers)
   std::uint32_t workers = 2;              // the job's workers
+  std::uint32_t backup = 1;               // backup mode: workers whose gradients a step can do
+                                          // without (a step averages workers − backup)
   std::uint32_t peers = 0;                // server, replica: connections to accept (0: workers);
                                           // aggregator: its members (0: workers)
   std::string aggregator;                 // worker: ADDR:PORT of its aggregator ("" = none)
@@ -57,6 +63,8 @@ struct Config {
                                           // link down) rejoins the running job for this long (0: exits)
   float learning_rate = 0.1F;             // per gradient (sync: per averaged step)
   std::uint32_t batch = 64;
+  bool shard = false;                 // worker: draw only from its own partition of the training rows (1 of
+                                      // `workers`), not from all of them in its own order
   std::uint64_t seed = 1;             // model initialisation and every worker's data order
   std::uint32_t slots = 8;            // the server's update slots (also the replica window)
   std::string sidecar;                // gradlane mode: the host's gradlaned segment
@@ -69,7 +77,14 @@ struct Config {
   std::uint32_t snapshot_ms = 250;    // server: the model is recorded this often
   std::uint32_t live_eval = 500;      // server: test images behind the live accuracy (0: none)
   double target = 0.80;               // evaluate: the accuracy whose time is reported
+  std::string split = "test";         // evaluate: test (10,000 images) or validation (the last
+                                      // 10,000 training images, which workers never train on)
 };
+
+// sync and backup: the gradients one step averages.
+inline std::uint32_t gradients_per_step(const Config& c) {
+  return c.mode == Mode::backup ? c.workers - c.backup : c.workers;
+}
 
 int run_server(const Config& config);  // server and replica
 int run_worker(const Config& config);

@@ -1,8 +1,11 @@
-// Offline: every snapshot the server recorded, evaluated on the full test set. Writes
+// Offline: every snapshot the server recorded, evaluated on the full test set (or on the
+// validation split). Writes
 // accuracy.csv (seconds, version, accuracy) and accuracy.json (time to the target accuracy,
 // final and best accuracy), and prints one summary line.
 #include <cstdio>
 #include <fstream>
+#include <stdexcept>
+#include <string>
 
 #include "config.hpp"
 #include "snapshots.hpp"
@@ -14,7 +17,16 @@ namespace gradlane::trainer {
 int run_evaluate(const Config& c) {
   const gradlane::train::Model model(gradlane::train::ModelSpec{.kind = gradlane::train::parse_model_kind(c.model)});
   const std::filesystem::path dir = c.data.empty() ? gradlane::train::kDefaultFashionMnistDir : c.data;
-  const auto test = gradlane::train::load_fashion_mnist(dir, gradlane::train::Split::test);
+  const bool validation = c.split == "validation";
+  const auto images = gradlane::train::load_fashion_mnist(
+      dir, validation ? gradlane::train::Split::train : gradlane::train::Split::test);
+  if (validation && images.rows <= gradlane::train::kValidationRows) {
+    throw std::runtime_error("the training set has " + std::to_string(images.rows) + " images, no more than the " +
+                             std::to_string(gradlane::train::kValidationRows) + " of the validation split");
+  }
+  const auto test = validation
+                        ? images.slice(images.rows - gradlane::train::kValidationRows, gradlane::train::kValidationRows)
+                        : images;
   const auto snapshots = read_snapshots(c.out + "/snapshots.bin");
   if (snapshots.empty()) throw std::runtime_error(c.out + "/snapshots.bin holds no snapshot");
 
@@ -43,9 +55,10 @@ int run_evaluate(const Config& c) {
       << ",\"time_to_target_s\":" << (time_to_target < 0 ? std::string("null") : std::to_string(time_to_target))
       << ",\"version_at_target\":" << version_at_target << ",\"final_accuracy\":" << final_accuracy
       << ",\"best_accuracy\":" << best << ",\"wall_s\":" << wall << ",\"final_version\":" << snapshots.back().version
-      << ",\"snapshots\":" << snapshots.size() << ",\"test_images\":" << test.rows << "}\n";
-  std::printf("evaluated %zu snapshots on %zu test images: final accuracy %.4f (best %.4f), ", snapshots.size(),
-              test.rows, final_accuracy, best);
+      << ",\"snapshots\":" << snapshots.size() << ",\"split\":\"" << c.split << "\",\"test_images\":" << test.rows
+      << "}\n";
+  std::printf("evaluated %zu snapshots on %zu %s images: final accuracy %.4f (best %.4f), ", snapshots.size(),
+              test.rows, c.split.c_str(), final_accuracy, best);
   if (time_to_target < 0) {
     std::printf("target %.2f not reached in %.1f s\n", c.target, wall);
   } else {

@@ -7,12 +7,14 @@
 //   gradlane_train worker  --mode M --device rxe2 --id I --server A:P [--replica A:P] --steps K --out DIR
 //   gradlane_train aggregator --mode aggregate --device rxe2 --port 7802 --id I --server A:P [--replica A:P] --group K
 //   gradlane_train evaluate --out DIR            (the server's snapshots on the full test set)
+// backup mode gives every role --backup B: each step averages the first --workers minus B gradients.
 // gradlane mode adds --sidecar SHM --endpoint E (and --server-endpoint E on workers); aggregate
 // mode gives workers --aggregator A:P and the server and replica --peers (the aggregators).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <stdexcept>
+#include <string>
 
 #include "config.hpp"
 
@@ -23,7 +25,8 @@ Mode parse_mode(const std::string& name) {
   if (name == "fifo") return Mode::fifo;
   if (name == "sync") return Mode::sync;
   if (name == "aggregate") return Mode::aggregate;
-  throw std::invalid_argument("unknown mode '" + name + "': use gradlane, fifo, sync or aggregate");
+  if (name == "backup") return Mode::backup;
+  throw std::invalid_argument("unknown mode '" + name + "': use gradlane, fifo, sync, aggregate or backup");
 }
 
 const char* to_string(Mode mode) {
@@ -36,6 +39,8 @@ const char* to_string(Mode mode) {
       return "sync";
     case Mode::aggregate:
       return "aggregate";
+    case Mode::backup:
+      return "backup";
   }
   return "?";
 }
@@ -49,8 +54,11 @@ int main(int argc, char** argv) {
   CLI::App app{"gradlane_train: data-parallel SGD on Fashion-MNIST over gradlane's parameter server"};
   app.require_subcommand(1);
   const auto common = [&](CLI::App* sub) {
-    sub->add_option("--mode", mode, "gradlane | fifo | sync | aggregate")
-        ->check(CLI::IsMember({"gradlane", "fifo", "sync", "aggregate"}));
+    sub->add_option("--mode", mode, "gradlane | fifo | sync | aggregate | backup")
+        ->check(CLI::IsMember({"gradlane", "fifo", "sync", "aggregate", "backup"}));
+    sub->add_option("--backup", c.backup,
+                    "backup mode: backup workers; each step averages the first --workers minus this many gradients "
+                    "and drops the rest unsent");
     sub->add_option("--model", c.model, "softmax | mlp")->check(CLI::IsMember({"softmax", "mlp"}));
     sub->add_option("--data", c.data, "Fashion-MNIST directory (default: Debian's dataset-fashion-mnist)");
     sub->add_option("--out", c.out, "directory for this role's files");
@@ -104,6 +112,9 @@ int main(int argc, char** argv) {
                    "trying to rejoin the running job before it exits with the error (0: exit at once)")
       ->check(CLI::Range(0U, 3600U));
   worker->add_option("--batch", c.batch, "minibatch size")->check(CLI::Range(1U, 50000U));
+  worker->add_flag("--shard", c.shard,
+                   "draw minibatches only from this worker's partition of the training rows (1 of --workers), "
+                   "as data-parallel jobs shard their data; default: all rows, in the worker's own order");
   worker->add_option("--server-endpoint", c.server_endpoint, "gradlane mode: the server's endpoint id");
   worker->add_option("--declare-remaining", c.declare_remaining,
                      "gradlane mode: declare the job's work left with each push (true/false; where jobs share a NIC, "
@@ -141,6 +152,11 @@ int main(int argc, char** argv) {
   auto* evaluate = app.add_subcommand("evaluate", "evaluate the server's snapshots on the test set");
   common(evaluate);
   evaluate->add_option("--target", c.target, "accuracy whose time is reported")->check(CLI::Range(0.0, 1.0));
+  evaluate
+      ->add_option("--split", c.split,
+                   "test, or validation: the last 10,000 training images, which workers never train on (learning "
+                   "rates are chosen on it)")
+      ->check(CLI::IsMember({"test", "validation"}));
   evaluate->callback([&c] { c.role = "evaluate"; });
   CLI11_PARSE(app, argc, argv);
   try {
@@ -148,6 +164,12 @@ int main(int argc, char** argv) {
     if (c.mode == gradlane::trainer::Mode::gradlane &&
         (c.role == "server" || c.role == "worker" || c.role == "aggregator") && c.sidecar.empty()) {
       throw std::invalid_argument("--mode gradlane needs --sidecar SHM_NAME (the host's gradlaned) and --endpoint");
+    }
+    if (c.mode == gradlane::trainer::Mode::backup && c.backup >= c.workers) {
+      throw std::invalid_argument(
+          "--mode backup needs --backup below --workers (a step averages workers - backup "
+          "gradients); got --backup " +
+          std::to_string(c.backup) + " of --workers " + std::to_string(c.workers));
     }
     if (c.mode == gradlane::trainer::Mode::aggregate && c.role == "worker" && c.aggregator.empty()) {
       throw std::invalid_argument("--mode aggregate needs --aggregator ADDR:PORT on each worker");

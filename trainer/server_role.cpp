@@ -119,8 +119,11 @@ int run_server(const Config& c) {
   options.read_updates_from_server = c.replica_reads;
   options.grant_windows = c.grant_windows;                        // the replica's ring too: mirrors are claimed
   options.rejoin_grace = std::chrono::seconds(c.rejoin_grace_s);  // a worker cut off by a link may come back
-  // sync: every step's N gradients are applied one by one at lr/N — their average at lr.
-  options.learning_rate = c.mode == Mode::sync ? c.learning_rate / static_cast<float>(c.workers) : c.learning_rate;
+  // sync and backup: every step's N gradients are applied one by one at lr/N — their average at
+  // lr; backup mode's server takes only the first N of each step (its round).
+  const bool synchronous = c.mode == Mode::sync || c.mode == Mode::backup;
+  options.learning_rate = synchronous ? c.learning_rate / static_cast<float>(gradients_per_step(c)) : c.learning_rate;
+  if (c.mode == Mode::backup) options.round = gradients_per_step(c);
   // The server attaches to its host's gradlaned; the replica follows the server's decisions
   // and attaches to its own host's only if promoted, to take the server's sequence over there.
   if (c.mode == Mode::gradlane && !c.sidecar.empty()) {

@@ -10,6 +10,7 @@
 
 #include "config.hpp"
 #include "endpoint.hpp"
+#include "train/data_order.hpp"
 #include "train/dataset.hpp"
 #include "train/model.hpp"
 
@@ -17,9 +18,6 @@ namespace gradlane::trainer {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-// The last 10,000 training images are the validation split (learning rates are chosen on it):
-// workers never train on them.
-constexpr std::size_t kValidationRows = 10000;
 
 // Connects, retrying the errors `retry` accepts until `deadline`; then the error says what
 // failed. The job's processes start together (a server still loading is not listening yet),
@@ -113,9 +111,11 @@ int run_worker(const Config& c) {
                                [](const Error& e) { return e.code() == Errc::connection_rejected; }));
   if (rejoining) loaded.emplace(load());
   const auto& train = *loaded;
-  const std::size_t train_rows = train.rows - kValidationRows;
-  // Each worker its own data order, reproducible from (seed, id).
-  gradlane::train::BatchSampler batches(train_rows, c.batch, c.seed * 1000003ULL + c.id);
+  const std::size_t train_rows = train.rows - gradlane::train::kValidationRows;
+  // Each worker its own data order, reproducible from (seed, id); sharded, over its own rows only.
+  gradlane::train::DataOrder batches =
+      c.shard ? gradlane::train::DataOrder(train_rows, c.batch, c.seed, c.workers)
+              : gradlane::train::DataOrder(train_rows, c.batch, c.seed * 1000003ULL + c.id);
 
   // Each push's fate, joined with the server's applied log by sequence. In aggregate mode the sequence is the
   // aggregator's member sequence; in gradlane mode a redirected push has sequence 0 and the sidecar's aggregate id. A
@@ -157,23 +157,33 @@ int run_worker(const Config& c) {
     return from + 1;
   };
   std::uint64_t first_step = rejoining ? resume_after_landed(c.first_step, false) : c.first_step;
-  std::uint64_t dropped = 0, pull_retries = 0, rejoins = 0, failovers = 0;
+  std::uint64_t dropped = 0, skipped_steps = 0, pull_retries = 0, rejoins = 0, failovers = 0;
   std::chrono::nanoseconds computing{0}, pushing{0}, waiting{0}, rejoining_for{0};
   const auto start = Clock::now();
   for (std::uint64_t step = first_step; step < c.steps;) {
     bool in_flight = false;  // the push of `step` was started: never computed again
     try {
       const auto t0 = Clock::now();
-      if (c.mode == Mode::sync) {
+      if (c.mode == Mode::sync || c.mode == Mode::backup) {
         // The barrier: step k starts on the model that holds all N gradients of steps < k.
-        const std::uint64_t want = step * c.workers;
+        const std::uint64_t want = step * gradients_per_step(c);
         while (worker->server_version() < want) std::this_thread::sleep_for(std::chrono::microseconds(500));
       }
       const ps::PullResult pulled = worker->pull();
       pull_retries += pulled.attempts - 1;
+      if (c.mode == Mode::backup) {
+        // Steps that the others completed while this worker computed a dropped gradient (or
+        // waited): it joins the step the model it pulled belongs to.
+        const std::uint64_t current = pulled.version / gradients_per_step(c);
+        if (current > step) {
+          skipped_steps += current - step;
+          step = current;
+          if (step >= c.steps) break;
+        }
+      }
       const auto t1 = Clock::now();
       // Zero-copy: the model the READs brought is the input, the registered buffer the output.
-      (void)model.gradient(worker->model(), train, batches.next(), worker->gradient(), work);
+      (void)model.gradient(worker->model(), train, batches.next(c.id - 1), worker->gradient(), work);
       const auto t2 = Clock::now();
       if (c.mode == Mode::gradlane && c.declare_remaining) {
         // This worker's steps left, as if every worker of the job had as many: the job's work left.
@@ -218,8 +228,8 @@ int run_worker(const Config& c) {
   const auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };
   std::ofstream(c.out + "/worker" + std::to_string(c.id) + ".json")
       << "{\"id\":" << c.id << ",\"mode\":\"" << to_string(c.mode) << "\",\"steps\":" << c.steps
-      << ",\"dropped\":" << dropped << ",\"lost\":" << lost << ",\"undelivered\":" << undelivered
-      << ",\"unsettled\":" << (settled ? 0 : worker->members_pending())
+      << ",\"dropped\":" << dropped << ",\"skipped_steps\":" << skipped_steps << ",\"lost\":" << lost
+      << ",\"undelivered\":" << undelivered << ",\"unsettled\":" << (settled ? 0 : worker->members_pending())
       << ",\"failovers\":" << failovers + worker->failovers() << ",\"rejoins\":" << rejoins
       << ",\"rejoining_s\":" << seconds(rejoining_for) << ",\"pull_retries\":" << pull_retries
       << ",\"seconds\":" << seconds(Clock::now() - start) << ",\"pull_s\":" << seconds(waiting)
