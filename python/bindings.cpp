@@ -7,7 +7,6 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -28,19 +27,6 @@ Millis seconds(double s) {
     throw Error(Errc::invalid_argument, "a timeout of " + std::to_string(s) + " s: give seconds in [0, 86400]");
   }
   return std::chrono::duration_cast<Millis>(std::chrono::duration<double>(s));
-}
-
-// "ADDRESS:PORT", as the C++ tools take it.
-ps::Endpoint parse_endpoint(const std::string& what, const std::string& text) {
-  const auto colon = text.rfind(':');
-  unsigned port = 0;
-  const char* digits = text.data() + (colon == std::string::npos ? text.size() : colon + 1);
-  const auto [end, ec] = std::from_chars(digits, text.data() + text.size(), port);
-  if (colon == std::string::npos || colon == 0 || ec != std::errc() || end != text.data() + text.size() || port == 0 ||
-      port > 65535) {
-    throw Error(Errc::invalid_argument, what + " '" + text + "' is not ADDRESS:PORT (e.g. 198.18.0.10:7900)");
-  }
-  return {text.substr(0, colon), static_cast<std::uint16_t>(port)};
 }
 
 // A one-dimensional float32 array over `data`, kept alive by `owner`: the memory itself.
@@ -77,7 +63,7 @@ void translate_errors(py::module_& m) {
   m.attr("Error") = py::reinterpret_steal<py::object>(
       PyErr_NewExceptionWithDoc("gradlane.Error",
                                 "A gradlane failure: str() says what failed and what to do; .code is its category "
-                                "(e.g. 'device_not_found', 'timed_out'), .errno the failing call's errno or 0.",
+                                "(e.g. 'device_not_found', 'timeout'), .errno the failing call's errno or 0.",
                                 PyExc_RuntimeError, nullptr));
   py::register_exception_translator([](std::exception_ptr thrown) {
     try {
@@ -144,7 +130,7 @@ void bind_server(py::module_& m) {
       .def(
           "connect_replica",
           [](ps::ShardServer& s, const std::string& replica, double timeout_s) {
-            const ps::Endpoint at = parse_endpoint("replica", replica);
+            const ps::Endpoint at = ps::Endpoint::parse(replica);
             const Millis timeout = seconds(timeout_s);
             const py::gil_scoped_release unlocked;
             s.connect_replica(at.address, at.port, timeout);
@@ -193,8 +179,8 @@ void bind_worker(py::module_& m) {
                        std::uint32_t job) {
              ps::WorkerOptions options;
              options.id = id;
-             options.server = parse_endpoint("server", server);
-             if (replica) options.replica = parse_endpoint("replica", *replica);
+             options.server = ps::Endpoint::parse(server);
+             if (replica) options.replica = ps::Endpoint::parse(*replica);
              options.mirror = mirror;
              options.floats = floats;
              options.timeout = seconds(timeout_s);

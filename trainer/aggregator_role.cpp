@@ -10,7 +10,6 @@
 #include <thread>
 
 #include "config.hpp"
-#include "endpoint.hpp"
 #include "train/model.hpp"
 
 namespace gradlane::trainer {
@@ -66,8 +65,8 @@ int run_aggregator(const Config& c) {
   ps::AggregatorOptions options;
   options.id = c.id;
   options.transport = c.transport;
-  options.server = parse_endpoint(c.server);
-  if (!c.replica.empty()) options.replica = parse_endpoint(c.replica);
+  options.server = ps::Endpoint::parse(c.server);
+  if (!c.replica.empty()) options.replica = ps::Endpoint::parse(c.replica);
   options.floats = model.parameters();
   options.group = c.group;
   // Room for the next groups while one is summed and forwarded, so a slow member (a straggler

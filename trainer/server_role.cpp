@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "config.hpp"
-#include "endpoint.hpp"
 #include "snapshots.hpp"
 #include "train/dataset.hpp"
 #include "train/model.hpp"
@@ -140,7 +139,7 @@ int run_server(const Config& c) {
   ps::ShardServer shard(device, is_server ? ps::Role::server : ps::Role::replica, c.port, options, initial);
   if (is_server && !c.replica.empty()) {
     // The replica may still be starting: retried for a minute while nothing listens.
-    const auto replica = parse_endpoint(c.replica);
+    const auto replica = ps::Endpoint::parse(c.replica);
     for (const auto give_up = Clock::now() + 60s;;) {
       try {
         shard.connect_replica(replica.address, replica.port, 60s);
@@ -152,7 +151,7 @@ int run_server(const Config& c) {
     }
   }
   if (!c.join.empty()) {
-    const auto server = parse_endpoint(c.join);
+    const auto server = ps::Endpoint::parse(c.join);
     shard.join_server(server.address, server.port, 60s);
   } else {
     shard.accept_peers(c.peers != 0 ? c.peers : c.workers, 300s);

@@ -9,7 +9,6 @@
 #include <thread>
 
 #include "config.hpp"
-#include "endpoint.hpp"
 #include "train/data_order.hpp"
 #include "train/dataset.hpp"
 #include "train/model.hpp"
@@ -80,18 +79,18 @@ int run_worker(const Config& c) {
   ps::WorkerOptions options;
   options.id = c.id;
   options.transport = c.transport;
-  options.server = parse_endpoint(c.server);
+  options.server = ps::Endpoint::parse(c.server);
   // aggregate mode: pushes go to the aggregator (pulls stay with the server); its forward is
   // what the replica mirrors. A worker given the replica as well mirrors only if its
   // aggregator dies and it pushes to the server directly.
-  if (c.mode == Mode::aggregate) options.aggregator = parse_endpoint(c.aggregator);
+  if (c.mode == Mode::aggregate) options.aggregator = ps::Endpoint::parse(c.aggregator);
   if (!c.replica.empty()) {
-    options.replica = parse_endpoint(c.replica);
+    options.replica = ps::Endpoint::parse(c.replica);
     options.mirror = !c.replica_reads;
   }
   // gradlane mode: the aggregator takes only what the sidecar redirects to it.
   if (c.mode == Mode::gradlane && !c.aggregator.empty()) {
-    options.aggregator = parse_endpoint(c.aggregator);
+    options.aggregator = ps::Endpoint::parse(c.aggregator);
     options.aggregator_endpoint = c.aggregator_endpoint;
   }
   options.floats = model.parameters();

@@ -65,20 +65,11 @@ struct Options {
 
 // "ADDR:PORT" → Endpoint, or a message that names the flag.
 ps::Endpoint parse_endpoint(const std::string& flag, const std::string& text) {
-  const auto colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
-    throw CLI::ValidationError(flag, fmt::format("wants ADDR:PORT, got '{}'", text));
-  }
-  unsigned long port = 0;
   try {
-    std::size_t used = 0;
-    port = std::stoul(text.substr(colon + 1), &used);
-    if (used != text.size() - colon - 1) throw std::invalid_argument("trailing characters");
-  } catch (const std::exception&) {
-    throw CLI::ValidationError(flag, fmt::format("the port in '{}' is not a number", text));
+    return ps::Endpoint::parse(text);
+  } catch (const gradlane::Error& e) {
+    throw CLI::ValidationError(flag, e.what());
   }
-  if (port == 0 || port > 65535) throw CLI::ValidationError(flag, fmt::format("port {} is not 1..65535", port));
-  return {text.substr(0, colon), static_cast<std::uint16_t>(port)};
 }
 
 // Returns the options, or an exit code (0 after --help, 1 for a bad flag: one line on stderr).

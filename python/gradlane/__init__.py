@@ -12,7 +12,7 @@ into `gradient` is what the NIC writes, with no copy between. Blocking calls rel
     worker.push(computed_on=pulled.version)
 
 Every failure raises gradlane.Error: str() says what failed and what to do, .code names its
-category ("device_not_found", "timed_out", ...). The job's key comes from GRADLANE_JOB_KEY_FILE
+category ("device_not_found", "timeout", ...). The job's key comes from GRADLANE_JOB_KEY_FILE
 or GRADLANE_JOB_KEY, as for gradlane's programs.
 """
 from ._gradlane import Device, Error, PullResult, PushResult, ServerStats, ShardServer, Worker

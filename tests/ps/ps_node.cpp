@@ -67,11 +67,7 @@ struct Args {
   std::uint64_t number(const std::string& key, std::uint64_t fallback) const {
     return values.contains(key) ? number(key) : fallback;
   }
-  gradlane::ps::Endpoint endpoint(const std::string& key) const { return parse_endpoint(text(key)); }
-  static gradlane::ps::Endpoint parse_endpoint(const std::string& t) {
-    const auto colon = t.rfind(':');
-    return {t.substr(0, colon), static_cast<std::uint16_t>(std::stoul(t.substr(colon + 1)))};
-  }
+  gradlane::ps::Endpoint endpoint(const std::string& key) const { return gradlane::ps::Endpoint::parse(text(key)); }
   std::vector<std::string> list(const std::string& key) const {
     std::vector<std::string> items;
     std::stringstream in(text(key));
@@ -239,7 +235,7 @@ int run_sharded_worker(const Args& a) {
   for (const auto& server : a.list("servers")) {
     gradlane::ps::WorkerOptions o;
     o.id = id;
-    o.server = Args::parse_endpoint(server);
+    o.server = gradlane::ps::Endpoint::parse(server);
     shards.push_back(o);
   }
   const auto tensors = a.tensors();

@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gradlane/connection.hpp"
@@ -24,6 +25,9 @@ class Aggregator;
 struct Endpoint {
   std::string address;
   std::uint16_t port = 0;
+
+  // "ADDRESS:PORT" (e.g. "198.18.0.10:7900"); Errc::invalid_argument naming the text otherwise.
+  static Endpoint parse(std::string_view text);
 };
 
 struct WorkerOptions {
