@@ -39,7 +39,9 @@ def main(out):
                     computed_on[sequence] = min(on) if on else int(row["computed_on"])
                     gradients_in[sequence] = int(row["members"])
     # Delay of an applied gradient = updates applied before it − the version it was computed on.
-    delays, applied_before, gradients_applied = [], 0, 0
+    # gradients.csv: the gradients summed into the model through each sequence (gradients to a
+    # target accuracy, read at the version that reached it).
+    delays, applied_before, gradients_applied, through = [], 0, 0, []
     with open(os.path.join(out, "server.applied.csv")) as f:
         for row in csv.DictReader(f):
             if row["skipped"] == "1":
@@ -47,7 +49,10 @@ def main(out):
             if int(row["sequence"]) in computed_on:
                 delays.append(applied_before - computed_on[int(row["sequence"])])
             gradients_applied += gradients_in.get(int(row["sequence"]), 1)
+            through.append(f"{row['sequence']},{gradients_applied}\n")
             applied_before += 1
+    with open(os.path.join(out, "gradients.csv"), "w") as f:
+        f.write("sequence,gradients\n" + "".join(through))
     # Bytes into the server's host (the bridge port's transmit counter), when the job recorded them.
     server_ingress = None
     link_path = os.path.join(out, "link-bytes.json")
