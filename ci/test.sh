@@ -163,7 +163,7 @@ summaries=("$REPORTS/faults.summary" "$REPORTS/fuzz.summary" "$REPORTS/sanitizer
   "$REPORTS/softroce.summary")
 cat "${summaries[@]}"
 # Last, so a log cut to its head and tail still says which suite failed, and where to look.
-if failed=$(grep -h -v ' 0 failed$' "${summaries[@]}"); then
+if failed=$(grep -h -E '^[a-z-]+: [0-9]+ passed, [0-9]+ failed$' "${summaries[@]}" | grep -v ' 0 failed$'); then
   echo "FAILED suites (logs in $REPORTS): $(echo "$failed" | paste -sd ';' | sed 's/;/; /g')"
 fi
 exit $(( faults_ok | fuzz_ok | san_ok | layers_ok | format_ok | scripts_ok | install_ok | unit_ok | softroce_ok ))
