@@ -64,7 +64,13 @@ class ShardRun(unittest.TestCase):
                 pulled = worker.pull()
                 worker.gradient[:] = gradient_of(step)  # into registered memory: nothing copies it
                 sequences.append(worker.push(computed_on=pulled.version, tag=step).sequence)
+            # A push returns once its write landed; the server applies it after. So the model
+            # reaches version STEPS some time after the last push: pull until it does.
+            deadline = time.monotonic() + 30
             last = worker.pull()
+            while last.version < STEPS and time.monotonic() < deadline:
+                time.sleep(0.01)
+                last = worker.pull()
             return worker, buffer, sequences, last.version
 
         with concurrent.futures.ThreadPoolExecutor(3) as pool:

@@ -2,12 +2,24 @@
 """Runs the Python package's tests (tests/python/*_test.py) and writes their results as a
 GoogleTest JSON report, so ci/gtest_summary.py counts them with the C++ suites: a skipped test
 is reported skipped (not a pass), an error or a failure as a failure.
-Usage: run_tests.py [--gtest_output=json:PATH] [--gtest_filter=Class.test_name]"""
+Usage: run_tests.py [--gtest_output=json:PATH] [--gtest_filter=FILTER]
+FILTER as GoogleTest reads it: Class.test_name patterns with * and ?, separated by ':', and
+after a '-' the patterns to leave out (e.g. 'ShardRun.*:Errors.*-*timeout*')."""
+import fnmatch
 import json
 import os
 import sys
 import time
 import unittest
+
+
+def selected(name, gtest_filter):
+    """Whether the test `name` (Class.test_name) passes `gtest_filter`, as GoogleTest decides."""
+    positive, _, negative = gtest_filter.partition("-")
+
+    def any_of(patterns):
+        return any(fnmatch.fnmatchcase(name, p) for p in patterns.split(":") if p)
+    return (any_of(positive) if positive else True) and not any_of(negative)
 
 
 def main():
@@ -35,7 +47,7 @@ def main():
     failed = 0
     for case in cases:
         cls, name = type(case).__name__, case._testMethodName
-        if pattern and f"{cls}.{name}" != pattern and cls != pattern:
+        if pattern and not selected(f"{cls}.{name}", pattern):
             continue
         result = unittest.TestResult()
         started = time.monotonic()
