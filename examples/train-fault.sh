@@ -14,7 +14,8 @@
 #               replace:server  SIGKILL the server; once the replica is promoted, start a new
 #                             replica on the server's host that joins it (gradlane_train
 #                             replica --join, files replica2.*): it must follow it bitwise
-#               link:HOST     host HOST's link (bridge port hHOST-p) down for LINK_S s (4), then up
+#               link:HOST     host HOST cut off for LINK_S s (4): its bridge port hHOST-p disabled
+#                             (every frame to and from it dropped at the switch), then forwarding
 #               netem:HOST    NETEM (loss 10% delay 20ms) on host HOST's link, both
 #                             directions, for NETEM_S s (5)
 # AT: vK once the server has applied version K (an event: on a loaded machine a delay lands at
@@ -120,7 +121,11 @@ case $KIND in
     ended=$(now) ;;
   link)
     mark
-    ip link set "h$TARGET-p" down; sleep "$LINK_S"; ip link set "h$TARGET-p" up; ended=$(now) ;;
+    # The switch drops the host's frames; its carrier stays up, as behind a failed switch or a
+    # cut further along. Taking the port down instead drops the carrier, and Linux 6.1's rxe
+    # then spins in rxe_requester under the next ibv_post_send (a soft lockup that ends the VM).
+    bridge link set dev "h$TARGET-p" state 0; sleep "$LINK_S"; bridge link set dev "h$TARGET-p" state 3
+    ended=$(now) ;;
   netem)
     mark
     # h<I>-p sends what host I receives, h<I> what it sends.
