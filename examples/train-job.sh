@@ -10,9 +10,10 @@
 # reaches A over RDMA. The aggregator (AGGREGATE=1, the default) runs on host 2; A redirects
 # updates to it when they would wait for the server.
 #   bash ci/softroce.sh --hosts 3 -- sh examples/train-job.sh build [NAME=VALUE ...]
-# Settings (NAME=VALUE arguments): MODE=gradlane|fifo|sync|aggregate|backup (gradlane), GROUP
+# Settings (NAME=VALUE arguments): MODE=gradlane|fifo|sync|aggregate|backup|ssp (gradlane), GROUP
 #   (aggregate: gradients per forwarded update, WORKERS), BACKUP (backup: backup workers, 1; each
-#   step averages the first WORKERS − BACKUP gradients), MODEL=softmax|mlp (softmax),
+#   step averages the first WORKERS − BACKUP gradients), SSP_BOUND (ssp: the steps a worker may
+#   run ahead of the slowest, 3), MODEL=softmax|mlp (softmax),
 #   WORKERS (4), STEPS per worker (150), LR (0.05; sync and backup: 0.2), BATCH (64), SEED (1),
 #   TAU (gradlaned's staleness bound, 2×WORKERS), AGGREGATE=0 (gradlane mode without the
 #   aggregator: ordering and tau only), EAGER=0 (gradlaned without --aggregate-eagerly: only
@@ -37,7 +38,7 @@ BUILD=${1:?usage: train-demo.sh BUILD_DIR [NAME=VALUE ...]}
 shift
 for setting in "$@"; do
   case $setting in
-    MODE=*|BACKUP=*|SHARD=*|MODEL=*|WORKERS=*|STEPS=*|LR=*|BATCH=*|SEED=*|TAU=*|TARGET=*|SCHEDULE=*|REPLICA=*|SLOTS=*|STRAGGLER=*|GROUP=*|REPLICA_READS=*|GRANT_WINDOWS=*|AGGREGATE=*|EAGER=*|RELAY=*|SERVER_RATE=*|FAULT=*|DATA=*) export "$setting" ;;
+    MODE=*|BACKUP=*|SSP_BOUND=*|SHARD=*|MODEL=*|WORKERS=*|STEPS=*|LR=*|BATCH=*|SEED=*|TAU=*|TARGET=*|SCHEDULE=*|REPLICA=*|SLOTS=*|STRAGGLER=*|GROUP=*|REPLICA_READS=*|GRANT_WINDOWS=*|AGGREGATE=*|EAGER=*|RELAY=*|SERVER_RATE=*|FAULT=*|DATA=*) export "$setting" ;;
     *) echo "train-demo.sh: unknown setting '$setting' (see the comment at the top)" >&2; exit 2 ;;
   esac
 done
@@ -61,6 +62,7 @@ KEY=${GRADLANE_JOB_KEY_FILE:+--key-file $GRADLANE_JOB_KEY_FILE}  # gradlaned's p
 COMMON="--mode $MODE --model $MODEL --workers $WORKERS --lr $LR --seed $SEED --slots $SLOTS --out $OUT"
 [ "${REPLICA_READS:-0}" = 1 ] && COMMON="$COMMON --replica-reads"
 [ "$MODE" = backup ] && COMMON="$COMMON --backup ${BACKUP:-1}"
+[ "$MODE" = ssp ] && COMMON="$COMMON --ssp-bound ${SSP_BOUND:-3}"
 [ -n "${DATA:-}" ] && COMMON="$COMMON --data $DATA"
 WINDOWS=""
 [ "${GRANT_WINDOWS:-0}" = 1 ] && WINDOWS="--grant-windows"  # server, replica and (gradlane mode) aggregator

@@ -2,7 +2,7 @@
 # The main job: one data-parallel training run on Fashion-MNIST over gradlane, on emulated
 # Soft-RoCE hosts, then the recorded models evaluated on the full test set and a summary.
 #   bash examples/train.sh [BUILD_DIR] [NAME=VALUE ...]
-# Settings: those of examples/train-job.sh (MODE=gradlane|fifo|sync|aggregate|backup, BACKUP, MODEL, WORKERS,
+# Settings: those of examples/train-job.sh (MODE=gradlane|fifo|sync|aggregate|backup|ssp, BACKUP, SSP_BOUND, MODEL, WORKERS,
 # STEPS, LR, BATCH, SEED, TAU, TARGET, SCHEDULE, REPLICA, SLOTS, STRAGGLER, GROUP) and, for the network:
 #   SERVER_RATE  the server host's ingress (tc rate, e.g. 20mbit; default: unshaped): what the
 #                workers push; the model's READ responses leave unshaped

@@ -69,6 +69,7 @@ def main(out):
         "applied": server["applied"], "gradients_applied": gradients_applied,
         "server_ingress_bytes": server_ingress, "dropped": dropped, "lost": sum(w["lost"] for w in workers),
         "holes": server["skipped"], "seconds": server["seconds"],
+        "ssp_waits": sum(w.get("ssp_waits", 0) for w in workers),
         "updates_per_s": server["applied"] / server["seconds"] if server["seconds"] > 0 else 0,
         "delay_median": statistics.median(delays) if delays else None,
         "delay_max": max(delays) if delays else None,

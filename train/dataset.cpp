@@ -121,4 +121,13 @@ FashionMnist load_fashion_mnist(const std::filesystem::path& dir) {
   return {.train = load_fashion_mnist(dir, Split::train), .test = load_fashion_mnist(dir, Split::test)};
 }
 
+std::size_t rows_before_validation(const Dataset& training_set) {
+  if (training_set.rows <= kValidationRows) {
+    throw std::runtime_error("the training set has " + std::to_string(training_set.rows) +
+                             " images, no more than the " + std::to_string(kValidationRows) +
+                             " of the validation split: pass the full Fashion-MNIST training set");
+  }
+  return training_set.rows - kValidationRows;
+}
+
 }  // namespace gradlane::train

@@ -50,4 +50,8 @@ Dataset load_fashion_mnist(const std::filesystem::path& dir, Split split);
 // Both splits.
 FashionMnist load_fashion_mnist(const std::filesystem::path& dir = kDefaultFashionMnistDir);
 
+// The training rows ahead of the validation split: the rows workers train on, and where the
+// split starts. Throws std::runtime_error if the set is no larger than the split.
+std::size_t rows_before_validation(const Dataset& training_set);
+
 }  // namespace gradlane::train

@@ -25,7 +25,10 @@ namespace gradlane::trainer {
 //             step is the mean of the first workers − backup gradients that reach the server
 //             (ps::ShardOptions::round); a later one is dropped unwritten, and its worker joins
 //             the next step. A straggler no longer holds every step.
-enum class Mode : std::uint8_t { gradlane, fifo, sync, aggregate, backup };
+//   ssp       stale-synchronous parallel with bound s (Ho et al.): fifo's pushes, but a worker
+//             starts step k only once the slowest worker completed k − s steps (the server
+//             keeps each worker's clock, ps::ShardOptions::clock_workers).
+enum class Mode : std::uint8_t { gradlane, fifo, sync, aggregate, backup, ssp };
 Mode parse_mode(const std::string& name);
 const char* to_string(Mode mode);
 
@@ -48,6 +51,7 @@ struct Config {
   std::uint32_t workers = 2;              // the job's workers
   std::uint32_t backup = 1;               // backup mode: workers whose gradients a step can do
                                           // without (a step averages workers − backup)
+  std::uint64_t ssp_bound = 3;            // ssp mode: s, the steps a worker may be ahead of the slowest
   std::uint32_t peers = 0;                // server, replica: connections to accept (0: workers);
                                           // aggregator: its members (0: workers)
   std::string aggregator;                 // worker: ADDR:PORT of its aggregator ("" = none)
@@ -80,6 +84,9 @@ struct Config {
   std::string split = "test";         // evaluate: test (10,000 images) or validation (the last
                                       // 10,000 training images, which workers never train on)
 };
+
+// sync and backup: every step waits for its gradients (the others push asynchronously).
+inline bool is_synchronous(Mode mode) { return mode == Mode::sync || mode == Mode::backup; }
 
 // sync and backup: the gradients one step averages.
 inline std::uint32_t gradients_per_step(const Config& c) {

@@ -20,13 +20,9 @@ int run_evaluate(const Config& c) {
   const bool validation = c.split == "validation";
   const auto images = gradlane::train::load_fashion_mnist(
       dir, validation ? gradlane::train::Split::train : gradlane::train::Split::test);
-  if (validation && images.rows <= gradlane::train::kValidationRows) {
-    throw std::runtime_error("the training set has " + std::to_string(images.rows) + " images, no more than the " +
-                             std::to_string(gradlane::train::kValidationRows) + " of the validation split");
-  }
-  const auto test = validation
-                        ? images.slice(images.rows - gradlane::train::kValidationRows, gradlane::train::kValidationRows)
-                        : images;
+  const auto test =
+      validation ? images.slice(gradlane::train::rows_before_validation(images), gradlane::train::kValidationRows)
+                 : images;
   const auto snapshots = read_snapshots(c.out + "/snapshots.bin");
   if (snapshots.empty()) throw std::runtime_error(c.out + "/snapshots.bin holds no snapshot");
 

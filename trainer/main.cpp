@@ -26,7 +26,8 @@ Mode parse_mode(const std::string& name) {
   if (name == "sync") return Mode::sync;
   if (name == "aggregate") return Mode::aggregate;
   if (name == "backup") return Mode::backup;
-  throw std::invalid_argument("unknown mode '" + name + "': use gradlane, fifo, sync, aggregate or backup");
+  if (name == "ssp") return Mode::ssp;
+  throw std::invalid_argument("unknown mode '" + name + "': use gradlane, fifo, sync, aggregate, backup or ssp");
 }
 
 const char* to_string(Mode mode) {
@@ -41,6 +42,8 @@ const char* to_string(Mode mode) {
       return "aggregate";
     case Mode::backup:
       return "backup";
+    case Mode::ssp:
+      return "ssp";
   }
   return "?";
 }
@@ -54,8 +57,11 @@ int main(int argc, char** argv) {
   CLI::App app{"gradlane_train: data-parallel SGD on Fashion-MNIST over gradlane's parameter server"};
   app.require_subcommand(1);
   const auto common = [&](CLI::App* sub) {
-    sub->add_option("--mode", mode, "gradlane | fifo | sync | aggregate | backup")
-        ->check(CLI::IsMember({"gradlane", "fifo", "sync", "aggregate", "backup"}));
+    sub->add_option("--mode", mode, "gradlane | fifo | sync | aggregate | backup | ssp")
+        ->check(CLI::IsMember({"gradlane", "fifo", "sync", "aggregate", "backup", "ssp"}));
+    sub->add_option("--ssp-bound", c.ssp_bound,
+                    "ssp mode: a worker starts step k once the slowest worker completed k minus this many steps")
+        ->check(CLI::Range(0ULL, 1000000ULL));
     sub->add_option("--backup", c.backup,
                     "backup mode: backup workers; each step averages the first --workers minus this many gradients "
                     "and drops the rest unsent");

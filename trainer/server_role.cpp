@@ -120,9 +120,10 @@ int run_server(const Config& c) {
   options.rejoin_grace = std::chrono::seconds(c.rejoin_grace_s);  // a worker cut off by a link may come back
   // sync and backup: every step's N gradients are applied one by one at lr/N — their average at
   // lr; backup mode's server takes only the first N of each step (its round).
-  const bool synchronous = c.mode == Mode::sync || c.mode == Mode::backup;
-  options.learning_rate = synchronous ? c.learning_rate / static_cast<float>(gradients_per_step(c)) : c.learning_rate;
+  options.learning_rate =
+      is_synchronous(c.mode) ? c.learning_rate / static_cast<float>(gradients_per_step(c)) : c.learning_rate;
   if (c.mode == Mode::backup) options.round = gradients_per_step(c);
+  if (c.mode == Mode::ssp) options.clock_workers = c.workers;  // each worker tags its pushes with its step
   // The server attaches to its host's gradlaned; the replica follows the server's decisions
   // and attaches to its own host's only if promoted, to take the server's sequence over there.
   if (c.mode == Mode::gradlane && !c.sidecar.empty()) {

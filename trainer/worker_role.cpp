@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <fstream>
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "config.hpp"
@@ -43,6 +45,25 @@ ps::Worker connect_until(const Device& device, ps::WorkerOptions options, Clock:
 // without it, pushing to the server as a worker whose aggregator died does: the link that cut
 // this worker off may have cut its aggregator off from the server too, and it exited (seen in
 // link:2 in aggregate mode). A few seconds each way, in turn.
+// ssp mode: waits until the slowest worker completed `steps` steps; true if it had to. Throws
+// if that does not happen within `patience` (a worker gone or stalled holds every other).
+bool wait_for_slowest(ps::Worker& worker, std::uint64_t steps, std::uint32_t id, std::chrono::milliseconds patience) {
+  std::uint64_t slowest = worker.slowest_clock();
+  if (slowest >= steps) return false;
+  const auto deadline = Clock::now() + patience;
+  while ((slowest = worker.slowest_clock()) < steps) {
+    if (Clock::now() > deadline) {
+      throw std::runtime_error("worker " + std::to_string(id) + ": the slowest worker completed " +
+                               std::to_string(slowest) + " steps and no more in " +
+                               std::to_string(std::chrono::duration_cast<std::chrono::seconds>(patience).count()) +
+                               " s; this one needs " + std::to_string(steps) +
+                               " to go on (ssp): a worker is gone or stalled");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  return true;
+}
+
 ps::Worker rejoin(const Device& device, const ps::WorkerOptions& options, Clock::time_point deadline) {
   if (!options.aggregator) return connect_until(device, options, deadline, ps::out_of_reach);
   ps::WorkerOptions direct = options;
@@ -110,7 +131,7 @@ int run_worker(const Config& c) {
                                [](const Error& e) { return e.code() == Errc::connection_rejected; }));
   if (rejoining) loaded.emplace(load());
   const auto& train = *loaded;
-  const std::size_t train_rows = train.rows - gradlane::train::kValidationRows;
+  const std::size_t train_rows = gradlane::train::rows_before_validation(train);
   // Each worker its own data order, reproducible from (seed, id); sharded, over its own rows only.
   gradlane::train::DataOrder batches =
       c.shard ? gradlane::train::DataOrder(train_rows, c.batch, c.seed, c.workers)
@@ -156,17 +177,20 @@ int run_worker(const Config& c) {
     return from + 1;
   };
   std::uint64_t first_step = rejoining ? resume_after_landed(c.first_step, false) : c.first_step;
-  std::uint64_t dropped = 0, skipped_steps = 0, pull_retries = 0, rejoins = 0, failovers = 0;
+  std::uint64_t dropped = 0, skipped_steps = 0, pull_retries = 0, rejoins = 0, failovers = 0, ssp_waits = 0;
   std::chrono::nanoseconds computing{0}, pushing{0}, waiting{0}, rejoining_for{0};
   const auto start = Clock::now();
   for (std::uint64_t step = first_step; step < c.steps;) {
     bool in_flight = false;  // the push of `step` was started: never computed again
     try {
       const auto t0 = Clock::now();
-      if (c.mode == Mode::sync || c.mode == Mode::backup) {
+      if (is_synchronous(c.mode)) {
         // The barrier: step k starts on the model that holds all N gradients of steps < k.
         const std::uint64_t want = step * gradients_per_step(c);
         while (worker->server_version() < want) std::this_thread::sleep_for(std::chrono::microseconds(500));
+      }
+      if (c.mode == Mode::ssp && step > c.ssp_bound) {
+        ssp_waits += wait_for_slowest(*worker, step - c.ssp_bound, c.id, options.timeout) ? 1 : 0;
       }
       const ps::PullResult pulled = worker->pull();
       pull_retries += pulled.attempts - 1;
@@ -227,8 +251,9 @@ int run_worker(const Config& c) {
   const auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };
   std::ofstream(c.out + "/worker" + std::to_string(c.id) + ".json")
       << "{\"id\":" << c.id << ",\"mode\":\"" << to_string(c.mode) << "\",\"steps\":" << c.steps
-      << ",\"dropped\":" << dropped << ",\"skipped_steps\":" << skipped_steps << ",\"lost\":" << lost
-      << ",\"undelivered\":" << undelivered << ",\"unsettled\":" << (settled ? 0 : worker->members_pending())
+      << ",\"dropped\":" << dropped << ",\"skipped_steps\":" << skipped_steps << ",\"ssp_waits\":" << ssp_waits
+      << ",\"lost\":" << lost << ",\"undelivered\":" << undelivered
+      << ",\"unsettled\":" << (settled ? 0 : worker->members_pending())
       << ",\"failovers\":" << failovers + worker->failovers() << ",\"rejoins\":" << rejoins
       << ",\"rejoining_s\":" << seconds(rejoining_for) << ",\"pull_retries\":" << pull_retries
       << ",\"seconds\":" << seconds(Clock::now() - start) << ",\"pull_s\":" << seconds(waiting)

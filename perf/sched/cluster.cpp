@@ -1,3 +1,6 @@
+// The simulated cluster (cluster.hpp): its events, workers' steps, decisions through the
+// scheduling core, and applying what arrives. Its settings are in cluster_params.cpp, its wire
+// in cluster_wire.cpp.
 #include "perf/sched/cluster.hpp"
 
 #include "perf/sched/tree_allreduce.hpp"
@@ -12,9 +15,6 @@
 namespace gradlane::sched::sim {
 namespace {
 
-constexpr std::uint32_t kServerBase = 1'000'000;
-constexpr double kGbps = 1e9 / 8;  // bytes per second in one Gb/s
-
 Nanos from_ms(double ms) { return Nanos{static_cast<std::int64_t>(ms * 1e6)}; }
 
 // fair: fifo and sync are granted everything at once (a plain parameter server has every
@@ -25,142 +25,6 @@ constexpr Nanos kGrantAtOnce = std::chrono::hours{24 * 365};
 constexpr std::uint64_t kPullIdBase = std::uint64_t{1} << 62;
 
 }  // namespace
-
-const char* to_string(Mode mode) {
-  switch (mode) {
-    case Mode::fifo:
-      return "fifo";
-    case Mode::gradlane:
-      return "gradlane";
-    case Mode::sync:
-      return "sync";
-    case Mode::fifo_sa:
-      return "fifo-sa";
-    case Mode::backup:
-      return "backup";
-    case Mode::ssp:
-      return "ssp";
-    case Mode::ring:
-      return "ring";
-    case Mode::local:
-      return "local";
-    case Mode::gradlane_local:
-      return "gradlane-local";
-    case Mode::local_ring:
-      return "local-ring";
-    case Mode::local_tree:
-      return "local-tree";
-    case Mode::gradlane_tree:
-      return "gradlane-tree";
-    case Mode::local_ring_skip:
-      return "local-ring-skip";
-  }
-  return "?";
-}
-
-Mode parse_mode(const std::string& name) {
-  if (name == "fifo") return Mode::fifo;
-  if (name == "gradlane") return Mode::gradlane;
-  if (name == "sync") return Mode::sync;
-  if (name == "fifo-sa") return Mode::fifo_sa;
-  if (name == "backup") return Mode::backup;
-  if (name == "ssp") return Mode::ssp;
-  if (name == "ring") return Mode::ring;
-  if (name == "local") return Mode::local;
-  if (name == "gradlane-local") return Mode::gradlane_local;
-  if (name == "local-ring") return Mode::local_ring;
-  if (name == "local-tree") return Mode::local_tree;
-  if (name == "gradlane-tree") return Mode::gradlane_tree;
-  if (name == "local-ring-skip") return Mode::local_ring_skip;
-  throw std::invalid_argument("unknown mode '" + name +
-                              "': use gradlane, fifo, sync, fifo-sa, backup, ssp, ring, local, local-ring, "
-                              "local-ring-skip, local-tree, gradlane-local or gradlane-tree");
-}
-
-bool is_synchronous(Mode mode) {
-  return mode == Mode::sync || mode == Mode::backup || allreduces(mode) || averages_models(mode);
-}
-
-bool averages_models(Mode mode) {
-  return mode == Mode::local || mode == Mode::local_ring || mode == Mode::local_ring_skip || mode == Mode::local_tree ||
-         mode == Mode::gradlane_local || mode == Mode::gradlane_tree;
-}
-
-bool allreduces(Mode mode) {
-  return mode == Mode::ring || mode == Mode::local_ring || mode == Mode::local_ring_skip || mode == Mode::local_tree ||
-         mode == Mode::gradlane_tree;
-}
-
-bool skips_slowest(Mode mode) { return mode == Mode::gradlane_tree || mode == Mode::local_ring_skip; }
-
-bool reduces_by_tree(Mode mode) { return mode == Mode::local_tree || mode == Mode::gradlane_tree; }
-
-bool uses_gradlane_grants(Mode mode) { return mode == Mode::gradlane || mode == Mode::gradlane_local; }
-
-const char* to_string(NetworkModel network) {
-  switch (network) {
-    case NetworkModel::fair:
-      return "fair";
-    case NetworkModel::exclusive:
-      return "exclusive";
-  }
-  return "?";
-}
-
-NetworkModel parse_network_model(const std::string& name) {
-  if (name == "fair") return NetworkModel::fair;
-  if (name == "exclusive") return NetworkModel::exclusive;
-  throw std::invalid_argument("unknown network model '" + name + "': use fair or exclusive");
-}
-
-const char* to_string(IngressSharing ingress) { return ingress == IngressSharing::packed ? "packed" : "exclusive"; }
-
-IngressSharing parse_ingress_sharing(const std::string& name) {
-  if (name == "packed") return IngressSharing::packed;
-  if (name == "exclusive") return IngressSharing::exclusive;
-  throw std::invalid_argument("unknown ingress sharing '" + name + "': use packed or exclusive");
-}
-
-const char* to_string(PullCost pulls) { return pulls == PullCost::priced ? "priced" : "free"; }
-
-PullCost parse_pull_cost(const std::string& name) {
-  if (name == "priced") return PullCost::priced;
-  if (name == "free") return PullCost::free;
-  throw std::invalid_argument("unknown pull cost '" + name + "': use priced or free");
-}
-
-double server_ingress_byte_utilisation(const ClusterParams& p, const ClusterStats& s, double elapsed_ms) {
-  if (!(elapsed_ms > 0)) return 0.0;
-  const double line_bytes = p.server_gbps * kGbps * p.servers * elapsed_ms / 1e3;
-  return static_cast<double>(s.server_ingress_bytes) / line_bytes;
-}
-
-std::optional<std::string> ClusterParams::validate() const {
-  if (workers == 0) return "workers must be at least 1";
-  if (servers == 0) return "servers must be at least 1";
-  if (stragglers > workers) return "stragglers cannot exceed workers";
-  if (is_synchronous(mode) && servers != 1)
-    return "sync, backup, ring and local modes simulate one server (ring: its version)";
-  if (allreduces(mode) && !(ring_hop_us >= 0)) return "ring hop cost must be >= 0";
-  if (averages_models(mode) && local_steps == 0) return "local SGD needs at least 1 local step per average";
-  if (mode == Mode::backup && backup_workers >= workers) return "backup workers must be fewer than workers";
-  if (skip_slowest > 0 && !skips_slowest(mode)) return "only gradlane-tree and local-ring-skip skip the slowest links";
-  if (skip_slowest >= workers) return "skip fewer of the slowest links than there are workers";
-  if (mode == Mode::gradlane_tree && 2 * (std::uint64_t{workers} - skip_slowest) + 1 < workers) {
-    return "gradlane-tree can skip at most half the workers (those it skips are leaves)";
-  }
-  if (bytes == 0) return "bytes must be positive";
-  if (!(compute_ms > 0) || !(worker_gbps > 0) || !(server_gbps > 0)) {
-    return "compute time and line rates must be positive";
-  }
-  if (!(jitter >= 0 && jitter < 1)) return "jitter must be in [0, 1)";
-  if (!(spread >= 1)) return "spread must be at least 1 (1: every worker at its line rate)";
-  if (!(change_ms >= 0) || !(change_fraction >= 0 && change_fraction <= 1)) {
-    return "change interval must be >= 0 and the changed fraction in [0, 1]";
-  }
-  if (!(straggler_slowdown >= 1)) return "straggler slowdown must be at least 1";
-  return std::nullopt;
-}
 
 EndpointId Cluster::server(std::uint32_t s) { return EndpointId{kServerBase + s}; }
 
@@ -435,114 +299,6 @@ void Cluster::start(std::uint64_t id, Transfer t, Instant slot_start, Instant no
   } else {
     put_on_wire(id, now);
   }
-}
-
-std::uint32_t Cluster::link_key_of_ingress(EndpointId receiver) const {
-  const std::uint32_t id = to_int(receiver);
-  return id >= kServerBase ? p_.workers + (id - kServerBase) : p_.workers + p_.servers + (id - 1);
-}
-
-double Cluster::link_capacity(std::uint32_t key) const {
-  if (key < p_.workers) return worker_egress(key);
-  if (key < p_.workers + p_.servers) return true_in_.at(server(key - p_.workers));
-  if (key < 2 * p_.workers + p_.servers) return true_in_.at(worker(key - p_.workers - p_.servers));
-  return p_.server_gbps * kGbps;  // a server's egress: its line rate, as its ingress
-}
-
-void Cluster::put_on_wire(std::uint64_t id, Instant now) {
-  advance_wire(now);  // the bytes so far moved at the rates without this transfer
-  const Transfer& t = transfers_.at(id);
-  WireFlow f;
-  f.transfer = id;
-  // Workers send updates (aggregators are workers); servers send only pulls.
-  f.egress_link = t.pull ? 2 * p_.workers + p_.servers + (to_int(t.out) - kServerBase) : to_int(t.out) - 1;
-  f.ingress_link = link_key_of_ingress(t.in);
-  f.pull = t.pull;
-  if (t.to_server) {
-    f.server = to_int(t.in) - kServerBase;
-    if (server_flows_[*f.server]++ == 0) ++busy_servers_;
-  }
-  f.remaining = static_cast<double>(t.bytes);
-  wire_.push_back(f);
-  begins_[id] = now;
-  wire_changed_ = true;
-}
-
-void Cluster::advance_wire(Instant now) {
-  if (now <= wire_clock_) return;
-  const double seconds = static_cast<double>((now - wire_clock_).count()) / 1e9;
-  wire_clock_ = now;
-  for (WireFlow& f : wire_) {
-    // A flow never carries more than it has left (its end is rounded up to a whole ns).
-    const double carried = std::min(f.rate * seconds, std::max(0.0, f.remaining));
-    f.remaining -= carried;
-    if (f.server) server_bytes_carried_ += carried;
-    if (f.pull) server_bytes_sent_ += carried;
-  }
-  stats_.server_busy_ms += busy_servers_ * seconds * 1e3;
-}
-
-void Cluster::reshare(Instant now) {
-  wire_changed_ = false;
-  ++wire_generation_;  // whatever wire_done is queued was computed on the old rates
-  fair_share_.clear();
-  for (const std::uint32_t key : used_links_) link_index_[key] = -1;
-  used_links_.clear();
-  const auto index_of = [&](std::uint32_t key) {
-    if (link_index_[key] < 0) {
-      link_index_[key] = fair_share_.add_link(link_capacity(key));
-      used_links_.push_back(key);
-    }
-    return static_cast<std::uint32_t>(link_index_[key]);
-  };
-  for (const WireFlow& f : wire_) {
-    const std::uint32_t links[] = {index_of(f.egress_link), index_of(f.ingress_link)};
-    fair_share_.add_flow(links);
-  }
-  const std::vector<double>& rates = fair_share_.solve();
-  std::optional<double> first_end_ns;
-  for (std::size_t i = 0; i < wire_.size(); ++i) {
-    wire_[i].rate = rates[i];
-    if (rates[i] <= 0) continue;
-    const double end_ns = std::max(0.0, wire_[i].remaining) / rates[i] * 1e9;
-    if (!first_end_ns || end_ns < *first_end_ns) first_end_ns = end_ns;
-  }
-  // Rounded up, and at least 1 ns: when it fires, that transfer has no bytes left.
-  if (first_end_ns) {
-    const auto ns = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(*first_end_ns)));
-    push(now + Nanos{ns}, Kind::wire_done, wire_generation_);
-  }
-}
-
-void Cluster::finish_due_flows(Instant now) {
-  advance_wire(now);
-  wire_changed_ = true;  // even if rounding left every flow a hair short: reshare reschedules
-  std::vector<std::uint64_t> done;
-  std::erase_if(wire_, [&](const WireFlow& f) {
-    // What is left would cross within the nanosecond this event was rounded to (or rounding).
-    if (f.remaining > f.rate * 1e-9 + 1e-6) return false;
-    if (f.server && --server_flows_[*f.server] == 0) --busy_servers_;
-    done.push_back(f.transfer);
-    return true;
-  });
-  for (const std::uint64_t id : done) finish_transfer(id, now);
-}
-
-void Cluster::start_exclusive(std::uint64_t id, Transfer t, Instant slot_start, Instant now) {
-  Instant& out_free = busy_out_[t.out];
-  Instant& in_free = busy_in_[t.in];
-  const Instant begin = std::max({slot_start, now, out_free, in_free});
-  const std::uint32_t sender = to_int(t.out) - 1;  // only workers send (aggregators are workers)
-  const double rate = std::min(worker_egress(sender), true_in_.at(t.in));
-  const Nanos length{static_cast<std::int64_t>(static_cast<double>(t.bytes) * 1e9 / rate) + 1};
-  out_free = in_free = begin + length;
-  if (t.to_server) {
-    stats_.server_busy_ms += static_cast<double>(length.count()) / 1e6;
-    stats_.server_ingress_bytes += t.bytes;
-  }
-  begins_[id] = begin;
-  transfers_.emplace(id, std::move(t));
-  push(begin + length, Kind::transfer_done, id);
 }
 
 void Cluster::launch_aggregate(std::uint64_t aggregate, Instant now) {

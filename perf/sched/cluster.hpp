@@ -100,6 +100,8 @@
 
 namespace gradlane::sched::sim {
 
+inline constexpr double kGbps = 1e9 / 8;  // bytes per second in one Gb/s
+
 enum class Mode : std::uint8_t {
   fifo,             // plain asynchronous parameter server: arrival order, no drops, no aggregation
   gradlane,         // the sidecar's ordering (MLfabric): SJF, tau drops, aggregation, replica window
@@ -313,6 +315,7 @@ class Cluster {
     std::optional<AggregateGrant> grant;
   };
 
+  static constexpr std::uint32_t kServerBase = 1'000'000;  // servers' endpoint ids from here on
   static EndpointId worker(std::uint32_t w) { return EndpointId{w + 1}; }
   static EndpointId server(std::uint32_t s);
 

@@ -253,8 +253,7 @@ Message decode_fields(Kind kind, wire::LeReader& in) {
     case Kind::refused: {
       Refused m;
       m.why = in.get<RefusedWhy>();
-      if (m.why != RefusedWhy::version_from_future && m.why != RefusedWhy::not_the_server &&
-          m.why != RefusedWhy::round_closed) {
+      if (!is_known(m.why)) {
         throw Error(Errc::protocol, fmt::format("refused for an unknown reason ({})", static_cast<int>(m.why)));
       }
       m.tag = in.get<std::uint64_t>();

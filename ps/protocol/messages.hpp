@@ -163,6 +163,9 @@ enum class RefusedWhy : std::uint8_t {
   not_the_server = 2,       // a replica, whose primary lives, addressed as the worker's server
   round_closed = 3,         // ShardOptions::round: the round of the version it was computed on is full
 };
+inline constexpr bool is_known(RefusedWhy why) {
+  return why >= RefusedWhy::version_from_future && why <= RefusedWhy::round_closed;  // the last one above
+}
 struct Refused {
   RefusedWhy why = RefusedWhy::version_from_future;
   std::uint64_t tag = 0;      // the request's

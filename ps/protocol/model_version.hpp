@@ -40,11 +40,14 @@ struct alignas(64) ShardHeader {
   // owner's grants, see ps.hpp); ~0 while the promotion is under way. A worker that failed
   // over READs it after each write: a sequence below it was refused, the push is lost.
   std::atomic<std::uint64_t> refuse_below{0};
+  // ShardOptions::clock_workers: the slowest worker's clock (receiving/worker_clocks.hpp), which
+  // only grows; 0 without clocks. Outside the seqlock: any value a READ sees was true lately.
+  std::atomic<std::uint64_t> slowest_clock{0};
 };
 static_assert(sizeof(ShardHeader) == 64, "one cache line, read as one 64-byte RDMA READ");
 static_assert(std::is_standard_layout_v<ShardHeader>, "its bytes are read over the wire");
 static_assert(offsetof(ShardHeader, version) == 0 && offsetof(ShardHeader, model_version) == 8 &&
-              offsetof(ShardHeader, refuse_below) == 16);
+              offsetof(ShardHeader, refuse_below) == 16 && offsetof(ShardHeader, slowest_clock) == 24);
 // The READ sees the word's bytes, so it must be a plain 8-byte word, not a lock.
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free &&
               sizeof(std::atomic<std::uint64_t>) == sizeof(std::uint64_t));

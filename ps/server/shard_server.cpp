@@ -1,7 +1,9 @@
 // ShardServer: the server and the replica of one model shard (protocol: include/gradlane/ps.hpp).
-// This file: taking input, granting (direct mode), applying, the loop. The replica's own side
-// (following decisions, promotion) is in shard_replica.cpp; accepting workers in
-// shard_membership.cpp; the state they share in shard_state.hpp.
+// This file: taking input, granting (direct mode), telling the replica, the loop. Applying is in
+// shard_apply.cpp, grant windows and claims in shard_claims.cpp, the sidecar's side in
+// shard_sidecar.cpp; the replica's own side (following decisions, promotion) in
+// shard_replica.cpp; accepting workers in shard_membership.cpp; the state they share in
+// shard_state.hpp.
 //
 // Both keep the same two registered regions — the shard (ShardHeader + floats, read by pulls)
 // and the ring of update slots (written by pushes) — and the same ApplyOrder. They differ in
@@ -27,6 +29,10 @@
 #include "ps/server/shard_state.hpp"
 
 namespace gradlane::ps {
+namespace {
+// A clock is 8 bytes per worker, and each applied update of the slowest scans them all.
+constexpr std::uint32_t kMaxClockWorkers = 1U << 20;
+}  // namespace
 using shard::Clock;
 using shard::Peer;
 using shard::Waiting;
@@ -357,203 +363,6 @@ std::size_t ShardServer::State::expire_holes() {
   return work;
 }
 
-// Binds a window over the slot of `sequence` on the peer's connection; its key goes in the
-// grant, sent after it on the same QP (RC executes the bind first).
-std::uint32_t ShardServer::State::open_window(Peer& peer, std::uint64_t sequence) {
-  MemoryWindow window = [&] {
-    if (peer.spare_windows.empty()) return MemoryWindow::allocate(device);
-    MemoryWindow spare = std::move(peer.spare_windows.back());
-    peer.spare_windows.pop_back();
-    return spare;
-  }();
-  peer.conn.bind_window(window, slots.window_region(static_cast<std::uint32_t>(sequence % options.slots)), 0,
-                        slots.slot_bytes(), Access::remote_write);
-  const std::uint32_t rkey = window.rkey();
-  peer.windows.insert_or_assign(sequence, std::move(window));
-  return rkey;
-}
-
-// Invalidates the window of `sequence`'s grant. A connection that has failed has revoked it
-// already (the key died with the QP): nothing to do then, lose() says why.
-void ShardServer::State::close_window(Peer& peer, std::uint64_t sequence) {
-  auto it = peer.windows.find(sequence);
-  if (it == peer.windows.end()) return;
-  MemoryWindow window = std::move(it->second);
-  peer.windows.erase(it);
-  if (!window.bound()) return;
-  try {
-    peer.conn.invalidate_window(window);
-  } catch (const Error&) {
-    return;  // the connection failed: the window went with its QP
-  }
-  peer.spare_windows.push_back(std::move(window));
-}
-
-// Sidecar mode, grant windows: a worker shows the token its sidecar stamped on its grant of
-// `claim.sequence`. The right token opens that slot to the worker's connection alone (a window
-// bound on its QP, the key sent after the bind on the same QP), once. A wrong token is a rogue's
-// guess or a forgery: the connection goes. A sequence decided already (cancelled, skipped as a
-// stuck head or as the old owner's) gets window 0: nothing to write, the push is lost.
-void ShardServer::State::answer_claim(std::size_t index, const Claim& claim) {
-  Peer& peer = peers[index];
-  if (claim.sequence < skip_below) {  // the old owner's grant, claimed after we took over: refused
-    peer.conn.send(encode(Opened{claim.sequence, 0}));
-    return;
-  }
-  if (!grant_key) {
-    throw Error(Errc::protocol, fmt::format("worker {} claimed sequence {}, but this server binds no grant windows "
-                                            "(its grants carry no tokens)",
-                                            peer.worker, claim.sequence));
-  }
-  check_token(peer, claim, "sequence");
-  const Admit admit = order.would_admit(claim.sequence, static_cast<std::uint32_t>(claim.sequence % options.slots));
-  if (admit == Admit::already_done || admit == Admit::already_cancelled) {
-    peer.conn.send(encode(Opened{claim.sequence, 0}));
-    return;
-  }
-  if (admit != Admit::accepted || claimed.contains(claim.sequence)) {
-    refuse_claim(peer, claim, "sequence", admit == Admit::accepted ? "claimed already" : admit_name(admit));
-  }
-  open_claim(index, claim.sequence);
-}
-
-// Replica: a worker about to mirror `claim.sequence` here shows its grant's token. With grant
-// windows the right token opens that slot to the worker's connection, once, as a server's
-// claim does (answer_claim); a sequence decided already gets window 0. Without windows the
-// answer is the ring's own key: there is nothing to keep anyone out of.
-void ShardServer::State::answer_mirror_claim(std::size_t index, const Claim& claim) {
-  Peer& peer = peers[index];
-  if (!options.grant_windows) {
-    peer.conn.send(encode(Opened{claim.sequence, slots.region().descriptor().rkey}));
-    return;
-  }
-  if (!grant_key) {
-    throw Error(Errc::protocol, fmt::format("worker {} claimed mirror slot {}, but our server gave us no grant key: "
-                                            "run server and replica both with grant_windows, or neither",
-                                            peer.worker, claim.sequence));
-  }
-  check_token(peer, claim, "mirror slot");
-  const std::uint64_t next = order.next_sequence();
-  if (claim.sequence < next) {
-    peer.conn.send(encode(Opened{claim.sequence, 0}));
-    return;
-  }
-  if (claim.sequence - next >= options.slots || claimed.contains(claim.sequence) || arrived.contains(claim.sequence)) {
-    refuse_claim(peer, claim, "mirror slot",
-                 claim.sequence - next >= options.slots ? "beyond the window" : "claimed or written already");
-  }
-  open_claim(index, claim.sequence);
-}
-
-// A claim's token against our key; a wrong one is a forgery (or a grant of another server).
-void ShardServer::State::check_token(const Peer& peer, const Claim& claim, const char* what) {
-  if (sidecar::grant_token(*grant_key, claim.sequence) == claim.token) return;
-  refuse_claim(peer, claim, what,
-               "its token is not the one its grant carried: a forged claim, or a grant of another server");
-}
-
-// Counts the refusal and throws it: the claimant's connection goes (take_input's lose()).
-void ShardServer::State::refuse_claim(const Peer& peer, const Claim& claim, const char* what, std::string_view why) {
-  ++stats.refused_claims;
-  throw Error(Errc::protocol,
-              fmt::format("worker {} claimed {} {}, refused: {}", peer.worker, what, claim.sequence, why));
-}
-
-// Opens `sequence`'s slot to the claimant at `index` (a window bound on its QP, the key sent
-// after the bind on the same QP) until its doorbell, cancel, skip or apply (close_claim).
-void ShardServer::State::open_claim(std::size_t index, std::uint64_t sequence) {
-  Peer& peer = peers[index];
-  const std::uint32_t window_rkey = open_window(peer, sequence);
-  peer.conn.send(encode(Opened{sequence, window_rkey}));
-  peer.outstanding.add(sequence, Clock::now());
-  claimed[sequence] = index;
-  ++stats.claimed;
-}
-
-// Whether a doorbell for `sequence` came from the connection that claimed its slot; without
-// windows anyone's counts (the caller checks the window). The claimant's slot closes with it.
-bool ShardServer::State::rung_by_claimant(Peer& peer, std::uint64_t sequence) {
-  if (!windowed()) return true;
-  if (!peer.outstanding.ring(sequence)) return false;
-  close_claim(sequence);
-  return true;
-}
-
-ReplicaKey ShardServer::State::replica_key() const { return ReplicaKey{grant_key.value_or(sidecar::GrantKey{})}; }
-
-// Replica: our server's key (all zero: it binds no windows). A ring of ours that no key opens
-// needs it, or no worker could mirror here.
-void ShardServer::State::take_replica_key(const ReplicaKey& key) {
-  if (key.key == sidecar::GrantKey{}) {
-    grant_key.reset();
-    if (options.grant_windows) {
-      std::fprintf(stderr,
-                   "gradlane ps replica: our server binds no grant windows, but our ring is windowed "
-                   "(grant_windows): its workers cannot mirror here. Run server and replica both with grant_windows, "
-                   "or neither\n");
-    }
-    return;
-  }
-  grant_key = key.key;
-}
-
-void ShardServer::State::close_claim(std::uint64_t sequence) {
-  const auto it = claimed.find(sequence);
-  if (it == claimed.end()) return;
-  Peer& claimant = peers[it->second];
-  claimed.erase(it);
-  claimant.outstanding.forget(sequence);
-  close_window(claimant, sequence);  // a late write is refused by the NIC, not landed in a reused slot
-}
-
-Admit ShardServer::State::cancel(std::uint64_t sequence) {
-  close_claim(sequence);
-  return order.cancelled(sequence);
-}
-
-std::size_t ShardServer::State::take_sidecar() {
-  std::size_t work = 0;
-  while (auto g = sidecar->poll()) {
-    ++work;
-    if (g->kind == sidecar::GrantKind::cancel) {
-      if (cancel(g->sequence) != Admit::accepted) ++stats.refused_cancels;
-    } else {
-      std::fprintf(stderr, "gradlane ps server: the sidecar answered: %s (%s)\n",
-                   std::string(sidecar::kind_name(g->kind)).c_str(),
-                   std::string(sidecar::reason_name(g->reason)).c_str());
-    }
-  }
-  return work;
-}
-
-// Sidecar mode: a worker that took its grant and stalls without dying never gets cancelled by
-// the sidecar. Sequences are granted in order, so once a later one has arrived the head was
-// granted too: give it hole_timeout, then skip it.
-std::size_t ShardServer::State::skip_stuck_head() {
-  if (order.next() || order.pending() == 0) {
-    gap_since.reset();
-    return 0;
-  }
-  const auto now = Clock::now();
-  if (!gap_since) gap_since = now;
-  if (now - *gap_since < options.hole_timeout) return 0;
-  std::fprintf(stderr, "gradlane ps server: sequence %llu did not arrive in %lld ms while later ones did: skipped\n",
-               static_cast<unsigned long long>(order.next_sequence()),
-               static_cast<long long>(options.hole_timeout.count()));
-  cancel(order.next_sequence());
-  gap_since.reset();
-  return 1;
-}
-
-// Sidecar mode: what both the server and the replica have applied frees their slots.
-void ShardServer::State::report_applied() {
-  std::uint64_t through = order.next_sequence() - 1;
-  if (replica) through = std::min(through, stats.replica_acked);
-  if (through <= reported) return;
-  sidecar->applied(through);
-  reported = through;
-}
-
 void ShardServer::State::tell_replica(const AppliedUpdate& record) {
   if (!replica) return;
   try {
@@ -588,88 +397,6 @@ void ShardServer::State::tell_workers(const ListeningAt& at, std::uint32_t excep
   }
 }
 
-// Floats applied between two looks at the network: 256 KiB, ~6 µs natively. A 4 MiB apply
-// done in one piece kept the next request waiting a whole apply (perf/results/ps-push.md).
-constexpr std::size_t kApplyChunkFloats = std::size_t{1} << 16;
-
-void ShardServer::State::between_chunks() {
-  // Direct mode: take requests and doorbells and grant free slots while the apply runs. The
-  // slot being applied stays busy in `order` until done(), so nothing can be granted into it.
-  // Sidecar mode with grant windows: answer claims (a claim waited a whole 4 MiB apply, 12 ms,
-  // before: perf/results/grant-windows/sidecar-4MiB).
-  if (role == Role::server && (!sidecar || windowed())) take_input();
-  if (role == Role::server && !sidecar) grant();
-}
-
-void ShardServer::State::apply_update(std::uint32_t slot) {
-  const std::span<const float> gradient = slots.slot(slot);
-  const std::span<float> model = shard.floats();
-  ApplyGuard guard(writer);
-  // Element-wise kernels: chunk by chunk gives bitwise the same floats as one call.
-  for (std::size_t at = 0; at < model.size(); at += kApplyChunkFloats) {
-    const std::size_t n = std::min(kApplyChunkFloats, model.size() - at);
-    if (options.momentum > 0.0F) {
-      sgd_momentum_step(model.subspan(at, n), std::span<float>(velocity).subspan(at, n), gradient.subspan(at, n),
-                        options.learning_rate, options.momentum);
-    } else {
-      sgd_step(model.subspan(at, n), gradient.subspan(at, n), options.learning_rate);
-    }
-    if (at + n < model.size()) between_chunks();
-  }
-}
-
-std::size_t ShardServer::State::apply() {
-  std::size_t work = 0;
-  while (const auto step = order.next()) {
-    const bool skip = step->kind == Step::Kind::skip;
-    if (skip) {
-      writer.skip();
-    } else {
-      apply_update(step->slot);
-    }
-    (void)order.done(*step);
-    close_claim(step->sequence);  // a replica's mirror claim whose mirror never came (read from the server)
-    AppliedUpdate record{step->sequence, 0, 0, 0, skip};
-    if (const auto decided = fed.extract(step->sequence); !decided.empty()) {  // as the server decided it
-      if (!skip) {
-        record.worker = decided.mapped().worker;
-        record.tag = decided.mapped().tag;
-        note_landed(record.worker, Landed{record.tag, record.sequence, 0});
-      }
-    } else if (role == Role::server && options.sidecar) {  // attached or not (taking a sequence over)
-      const auto from = rung_by.extract(step->sequence);
-      const auto said = pushed.extract(step->sequence);
-      if (!from.empty() && !skip) {
-        record.worker = from.mapped();
-        if (!said.empty()) {  // the push's own tag and version (Pushing)
-          record.tag = said.mapped().tag;
-          record.computed_on = said.mapped().computed_on;
-        } else {
-          record.tag = arrivals[record.worker]++;  // an aggregator's forward: its n-th update
-        }
-      }
-    } else if (role == Role::server) {
-      const auto info = granted.extract(step->sequence);
-      if (!info.empty() && !skip) {
-        record = {step->sequence, info.mapped().worker, info.mapped().tag, info.mapped().computed_on, skip};
-      }
-    }
-    if (role == Role::server) tell_replica(record);
-    ++(skip ? stats.skipped : stats.applied);
-    history.push_back(record);
-    ++work;
-  }
-  if (role == Role::replica && primary && peers[*primary].alive && order.next_sequence() - 1 > acked) {
-    acked = order.next_sequence() - 1;
-    try {
-      peers[*primary].conn.send(encode(Ack{acked}));
-    } catch (const Error& e) {
-      lose(peers[*primary], e);
-    }
-  }
-  return work;
-}
-
 ShardServer::ShardServer(const Device& device, Role role, std::uint16_t port, const ShardOptions& options,
                          std::span<const float> initial) {
   if (options.floats == 0 || options.slots == 0) {
@@ -679,6 +406,11 @@ ShardServer::ShardServer(const Device& device, Role role, std::uint16_t port, co
     throw Error(Errc::invalid_argument,
                 "ShardServer: ShardOptions::round is direct mode's; in sidecar mode the staleness bound is "
                 "gradlaned's tau (--staleness-bound)");
+  }
+  if (options.clock_workers > kMaxClockWorkers) {
+    throw Error(Errc::invalid_argument, fmt::format("ShardServer: clock_workers {} is above the {} workers a shard "
+                                                    "keeps clocks for",
+                                                    options.clock_workers, kMaxClockWorkers));
   }
   if (initial.size() != options.floats) {
     throw Error(Errc::invalid_argument,

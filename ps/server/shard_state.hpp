@@ -1,7 +1,9 @@
 // The state of a ShardServer (shard_server.cpp), shared by the files that implement it:
-// shard_server.cpp (input, grants, apply, the loop), shard_replica.cpp (the replica's side:
-// following decisions, promotion, taking a sidecar's sequence over) and shard_membership.cpp
-// (accepting workers, late joiners, probing idle ones). Internal to the library.
+// shard_server.cpp (input, grants, the loop), shard_apply.cpp (applying in order),
+// shard_claims.cpp (grant windows and claims), shard_sidecar.cpp (the sidecar's side),
+// shard_replica.cpp (the replica's side: following decisions, promotion, taking a sidecar's
+// sequence over) and shard_membership.cpp (accepting workers, late joiners, probing idle ones).
+// Internal to the library.
 #pragma once
 
 #include <chrono>
@@ -18,6 +20,7 @@
 #include "ps/protocol/messages.hpp"
 #include "ps/protocol/model_version.hpp"
 #include "ps/receiving/outstanding_grants.hpp"
+#include "ps/receiving/worker_clocks.hpp"
 #include "ps/protocol/regions.hpp"
 
 namespace gradlane::ps {
@@ -74,6 +77,7 @@ struct ShardServer::State {
     // One completion queue for every connection (workers, primary, replica): a round polls it
     // once instead of once per connection, and an idle server can sleep on it (wait()).
     listener.use_completion_queue(cq);
+    if (o.clock_workers > 0) clocks.emplace(o.clock_workers);
     if (o.grant_windows) {
       if (!dev.info().memory_windows) {
         throw Error(Errc::unsupported, fmt::format("grant_windows: {} has no type-2 memory windows; without them any "
@@ -98,6 +102,7 @@ struct ShardServer::State {
   void start_admitting();
   ServerStats stats;
   std::vector<AppliedUpdate> history;
+  std::optional<WorkerClocks> clocks;  // ShardOptions::clock_workers, published in the header
 
   // ---- server ----
   std::optional<Connection> replica;

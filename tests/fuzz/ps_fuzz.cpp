@@ -79,9 +79,7 @@ void received_message(std::span<const std::byte> bytes) {
             "landed: no update (sequence 0) with a tag or a version");
   }
   if (const auto* refused = std::get_if<ps::Refused>(&*message)) {
-    require(refused->why == ps::RefusedWhy::version_from_future || refused->why == ps::RefusedWhy::not_the_server ||
-                refused->why == ps::RefusedWhy::round_closed,
-            "refused for an unknown reason");
+    require(ps::is_known(refused->why), "refused for an unknown reason");
   }
   if (const auto* next = std::get_if<ps::Pushing>(&*message)) require(next->sequence != 0, "pushing as sequence 0");
   const auto again = ps::encode(*message);

@@ -5,7 +5,8 @@
 // die between writing a step and logging it; pushed again, that step would be applied twice).
 // ShardOptions::rejoin_grace: a server whose last worker was lost waits for it to come back
 // (the fault list's link:2: without it, workers cut off for 4 s find the job over when the link
-// comes back).
+// comes back). The baselines' server features: backup workers' rounds (ShardOptions::round)
+// and stale-synchronous parallel's clocks (ShardOptions::clock_workers).
 #include <atomic>
 #include <chrono>
 #include <optional>
@@ -45,6 +46,18 @@ ps::WorkerOptions worker_of(const Host& server, std::uint16_t port) {
   options.floats = kFloats;
   options.timeout = 30s;
   return options;
+}
+
+// `count` workers, ids 1..count, of the server at `server`:`port`.
+std::vector<ps::Worker> connect_workers(const Device& device, const Host& server, std::uint16_t port,
+                                        std::uint32_t count) {
+  std::vector<ps::Worker> workers;
+  for (std::uint32_t id = 1; id <= count; ++id) {
+    ps::WorkerOptions options = worker_of(server, port);
+    options.id = id;
+    workers.emplace_back(device, options);
+  }
+  return workers;
 }
 
 std::vector<std::uint64_t> applied_tags_of(const std::vector<ps::AppliedUpdate>& history, std::uint32_t worker) {
@@ -137,12 +150,7 @@ TEST(BackupWorkers, ARoundTakesItsFirstRequestsAndDropsTheRestUnwritten) {
     sequences.push_back(r.sequence);
   };
   try {
-    std::vector<ps::Worker> workers;
-    for (std::uint32_t id = 1; id <= 3; ++id) {
-      ps::WorkerOptions options = worker_of(hosts[0], kPort);
-      options.id = id;
-      workers.emplace_back(device, options);
-    }
+    std::vector<ps::Worker> workers = connect_workers(device, hosts[0], kPort, 3);
     note(workers[0].push(0, 10));  // round 0 (versions 0-1): sequences 1 and 2
     note(workers[1].push(0, 20));
     note(workers[2].push(0, 30));  // round 0 is full
@@ -177,6 +185,56 @@ TEST(BackupWorkers, RoundsAreRefusedInSidecarMode) {
     EXPECT_EQ(e.code(), Errc::invalid_argument);
     EXPECT_NE(std::string(e.what()).find("--staleness-bound"), std::string::npos) << e.what();
   }
+}
+
+// Waits until the server decided `version` sequences (the pushes were applied).
+void wait_for_version(ps::Worker& worker, std::uint64_t version) {
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (worker.server_version() < version) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the server did not reach version " << version;
+    std::this_thread::sleep_for(1ms);
+  }
+}
+
+// SSP's clocks: the shard's header carries the least steps done (tag + 1 of the latest applied
+// update) over workers 1..clock_workers; another id's updates count for nothing.
+TEST(SspClocks, TheShardPublishesTheSlowestWorkersStepsDone) {
+  const auto hosts = hosts_from_env();
+  ASSERT_GE(hosts.size(), 3u) << "needs ci/softroce.sh --hosts 3";
+  constexpr std::uint16_t kPort = 7898;
+  ps::ShardOptions shard = small_shard();
+  shard.clock_workers = 2;
+  ServerThread server(hosts[0], kPort, 3, shard);
+  Device device = Device::open({.name = hosts[2].device});
+  std::vector<std::uint64_t> slowest;  // after each stage
+  std::uint64_t pulled_clock = 0;
+  try {
+    std::vector<ps::Worker> workers = connect_workers(device, hosts[0], kPort, 3);
+    ps::Worker& first = workers[0];
+    ps::Worker& second = workers[1];
+    ps::Worker& unclocked = workers[2];
+    std::uint64_t version = 0;
+    const auto push = [&](ps::Worker& w, std::uint64_t step) {
+      (void)w.push(version, step);
+      wait_for_version(w, ++version);
+    };
+    for (std::uint64_t step = 0; step < 3; ++step) push(first, step);
+    slowest.push_back(first.slowest_clock());  // worker 2 has done nothing: 0
+    push(unclocked, 50);
+    slowest.push_back(first.slowest_clock());  // still 0: worker 3 is not clocked
+    push(second, 0);
+    slowest.push_back(second.slowest_clock());  // min(3, 1)
+    for (std::uint64_t step = 1; step < 5; ++step) push(second, step);
+    slowest.push_back(unclocked.slowest_clock());  // min(3, 5)
+    pulled_clock = second.pull().slowest_clock;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "worker: " << e.what();
+  }
+  server.stop();
+  ASSERT_EQ(server.failure, "");
+  EXPECT_EQ(slowest, (std::vector<std::uint64_t>{0, 0, 1, 3}));
+  EXPECT_EQ(pulled_clock, 3u) << "a pull reads the clock with the model";
+  EXPECT_EQ(server.stats.applied, 9u);
 }
 
 // What two lives of one worker were told by last_landed(): the first before any push and after

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <numeric>
 #include <stdexcept>
+#include <string>
 
 namespace gradlane::train {
 namespace {
@@ -116,6 +117,24 @@ TEST_F(ScratchDir, ASplitReadsThePlainFileBeforeTheGzippedOne) {
   write("t10k-labels-idx1-ubyte", labels_file({3, 4}), false);
   EXPECT_EQ(load_fashion_mnist(dir_, Split::test).labels, (std::vector<std::uint8_t>{3, 4}));
   EXPECT_THROW((void)load_fashion_mnist(dir_, Split::train), std::runtime_error);
+}
+
+// The workers train on the rows ahead of the validation split; a set that leaves them none is
+// refused by name rather than wrapping around to 2^64 rows.
+TEST(ValidationSplit, TheRowsAheadOfItAreTheTrainingRowsAndASetNoLargerIsRefused) {
+  Dataset set;
+  set.rows = kValidationRows + 1;
+  EXPECT_EQ(rows_before_validation(set), 1U);
+  set.rows = 60000;
+  EXPECT_EQ(rows_before_validation(set), 50000U);
+  set.rows = kValidationRows;
+  try {
+    (void)rows_before_validation(set);
+    FAIL() << "a set of exactly the validation split's size was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("no more than the 10000 of the validation split"), std::string::npos)
+        << e.what();
+  }
 }
 
 // Debian's dataset-fashion-mnist (ci/install-deps.sh installs it): the real files.

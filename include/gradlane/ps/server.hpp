@@ -87,6 +87,14 @@ struct ShardOptions {
   // of the mean of its first `round` gradients, however many workers compute it. 0: no rounds.
   // Sidecar mode refuses it: there the staleness bound is the sidecar's τ.
   std::uint64_t round = 0;
+  // Stale-synchronous parallel (Ho et al.): the number N of workers whose clocks the shard keeps.
+  // A worker's clock is the tag of its latest applied update + 1 (its steps done, when it tags
+  // each push with its step); the slowest of workers 1..N is published in the shard's header
+  // for Worker::slowest_clock(), and a worker under bound s starts step k only once
+  // k <= slowest + s. Updates of other ids count for nothing. The replica keeps them too (the
+  // server tells it each update's worker and tag); one that joined a running server, or a
+  // restarted server, knows a worker's clock again from its next applied update. 0: no clocks.
+  std::uint32_t clock_workers = 0;
 };
 
 struct ServerStats {

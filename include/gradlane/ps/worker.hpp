@@ -119,6 +119,8 @@ struct LandedPush {
 struct PullResult {
   std::uint64_t version = 0;   // sequences decided (applied or skipped) in the model that was read
   std::uint32_t attempts = 1;  // READ rounds until a consistent snapshot
+  // ShardOptions::clock_workers: the slowest worker's clock when the model was read (else 0).
+  std::uint64_t slowest_clock = 0;
 };
 
 // Whether an error from a Worker or an Aggregator says its server and replica are out of reach
@@ -157,6 +159,9 @@ class Worker {
   // The server's model version (sequences decided), with one small READ of the shard's header
   // and no model transfer: for waiting on a version (a synchronous step's barrier).
   std::uint64_t server_version();
+  // ShardOptions::clock_workers (stale-synchronous parallel): the slowest worker's clock, with
+  // one 8-byte READ of the shard's header. 0 if the server keeps no clocks.
+  std::uint64_t slowest_clock();
   // Times this worker switched its server to the replica.
   std::uint64_t failovers() const;
   // A restarted worker, before it resumes (ps-lite's recovery): the last push of this worker id
