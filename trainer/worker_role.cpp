@@ -41,17 +41,16 @@ ps::Worker connect_until(const Device& device, ps::WorkerOptions options, Clock:
   }
 }
 
-// Rejoins the running job by `deadline`, through the worker's aggregator if it answers, else
-// without it, pushing to the server as a worker whose aggregator died does: the link that cut
-// this worker off may have cut its aggregator off from the server too, and it exited (seen in
-// link:2 in aggregate mode). A few seconds each way, in turn.
-// ssp mode: waits until the slowest worker completed `steps` steps; true if it had to. Throws
-// if that does not happen within `patience` (a worker gone or stalled holds every other).
-bool wait_for_slowest(ps::Worker& worker, std::uint64_t steps, std::uint32_t id, std::chrono::milliseconds patience) {
-  std::uint64_t slowest = worker.slowest_clock();
-  if (slowest >= steps) return false;
+// ssp mode: waits until the slowest worker completed `steps` steps; true if it had to wait.
+// `known`: the clock the last pull read (clocks only grow), which spares the READ when it
+// suffices. Throws if that does not happen within `patience` (a worker gone or stalled holds
+// every other).
+bool wait_for_slowest(ps::Worker& worker, std::uint64_t known, std::uint64_t steps, std::uint32_t id,
+                      std::chrono::milliseconds patience) {
+  if (known >= steps) return false;
   const auto deadline = Clock::now() + patience;
-  while ((slowest = worker.slowest_clock()) < steps) {
+  bool waited = false;
+  for (std::uint64_t slowest = 0; (slowest = worker.slowest_clock()) < steps; waited = true) {
     if (Clock::now() > deadline) {
       throw std::runtime_error("worker " + std::to_string(id) + ": the slowest worker completed " +
                                std::to_string(slowest) + " steps and no more in " +
@@ -61,9 +60,13 @@ bool wait_for_slowest(ps::Worker& worker, std::uint64_t steps, std::uint32_t id,
     }
     std::this_thread::sleep_for(std::chrono::microseconds(500));
   }
-  return true;
+  return waited;
 }
 
+// Rejoins the running job by `deadline`, through the worker's aggregator if it answers, else
+// without it, pushing to the server as a worker whose aggregator died does: the link that cut
+// this worker off may have cut its aggregator off from the server too, and it exited (seen in
+// link:2 in aggregate mode). A few seconds each way, in turn.
 ps::Worker rejoin(const Device& device, const ps::WorkerOptions& options, Clock::time_point deadline) {
   if (!options.aggregator) return connect_until(device, options, deadline, ps::out_of_reach);
   ps::WorkerOptions direct = options;
@@ -178,6 +181,7 @@ int run_worker(const Config& c) {
   };
   std::uint64_t first_step = rejoining ? resume_after_landed(c.first_step, false) : c.first_step;
   std::uint64_t dropped = 0, skipped_steps = 0, pull_retries = 0, rejoins = 0, failovers = 0, ssp_waits = 0;
+  std::uint64_t slowest_seen = 0;  // ssp mode: the slowest worker's clock the last pull read
   std::chrono::nanoseconds computing{0}, pushing{0}, waiting{0}, rejoining_for{0};
   const auto start = Clock::now();
   for (std::uint64_t step = first_step; step < c.steps;) {
@@ -190,9 +194,10 @@ int run_worker(const Config& c) {
         while (worker->server_version() < want) std::this_thread::sleep_for(std::chrono::microseconds(500));
       }
       if (c.mode == Mode::ssp && step > c.ssp_bound) {
-        ssp_waits += wait_for_slowest(*worker, step - c.ssp_bound, c.id, options.timeout) ? 1 : 0;
+        ssp_waits += wait_for_slowest(*worker, slowest_seen, step - c.ssp_bound, c.id, options.timeout) ? 1 : 0;
       }
       const ps::PullResult pulled = worker->pull();
+      slowest_seen = pulled.slowest_clock;
       pull_retries += pulled.attempts - 1;
       if (c.mode == Mode::backup) {
         // Steps that the others completed while this worker computed a dropped gradient (or
@@ -237,6 +242,7 @@ int run_worker(const Config& c) {
       failovers += worker->failovers();
       worker.reset();
       worker.emplace(rejoin(device, options, lost_at + std::chrono::seconds(c.rejoin_within_s)));
+      slowest_seen = 0;  // read again from the server it rejoined
       step = resume_after_landed(step, in_flight);
       ++rejoins;
       rejoining_for += Clock::now() - lost_at;

@@ -65,9 +65,9 @@ PushResult Worker::State::write(std::uint64_t sequence, Clock::time_point deadli
   // The replica's refusal floor, READ behind the mirror on the same QP. A server SIGKILLed a
   // moment ago still has its writes acknowledged by the kernel, while the replica, promoted
   // meanwhile, refuses the mirror (below the floor it took over at): that push would be
-  // acknowledged and applied nowhere. Read into a spare word of our header copy, so the two
-  // READs do not land on each other.
-  constexpr std::size_t kReplicaFloorAt = offsetof(ShardHeader, refuse_below) + sizeof(std::uint64_t);
+  // acknowledged and applied nowhere. Read into a spare word of our header copy (past the last
+  // field), so it lands on no other READ's word.
+  constexpr std::size_t kReplicaFloorAt = offsetof(ShardHeader, slowest_clock) + sizeof(std::uint64_t);
   static_assert(kReplicaFloorAt + sizeof(std::uint64_t) <= sizeof(ShardHeader));
   if (mirrored) {
     mirrored = replica->read(model_region, kReplicaFloorAt, replica_shard, offsetof(ShardHeader, refuse_below),
