@@ -18,7 +18,9 @@
 #   TAU (gradlaned's staleness bound, 2×WORKERS), AGGREGATE=0 (gradlane mode without the
 #   aggregator: ordering and tau only), EAGER=0 (gradlaned without --aggregate-eagerly: only
 #   the updates waiting behind a grant are grouped, and no relays), RELAY (gradlaned's
-#   --relay-slower-than, 2: a straggler's update goes through the aggregator; 0: never), TARGET
+#   --relay-slower-than, 2: a straggler's update goes through the aggregator; 0: never),
+#   INGRESS=packed (gradlaned's --ingress-sharing: concurrent grants packed into the server's
+#   line rate, each at its sender's share; default exclusive: one grant at a time), TARGET
 #   (0.75), SCHEDULE=1 prints gradlaned's
 #   schedule, REPLICA=0 runs without a replica, REPLICA_READS=1 has the replica READ each update
 #   from the server's slot instead of every worker mirroring it, GRANT_WINDOWS=1 has server and
@@ -38,7 +40,7 @@ BUILD=${1:?usage: train-demo.sh BUILD_DIR [NAME=VALUE ...]}
 shift
 for setting in "$@"; do
   case $setting in
-    MODE=*|BACKUP=*|SSP_BOUND=*|SHARD=*|MODEL=*|WORKERS=*|STEPS=*|LR=*|BATCH=*|SEED=*|TAU=*|TARGET=*|SCHEDULE=*|REPLICA=*|SLOTS=*|STRAGGLER=*|GROUP=*|REPLICA_READS=*|GRANT_WINDOWS=*|AGGREGATE=*|EAGER=*|RELAY=*|SERVER_RATE=*|FAULT=*|DATA=*) export "$setting" ;;
+    MODE=*|BACKUP=*|SSP_BOUND=*|SHARD=*|MODEL=*|WORKERS=*|STEPS=*|LR=*|BATCH=*|SEED=*|TAU=*|TARGET=*|SCHEDULE=*|REPLICA=*|SLOTS=*|STRAGGLER=*|GROUP=*|REPLICA_READS=*|GRANT_WINDOWS=*|AGGREGATE=*|EAGER=*|RELAY=*|INGRESS=*|SERVER_RATE=*|FAULT=*|DATA=*) export "$setting" ;;
     *) echo "train-demo.sh: unknown setting '$setting' (see the comment at the top)" >&2; exit 2 ;;
   esac
 done
@@ -108,6 +110,7 @@ if [ "$MODE" = gradlane ]; then
   A_EXTRA=""; [ "$AGGREGATE" = 1 ] && A_EXTRA="--endpoint 4 --aggregator 1:4"
   [ "$AGGREGATE" = 1 ] && [ "${EAGER:-1}" = 1 ] && A_EXTRA="$A_EXTRA --aggregate-eagerly --relay-slower-than ${RELAY:-2}"
   [ -n "${SERVER_RATE:-}" ] && A_EXTRA="$A_EXTRA --link-rate 0:in:$SERVER_RATE"
+  A_EXTRA="$A_EXTRA --ingress-sharing ${INGRESS:-exclusive}"
   B_EXTRA=""; i=1
   # Workers and the aggregator write each update to the replica too, unless the replica READs it.
   if [ "$REPLICA" = 1 ] && [ "${REPLICA_READS:-0}" != 1 ]; then A_EXTRA="$A_EXTRA --writers-mirror"; B_EXTRA="--writers-mirror"; fi
@@ -122,7 +125,7 @@ if [ "$MODE" = gradlane ]; then
   role gradlaned-a "$D" $KEY --foreground --shm-name /gradlane-train-a --device "$DEV0" --endpoint 0 $A_EXTRA --listen-port 7600 \
        --expect-peers 1 --staleness-bound "$TAU" --replica-bound "$BOUND" --schedule-log "$OUT/schedule.jsonl"
   role gradlaned-b "$D" $KEY --foreground --shm-name /gradlane-train-b --device "$DEV1" --endpoint 1 $B_EXTRA --listen-port 7601 \
-       --peer "$ADDR0:7600" --staleness-bound "$TAU" --replica-bound "$BOUND"
+       --peer "$ADDR0:7600" --staleness-bound "$TAU" --replica-bound "$BOUND" --ingress-sharing "${INGRESS:-exclusive}"
 fi
 sidecar() {  # HOST ENDPOINT: the options that attach a role on that host to its gradlaned
   [ "$MODE" = gradlane ] || return 0
