@@ -2,6 +2,7 @@
 #pragma once
 
 #include <infiniband/verbs.h>
+#include <netinet/in.h>
 #include <rdma/rdma_cma.h>
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,24 @@ struct CmEvent {
 std::optional<CmEvent> next_cm_event(rdma_event_channel* channel, std::chrono::milliseconds timeout);
 
 std::string address_text(const sockaddr* addr);
+
+// IPv4 literal + port → sockaddr. Names are resolved with getaddrinfo, IPv4 only: rxe and
+// RoCE v2 GIDs used here are IPv4-mapped. `role` names the address in the error.
+sockaddr_in make_address(const std::string& host, std::uint16_t port, const char* role);
+// The device's GID's IPv4 address, rdma_cm's source; Error(no_usable_gid) without one.
+std::string source_address_of(const Device& dev);
+// Error(invalid_argument) when rdma_cm bound `id` (for `address`) to another device.
+void require_device(const rdma_cm_id* id, const Device& device, const std::string& address);
+// Error(invalid_argument) when `cq` belongs to another device than `device`.
+void require_same_device(const Device& device, const CompletionQueue& cq);
+rdma_conn_param connection_parameters(const Device& device, const TransportOptions& options,
+                                      std::span<const std::byte> private_data);
+
+class ConnectionState;
+// A connection's state before its QP: options validated, an event channel of its own.
+std::unique_ptr<ConnectionState> new_state(const Device& device, const TransportOptions& options);
+// Sets state.description: "device local -> peer".
+void describe(ConnectionState& state);
 
 class ConnectionState {
  public:
