@@ -90,7 +90,9 @@
 // gives the group the staleness of its stalest member, so tau holds for the sum.
 // The pull: three chained RDMA READs of the server's model region (header, floats, header);
 // the copy is accepted only if both headers show the same even version (a seqlock: the server
-// marks the header odd while it applies), else it is read again. No server CPU on the path.
+// marks the header odd while it applies) and the floats match the checksum the server published
+// with that version (so it holds on a NIC that serves the READs out of order), else it is read
+// again. No server CPU on the path.
 //
 // Errors: a peer that dies is dropped (its granted sequences become holes, skipped in order);
 // a malformed control message costs the peer that sent it its connection, never the server.

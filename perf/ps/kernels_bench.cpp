@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "ps/protocol/model_version.hpp"
 #include "ps/receiving/kernels.hpp"
 
 namespace {
@@ -67,6 +68,18 @@ void BM_sgd_step(benchmark::State& state) {
   report(state, 2 * kBytes, kBytes);
 }
 BENCHMARK(BM_sgd_step);
+
+// What every publish of a shard adds to its apply, and every pull to the worker: the checksum
+// that makes a pull consistent whatever order the NIC serves its READs in (model_version.hpp).
+void BM_payload_checksum(benchmark::State& state) {
+  Floats model(1.0F);
+  std::uint64_t version = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(gradlane::ps::payload_checksum(model.span(), version += 2));
+  }
+  report(state, kBytes, 0);
+}
+BENCHMARK(BM_payload_checksum);
 
 void BM_sum_in_order(benchmark::State& state) {
   const auto k = static_cast<std::size_t>(state.range(0));

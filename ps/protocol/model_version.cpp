@@ -2,17 +2,25 @@
 
 #include <exception>
 
+#include <xxhash.h>
+
 #include "gradlane/error.hpp"
 
 namespace gradlane::ps {
 
-ShardWriter::ShardWriter(ShardHeader& header, std::uint64_t model_version) noexcept : header_(header) {
+std::uint64_t payload_checksum(std::span<const float> payload, std::uint64_t version) noexcept {
+  return XXH3_64bits_withSeed(payload.data(), payload.size_bytes(), version);
+}
+
+ShardWriter::ShardWriter(ShardHeader& header, std::span<const float> payload, std::uint64_t model_version) noexcept
+    : header_(header), payload_(payload) {
   publish(model_version);
 }
 
 void ShardWriter::publish(std::uint64_t model_version) noexcept {
   model_version_ = model_version;
   std::atomic_ref<std::uint64_t>(header_.model_version).store(model_version, std::memory_order_relaxed);
+  header_.checksum.store(payload_checksum(payload_, 2 * model_version), std::memory_order_relaxed);
   // Release: model_version (and a restored payload) are visible before the even version.
   header_.version.store(2 * model_version, std::memory_order_release);
   applying_ = false;

@@ -7,11 +7,16 @@
 //           … apply the update to the payload, count it in model_version …
 //           end_apply():   version = version + 1 (even: stable), a release store, so the payload
 //           and model_version are visible before the even version is.
-//   worker  posts three chained READs on one RC QP: header → v1, payload, header → v2. The
-//           responder executes the READs of one QP in order, so the payload copy was taken
-//           between the two header reads. consistent_snapshot(v1, v2) accepts it only if no
-//           apply started or was in progress in between: v1 == v2 and v1 even. Otherwise it
-//           reads again (an apply of a 4 MiB shard takes about a millisecond).
+//   worker  posts three READs on one RC QP: header → v1, payload, header → v2.
+//           consistent_snapshot(v1, v2) rejects a read during which an apply started or was in
+//           progress (v1 != v2, or odd) — but only if the NIC executed the three READs in
+//           order, which neither IB nor PCIe promises (a READ response may be served from
+//           memory out of order with the next request's). So every publish also stores a
+//           checksum of the payload seeded with the version (payload_checksum), and the worker
+//           accepts a copy only if the payload it holds hashes to the checksum of the first
+//           header it read (snapshot_holds): whatever the order of the READs, the payload is then
+//           exactly that version's. Otherwise it reads again (an apply of a 4 MiB shard takes
+//           about a millisecond).
 //
 // Version and applied updates: the shard is published with version = 2 × model_version, and
 // every apply (or skipped sequence) adds 2, so in an accepted snapshot model_version == v1 / 2 —
@@ -27,6 +32,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <type_traits>
 
 namespace gradlane::ps {
@@ -43,23 +49,41 @@ struct alignas(64) ShardHeader {
   // ShardOptions::clock_workers: the slowest worker's clock (receiving/worker_clocks.hpp), which
   // only grows; 0 without clocks. Outside the seqlock: any value a READ sees was true lately.
   std::atomic<std::uint64_t> slowest_clock{0};
+  // payload_checksum(payload, version) of the payload as published at the even `version`.
+  // Written before the version that it goes with, read by workers only as a pair with it.
+  std::atomic<std::uint64_t> checksum{0};
 };
 static_assert(sizeof(ShardHeader) == 64, "one cache line, read as one 64-byte RDMA READ");
 static_assert(std::is_standard_layout_v<ShardHeader>, "its bytes are read over the wire");
 static_assert(offsetof(ShardHeader, version) == 0 && offsetof(ShardHeader, model_version) == 8 &&
-              offsetof(ShardHeader, refuse_below) == 16 && offsetof(ShardHeader, slowest_clock) == 24);
+              offsetof(ShardHeader, refuse_below) == 16 && offsetof(ShardHeader, slowest_clock) == 24 &&
+              offsetof(ShardHeader, checksum) == 32);
 // The READ sees the word's bytes, so it must be a plain 8-byte word, not a lock.
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free &&
               sizeof(std::atomic<std::uint64_t>) == sizeof(std::uint64_t));
 
-// Accept a payload read between header reads that returned v1 and v2.
+// Accept a payload read between header reads that returned v1 and v2 (if the READs ran in order).
 constexpr bool consistent_snapshot(std::uint64_t v1, std::uint64_t v2) noexcept { return v1 == v2 && v1 % 2 == 0; }
+
+// XXH3-64 of the payload's bytes, seeded with the header's (even) version word: a copy of one
+// version's payload never matches another version's checksum, even where the floats are equal.
+std::uint64_t payload_checksum(std::span<const float> payload, std::uint64_t version) noexcept;
+
+// A pulled copy: the first header's version word and checksum, the payload, the second header's
+// version word. Holds on any NIC, whatever the order its READs ran in: the payload is exactly the
+// one published with v1, and no apply was under way at either header read.
+inline bool snapshot_holds(std::uint64_t v1, std::uint64_t checksum1, std::span<const float> payload,
+                           std::uint64_t v2) noexcept {
+  return consistent_snapshot(v1, v2) && payload_checksum(payload, v1) == checksum1;
+}
 
 // The server side; the one writer of a shard's header. Not thread-safe (one applier per shard).
 class ShardWriter {
  public:
-  // Publishes `model_version` as stable. Call before any worker may read the shard.
-  explicit ShardWriter(ShardHeader& header, std::uint64_t model_version = 0) noexcept;
+  // Publishes `payload` at `model_version` as stable. Call before any worker may read the shard.
+  // The payload is the shard's floats, which applies change between begin_apply() and
+  // end_apply() only (or before a restore()): each publish checksums them.
+  ShardWriter(ShardHeader& header, std::span<const float> payload, std::uint64_t model_version = 0) noexcept;
 
   // Throws Error(invalid_argument) if an apply is already in progress (or was abandoned).
   void begin_apply();
@@ -81,6 +105,7 @@ class ShardWriter {
   void publish(std::uint64_t model_version) noexcept;
 
   ShardHeader& header_;
+  std::span<const float> payload_;
   std::uint64_t model_version_ = 0;  // the writer's own copy: it never reads the shared header
   bool applying_ = false;
 };

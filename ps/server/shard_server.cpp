@@ -420,6 +420,8 @@ ShardServer::ShardServer(const Device& device, Role role, std::uint16_t port, co
   // Grant windows: a server's key for its grants' tokens (a replica learns its server's).
   if (options.grant_windows && role == Role::server) state_->grant_key = sidecar::random_grant_key();
   std::copy(initial.begin(), initial.end(), state_->shard.floats().begin());
+  // Published again: with the initial model's checksum.
+  state_->writer.restore(0);
   if (options.sidecar && role == Role::server) {  // a replica attaches when promoted
     sidecar::AttachOptions attach = *options.sidecar;
     attach.region_bytes = state_->slots.slot_bytes() * options.slots;

@@ -70,7 +70,7 @@ struct ShardServer::State {
         // Grant windows, in either role: a promoted replica grants with them, and a replica's
         // mirror slots open only to the worker that claims them.
         slots(dev, o.floats, o.slots, o.grant_windows),
-        writer(shard.header()),
+        writer(shard.header(), shard.floats()),
         order(o.slots, 1),
         cq(dev, 1024, o.shared_receives, o.transport.max_message_bytes),
         listener(dev, port, o.transport) {

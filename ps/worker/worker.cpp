@@ -127,8 +127,8 @@ PullResult Worker::pull() {
   std::byte* first = s.model_buffer.data();
   std::byte* last = first + kHeaderBytes + s.bytes;
   for (std::uint32_t attempt = 1; attempt <= kMaxPullAttempts; ++attempt) {
-    // Header, payload, header on one QP: the responder executes them in order, so the payload
-    // was read between the two version reads. Only the last is waited for (RC completes in order).
+    // Header, payload, header on one QP; only the last is waited for (RC completes in order).
+    // Whatever order the NIC served them in, snapshot_holds() accepts only an exact version.
     try {
       s.server.read(s.model_region, 0, s.server_shard, 0, kHeaderBytes);
       s.server.read(s.model_region, kHeaderBytes, s.server_shard, kHeaderBytes, s.bytes);
@@ -139,7 +139,7 @@ PullResult Worker::pull() {
       continue;  // read the new server's shard
     }
     const std::uint64_t v1 = version_in(first), v2 = version_in(last);
-    if (consistent_snapshot(v1, v2)) {
+    if (snapshot_holds(v1, s.header_copy_word(offsetof(ShardHeader, checksum)), model(), v2)) {
       s.failovers_at_pull = s.failovers;
       return {v1 / 2, attempt, s.header_copy_word(offsetof(ShardHeader, slowest_clock))};
     }
