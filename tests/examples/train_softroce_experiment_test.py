@@ -2,7 +2,8 @@
 """perf/train/train-softroce-experiment reads what a run wrote and reports it as the protocol
 says: gradients to a target are the gradients summed into the model by the evaluation that
 crossed it, the frozen targets sit below every mode's plateau, and the report's ratios come
-from the sustained crossings of the seeds' curves.
+from the sustained crossings of the seeds' curves, as do its link shares and what the straggler
+costs.
   python3 tests/examples/train_softroce_experiment_test.py"""
 import importlib.machinery
 import importlib.util
@@ -20,12 +21,13 @@ tre = importlib.util.module_from_spec(_spec)
 _loader.exec_module(tre)
 
 
-def run(accuracies, every_s=0.25, per_version=1):
+def run(accuracies, every_s=0.25, per_version=1, bytes_per_update=1e6):
     curve = [{'t_ms': i * every_s * 1e3, 'version': i, 'accuracy': a, 'gradients': i * per_version}
              for i, a in enumerate(accuracies)]
     return {'curve': curve, 'summary': {'final_accuracy': accuracies[-1], 'best_accuracy': max(accuracies),
                                         'gradients_applied': len(accuracies) * per_version, 'dropped': 0,
-                                        'seconds': len(accuracies) * every_s, 'server_ingress_bytes': 1e6,
+                                        'seconds': len(accuracies) * every_s, 'applied': len(accuracies),
+                                        'server_ingress_bytes': bytes_per_update * len(accuracies),
                                         'delay_median': 1.0, 'delay_max': 3}}
 
 
@@ -64,6 +66,27 @@ class Report(unittest.TestCase):
         text = tre.report(frozen, {'gradlane': gradlane, 'fifo': fifo}, 'cmd', tre.ROOT)
         self.assertIn('| gradlane | 0.5 [0.5–0.5] | 0.50 [0.50–0.50] | faster | — |', text)
         self.assertIn('| fifo | 1.0 [1.0–1.0] | reference | — | 2.00 [2.00–2.00] |', text)
+
+
+class LinkUse(unittest.TestCase):
+    def test_the_share_is_the_bytes_of_the_updates_by_the_crossing_over_the_time_times_the_rate(self):
+        frozen = {'modes': ['fifo'], 'targets': [0.5]}
+        # Crosses 0.5 for good at version 4, 1.0 s in (every 0.25 s): 4 updates of 62,500 bytes
+        # in 1 s over 500,000 bytes/s is 50 %; two gradients per update: 31.25 kB each.
+        fifo = [run([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.6], per_version=2, bytes_per_update=62_500)]
+        lines = []
+        tre.link_use(lines.append, frozen, {'fifo': fifo})
+        self.assertIn('| fifo | 50 [50–50] % | 31.2 [31.2–31.2] |', lines)
+
+
+class StragglerEffect(unittest.TestCase):
+    def test_the_ratio_is_with_over_without_on_the_same_seeds(self):
+        frozen = {'targets': [0.5]}
+        slow = [run([0.1, 0.3, 0.4, 0.5, 0.6, 0.6]) for _ in range(3)]  # 0.75 s
+        fast = [run([0.1, 0.5, 0.6, 0.6]) for _ in range(3)]  # 0.25 s
+        lines = []
+        tre.straggler_effect(lines.append, frozen, {'fifo': slow}, {'fifo': fast})
+        self.assertIn('| fifo | 0.50 | 0.8 [0.8–0.8] | 0.2 [0.2–0.2] | 3.00 [3.00–3.00] |', lines)
 
 
 if __name__ == '__main__':
