@@ -106,7 +106,8 @@ void bind_server(py::module_& m) {
       .def(py::init([](const Device& device, const std::string& role, std::uint16_t port, std::size_t floats,
                        float learning_rate, float momentum, std::uint32_t slots,
                        const std::optional<py::array_t<float, py::array::c_style | py::array::forcecast>>& initial,
-                       const std::optional<std::string>& sidecar, std::uint32_t endpoint, std::uint32_t job) {
+                       const std::optional<std::string>& sidecar, std::uint32_t endpoint, std::uint32_t job,
+                       std::uint32_t tensor) {
              if (role != "server" && role != "replica") {
                throw Error(Errc::invalid_argument, "role '" + role + "': a shard is a 'server' or a 'replica'");
              }
@@ -115,6 +116,7 @@ void bind_server(py::module_& m) {
              options.learning_rate = learning_rate;
              options.momentum = momentum;
              options.slots = slots;
+             options.tensor = tensor;
              options.transport = TransportOptions::from_env();
              if (sidecar) options.sidecar = attach_options(*sidecar, endpoint, job);
              const std::vector<float> model = initial_model(floats, initial);
@@ -123,9 +125,11 @@ void bind_server(py::module_& m) {
            }),
            py::arg("device"), py::arg("role"), py::arg("port"), py::arg("floats"), py::arg("learning_rate") = 0.01F,
            py::arg("momentum") = 0.0F, py::arg("slots") = 8U, py::arg("initial") = py::none(),
-           py::arg("sidecar") = py::none(), py::arg("endpoint") = 0U, py::arg("job") = 1U, py::keep_alive<1, 2>(),
+           py::arg("sidecar") = py::none(), py::arg("endpoint") = 0U, py::arg("job") = 1U, py::arg("tensor") = 0U,
+           py::keep_alive<1, 2>(),
            "sidecar: the shm name of this host's gradlaned, which then owns the shard's sequence (the server's "
-           "endpoint and job as the workers' requests name them).")
+           "endpoint and job as the workers' requests name them). tensor: the tensor this shard holds; a Worker "
+           "of another tensor is refused when it connects.")
       .def_property_readonly("port", &ps::ShardServer::port)
       .def(
           "connect_replica",
@@ -176,9 +180,10 @@ void bind_worker(py::module_& m) {
       .def(py::init([](const Device& device, const std::string& server, std::size_t floats, std::uint32_t id,
                        const std::optional<std::string>& replica, bool mirror, double timeout_s,
                        const std::optional<std::string>& sidecar, std::uint32_t endpoint, std::uint32_t server_endpoint,
-                       std::uint32_t job) {
+                       std::uint32_t job, std::uint32_t tensor) {
              ps::WorkerOptions options;
              options.id = id;
+             options.tensor = tensor;
              options.server = ps::Endpoint::parse(server);
              if (replica) options.replica = ps::Endpoint::parse(*replica);
              options.mirror = mirror;
@@ -188,16 +193,16 @@ void bind_worker(py::module_& m) {
              if (sidecar) {
                options.sidecar = attach_options(*sidecar, endpoint, job);
                options.server_endpoint = server_endpoint;
-               options.tensor = 1;
              }
              const py::gil_scoped_release unlocked;
              return std::make_unique<ps::Worker>(device, options);
            }),
            py::arg("device"), py::arg("server"), py::arg("floats"), py::arg("id") = 1U, py::arg("replica") = py::none(),
            py::arg("mirror") = true, py::arg("timeout") = 30.0, py::arg("sidecar") = py::none(),
-           py::arg("endpoint") = 0U, py::arg("server_endpoint") = 0U, py::arg("job") = 1U, py::keep_alive<1, 2>(),
+           py::arg("endpoint") = 0U, py::arg("server_endpoint") = 0U, py::arg("job") = 1U, py::arg("tensor") = 0U,
+           py::keep_alive<1, 2>(),
            "sidecar: the shm name of this host's gradlaned, which grants each push (this worker's NIC endpoint, "
-           "its server's endpoint and the job).")
+           "its server's endpoint and the job). tensor: the shard's (ShardServer's tensor), checked on connect.")
       .def_property_readonly(
           "gradient",
           [](py::object self) {

@@ -126,7 +126,6 @@ int run_worker(const Config& c) {
     attach.endpoint = c.endpoint;
     options.sidecar = attach;
     options.server_endpoint = c.server_endpoint;
-    options.tensor = 1;
   }
   Device device = Device::open({.name = c.device});
   std::optional<ps::Worker> worker;

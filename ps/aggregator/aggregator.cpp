@@ -37,6 +37,7 @@ WorkerOptions forward_options(const AggregatorOptions& o) {
   w.server = o.server;
   w.replica = o.replica;
   w.floats = o.floats;
+  w.tensor = o.tensor;
   w.timeout = o.timeout;
   w.transport = o.transport;
   return w;

@@ -52,12 +52,15 @@ struct alignas(64) ShardHeader {
   // payload_checksum(payload, version) of the payload as published at the even `version`.
   // Written before the version that it goes with, read by workers only as a pair with it.
   std::atomic<std::uint64_t> checksum{0};
+  // ShardOptions::tensor, written before the shard is advertised and never again: a worker
+  // READs it once when it connects and refuses a shard of another tensor.
+  std::uint64_t tensor = 0;
 };
 static_assert(sizeof(ShardHeader) == 64, "one cache line, read as one 64-byte RDMA READ");
 static_assert(std::is_standard_layout_v<ShardHeader>, "its bytes are read over the wire");
 static_assert(offsetof(ShardHeader, version) == 0 && offsetof(ShardHeader, model_version) == 8 &&
               offsetof(ShardHeader, refuse_below) == 16 && offsetof(ShardHeader, slowest_clock) == 24 &&
-              offsetof(ShardHeader, checksum) == 32);
+              offsetof(ShardHeader, checksum) == 32 && offsetof(ShardHeader, tensor) == 40);
 // The READ sees the word's bytes, so it must be a plain 8-byte word, not a lock.
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free &&
               sizeof(std::atomic<std::uint64_t>) == sizeof(std::uint64_t));

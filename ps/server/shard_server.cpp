@@ -422,6 +422,7 @@ ShardServer::ShardServer(const Device& device, Role role, std::uint16_t port, co
   std::copy(initial.begin(), initial.end(), state_->shard.floats().begin());
   // Published again: with the initial model's checksum.
   state_->writer.restore(0);
+  state_->shard.header().tensor = options.tensor;
   if (options.sidecar && role == Role::server) {  // a replica attaches when promoted
     sidecar::AttachOptions attach = *options.sidecar;
     attach.region_bytes = state_->slots.slot_bytes() * options.slots;

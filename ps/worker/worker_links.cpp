@@ -144,6 +144,17 @@ std::pair<RegionDescriptor, RegionDescriptor> Worker::State::join(Connection& co
                             "bytes): are worker and server configured with the same model?",
                             conn.describe(), options.floats, ring.length, shard.length));
   }
+  // The shard's tensor, READ from its header before anything is written: a worker configured
+  // for another tensor of the model would have its gradient applied to this one.
+  constexpr std::size_t kTensorAt = offsetof(ShardHeader, tensor);
+  conn.wait(conn.read(model_region, kTensorAt, shard, kTensorAt, sizeof(std::uint64_t)), options.timeout);
+  if (const std::uint64_t held = header_copy_word(kTensorAt); held != options.tensor) {
+    throw Error(
+        Errc::invalid_argument,
+        fmt::format("{}: the {} there holds tensor {}, this worker pushes tensor {} (WorkerOptions::tensor): "
+                    "give the worker the tensor of the shard it pushes to (ShardOptions::tensor)",
+                    conn.describe(), as == Addressed::server ? "shard" : "replica's shard", held, options.tensor));
+  }
   conn.send(encode(Hello{PeerKind::worker, options.id, as}));
   return {ring, shard};
 }

@@ -67,7 +67,7 @@ PushResult Worker::State::write(std::uint64_t sequence, Clock::time_point deadli
   // meanwhile, refuses the mirror (below the floor it took over at): that push would be
   // acknowledged and applied nowhere. Read into a spare word of our header copy (past the last
   // field), so it lands on no other READ's word.
-  constexpr std::size_t kReplicaFloorAt = offsetof(ShardHeader, checksum) + sizeof(std::uint64_t);
+  constexpr std::size_t kReplicaFloorAt = offsetof(ShardHeader, tensor) + sizeof(std::uint64_t);
   static_assert(kReplicaFloorAt + sizeof(std::uint64_t) <= sizeof(ShardHeader));
   if (mirrored) {
     mirrored = replica->read(model_region, kReplicaFloorAt, replica_shard, offsetof(ShardHeader, refuse_below),

@@ -339,7 +339,6 @@ int run_worker(const Args& a) {
     attach.endpoint = static_cast<std::uint32_t>(a.number("endpoint"));
     options.sidecar = attach;
     options.server_endpoint = static_cast<std::uint32_t>(a.number("server_endpoint"));
-    options.tensor = 1;
   }
   options.grant_lifetime = std::chrono::milliseconds(a.number("grant_lifetime_ms", 1500));
   options.failover_patience = std::chrono::milliseconds(a.number("failover_patience_ms", 5000));

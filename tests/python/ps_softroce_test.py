@@ -171,6 +171,29 @@ class Errors(unittest.TestCase):
         self.assertEqual(raised.exception.code, "invalid_argument")
         self.assertIn(str(FLOATS), str(raised.exception))
 
+    def test_a_worker_of_another_tensor_is_refused_before_it_writes_and_one_of_the_same_pushes(self):
+        (dev0, addr0), _, (dev2, _) = hosts()[:3]
+        server = gradlane.ShardServer(gradlane.Device.open(dev0), "server", 7915, FLOATS, learning_rate=LR, tensor=3)
+        device = gradlane.Device.open(dev2)
+
+        def run_server():
+            server.accept_peers(1, timeout=60)
+            return server.run_until(1, timeout=60)
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            served = pool.submit(run_server)
+            with self.assertRaises(gradlane.Error) as raised:
+                gradlane.Worker(device, server=f"{addr0}:7915", floats=FLOATS)  # tensor 0
+            self.assertEqual(raised.exception.code, "invalid_argument")
+            self.assertIn("holds tensor 3, this worker pushes tensor 0", str(raised.exception))
+            worker = gradlane.Worker(device, server=f"{addr0}:7915", floats=FLOATS, tensor=3)
+            pulled = worker.pull()
+            worker.gradient[:] = 1.0
+            self.assertFalse(worker.push(computed_on=pulled.version).dropped)
+            served.result(timeout=90)
+        self.assertEqual(server.version, 1)  # the refused worker wrote nothing
+        self.assertTrue(np.all(server.model == np.float32(-LR)))
+
     def test_nobody_listening_is_a_timeout_not_a_hang(self):
         _, addr0 = hosts()[0]
         device = gradlane.Device.open(hosts()[2][0])

@@ -22,6 +22,7 @@ struct AggregatorOptions {
   Endpoint server;
   std::optional<Endpoint> replica;  // the aggregate is mirrored there, as any worker's update
   std::size_t floats = 0;           // the shard's size
+  std::uint32_t tensor = 0;         // the shard's tensor (ShardOptions::tensor), for its forward
   std::uint32_t group = 4;          // k: member updates summed into one forwarded update
   std::uint32_t slots = 0;          // member slots in the ring, >= group (0: 2 × group, so the next
                                     // group is written while one is summed and forwarded)

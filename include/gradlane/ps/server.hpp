@@ -95,6 +95,10 @@ struct ShardOptions {
   // server tells it each update's worker and tag); one that joined a running server, or a
   // restarted server, knows a worker's clock again from its next applied update. 0: no clocks.
   std::uint32_t clock_workers = 0;
+  // The tensor this shard holds (a model's tensors over several shards: ps/sharded.hpp), in the
+  // shard's header: a Worker whose WorkerOptions::tensor differs is refused when it connects
+  // (Error(invalid_argument)), as is an Aggregator's forward, before anything is written.
+  std::uint32_t tensor = 0;
 };
 
 struct ServerStats {

@@ -64,6 +64,8 @@ struct WorkerOptions {
   // refused as version_from_future (its sidecar has not heard of the takeover yet) is too.
   Millis failover_patience{5000};
   std::uint32_t server_endpoint = 0;
+  // The tensor this worker pushes: the shard's (ShardOptions::tensor), checked when it connects
+  // to the server and to the replica; also the tensor id of its sidecar requests.
   std::uint32_t tensor = 0;
   // Direct mode: push to this Aggregator instead of the server (pulls still go to the server;
   // the replica gets the aggregate from the aggregator).
