@@ -24,6 +24,7 @@ readonly BUILD_DEPS=(
   systemd
   zlib1g-dev dataset-fashion-mnist
   pybind11-dev python3-dev python3-numpy
+  python3-torch
 )
 # ci/fuzz.sh: libFuzzer. clang brings the compiler (clang-14); libclang-rt-14-dev holds the
 # fuzzer and sanitizer runtimes (libclang_rt.fuzzer-x86_64.a), which clang-14 does not pull in

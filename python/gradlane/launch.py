@@ -1,0 +1,101 @@
+"""What the launcher said: rank, world size and where to meet, from torchrun, Slurm or Open MPI,
+and the roles gradlane gives the ranks (rank 0 the server, then the replica if asked, then the
+workers); the rendezvous is torch.distributed's TCPStore or FileStore, which every rank has."""
+import os
+from dataclasses import dataclass
+
+from . import Error
+
+# (rank, world size, local rank) variables of each launcher, in the order they are looked for.
+LAUNCHERS = (
+    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
+    ("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    ("Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+)
+DEFAULT_PORT = 29400
+
+
+def error(message, code="invalid_argument"):
+    """A gradlane.Error raised from Python, with the .code and .errno the C++ ones carry."""
+    e = Error(message)
+    e.code, e.errno = code, 0
+    return e
+
+
+@dataclass(frozen=True)
+class Launch:
+    launcher: str
+    rank: int
+    world_size: int
+    local_rank: int
+    master_addr: str  # where rank 0 listens for the rendezvous
+    master_port: int
+    replica: bool  # rank 1 is the server's replica
+
+    @property
+    def first_worker(self):
+        return 2 if self.replica else 1
+
+    @property
+    def workers(self):
+        return self.world_size - self.first_worker
+
+    @property
+    def role(self):
+        """'server', 'replica' or 'worker'."""
+        return "server" if self.rank == 0 else "replica" if self.replica and self.rank == 1 else "worker"
+
+    @property
+    def worker_id(self):
+        """1..workers for a worker (its id at the server), 0 otherwise."""
+        return self.rank - self.first_worker + 1 if self.role == "worker" else 0
+
+
+def _integer(env, name):
+    text = env[name]
+    try:
+        return int(text)
+    except ValueError:
+        raise error(f"{name}={text!r} is not an integer: is the launcher's environment intact?") from None
+
+
+def from_env(env=None, replica=None):
+    """The Launch the environment describes. replica: True / False, or None to read
+    GRADLANE_REPLICA (1 or 0; default 1 when there are at least 3 ranks)."""
+    env = os.environ if env is None else env
+    found = next((launcher for launcher in LAUNCHERS if launcher[1] in env and launcher[2] in env), None)
+    if found is None:
+        raise error("no launcher environment: start this under torchrun (RANK, WORLD_SIZE), mpirun (OMPI_COMM_WORLD_*) "
+                    "or srun (SLURM_PROCID, SLURM_NTASKS), or set RANK and WORLD_SIZE yourself")
+    name, rank_var, size_var, local_var = found
+    rank, size = _integer(env, rank_var), _integer(env, size_var)
+    local = _integer(env, local_var) if local_var in env else 0
+    if not 0 <= rank < size:
+        raise error(f"{rank_var}={rank} is outside 0..{size - 1} ({size_var}={size})")
+    if replica is None:
+        replica = env.get("GRADLANE_REPLICA", "1" if size >= 3 else "0") == "1"
+    if size < (3 if replica else 2):
+        raise error(f"{size} ranks: gradlane needs a server{', a replica' if replica else ''} and at least one "
+                    f"worker ({3 if replica else 2} ranks){'; or GRADLANE_REPLICA=0' if replica else ''}")
+    addr = env.get("MASTER_ADDR") or env.get("GRADLANE_MASTER_ADDR")
+    if not addr:
+        raise error(f"{name} gave no MASTER_ADDR: set MASTER_ADDR (or GRADLANE_MASTER_ADDR) to rank 0's address")
+    port = _integer(env, "MASTER_PORT") if "MASTER_PORT" in env else DEFAULT_PORT
+    return Launch(name, rank, size, local, addr, port, replica)
+
+
+def rendezvous(launch, timeout_s=120.0):
+    """The key-value store the ranks meet at: torch's TCPStore hosted by rank 0 at MASTER_ADDR and
+    MASTER_PORT + 1 (torchrun's own store keeps MASTER_PORT), or a FileStore at
+    GRADLANE_RENDEZVOUS=file:PATH (a shared file system)."""
+    import datetime
+
+    import torch.distributed as dist
+
+    timeout = datetime.timedelta(seconds=timeout_s)
+    spec = os.environ.get("GRADLANE_RENDEZVOUS", "")
+    if spec.startswith("file:"):
+        return dist.FileStore(spec[len("file:"):], launch.world_size)
+    if spec:
+        raise error(f"GRADLANE_RENDEZVOUS={spec!r}: give file:PATH, or leave it unset for a TCP store at MASTER_ADDR")
+    return dist.TCPStore(launch.master_addr, launch.master_port + 1, launch.world_size, launch.rank == 0, timeout)

@@ -1,0 +1,85 @@
+"""The parameter server's ranks of a launched job: `python3 -m gradlane.server`, started by the same
+launcher command as the workers (rank 0 the server, rank 1 its replica unless GRADLANE_REPLICA=0).
+It waits for the first worker to publish the model's size, initial values and SGD settings
+(gradlane.torch.DistributedOptimizer does), serves until every worker has finished, and prints
+what it applied.
+
+    GRADLANE_DEVICE=rxe0 torchrun --nnodes=3 --node-rank=0 ... -m gradlane.server   # or srun / mpirun
+
+Environment: GRADLANE_DEVICE (default: the first RDMA device), GRADLANE_PS_PORT (7950; the replica
+listens on the next port), GRADLANE_SIDECAR (the shm name of this host's gradlaned: sidecar mode,
+the server as endpoint 0), GRADLANE_JOB_KEY_FILE / GRADLANE_JOB_KEY as for every gradlane program.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+
+from . import Device, ShardServer, launch
+
+# The keys the ranks meet at (launch.rendezvous).
+FLOATS, INITIAL, SGD = "gradlane/floats", "gradlane/initial", "gradlane/sgd"
+SERVER_AT, REPLICA_AT = "gradlane/server", "gradlane/replica"
+PORT = 7950
+# How long a server waits for its workers to come, and run_until() for the next update.
+PATIENCE_S = 600.0
+
+
+def device_from_env():
+    name = os.environ.get("GRADLANE_DEVICE", "")
+    return Device.open(name)
+
+
+def port_from_env():
+    return int(os.environ.get("GRADLANE_PS_PORT", str(PORT)))
+
+
+def model_from(store):
+    """(floats, initial model, learning rate, momentum) as the first worker published them."""
+    floats = int(store.get(FLOATS).decode())
+    initial = np.frombuffer(store.get(INITIAL), dtype=np.float32)
+    if initial.size != floats:
+        raise launch.error(f"the first worker published {initial.size} initial floats for a model of {floats}",
+                           "protocol")
+    sgd = json.loads(store.get(SGD).decode())
+    return floats, initial, float(sgd["lr"]), float(sgd["momentum"])
+
+
+def serve(job, store):
+    """Runs this rank's shard (server or replica) to the end of the job; returns the shard."""
+    device = device_from_env()
+    port = port_from_env() + (1 if job.role == "replica" else 0)
+    floats, initial, lr, momentum = model_from(store)
+    sidecar = os.environ.get("GRADLANE_SIDECAR") or None
+    shard = ShardServer(device, job.role, port, floats, learning_rate=lr, momentum=momentum, initial=initial,
+                        sidecar=sidecar if job.role == "server" else None, endpoint=0)
+    at = f"{device.address}:{port}"
+    if job.role == "replica":
+        store.set(REPLICA_AT, at)
+        shard.accept_peers(job.workers, timeout=PATIENCE_S)
+    else:
+        if job.replica:
+            shard.connect_replica(store.get(REPLICA_AT).decode(), timeout=60)
+        store.set(SERVER_AT, at)
+        shard.accept_peers(job.workers, timeout=PATIENCE_S)
+    # Until every worker has said it finished (run_until returns False then).
+    while shard.run_until(2**63, timeout=PATIENCE_S):
+        pass
+    return shard
+
+
+def main():
+    job = launch.from_env()
+    if job.role == "worker":
+        raise SystemExit(f"gradlane.server: rank {job.rank} is a worker (ranks 0..{job.first_worker - 1} serve): "
+                         "start the training script on it")
+    store = launch.rendezvous(job, timeout_s=PATIENCE_S)
+    shard = serve(job, store)
+    stats = shard.stats
+    print(f"gradlane.server: {job.role} (rank {job.rank}) ended at version {shard.version}: {stats.applied} updates "
+          f"applied, {stats.skipped} skipped, {stats.peers_lost} workers lost", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""gradlane.launch: the launchers' environments read into ranks and roles, and what is missing
+said as a gradlane.Error. Pure Python; run with the package's other tests."""
+import unittest
+
+import gradlane
+from gradlane import launch
+
+
+class FromEnv(unittest.TestCase):
+    def test_torchrun_ranks_become_server_replica_and_workers(self):
+        roles = []
+        for rank in range(4):
+            job = launch.from_env({"RANK": str(rank), "WORLD_SIZE": "4", "LOCAL_RANK": "0", "MASTER_ADDR": "10.0.0.1",
+                                   "MASTER_PORT": "29500"})
+            roles.append((job.role, job.worker_id))
+        self.assertEqual(roles, [("server", 0), ("replica", 0), ("worker", 1), ("worker", 2)])
+        self.assertEqual((job.launcher, job.workers, job.master_port), ("torchrun", 2, 29500))
+
+    def test_without_a_replica_rank_1_is_the_first_worker(self):
+        job = launch.from_env({"RANK": "1", "WORLD_SIZE": "3", "MASTER_ADDR": "h0", "GRADLANE_REPLICA": "0"})
+        self.assertEqual((job.role, job.worker_id, job.workers), ("worker", 1, 2))
+        two = launch.from_env({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h0"})  # too few for a replica
+        self.assertEqual((two.role, two.replica, two.master_port), ("worker", False, launch.DEFAULT_PORT))
+
+    def test_open_mpi_and_slurm_are_read_too(self):
+        mpi = launch.from_env({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "3",
+                               "OMPI_COMM_WORLD_LOCAL_RANK": "1", "MASTER_ADDR": "h0"})
+        self.assertEqual((mpi.launcher, mpi.rank, mpi.local_rank, mpi.role), ("Open MPI", 2, 1, "worker"))
+        slurm = launch.from_env({"SLURM_PROCID": "0", "SLURM_NTASKS": "3", "SLURM_LOCALID": "0",
+                                 "GRADLANE_MASTER_ADDR": "node1"})
+        self.assertEqual((slurm.launcher, slurm.role, slurm.master_addr), ("Slurm", "server", "node1"))
+
+    def test_what_is_missing_is_said(self):
+        cases = [({}, "no launcher environment"),
+                 ({"RANK": "0", "WORLD_SIZE": "3"}, "MASTER_ADDR"),
+                 ({"RANK": "3", "WORLD_SIZE": "3", "MASTER_ADDR": "h"}, "outside 0..2"),
+                 ({"RANK": "0", "WORLD_SIZE": "x", "MASTER_ADDR": "h"}, "not an integer"),
+                 ({"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "h"}, "at least one worker")]
+        for env, said in cases:
+            with self.assertRaises(gradlane.Error) as raised:
+                launch.from_env(env)
+            self.assertIn(said, str(raised.exception))
+            self.assertEqual(raised.exception.code, "invalid_argument")
+
+
+if __name__ == "__main__":
+    unittest.main()
