@@ -14,11 +14,12 @@ std::optional<Hello> try_hello(Connection& conn) {
   const Message first = decode(*bytes);
   if (const auto* hello = std::get_if<Hello>(&first)) return *hello;
   if (std::holds_alternative<Bye>(first)) {
-    // A ps::Worker checks the regions it was advertised before its hello, and says bye when
-    // they do not fit it.
+    // A ps::Worker checks the regions it was advertised and the shard's tensor before its
+    // hello, and says bye when they do not fit it.
     throw Error(Errc::protocol,
-                "it left before its hello: a worker does so when this shard's regions do not fit its model "
-                "(are worker and server configured with the same number of floats?); its own error says which");
+                "it left before its hello: a worker does so when this shard's regions do not fit its model, or the "
+                "shard holds another tensor (are worker and server configured with the same number of floats and "
+                "tensor?); its own error says which");
   }
   throw Error(Errc::protocol, fmt::format("the first message (kind {}) was not a hello", first.index() + 1));
 }

@@ -63,9 +63,10 @@ def serve(job, store):
             shard.connect_replica(store.get(REPLICA_AT).decode(), timeout=60)
         store.set(SERVER_AT, at)
         shard.accept_peers(job.workers, timeout=PATIENCE_S)
-    # Until every worker has said it finished (run_until returns False then).
-    while shard.run_until(2**63, timeout=PATIENCE_S):
-        pass
+    # Until every worker has finished: run_until() returns True then (the version is never
+    # reached), False when nothing happened for PATIENCE_S.
+    if not shard.run_until(2**63, timeout=PATIENCE_S):
+        raise launch.error(f"the {job.role} saw its workers neither push nor finish for {PATIENCE_S:.0f} s", "timeout")
     return shard
 
 

@@ -28,7 +28,9 @@ class TorchJob(unittest.TestCase):
     def test_two_workers_train_through_the_server_from_its_model_without_copies(self):
         (dev0, addr0), (dev1, _), (dev2, _) = hosts()[:3]
         key = base64.b64encode(os.urandom(24)).decode()
-        with tempfile.TemporaryDirectory() as out:
+        with tempfile.TemporaryDirectory() as scratch:
+            out = os.path.join(os.environ.get("GRADLANE_OUT_DIR", scratch), "torch-job")
+            os.makedirs(out, exist_ok=True)
             ranks = []
             for rank, device in enumerate((dev0, dev1, dev2)):
                 env = dict(os.environ, RANK=str(rank), WORLD_SIZE="3", LOCAL_RANK="0", MASTER_ADDR=addr0,
@@ -36,13 +38,17 @@ class TorchJob(unittest.TestCase):
                 log = open(os.path.join(out, f"rank{rank}.log"), "w")
                 ranks.append((subprocess.Popen([sys.executable, os.path.join(HERE, "torch_job.py"), out], env=env,
                                                stdout=log, stderr=subprocess.STDOUT), log))
-            for process, log in ranks:
+            timed_out = []
+            for rank, (process, log) in enumerate(ranks):
                 try:
                     process.wait(timeout=300)
+                except subprocess.TimeoutExpired:
+                    timed_out.append(rank)
                 finally:
                     process.kill()
                     log.close()
             said = {r: open(os.path.join(out, f"rank{r}.log")).read() for r in range(3)}
+            self.assertEqual(timed_out, [], "\n".join(f"rank {r}:\n{said[r]}" for r in range(3)))
             for rank, (process, _) in enumerate(ranks):
                 self.assertEqual(process.returncode, 0, f"rank {rank}:\n{said[rank]}")
             workers = [json.load(open(os.path.join(out, f"rank{r}.json"))) for r in (1, 2)]
