@@ -57,12 +57,11 @@ def serve(job, store):
     at = f"{device.address}:{port}"
     if job.role == "replica":
         store.set(REPLICA_AT, at)
-        shard.accept_peers(job.workers, timeout=PATIENCE_S)
     else:
         if job.replica:
             shard.connect_replica(store.get(REPLICA_AT).decode(), timeout=60)
         store.set(SERVER_AT, at)
-        shard.accept_peers(job.workers, timeout=PATIENCE_S)
+    shard.accept_peers(job.workers, timeout=PATIENCE_S)
     # Until every worker has finished: run_until() returns True then (the version is never
     # reached), False when nothing happened for PATIENCE_S.
     if not shard.run_until(2**63, timeout=PATIENCE_S):

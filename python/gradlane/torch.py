@@ -25,7 +25,6 @@ import json
 import os
 import warnings
 
-import numpy as np
 import torch
 
 from . import Worker, launch
