@@ -21,12 +21,14 @@ ALLOWED = {
     "memory": {"common", "device"},
     "transport": {"common", "device", "memory"},
     "sidecar/core": set(),
+    # Prometheus metrics: the exporter and the family builders every program's source uses.
+    "metrics": {"common"},
     "train": set(),
     "sidecar/shm": {"common"},
     "sidecar/client": {"common", "sidecar/shm", "sidecar/core"},
     "sidecar/peer": {"common", "device", "memory", "transport", "sidecar/core", "sidecar/client"},
     "sidecar/daemon": {"common", "device", "memory", "transport", "sidecar/core", "sidecar/shm", "sidecar/client",
-                       "sidecar/peer"},
+                       "sidecar/peer", "metrics"},
     # The parameter server, a folder per role: what every role speaks, what every receiver of
     # updates runs, then the roles; the aggregator forwards through a worker.
     "ps/protocol": {"common", "device", "memory", "transport"},
@@ -36,15 +38,21 @@ ALLOWED = {
                   "ps/receiving"},
     "ps/aggregator": {"common", "device", "memory", "transport", "sidecar/core", "sidecar/client", "ps/protocol",
                       "ps/receiving", "ps/worker"},
+    # The roles as metrics sources: they read what the roles count, through the public API.
+    "ps/metrics": {"common", "device", "memory", "transport", "sidecar/client", "metrics", *PS_ROLES},
     # gradlane/ps.hpp: the parameter server's public headers, all roles.
     "ps": {"common", "device", "memory", "transport", "sidecar/client", "ps/worker", "ps/server", "ps/aggregator"},
     # The umbrella header: every public header, for programs.
     "api": {"common", "device", "memory", "transport", "sidecar/client", "ps", *PS_ROLES},
     # Users' view: tools, examples and the trainer see only the public API (the trainer also train/).
-    "perf/tools": {"common", "device", "memory", "transport", "sidecar/client", "ps", *PS_ROLES, "api"},
-    "examples": {"common", "device", "memory", "transport", "sidecar/client", "ps", *PS_ROLES, "api"},
-    "python": {"common", "device", "memory", "transport", "sidecar/client", "ps", *PS_ROLES, "api"},
-    "trainer": {"common", "device", "memory", "transport", "sidecar/client", "ps", *PS_ROLES, "api", "train"},
+    "perf/tools": {"common", "device", "memory", "transport", "sidecar/client", "ps", *PS_ROLES, "api", "metrics",
+                   "ps/metrics"},
+    "examples": {"common", "device", "memory", "transport", "sidecar/client", "ps", *PS_ROLES, "api", "metrics",
+                 "ps/metrics"},
+    "python": {"common", "device", "memory", "transport", "sidecar/client", "ps", *PS_ROLES, "api", "metrics",
+               "ps/metrics"},
+    "trainer": {"common", "device", "memory", "transport", "sidecar/client", "ps", *PS_ROLES, "api", "metrics",
+                "ps/metrics", "train"},
 }
 # The folder that implements each public header: including it depends on that folder.
 PUBLIC_HOME = {
@@ -58,6 +66,8 @@ PUBLIC_HOME = {
     "include/gradlane/connection.hpp": "transport",
     "include/gradlane/sidecar.hpp": "sidecar/client",
     "include/gradlane/ps.hpp": "ps",
+    "include/gradlane/metrics.hpp": "metrics",
+    "include/gradlane/ps/metrics.hpp": "ps/metrics",
     "include/gradlane/ps/aggregator.hpp": "ps/aggregator",
     "include/gradlane/ps/server.hpp": "ps/server",
     "include/gradlane/ps/sharded.hpp": "ps/worker",

@@ -19,7 +19,7 @@ readonly BUILD_DEPS=(
   g++ cmake make pkg-config
   libibverbs-dev librdmacm-dev
   libboost-dev libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libfmt-dev libcli11-dev nlohmann-json3-dev libsodium-dev libsystemd-dev libxxhash-dev
+  libfmt-dev libcli11-dev nlohmann-json3-dev libsodium-dev libsystemd-dev libxxhash-dev prometheus-cpp-dev
   gnuplot-nox python3
   systemd
   zlib1g-dev dataset-fashion-mnist

@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "gradlane/gradlane.hpp"
+#include "gradlane/metrics.hpp"
+#include "gradlane/ps/metrics.hpp"
 
 namespace py = pybind11;
 
@@ -238,6 +240,34 @@ void bind_worker(py::module_& m) {
           py::arg("timeout") = 10.0);
 }
 
+// Prometheus metrics: an exporter serving the roles' sources; update()/record() from the thread
+// that runs the role, scrapes (on the exporter's thread) never enter Python.
+void bind_metrics(py::module_& m) {
+  py::class_<prometheus::Collectable, std::shared_ptr<prometheus::Collectable>>(
+      m, "MetricsSource", "What a MetricsExporter serves: ServerMetrics, WorkerMetrics.");
+  py::class_<metrics::Exporter>(m, "MetricsExporter",
+                                "Serves GET /metrics in Prometheus' text format on `bind` (ADDRESS:PORT; port 0: any).")
+      .def(py::init<const std::string&>(), py::arg("bind"))
+      .def_property_readonly("port", &metrics::Exporter::port)
+      .def("add", &metrics::Exporter::add, py::arg("source"))
+      .def("text", &metrics::Exporter::text, "What a scrape returns now.");
+  py::class_<ps::ServerMetrics, prometheus::Collectable, std::shared_ptr<ps::ServerMetrics>>(
+      m, "ServerMetrics",
+      "A shard's metrics: updates applied and skipped, staleness by worker, replica lag, failovers.")
+      .def(py::init<std::string, std::uint64_t>(), py::arg("role"), py::arg("update_bytes"))
+      .def("update", py::overload_cast<const ps::ShardServer&>(&ps::ServerMetrics::update), py::arg("server"));
+  py::class_<ps::WorkerMetrics, prometheus::Collectable, std::shared_ptr<ps::WorkerMetrics>>(
+      m, "WorkerMetrics", "A worker's metrics: pushes by outcome and the time each took.")
+      .def(py::init<std::uint32_t>(), py::arg("worker"))
+      .def(
+          "record",
+          [](ps::WorkerMetrics& w, const ps::PushResult& result, double seconds_taken) {
+            w.record(result, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::duration<double>(seconds_taken)));
+          },
+          py::arg("result"), py::arg("seconds"));
+}
+
 }  // namespace
 }  // namespace gradlane::python
 
@@ -247,4 +277,5 @@ PYBIND11_MODULE(_gradlane, m) {
   gradlane::python::bind_device(m);
   gradlane::python::bind_server(m);
   gradlane::python::bind_worker(m);
+  gradlane::python::bind_metrics(m);
 }

@@ -3,6 +3,7 @@
 // registered buffer and forwards the sum as one update to the server (and the replica), so the
 // server's ingress carries one update per group. Writes what it forwarded for the summary.
 #include <gradlane/gradlane.hpp>
+#include <gradlane/ps/metrics.hpp>
 
 #include <cstdio>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <thread>
 
 #include "config.hpp"
+#include "role_metrics.hpp"
 #include "train/model.hpp"
 
 namespace gradlane::trainer {
@@ -99,6 +101,7 @@ int run_aggregator(const Config& c) {
   }
   aggregator->accept_workers(c.rejoin ? 0 : c.peers != 0 ? c.peers : c.workers, 300s);
   ForwardLog log(c.out);
+  const RoleMetrics metrics(c.metrics, c.out + "/aggregator.metrics.prom", std::make_shared<ps::AggregatorMetrics>());
   bool finished = true;
   std::uint32_t idle = 0;
   const auto started = Clock::now();
@@ -106,6 +109,7 @@ int run_aggregator(const Config& c) {
     if (aggregator->progress() != 0) {
       log.catch_up(*aggregator);
     } else if (++idle % 64 == 0) {  // a clock read costs ~1 µs under some VMs
+      if (metrics) metrics->update(*aggregator);
       const auto now = Clock::now();
       if (c.rejoin && aggregator->stats().peers_joined == 0 && now > started + 60s) {
         std::fprintf(stderr,
@@ -122,6 +126,10 @@ int run_aggregator(const Config& c) {
   }
   log.catch_up(*aggregator);
   write_stats(c, *aggregator);
+  if (metrics) {
+    metrics->update(*aggregator);
+    metrics.write_final();
+  }
   const auto& st = aggregator->stats();
   std::printf(
       "aggregator: forwarded %llu updates summing %llu gradients (short groups %llu), skipped %llu, lost %llu\n",

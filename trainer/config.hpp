@@ -46,6 +46,7 @@ struct Config {
   std::string name;                       // server, replica: the prefix of its files ("" = the role)
   bool grant_windows = false;             // server, replica: ps::ShardOptions::grant_windows
   TransportOptions transport;             // every role but evaluate: TransportOptions::from_env (the job key)
+  std::string metrics;                    // every role but evaluate: ADDRESS:PORT of its Prometheus metrics
   bool replica_reads = false;             // workers do not mirror; the replica READs each update from
                                           // the server's slot (give it to the replica and the workers)
   std::uint32_t workers = 2;              // the job's workers

@@ -56,6 +56,11 @@ int main(int argc, char** argv) {
   std::string mode = "fifo";
   CLI::App app{"gradlane_train: data-parallel SGD on Fashion-MNIST over gradlane's parameter server"};
   app.require_subcommand(1);
+  const auto metrics = [&](CLI::App* sub) {
+    sub->add_option("--metrics", c.metrics,
+                    "ADDRESS:PORT to serve the role's Prometheus metrics on (GET /metrics); written to "
+                    "<out>/<name>.metrics.prom at its end");
+  };
   const auto common = [&](CLI::App* sub) {
     sub->add_option("--mode", mode, "gradlane | fifo | sync | aggregate | backup | ssp")
         ->check(CLI::IsMember({"gradlane", "fifo", "sync", "aggregate", "backup", "ssp"}));
@@ -100,6 +105,7 @@ int main(int argc, char** argv) {
     sub->add_option("--name", c.name, "the prefix of its files in --out (default: the role)");
     sub->add_option("--snapshot-ms", c.snapshot_ms, "record the model this often")->check(CLI::Range(10U, 60000U));
     sub->add_option("--live-eval", c.live_eval, "test images behind the live accuracy (0: none)");
+    metrics(sub);
     sub->callback([&c, role] { c.role = role; });
   }
   auto* worker = app.add_subcommand("worker", "run a worker");
@@ -129,6 +135,7 @@ int main(int argc, char** argv) {
                      "ADDR:PORT of the worker's aggregator (aggregate mode: every push goes there; gradlane mode: "
                      "the updates gradlaned redirects to --aggregator-endpoint)");
   worker->add_option("--aggregator-endpoint", c.aggregator_endpoint, "gradlane mode: the aggregator's endpoint id");
+  metrics(worker);
   worker->callback([&c] { c.role = "worker"; });
   auto* aggregator = app.add_subcommand("aggregator",
                                         "run an aggregator (aggregate mode, or gradlane mode: the groups "
@@ -154,6 +161,7 @@ int main(int argc, char** argv) {
                    "direct aggregate mode: seconds its forward, having lost the server and the replica (a link "
                    "down), keeps trying to connect to the running job again before it fails (0: fail at once)")
       ->check(CLI::Range(0U, 3600U));
+  metrics(aggregator);
   aggregator->callback([&c] { c.role = "aggregator"; });
   auto* evaluate = app.add_subcommand("evaluate", "evaluate the server's snapshots on the test set");
   common(evaluate);

@@ -2,6 +2,7 @@
 // the workers' gradients with SGD in sequence order. Records the model every snapshot_ms for
 // the offline evaluation and prints a progress line every second.
 #include <gradlane/gradlane.hpp>
+#include <gradlane/ps/metrics.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "config.hpp"
+#include "role_metrics.hpp"
 #include "snapshots.hpp"
 #include "train/dataset.hpp"
 #include "train/model.hpp"
@@ -138,6 +140,9 @@ int run_server(const Config& c) {
 
   Device device = Device::open({.name = c.device});
   ps::ShardServer shard(device, is_server ? ps::Role::server : ps::Role::replica, c.port, options, initial);
+  const RoleMetrics metrics(
+      c.metrics, c.out + "/" + name + ".metrics.prom",
+      std::make_shared<ps::ServerMetrics>(is_server ? "server" : "replica", options.floats * sizeof(float)));
   if (is_server && !c.replica.empty()) {
     // The replica may still be starting: retried for a minute while nothing listens.
     const auto replica = ps::Endpoint::parse(c.replica);
@@ -183,6 +188,7 @@ int run_server(const Config& c) {
     }
     versions.record(shard.version(), shard.model());
     if (work != 0) continue;
+    if (metrics) metrics->update(shard);
     const auto now = Clock::now();
     if (snapshots && now >= next_snapshot) {
       snapshots->write((now - start).count(), shard.version(), shard.model());
@@ -205,6 +211,10 @@ int run_server(const Config& c) {
   shard.drain_replica(30s);  // before the stats, so they show what the replica acknowledged
   versions.record(shard.version(), shard.model());
   write_stats(c, shard, name, start_unix, seconds);
+  if (metrics) {
+    metrics->update(shard);
+    metrics.write_final();
+  }
   std::printf("%s%s: version %llu after %.1f s, applied %llu, holes skipped %llu, peers lost %llu\n", tty ? "\n" : "",
               name.c_str(), static_cast<unsigned long long>(shard.version()), seconds,
               static_cast<unsigned long long>(shard.stats().applied),

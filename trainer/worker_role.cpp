@@ -1,6 +1,7 @@
 // A worker: pull the model into its registered buffer, compute the minibatch gradient straight
 // into its registered gradient buffer (no copy on either side), push it; `steps` times.
 #include <gradlane/gradlane.hpp>
+#include <gradlane/ps/metrics.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "config.hpp"
+#include "role_metrics.hpp"
 #include "train/data_order.hpp"
 #include "train/dataset.hpp"
 #include "train/model.hpp"
@@ -182,6 +184,8 @@ int run_worker(const Config& c) {
   std::uint64_t dropped = 0, skipped_steps = 0, pull_retries = 0, rejoins = 0, failovers = 0, ssp_waits = 0;
   std::uint64_t slowest_seen = 0;  // ssp mode: the slowest worker's clock the last pull read
   std::chrono::nanoseconds computing{0}, pushing{0}, waiting{0}, rejoining_for{0};
+  const RoleMetrics metrics(c.metrics, c.out + "/worker" + std::to_string(c.id) + ".metrics.prom",
+                            std::make_shared<ps::WorkerMetrics>(c.id));
   const auto start = Clock::now();
   for (std::uint64_t step = first_step; step < c.steps;) {
     bool in_flight = false;  // the push of `step` was started: never computed again
@@ -227,6 +231,7 @@ int run_worker(const Config& c) {
       waiting += t1 - t0;
       computing += t2 - t1;
       pushing += Clock::now() - t2;
+      metrics->record(pushed, Clock::now() - t2);
       ++step;
     } catch (const Error& e) {
       // Server and replica both out of reach (Worker failed over already where it could): a
@@ -253,6 +258,7 @@ int run_worker(const Config& c) {
   // The last members' outcomes: the aggregator forwards what it holds once told we are done.
   const bool settled = worker->settle(std::chrono::seconds(30));
   log_outcomes();
+  metrics.write_final();
   const auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };
   std::ofstream(c.out + "/worker" + std::to_string(c.id) + ".json")
       << "{\"id\":" << c.id << ",\"mode\":\"" << to_string(c.mode) << "\",\"steps\":" << c.steps

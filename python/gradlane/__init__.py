@@ -11,10 +11,16 @@ into `gradient` is what the NIC writes, with no copy between. Blocking calls rel
     worker.gradient[:] = 0.5                      # compute in registered memory
     worker.push(computed_on=pulled.version)
 
+Prometheus metrics: MetricsExporter("0.0.0.0:9464") serves the sources added to it, a shard's
+ServerMetrics (update(shard) from the thread that runs it) and a worker's WorkerMetrics
+(record(push_result, seconds) after each push).
+
 Every failure raises gradlane.Error: str() says what failed and what to do, .code names its
 category ("device_not_found", "timeout", ...). The job's key comes from GRADLANE_JOB_KEY_FILE
 or GRADLANE_JOB_KEY, as for gradlane's programs.
 """
-from ._gradlane import Device, Error, PullResult, PushResult, ServerStats, ShardServer, Worker
+from ._gradlane import (Device, Error, MetricsExporter, PullResult, PushResult, ServerMetrics, ServerStats, ShardServer,
+                        Worker, WorkerMetrics)
 
-__all__ = ["Device", "Error", "PullResult", "PushResult", "ServerStats", "ShardServer", "Worker"]
+__all__ = ["Device", "Error", "MetricsExporter", "PullResult", "PushResult", "ServerMetrics", "ServerStats",
+           "ShardServer", "Worker", "WorkerMetrics"]

@@ -8,7 +8,8 @@ what it applied.
 
 Environment: GRADLANE_DEVICE (default: the first RDMA device), GRADLANE_PS_PORT (7950; the replica
 listens on the next port), GRADLANE_SIDECAR (the shm name of this host's gradlaned: sidecar mode,
-the server as endpoint 0), GRADLANE_JOB_KEY_FILE / GRADLANE_JOB_KEY as for every gradlane program.
+the server as endpoint 0), GRADLANE_METRICS (ADDRESS:PORT: every rank serves Prometheus metrics on
+PORT + its rank), GRADLANE_JOB_KEY_FILE / GRADLANE_JOB_KEY as for every gradlane program.
 """
 import json
 import os
@@ -16,7 +17,7 @@ import sys
 
 import numpy as np
 
-from . import Device, ShardServer, launch
+from . import Device, MetricsExporter, ServerMetrics, ShardServer, launch
 
 # The keys the ranks meet at (launch.rendezvous).
 FLOATS, INITIAL, SGD = "gradlane/floats", "gradlane/initial", "gradlane/sgd"
@@ -33,6 +34,20 @@ def device_from_env():
 
 def port_from_env():
     return int(os.environ.get("GRADLANE_PS_PORT", str(PORT)))
+
+
+def metrics_from_env(job):
+    """The rank's MetricsExporter if GRADLANE_METRICS=ADDRESS:PORT is set (on PORT + the rank, so the
+    ranks of one host never share a port), else None."""
+    at = os.environ.get("GRADLANE_METRICS", "")
+    if not at:
+        return None
+    address, _, port = at.rpartition(":")
+    if not address or not port.isdigit():
+        raise launch.error(f"GRADLANE_METRICS={at!r}: give ADDRESS:PORT, e.g. 0.0.0.0:9464", "invalid_argument")
+    exporter = MetricsExporter(f"{address}:{int(port) + job.rank}")
+    print(f"gradlane: rank {job.rank} serves metrics on port {exporter.port}", flush=True)
+    return exporter
 
 
 def model_from(store):
@@ -62,11 +77,21 @@ def serve(job, store):
             shard.connect_replica(store.get(REPLICA_AT).decode(), timeout=60)
         store.set(SERVER_AT, at)
     shard.accept_peers(job.workers, timeout=PATIENCE_S)
+    exporter = metrics_from_env(job)
+    metrics = None
+    if exporter:
+        metrics = ServerMetrics(job.role, floats * 4)
+        exporter.add(metrics)
     # Until every worker has finished: run_until() returns True then (the version is never
-    # reached), False when nothing happened for PATIENCE_S.
-    if not shard.run_until(2**63, timeout=PATIENCE_S):
-        raise launch.error(f"the {job.role} saw its workers neither push nor finish for {PATIENCE_S:.0f} s", "timeout")
-    return shard
+    # reached), False when nothing happened for PATIENCE_S. With metrics, a pass per update.
+    while True:
+        if not shard.run_until(shard.version + 1 if metrics else 2**63, timeout=PATIENCE_S):
+            raise launch.error(f"the {job.role} saw its workers neither push nor finish for {PATIENCE_S:.0f} s",
+                               "timeout")
+        if metrics:
+            metrics.update(shard)
+        if not metrics or shard.finished:
+            return shard
 
 
 def main():

@@ -23,11 +23,12 @@ put elsewhere (copied back before the push); it stays 0 unless something replace
 """
 import json
 import os
+import time
 import warnings
 
 import torch
 
-from . import Worker, launch
+from . import Worker, WorkerMetrics, launch
 from . import server as _server
 
 MODES = ("fifo", "gradlane")
@@ -88,6 +89,11 @@ class DistributedOptimizer:
             p.data = model[offset:offset + n].view_as(p)
             offset += n
         self.copies = 0
+        # GRADLANE_METRICS=ADDRESS:PORT: this rank's pushes on PORT + its rank (gradlane.server).
+        self.exporter = _server.metrics_from_env(job)
+        self.metrics = WorkerMetrics(job.worker_id) if self.exporter else None
+        if self.metrics:
+            self.exporter.add(self.metrics)
         self.version = self.worker.pull().version  # the server's initial model, in every worker's params
 
     def zero_grad(self, set_to_none=False):
@@ -113,7 +119,10 @@ class DistributedOptimizer:
         """Pushes this worker's gradient (computed on `version`), then pulls the server's model into
         the parameters. Returns the worker's PushResult (dropped / lost say what became of it)."""
         self._gradients_in_place()
+        started = time.monotonic()
         pushed = self.worker.push(computed_on=self.version)
+        if self.metrics:
+            self.metrics.record(pushed, time.monotonic() - started)
         self.version = self.worker.pull().version
         return pushed
 

@@ -8,7 +8,9 @@
 // owns the link until then) and it is predicted to end at slot.end from the measured bandwidth.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -98,6 +100,26 @@ enum class DropReason : std::uint8_t {
   // replica that took over, or from another server). Not stale: the push did not happen.
   version_from_future,
 };
+inline constexpr std::size_t kDropReasons = 6;
+
+// Its short name in logs and metrics (staleness_bound is "stale").
+constexpr std::string_view drop_reason_name(DropReason reason) {
+  switch (reason) {
+    case DropReason::staleness_bound:
+      return "stale";
+    case DropReason::peer_lost:
+      return "peer_lost";
+    case DropReason::receiver_moved:
+      return "receiver_moved";
+    case DropReason::receiver_of_another_job:
+      return "receiver_of_another_job";
+    case DropReason::peer_refused:
+      return "peer_refused";
+    case DropReason::version_from_future:
+      return "version_from_future";
+  }
+  return "unknown";
+}
 
 // Do not send this part; tell the application. For staleness_bound it should pull a fresh
 // model and recompute; for peer_lost the receiver is unreachable until its sidecar returns;

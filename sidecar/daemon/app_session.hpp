@@ -70,6 +70,7 @@ struct OwedRequest {
   std::uint32_t part_count = 0;  // 0 until the first outcome tells
   std::uint32_t decided = 0;     // parts with an outcome
   OpenTransfers granted;
+  sched::Instant submitted{};  // when the daemon took it (its push's latency, for metrics)
 
   bool settled() const noexcept { return part_count != 0 && decided == part_count && granted.empty(); }
 };

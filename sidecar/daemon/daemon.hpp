@@ -39,6 +39,7 @@
 #include "sidecar/daemon/app_session.hpp"
 #include "sidecar/daemon/daemon_config.hpp"
 #include "sidecar/daemon/job_door.hpp"
+#include "sidecar/daemon/schedule_record.hpp"
 #include "sidecar/daemon/survivors.hpp"
 #include "sidecar/shm/layout.hpp"
 #include "sidecar/shm/segment.hpp"
@@ -90,6 +91,7 @@ class Daemon {
 
   const DaemonConfig& config() const noexcept { return config_; }
   const DaemonStats& stats() const noexcept { return stats_; }
+  const ScheduleRecord& record() const noexcept { return record_; }
   std::uint64_t generation() const noexcept;
   std::size_t attached_apps() const noexcept { return active_.size(); }
   sched::Policy& policy() noexcept { return *policy_; }
@@ -121,7 +123,7 @@ class Daemon {
   void route(const sched::Outcome& outcome, sched::Instant now);
   void answer(AppSession& app, const shm::GrantEntry& grant);
   void answer_error(AppSession& app, const shm::AppEntry& entry, Reason reason);
-  void settle(AppSession& app, std::uint64_t app_request);
+  void settle(AppSession& app, std::uint64_t app_request, sched::Instant now);
   std::size_t publish(sched::Instant now);
 
   bool work_visible();
@@ -192,6 +194,7 @@ class Daemon {
   sched::Instant next_heartbeat_{};
   sched::Instant next_sweep_{};
   DaemonStats stats_;
+  ScheduleRecord record_;
 };
 
 }  // namespace gradlane::sidecar

@@ -33,8 +33,10 @@
 #include "common/syscall_error.hpp"
 #include "common/unique_fd.hpp"
 #include "gradlane/error.hpp"
+#include "gradlane/metrics.hpp"
 #include "sidecar/core/policy.hpp"
 #include "sidecar/daemon/daemon.hpp"
+#include "sidecar/daemon/daemon_metrics.hpp"
 #include "sidecar/daemon/endpoint_claim.hpp"
 #include "sidecar/daemon/pid_file.hpp"
 #include "sidecar/daemon/signals.hpp"
@@ -338,6 +340,10 @@ int main(int argc, char** argv) {
                  "one (GRADLANE_JOB_KEY_FILE); gradlaned refuses to start without a key unless --insecure");
   cli.add_flag("--insecure", insecure,
                "run without a key (GRADLANE_INSECURE=1): any process that reaches --listen-port can link as a peer");
+  std::string metrics_at;
+  cli.add_option("--metrics", metrics_at,
+                 "ADDRESS:PORT to serve Prometheus metrics on (GET /metrics): decisions, drops by reason, grant "
+                 "staleness, each sender's push time and straggler score, apps");
   CLI11_PARSE(cli, argc, argv);
   config.idle_spin = std::chrono::microseconds(idle_spin_us);
   if (staleness_bound == 0) {
@@ -396,6 +402,14 @@ int main(int argc, char** argv) {
     // Peer links first: a request must not be scheduled before we know which receivers are remote.
     gradlane::peer::Fabric fabric(fabric_options, [](const std::string& line) { say("{}", line); });
     Daemon daemon(config, make_policy(policy, fabric, sched_config));
+    // After the detach: the exporter's thread must belong to the process that keeps running.
+    std::optional<gradlane::metrics::Exporter> exporter;
+    const auto metrics = std::make_shared<gradlane::sidecar::DaemonMetrics>();
+    if (!metrics_at.empty()) {
+      exporter.emplace(metrics_at);
+      exporter->add(metrics);
+      say("metrics on http://{}:{}/metrics", metrics_at.substr(0, metrics_at.rfind(':')), exporter->port());
+    }
     if (pid) pid->publish(::getpid());
     say("serving {}{} for up to {} applications each (pid {}, generation {:#x}, policy {}, {}; ready {} ms after "
         "start)",
@@ -413,6 +427,7 @@ int main(int argc, char** argv) {
       ready.reset();
     }
     daemon.run([&] {
+      if (exporter) metrics->update(daemon);
       if (signals.take_hangup()) {
         if (const auto failed = fabric.reopen_schedule_log()) say("SIGHUP: {}", *failed);
       }

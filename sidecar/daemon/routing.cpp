@@ -158,6 +158,7 @@ void Daemon::submit(AppSession& app, const shm::AppEntry& entry, sched::Instant 
   }
   it->second.id = id;
   it->second.bytes = s.bytes;
+  it->second.submitted = now;
   app.owed_bytes += s.bytes;
   routes_.emplace(id, Route{app.slot, entry.request});
   ++inputs_;
@@ -213,7 +214,7 @@ void Daemon::complete(AppSession& app, const shm::AppEntry& entry, sched::Instan
       return;
     }
     transfer = *open;
-    if (it->second.settled()) settle(app, entry.request);
+    if (it->second.settled()) settle(app, entry.request, now);
   }
   policy_->complete(transfer, now, wire_time(c.measured_ns), result);
   ++inputs_;
@@ -229,6 +230,7 @@ std::size_t Daemon::schedule_and_route(sched::Instant now) {
 }
 
 void Daemon::route(const sched::Outcome& outcome, sched::Instant now) {
+  record_.decided(outcome);
   // The app a part outcome belongs to, or nullptr (it left; fail its transfer back).
   struct Owner {
     AppSession* app = nullptr;
@@ -278,7 +280,7 @@ void Daemon::route(const sched::Outcome& outcome, sched::Instant now) {
                                             sched::Slot{}, d.offset, d.length, d.part, d.part_count);
             e.reason = static_cast<std::uint8_t>(reason_for(d.reason));
             answer(*app, e);
-            if (owed->settled()) settle(*app, app_request);
+            if (owed->settled()) settle(*app, app_request, now);
           },
           [&](const sched::Cancel& c) {
             // To the receiver's server app: it skips the sequence instead of waiting. (Not to
@@ -347,8 +349,9 @@ void Daemon::answer_error(AppSession& app, const shm::AppEntry& entry, Reason re
   answer(app, e);
 }
 
-void Daemon::settle(AppSession& app, std::uint64_t app_request) {
+void Daemon::settle(AppSession& app, std::uint64_t app_request, sched::Instant now) {
   const auto it = app.owed.find(app_request);
+  record_.settled(app.limits.endpoint, now - it->second.submitted);
   routes_.erase(it->second.id);
   app.owed_bytes -= it->second.bytes;
   app.owed.erase(it);

@@ -20,24 +20,6 @@ namespace {
 std::int64_t ns(sched::Instant t) { return t.time_since_epoch().count(); }
 std::uint64_t id(sched::TransferId t) { return static_cast<std::uint64_t>(t); }
 
-std::string_view drop_reason(sched::DropReason reason) {
-  switch (reason) {
-    case sched::DropReason::staleness_bound:
-      return "stale";
-    case sched::DropReason::peer_lost:
-      return "peer_lost";
-    case sched::DropReason::receiver_moved:
-      return "receiver_moved";
-    case sched::DropReason::receiver_of_another_job:
-      return "receiver_of_another_job";
-    case sched::DropReason::peer_refused:
-      return "peer_refused";
-    case sched::DropReason::version_from_future:
-      return "version_from_future";
-  }
-  return "unknown";
-}
-
 }  // namespace
 
 std::string decision_json(const sched::Outcome& outcome, sched::Instant now, std::string_view origin) {
@@ -75,8 +57,9 @@ std::string decision_json(const sched::Outcome& outcome, sched::Instant now, std
             return fmt::format(
                 R"({{"at":{},"origin":"{}","kind":"drop","reason":"{}","request":{},"part":{},"parts":{},"job":{},)"
                 R"("sender":{},"receiver":{},"offset":{},"bytes":{},"delay":{}}})",
-                ns(now), origin, drop_reason(d.reason), static_cast<std::uint64_t>(d.request), d.part, d.part_count,
-                sched::to_int(d.job), sched::to_int(d.sender), sched::to_int(d.receiver), d.offset, d.length, d.delay);
+                ns(now), origin, sched::drop_reason_name(d.reason), static_cast<std::uint64_t>(d.request), d.part,
+                d.part_count, sched::to_int(d.job), sched::to_int(d.sender), sched::to_int(d.receiver), d.offset,
+                d.length, d.delay);
           },
       },
       outcome);

@@ -9,6 +9,7 @@ import subprocess
 import tempfile
 import time
 import unittest
+import urllib.request
 
 import numpy as np
 
@@ -32,6 +33,14 @@ if not (os.environ.get("GRADLANE_JOB_KEY") or os.environ.get("GRADLANE_JOB_KEY_F
     os.environ["GRADLANE_JOB_KEY"] = base64.b64encode(os.urandom(24)).decode()
 
 
+def sample(text, name):
+    """The value of the sample written exactly `name` (labels included) in Prometheus' text format."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line[len(name) + 1:])
+    raise AssertionError(f"no {name} in the metrics:\n{text}")
+
+
 def gradient_of(step):
     """A different gradient each step, so an update applied twice, out of order or not at all shows."""
     return (np.arange(FLOATS, dtype=np.float32) % 7 - 3 + step) / np.float32(8)
@@ -45,6 +54,10 @@ class ShardRun(unittest.TestCase):
                                       initial=initial)
         replica = gradlane.ShardServer(gradlane.Device.open(dev1), "replica", 7911, FLOATS, learning_rate=LR,
                                        initial=initial)
+        exporter = gradlane.MetricsExporter("127.0.0.1:0")
+        server_metrics, worker_metrics = gradlane.ServerMetrics("server", FLOATS * 4), gradlane.WorkerMetrics(1)
+        exporter.add(server_metrics)
+        exporter.add(worker_metrics)
 
         def run_replica():
             replica.accept_peers(1, timeout=60)
@@ -53,7 +66,9 @@ class ShardRun(unittest.TestCase):
         def run_server():
             server.connect_replica(f"{addr1}:7911", timeout=30)
             server.accept_peers(1, timeout=60)
-            return server.run_until(STEPS, timeout=60)
+            reached = server.run_until(STEPS, timeout=60)
+            server_metrics.update(server)
+            return reached
 
         def run_worker():
             worker = gradlane.Worker(gradlane.Device.open(dev2), server=f"{addr0}:7910", floats=FLOATS,
@@ -63,7 +78,10 @@ class ShardRun(unittest.TestCase):
             for step in range(STEPS):
                 pulled = worker.pull()
                 worker.gradient[:] = gradient_of(step)  # into registered memory: nothing copies it
-                sequences.append(worker.push(computed_on=pulled.version, tag=step).sequence)
+                started = time.monotonic()
+                pushed = worker.push(computed_on=pulled.version, tag=step)
+                worker_metrics.record(pushed, time.monotonic() - started)
+                sequences.append(pushed.sequence)
             # A push returns once its write landed; the server applies it after. So the model
             # reaches version STEPS some time after the last push: pull until it does.
             deadline = time.monotonic() + 30
@@ -92,6 +110,16 @@ class ShardRun(unittest.TestCase):
         self.assertEqual(server.version, STEPS)
         with self.assertRaises(ValueError):  # the model views are read-only
             server.model[0] = 1.0
+        # The metrics over HTTP, as Prometheus scrapes them: the run's own counts.
+        with urllib.request.urlopen(f"http://127.0.0.1:{exporter.port}/metrics", timeout=10) as answer:
+            text = answer.read().decode()
+        self.assertEqual(sample(text, 'gradlane_server_updates_total{outcome="applied",role="server"}'),
+                         server.stats.applied)
+        self.assertEqual(sample(text, 'gradlane_server_applied_bytes_total{role="server"}'), STEPS * FLOATS * 4)
+        self.assertEqual(sample(text, 'gradlane_server_worker_updates_total{role="server",worker="1"}'), STEPS)
+        self.assertEqual(sample(text, 'gradlane_worker_pushes_total{outcome="acknowledged",worker="1"}'), STEPS)
+        self.assertEqual(sample(text, 'gradlane_worker_push_seconds_count{worker="1"}'), STEPS)
+        self.assertEqual(sample(text, 'gradlane_server_staleness_count{role="server"}'), STEPS)
 
 
 class WithGradlaned(unittest.TestCase):

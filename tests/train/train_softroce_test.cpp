@@ -12,16 +12,19 @@
 //     redirected push found by its aggregate id) — so
 //     every byte that crossed the network (pull, push, forward) was the right one;
 //   - accuracy on 1,000 test images rises from chance (~10 %) to above 60 %.
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
 #include "../common/external_process.hpp"
 #include "../common/hosts.hpp"
+#include "../common/scrape.hpp"
 #include "trainer/snapshots.hpp"
 #include "train/dataset.hpp"
 #include "train/model.hpp"
@@ -74,10 +77,17 @@ std::vector<float> read_floats(const std::string& path, std::size_t floats) {
 class TrainingRun : public ::testing::Test {
  protected:
   void TearDown() override {
-    if (shaped_) {  // never leave the server's link narrow for the tests after this one
-      ExternalProcess undo({"/bin/sh", "-c", "tc qdisc del dev h0-p root"});
+    for (const std::string& link : shaped_) {  // never leave a link narrow for the tests after this one
+      ExternalProcess undo({"/bin/sh", "-c", "tc qdisc del dev " + link + " root"});
       (void)undo.wait_exit(20s);
     }
+  }
+
+  void shape(const std::string& link, const std::string& rate) {
+    ExternalProcess shape(
+        {"/bin/sh", "-c", "tc qdisc replace dev " + link + " root tbf rate " + rate + " burst 32kb latency 400ms"});
+    ASSERT_EQ(shape.wait_exit(20s), std::optional<int>(0)) << "tc could not shape " << link;
+    shaped_.push_back(link);
   }
 
   // mode: fifo | gradlane | aggregate; with_aggregator (gradlane): gradlaned seats an aggregator
@@ -99,12 +109,14 @@ class TrainingRun : public ::testing::Test {
       head.insert(head.end(), tail.begin(), tail.end());
       return head;
     };
-    if (with_aggregator) {
-      ExternalProcess shape(
-          {"/bin/sh", "-c", "tc qdisc replace dev h0-p root tbf rate 4mbit burst 32kb latency 400ms"});
-      ASSERT_EQ(shape.wait_exit(20s), std::optional<int>(0)) << "tc could not shape the server's link";
-      shaped_ = true;
-    }
+    if (with_aggregator) shape("h0-p", "4mbit");
+    // Worker 1, alone on host 2 with two workers, pushes through a narrow link: a straggler.
+    if (straggler_) shape("h2", "8mbit");  // out of host 2
+    if (HasFatalFailure()) return;
+    const auto metrics_at = [&](std::uint16_t port) -> std::vector<std::string> {
+      if (!metrics_) return {};
+      return {"--metrics", "127.0.0.1:" + std::to_string(port)};
+    };
     // Worker `id` runs on host 2 (odd ids) or 1 and is scheduler endpoint 100 + id.
     const auto host_of = [](std::uint32_t id) { return id % 2 == 1 ? 2 : 1; };
     std::vector<std::unique_ptr<ExternalProcess>> sidecars;
@@ -147,6 +159,8 @@ class TrainingRun : public ::testing::Test {
         a.insert(a.end(),
                  {"--endpoint", "4", "--aggregator", "1:4", "--link-rate", "0:in:4mbit", "--aggregate-eagerly"});
       }
+      for (const auto& flag : metrics_at(kDaemonMetricsPort)) a.push_back(flag);
+      for (const auto& flag : metrics_at(kDaemonMetricsPort + 1)) b.push_back(flag);
       sidecars.push_back(std::make_unique<ExternalProcess>(a, out_ + "/gradlaned-a"));
       sidecars.push_back(std::make_unique<ExternalProcess>(b, out_ + "/gradlaned-b"));
     }
@@ -176,6 +190,7 @@ class TrainingRun : public ::testing::Test {
       aggregator.emplace(args({train, "aggregator"}, tail), out_ + "/aggregator");
     }
     auto replica_tail = std::vector<std::string>{"--device", hosts[1].device, "--port", "7821"};
+    for (const auto& flag : metrics_at(kServerMetricsPort + 1)) replica_tail.push_back(flag);
     if (aggregate) replica_tail.insert(replica_tail.end(), {"--peers", "1"});
     if (with_aggregator) replica_tail.insert(replica_tail.end(), {"--peers", aggregator_id});
     ExternalProcess replica(args({train, "replica"}, replica_tail), out_ + "/replica");
@@ -183,7 +198,27 @@ class TrainingRun : public ::testing::Test {
                                                 replica_at, "--snapshot-ms", "200",    "--live-eval", "0"};
     if (aggregator) server_tail.insert(server_tail.end(), {"--peers", aggregator_id});
     for (const auto& a : sidecar(0, 0)) server_tail.push_back(a);
+    for (const auto& flag : metrics_at(kServerMetricsPort)) server_tail.push_back(flag);
     ExternalProcess server(args({train, "server"}, server_tail), out_ + "/server");
+    // Scrapes the server while the job runs, as Prometheus would.
+    std::atomic<bool> job_over{false};
+    std::thread scraper;
+    if (metrics_) {
+      scraper = std::thread([&] {
+        while (!job_over.load()) {
+          try {
+            const std::string text = test::scrape("127.0.0.1", kServerMetricsPort, 2000ms);
+            if (const auto applied = test::sample_value(text, kServerApplied)) {
+              ++scrapes_during_run_;
+              applied_while_running_ = *applied;
+            }
+          } catch (const std::exception&) {
+            // not listening yet, or gone
+          }
+          std::this_thread::sleep_for(250ms);
+        }
+      });
+    }
     std::vector<std::unique_ptr<ExternalProcess>> workers;
     for (std::uint32_t id = 1; id <= workers_; ++id) {
       const int host = host_of(id);
@@ -204,6 +239,7 @@ class TrainingRun : public ::testing::Test {
       }
       if (with_aggregator) tail.insert(tail.end(), {"--aggregator", aggregator_at, "--aggregator-endpoint", "4"});
       for (const auto& a : sidecar(host, 100 + id)) tail.push_back(a);
+      if (metrics_) tail.insert(tail.end(), {"--metrics", "127.0.0.1:0"});
       workers.push_back(
           std::make_unique<ExternalProcess>(args({train, "worker"}, tail), out_ + "/worker" + std::to_string(id)));
     }
@@ -213,6 +249,61 @@ class TrainingRun : public ::testing::Test {
     }
     EXPECT_EQ(server.wait_exit(120s), std::optional<int>(0)) << "see " << out_ << "/server.out/.err";
     EXPECT_EQ(replica.wait_exit(120s), std::optional<int>(0)) << "see " << out_ << "/replica.out/.err";
+    job_over = true;
+    if (scraper.joinable()) scraper.join();
+    // The daemons outlive the job: what they serve now is their account of all of it.
+    for (std::uint16_t i = 0; metrics_ && gradlane && i < 2; ++i) {
+      try {
+        daemon_metrics_[i] = test::scrape("127.0.0.1", static_cast<std::uint16_t>(kDaemonMetricsPort + i));
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "gradlaned " << (i == 0 ? 'a' : 'b') << ": " << e.what();
+      }
+    }
+  }
+
+  // The metrics of a gradlane-mode run with a straggler (worker 1): the roles' final metrics
+  // are their stats, the daemons' decisions are the server's sequences, every push of each
+  // worker was timed once, and the straggler tops the push time.
+  void check_metrics() {
+    const auto file = [&](const std::string& name) {
+      std::ifstream in(out_ + "/" + name);
+      EXPECT_TRUE(in) << "no " << out_ << "/" << name;
+      return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    const auto value = [](const std::string& text, const std::string& sample) {
+      const auto v = test::sample_value(text, sample);
+      EXPECT_TRUE(v.has_value()) << "no " << sample << " in\n" << text;
+      return v.value_or(-1);
+    };
+    const auto stats = nlohmann::json::parse(file("server.stats.json"));
+    const std::string server = file("server.metrics.prom");
+    const double applied = value(server, kServerApplied);
+    EXPECT_EQ(applied, stats["applied"].get<double>());
+    EXPECT_EQ(value(server, R"(gradlane_server_updates_total{outcome="skipped",role="server"})"),
+              stats["skipped"].get<double>());
+    EXPECT_EQ(value(server, R"(gradlane_server_version{role="server"})"), stats["version"].get<double>());
+    const auto replica_stats = nlohmann::json::parse(file("replica.stats.json"));
+    EXPECT_EQ(value(file("replica.metrics.prom"), R"(gradlane_server_updates_total{outcome="applied",role="replica"})"),
+              replica_stats["applied"].get<double>());
+    EXPECT_GT(scrapes_during_run_.load(), 0) << "the server's metrics were never scraped while it ran";
+    EXPECT_LE(applied_while_running_.load(), applied);
+
+    // gradlaned: the sender's daemon routes each decision once, so the two daemons' grants are
+    // the server's sequences; each push settles once, at its sender's daemon.
+    const double grants = value(daemon_metrics_[0], R"(gradlaned_decisions_total{kind="grant"})") +
+                          value(daemon_metrics_[1], R"(gradlaned_decisions_total{kind="grant"})");
+    EXPECT_EQ(grants, applied + stats["skipped"].get<double>());
+    EXPECT_EQ(value(daemon_metrics_[0], R"(gradlaned_push_seconds_count{sender="101"})"), kSteps);
+    EXPECT_EQ(value(daemon_metrics_[1], R"(gradlaned_push_seconds_count{sender="102"})"), kSteps);
+    const double straggler = value(daemon_metrics_[0], R"(gradlaned_push_seconds_sum{sender="101"})");
+    const double other = value(daemon_metrics_[1], R"(gradlaned_push_seconds_sum{sender="102"})");
+    // Its writes crawl at 8 Mbit/s, but the other worker waits for the straggler's slots too:
+    // about 2x in a first run, so 1.3x leaves room for a loaded machine.
+    EXPECT_GT(straggler, 1.3 * other) << "worker 1's link is shaped to 8 Mbit/s: its pushes take longest";
+    EXPECT_GT(value(file("worker1.metrics.prom"), R"(gradlane_worker_push_seconds_sum{worker="1"})"),
+              1.3 * value(file("worker2.metrics.prom"), R"(gradlane_worker_push_seconds_sum{worker="2"})"));
+    std::printf("metrics: %d scrapes during the run; push seconds straggler %.2f vs %.2f; grants %.0f = sequences\n",
+                scrapes_during_run_.load(), straggler, other, grants);
   }
 
   // The server's applied log, in sequence order: (worker, sequence) of each applied update.
@@ -456,9 +547,18 @@ class TrainingRun : public ::testing::Test {
     check_models(model, data, replay, gradients);
   }
 
+  static constexpr std::uint16_t kDaemonMetricsPort = 9461;  // gradlaned a, b
+  static constexpr std::uint16_t kServerMetricsPort = 9463;  // server, replica
+  static constexpr const char* kServerApplied = R"(gradlane_server_updates_total{outcome="applied",role="server"})";
+
   std::uint32_t workers_ = kWorkers;
-  bool shaped_ = false;
+  bool metrics_ = false;
+  bool straggler_ = false;
+  std::vector<std::string> shaped_;
   std::string out_;
+  std::atomic<int> scrapes_during_run_{0};
+  std::atomic<double> applied_while_running_{0};
+  std::string daemon_metrics_[2];
 };
 
 TEST_F(TrainingRun, FifoTrainsAndTheModelIsTheReplayOfTheRun) {
@@ -466,9 +566,14 @@ TEST_F(TrainingRun, FifoTrainsAndTheModelIsTheReplayOfTheRun) {
   check();
 }
 
-TEST_F(TrainingRun, GradlaneModeTrainsAndTheModelIsTheReplayOfTheRun) {
+// With a straggler and every role's metrics on: the model is still the replay of the run, and
+// the metrics are the run's summary and name the straggler by its push time.
+TEST_F(TrainingRun, GradlaneModeTrainsAndTheModelIsTheReplayOfTheRunAndItsMetricsNameTheStraggler) {
+  metrics_ = true;
+  straggler_ = true;
   run("gradlane");
   check();
+  check_metrics();
 }
 
 TEST_F(TrainingRun, AggregateModeTrainsAndTheModelIsTheReplayOfTheSums) {
