@@ -10,9 +10,13 @@
 #include <vector>
 
 #include "perf/sched/training.hpp"
+#include "tests/train/sim_support.hpp"
 
 namespace gradlane::sched::sim {
 namespace {
+
+using test_support::at_ms;
+using test_support::softmax;
 
 // A small random classification set with some structure (label = argmax of three features),
 // so SGD on it makes progress.
@@ -33,14 +37,6 @@ train::Dataset synthetic_set(std::size_t rows, std::size_t features, std::uint32
   return d;
 }
 
-train::ModelSpec small_softmax(std::size_t features) {
-  train::ModelSpec spec;
-  spec.kind = train::ModelKind::softmax;
-  spec.inputs = features;
-  spec.classes = 3;
-  return spec;
-}
-
 // Every worker identical (no jitter, no uneven links, no straggler), a fast server.
 ClusterParams even_cluster(Mode mode, std::uint32_t workers) {
   ClusterParams c;
@@ -55,8 +51,6 @@ ClusterParams even_cluster(Mode mode, std::uint32_t workers) {
   return c;
 }
 
-Instant at_ms(double ms) { return Instant{Nanos{static_cast<std::int64_t>(ms * 1e6)}}; }
-
 double max_abs_difference(std::span<const float> a, std::span<const float> b) {
   double worst = 0;
   for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(double{a[i]} - double{b[i]}));
@@ -65,7 +59,7 @@ double max_abs_difference(std::span<const float> a, std::span<const float> b) {
 
 TEST(SgdObserver, AnAggregateAppliesTheSumAndASyncStepTheMean) {
   const train::Dataset data = synthetic_set(64, 8, 1);
-  const train::Model model(small_softmax(8));
+  const train::Model model(softmax(8));
   for (const Mode mode : {Mode::gradlane, Mode::sync}) {
     SgdObserver sgd(model, data, mode, 0.5F, 4, 3);
     const std::vector<float> start(sgd.parameters().begin(), sgd.parameters().end());
@@ -100,7 +94,7 @@ TEST(TrainingSimulation, SyncOverNWorkersIsPlainSgdWithAnNTimesBatch) {
   constexpr float kLr = 0.5F;
   // rows divisible by workers x batch: both samplers reshuffle at the same point.
   const train::Dataset data = synthetic_set(kWorkers * kBatch * 10, 8, 2);
-  const train::Model model(small_softmax(8));
+  const train::Model model(softmax(8));
   SgdObserver sgd(model, data, Mode::sync, kLr, kBatch, 5);
   Cluster cluster(even_cluster(Mode::sync, kWorkers), &sgd);
   cluster.run_until(at_ms(30));
@@ -128,7 +122,7 @@ TEST(TrainingSimulation, SyncOverNWorkersIsPlainSgdWithAnNTimesBatch) {
 TEST(TrainingSimulation, FifoDelayIsNMinusOneOnceEveryWorkerIsRunning) {
   constexpr std::uint32_t kWorkers = 8;
   const train::Dataset data = synthetic_set(256, 8, 3);
-  const train::Model model(small_softmax(8));
+  const train::Model model(softmax(8));
   SgdObserver sgd(model, data, Mode::fifo, 0.1F, 4, 1);
   Cluster cluster(even_cluster(Mode::fifo, kWorkers), &sgd);
   cluster.run_until(at_ms(20.5));
@@ -163,7 +157,7 @@ ClusterParams overloaded(Mode mode, std::uint64_t seed) {
 
 TEST(TrainingSimulation, GradlaneHonoursTauAndAggregatesUnderOverload) {
   const train::Dataset data = synthetic_set(512, 8, 4);
-  const train::Model model(small_softmax(8));
+  const train::Model model(softmax(8));
   SgdObserver sgd(model, data, Mode::gradlane, 0.001F, 4, 1);
   Cluster cluster(overloaded(Mode::gradlane, 1), &sgd);
   cluster.run_until(at_ms(40));
@@ -184,7 +178,7 @@ TEST(TrainingSimulation, GradlaneHonoursTauAndAggregatesUnderOverload) {
 struct SmallRun {
   train::Dataset data = synthetic_set(512, 8, 5);
   train::Dataset eval = synthetic_set(200, 8, 6);
-  train::Model model{small_softmax(8)};
+  train::Model model{softmax(8)};
   TrainParams params(double eval_every_ms, double duration_ms) const {
     TrainParams t;
     t.learning_rate = 0.002F;
