@@ -115,6 +115,12 @@ std::optional<PeerIndex> DistributedPolicy::owner_of(sched::EndpointId endpoint)
 }
 
 sched::SubmitStatus DistributedPolicy::submit(const sched::Request& request, sched::Instant now) {
+  const sched::SubmitStatus status = submit_here_or_forward(request, now);
+  if (request_hook_ && status == sched::SubmitStatus::accepted) request_hook_(request, now);
+  return status;
+}
+
+sched::SubmitStatus DistributedPolicy::submit_here_or_forward(const sched::Request& request, sched::Instant now) {
   if (schedules_here(request.receiver)) return scheduler_.submit(request, now);
   const auto owner = endpoint_owner_.find(sched::to_int(request.receiver));
   if (owner == endpoint_owner_.end()) return sched::SubmitStatus::unknown_receiver;  // nobody announced it

@@ -88,6 +88,11 @@ class DistributedPolicy final : public sched::Policy {
   // peer, or failed because its app or peer is gone), with the transfer as it was granted.
   using CompletionHook = std::function<void(sched::TransferId, const sched::TransferView&, sched::Instant now,
                                             sched::Nanos measured, sched::TransferResult)>;
+  // Sees every request of this host's applications it accepted, when it was submitted.
+  using RequestHook = std::function<void(const sched::Request&, sched::Instant now)>;
+  // Sees every acknowledgement of a receiver on this host: its server applied (and its replica
+  // holds) every sequence through `through`.
+  using AppliedHook = std::function<void(sched::EndpointId receiver, sched::Seq through)>;
 
   // `local_endpoints`: the NICs (scheduler endpoint ids) of this host.
   DistributedPolicy(sched::SchedulerConfig config, std::vector<std::uint32_t> local_endpoints, PeerTransport& transport,
@@ -95,6 +100,8 @@ class DistributedPolicy final : public sched::Policy {
 
   void on_decision(DecisionHook hook) { decision_hook_ = std::move(hook); }
   void on_completion(CompletionHook hook) { completion_hook_ = std::move(hook); }
+  void on_request(RequestHook hook) { request_hook_ = std::move(hook); }
+  void on_applied(AppliedHook hook) { applied_hook_ = std::move(hook); }
   // Without it, a receiver whose server attached here counts as alive until serve_job(nullopt).
   void check_servers_with(ServerAlive alive) override { server_alive_ = std::move(alive); }
 
@@ -109,7 +116,9 @@ class DistributedPolicy final : public sched::Policy {
                 sched::TransferResult result) override;
   // Only for a receiver on this host: its sidecar owns the sequence.
   bool replica_ack(sched::EndpointId receiver, sched::Seq seq) override {
-    return schedules_here(receiver) && scheduler_.replica_ack(receiver, seq);
+    if (!schedules_here(receiver) || !scheduler_.replica_ack(receiver, seq)) return false;
+    if (applied_hook_) applied_hook_(receiver, seq);
+    return true;
   }
   std::optional<sched::Instant> next_wakeup() const override;
   // Failover: the replica of `receiver` on this host, an app of `job`, was promoted at
@@ -149,6 +158,9 @@ class DistributedPolicy final : public sched::Policy {
   sched::Scheduler& scheduler() noexcept { return scheduler_; }
 
  private:
+  // The request to this sidecar's scheduler, or forwarded to the receiver's sidecar.
+  sched::SubmitStatus submit_here_or_forward(const sched::Request& request, sched::Instant now);
+
   struct Forwarded {  // a local request a peer schedules
     PeerIndex peer = 0;
     sched::Request request;
@@ -211,6 +223,8 @@ class DistributedPolicy final : public sched::Policy {
   Log log_;
   DecisionHook decision_hook_;
   CompletionHook completion_hook_;
+  RequestHook request_hook_;
+  AppliedHook applied_hook_;
   std::map<std::uint32_t, PeerIndex> endpoint_owner_;  // remote endpoint -> its sidecar
   std::map<std::uint32_t, TakeoverMark> takeovers_;    // endpoint -> its latest takeover we know of
   struct HeldTakeover {

@@ -68,6 +68,12 @@ std::unique_ptr<sched::Policy> Fabric::make_policy(sched::SchedulerConfig config
                                  sched::Nanos measured, sched::TransferResult result) {
       schedule_log_->completion(transfer, granted, now, measured, result);
     });
+    policy->on_request(
+        [this](const sched::Request& request, sched::Instant now) { schedule_log_->request(request, now); });
+    // The daemon's clock: CLOCK_MONOTONIC, as steady_clock is on Linux.
+    policy->on_applied([this](sched::EndpointId receiver, sched::Seq through) {
+      schedule_log_->applied(receiver, through, sched::Instant{std::chrono::steady_clock::now().time_since_epoch()});
+    });
   }
   policy->start();
   // Until a peer's Hello arrives, its receivers would look local: wait for every Hello before

@@ -76,6 +76,19 @@ std::string completion_json(sched::TransferId transfer, const sched::TransferVie
       ns(granted.slot.end), ns(used.end));
 }
 
+std::string request_json(const sched::Request& request, sched::Instant now) {
+  return fmt::format(
+      R"({{"at":{},"origin":"here","kind":"request","request":{},"job":{},"tensor":{},"sender":{},"receiver":{},)"
+      R"("bytes":{},"computed_on":{}}})",
+      ns(now), static_cast<std::uint64_t>(request.id), sched::to_int(request.job), sched::to_int(request.tensor),
+      sched::to_int(request.sender), sched::to_int(request.receiver), request.bytes, request.computed_on);
+}
+
+std::string applied_json(sched::EndpointId receiver, sched::Seq through, sched::Instant now) {
+  return fmt::format(R"({{"at":{},"origin":"here","kind":"applied","receiver":{},"seq":{}}})", ns(now),
+                     sched::to_int(receiver), through);
+}
+
 namespace {
 
 // Why a path is refused as the log without an errno of its own.
@@ -172,6 +185,12 @@ void ScheduleLog::decision(const sched::Outcome& outcome, sched::Instant now, st
 void ScheduleLog::completion(sched::TransferId transfer, const sched::TransferView& granted, sched::Instant now,
                              sched::Nanos measured, sched::TransferResult result) {
   write_line(completion_json(transfer, granted, now, measured, result));
+}
+
+void ScheduleLog::request(const sched::Request& request, sched::Instant now) { write_line(request_json(request, now)); }
+
+void ScheduleLog::applied(sched::EndpointId receiver, sched::Seq through, sched::Instant now) {
+  write_line(applied_json(receiver, through, now));
 }
 
 }  // namespace gradlane::sidecar

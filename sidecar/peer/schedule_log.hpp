@@ -4,6 +4,11 @@
 // FILE` writes it (FILE is truncated when gradlaned starts: one run per file); the softroce
 // tests read it to check the schedule from the receiver's side.
 //
+// A "request" line is an application's push as this sidecar accepted it (its "request" id is
+// the one its decisions carry); an "applied" line says a receiver here applied every sequence
+// through "seq" (its server's acknowledgement, its replica's included). Together: each
+// update's request, grant, write and apply (python3 -m gradlane.timeline draws them).
+//
 // A decision line ("kind": go / redirect / aggregate) carries the planned slot and its
 // "transfer" id. A transfer that ends early gives the rest of its slot back and a later
 // grant may start there, so planned slots alone can overlap; the "completion" line of the
@@ -30,6 +35,9 @@ std::string decision_json(const sched::Outcome& outcome, sched::Instant now, std
 std::string completion_json(sched::TransferId transfer, const sched::TransferView& granted, sched::Instant now,
                             sched::Nanos measured, sched::TransferResult result);
 
+std::string request_json(const sched::Request& request, sched::Instant now);
+std::string applied_json(sched::EndpointId receiver, sched::Seq through, sched::Instant now);
+
 class ScheduleLog {
  public:
   // Truncates `path` and writes to it ("-" = stderr): a file holds one run's schedule, so a
@@ -47,6 +55,8 @@ class ScheduleLog {
   void decision(const sched::Outcome& outcome, sched::Instant now, std::string_view origin);
   void completion(sched::TransferId transfer, const sched::TransferView& granted, sched::Instant now,
                   sched::Nanos measured, sched::TransferResult result);
+  void request(const sched::Request& request, sched::Instant now);
+  void applied(sched::EndpointId receiver, sched::Seq through, sched::Instant now);
   // Opens `path` again, appending (SIGHUP, after logrotate moved the file away). If that
   // fails the old file is kept and the failure returned as a message.
   std::optional<std::string> reopen();

@@ -130,8 +130,9 @@ class WithGradlaned(unittest.TestCase):
         (dev0, addr0), _, (dev2, _) = hosts()[:3]
         shm = f"/gradlane-python-test-{os.getpid()}"
         log = tempfile.NamedTemporaryFile(prefix="gradlaned-", suffix=".err", delete=False)
-        daemon = subprocess.Popen([os.environ["GRADLANE_GRADLANED"], "--foreground", "--shm-name", shm],
-                                  stdout=subprocess.DEVNULL, stderr=log)
+        schedule = tempfile.NamedTemporaryFile(prefix="gradlaned-", suffix=".schedule", delete=False).name
+        daemon = subprocess.Popen([os.environ["GRADLANE_GRADLANED"], "--foreground", "--shm-name", shm,
+                                   "--schedule-log", schedule], stdout=subprocess.DEVNULL, stderr=log)
         try:
             deadline = time.monotonic() + 60
             while "gradlaned: serving" not in open(log.name).read():
@@ -176,6 +177,17 @@ class WithGradlaned(unittest.TestCase):
         requests = re.search(r"(\d+) requests", said)
         self.assertIsNotNone(requests, said)
         self.assertGreaterEqual(int(requests.group(1)), STEPS, said)
+        # Its schedule log, drawn as a timeline: each push's request, grant, write, and the applies.
+        from gradlane import timeline
+        events, summary = timeline.trace_events([("host", timeline.read_log(schedule))])
+        os.unlink(schedule)
+        self.assertEqual(summary["host"], {"requests": STEPS, "grants": STEPS, "writes": STEPS, "drops": 0,
+                                           "applied_through": STEPS})
+        waits = [e for e in events if e["name"] == "wait"]
+        writes = [e for e in events if e["name"].startswith("write seq")]
+        self.assertEqual(len(waits), STEPS)
+        for wait, write in zip(waits, sorted(writes, key=lambda e: e["ts"])):
+            self.assertLessEqual(wait["ts"] + wait["dur"], write["ts"] + 1, "a push writes after its grant")
 
 
 class Errors(unittest.TestCase):
