@@ -4,7 +4,7 @@ import json
 import sys
 
 rows = [json.loads(line) for line in open(sys.argv[1], encoding="utf-8") if line.strip()]
-decisions = [r for r in rows if r.get("origin") == "here" and r["kind"] != "complete"]
+decisions = [r for r in rows if r.get("origin") == "here" and r["kind"] in ("go", "redirect", "aggregate", "drop", "cancel")]
 if not decisions:
     sys.exit("no decisions in " + sys.argv[1])
 t0 = min(r["at"] for r in decisions)
