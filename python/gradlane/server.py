@@ -50,22 +50,24 @@ def metrics_from_env(job):
     return exporter
 
 
-def model_from(store):
-    """(floats, initial model, learning rate, momentum) as the first worker published them."""
+def model_from(store, workers):
+    """(floats, initial model, learning rate, momentum) as the first worker published them; in sync
+    mode each gradient is applied at lr / workers, so a step moves the model by their average."""
     floats = int(store.get(FLOATS).decode())
     initial = np.frombuffer(store.get(INITIAL), dtype=np.float32)
     if initial.size != floats:
         raise launch.error(f"the first worker published {initial.size} initial floats for a model of {floats}",
                            "protocol")
     sgd = json.loads(store.get(SGD).decode())
-    return floats, initial, float(sgd["lr"]), float(sgd["momentum"])
+    lr = float(sgd["lr"]) / (workers if sgd.get("mode") == "sync" else 1)
+    return floats, initial, lr, float(sgd["momentum"])
 
 
 def serve(job, store):
     """Runs this rank's shard (server or replica) to the end of the job; returns the shard."""
     device = device_from_env()
     port = port_from_env() + (1 if job.role == "replica" else 0)
-    floats, initial, lr, momentum = model_from(store)
+    floats, initial, lr, momentum = model_from(store, job.workers)
     sidecar = os.environ.get("GRADLANE_SIDECAR") or None
     shard = ShardServer(device, job.role, port, floats, learning_rate=lr, momentum=momentum, initial=initial,
                         sidecar=sidecar if job.role == "server" else None, endpoint=0)

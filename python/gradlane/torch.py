@@ -14,7 +14,9 @@ parameter's gradient and value living in gradlane's registered memory.
 Ranks 0 (and 1, the replica, unless GRADLANE_REPLICA=0) run `python3 -m gradlane.server`; the
 others run the training script. The server applies the wrapped optimizer's rule (SGD with its lr
 and momentum) in the order it grants the pushes (mode "fifo": every push at once, applied in
-arrival order; "gradlane": granted by the host's gradlaned, GRADLANE_SIDECAR naming its shm).
+arrival order; "gradlane": granted by the host's gradlaned, GRADLANE_SIDECAR naming its shm;
+"sync": a step ends when every worker's gradient of it is applied, each at lr / workers, so the
+model moves by their average, as DistributedDataParallel's would).
 
 Zero-copy: every parameter's .grad is a view of the worker's gradient buffer (backward
 accumulates straight into what the NIC writes) and its .data a view of the model buffer a pull
@@ -31,7 +33,7 @@ import torch
 from . import Worker, WorkerMetrics, launch
 from . import server as _server
 
-MODES = ("fifo", "gradlane")
+MODES = ("fifo", "gradlane", "sync")
 
 
 def init(replica=None):
@@ -57,7 +59,10 @@ class DistributedOptimizer:
         group = optimizer.param_groups[0]
         if group.get("weight_decay", 0) or group.get("nesterov", False) or group.get("dampening", 0):
             raise launch.error("weight_decay, nesterov and dampening are not applied by the server: leave them off")
-        self.optimizer, self.job, self.mode = optimizer, job, mode
+        if mode == "sync" and group.get("momentum", 0):
+            raise launch.error("mode 'sync' applies a step's gradients one by one at lr / workers: momentum would "
+                               "act on each of them, not on their average; use momentum=0, or mode 'fifo'")
+        self.optimizer, self.job, self.mode, self.timeout = optimizer, job, mode, timeout
         self.params = [p for _, p in named_parameters if p.requires_grad]
         for p in self.params:
             if p.dtype != torch.float32 or p.device.type != "cpu":
@@ -66,7 +71,8 @@ class DistributedOptimizer:
         self.store = launch.rendezvous(job, timeout_s=max(timeout, 120.0))
         if job.worker_id == 1:  # what the server starts from: this worker's initial values
             initial = torch.cat([p.detach().reshape(-1) for p in self.params]).numpy()
-            self.store.set(_server.SGD, json.dumps({"lr": group["lr"], "momentum": group.get("momentum", 0.0)}))
+            self.store.set(_server.SGD, json.dumps({"lr": group["lr"], "momentum": group.get("momentum", 0.0),
+                                                    "mode": mode}))
             self.store.set(_server.INITIAL, initial.tobytes())
             self.store.set(_server.FLOATS, str(floats))
         server_at = self.store.get(_server.SERVER_AT).decode()
@@ -95,6 +101,7 @@ class DistributedOptimizer:
         if self.metrics:
             self.exporter.add(self.metrics)
         self.version = self.worker.pull().version  # the server's initial model, in every worker's params
+        self.steps = 0
 
     def zero_grad(self, set_to_none=False):
         del set_to_none  # the gradients are the registered buffer: zeroed in place, never dropped
@@ -123,8 +130,25 @@ class DistributedOptimizer:
         pushed = self.worker.push(computed_on=self.version)
         if self.metrics:
             self.metrics.record(pushed, time.monotonic() - started)
-        self.version = self.worker.pull().version
+        self.steps += 1
+        self.version = self._pull_sync() if self.mode == "sync" else self.worker.pull().version
         return pushed
+
+    def _pull_sync(self):
+        """Pulls until the server applied every worker's gradient of this step (version steps x
+        workers), or raises after `timeout` naming how many are missing."""
+        target = self.steps * self.job.workers
+        deadline = time.monotonic() + self.timeout
+        while True:
+            version = self.worker.pull().version
+            if version >= target:
+                return version
+            if time.monotonic() > deadline:
+                raise launch.error(f"sync step {self.steps}: waited {self.timeout:.0f} s for the server's version "
+                                   f"{target}, it is at {version}: {target - version} of the step's "
+                                   f"{self.job.workers} gradients have not come (a worker is slow, stopped or gone)",
+                                   "timeout")
+            time.sleep(0.001)
 
     def close(self):
         """Tells the server this worker finished. The parameters keep the last model pulled, now in

@@ -1,8 +1,9 @@
-"""gradlane.torch over rxe: a launched job as torchrun would start it (RANK, WORLD_SIZE,
-MASTER_ADDR, MASTER_PORT in each process's environment) — rank 0 `gradlane.server` on host 0, two
-workers training a torch.nn.Linear with DistributedOptimizer on hosts 1 and 2 — and what a user
-checks: the workers start from the server's model, their gradients are pushed from registered
-memory without a copy, every push is applied, the loss falls.
+"""gradlane.torch over rxe: a job started by torchrun on each of three hosts — rank 0
+`gradlane.server` on host 0, two workers training a torch.nn.Linear with DistributedOptimizer in
+sync mode on hosts 1 and 2, every rank serving its metrics — and what a user checks: the workers
+start from the server's model, their gradients are pushed from registered memory without a copy,
+every push is applied, the loss falls, each step ends with both gradients applied (the workers
+end on the same model), and each worker's metrics count its pushes.
 Run by run_tests.py inside ci/softroce.sh --hosts 3 (GRADLANE_HOSTS)."""
 import base64
 import json
@@ -25,7 +26,7 @@ def hosts():
 
 
 class TorchJob(unittest.TestCase):
-    def test_two_workers_train_through_the_server_from_its_model_without_copies(self):
+    def test_two_workers_launched_by_torchrun_train_in_sync_through_the_server_from_its_model_without_copies(self):
         (dev0, addr0), (dev1, _), (dev2, _) = hosts()[:3]
         key = base64.b64encode(os.urandom(24)).decode()
         with tempfile.TemporaryDirectory() as scratch:
@@ -33,10 +34,17 @@ class TorchJob(unittest.TestCase):
             os.makedirs(out, exist_ok=True)
             ranks = []
             for rank, device in enumerate((dev0, dev1, dev2)):
-                env = dict(os.environ, RANK=str(rank), WORLD_SIZE="3", LOCAL_RANK="0", MASTER_ADDR=addr0,
-                           MASTER_PORT="29510", GRADLANE_DEVICE=device, GRADLANE_REPLICA="0", GRADLANE_JOB_KEY=key)
+                # torchrun on each host, as a user starts a job on three nodes: it sets RANK,
+                # WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT for its process.
+                env = dict(os.environ, GRADLANE_DEVICE=device, GRADLANE_REPLICA="0", GRADLANE_JOB_KEY=key,
+                           GRADLANE_METRICS="127.0.0.1:9480")
                 log = open(os.path.join(out, f"rank{rank}.log"), "w")
-                ranks.append((subprocess.Popen([sys.executable, os.path.join(HERE, "torch_job.py"), out], env=env,
+                # --redirects/--tee: Debian 12's torchrun (torch 1.13 on Python 3.11) fails at
+                # start with their default "0" (Std.from_str returns None there).
+                torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes=3", f"--node_rank={rank}",
+                            "--nproc_per_node=1", f"--master_addr={addr0}", "--master_port=29510", "--redirects=1",
+                            "--tee=1"]
+                ranks.append((subprocess.Popen(torchrun + [os.path.join(HERE, "torch_job.py"), out, "sync"], env=env,
                                                stdout=log, stderr=subprocess.STDOUT), log))
             timed_out = []
             for rank, (process, log) in enumerate(ranks):
@@ -63,6 +71,12 @@ class TorchJob(unittest.TestCase):
             self.assertTrue(w["grads_in_buffer"])
             self.assertEqual(w["dropped"], 0)
             self.assertLess(w["losses"][-1], 0.5 * w["losses"][0], w["losses"])
+            # Sync: a step ends when both workers' gradients of it are applied.
+            self.assertEqual(w["version"], 2 * STEPS)
+            self.assertIn(f'gradlane_worker_pushes_total{{outcome="acknowledged",worker="{w["worker"]}"}} {STEPS}',
+                          w["metrics"])
+        # Both pulled the model after the last step's two gradients: the same floats.
+        self.assertEqual(workers[0]["params"], workers[1]["params"])
 
 
 if __name__ == "__main__":
