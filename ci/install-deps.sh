@@ -35,9 +35,12 @@ readonly FORMAT_DEPS=(clang-format)
 # Not rdma-core: it only carries udev rules and daemons, and Depends: udev pulls systemd in.
 # libibverbs1/librdmacm1 and the rxe provider come with ibverbs-providers and the utils.
 # xz-utils: ci/softroce.sh unpacks the kernel's vmlinux to boot it without SeaBIOS (3 s less).
+# openmpi-bin, slurmd/slurmctld/slurm-client/munge: the launcher tests start a job with mpirun and
+# with srun on a one-node Slurm cluster inside the harness (tests/python/launchers_softroce_test.py).
 readonly HARNESS_DEPS=(
   qemu-system-x86 busybox-static kmod cpio gzip xz-utils iproute2
   ibverbs-providers ibverbs-utils rdmacm-utils perftest
+  openmpi-bin slurmd slurmctld slurm-client munge
 )
 
 log() { printf 'install-deps: %s\n' "$*" >&2; }

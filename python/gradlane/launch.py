@@ -77,25 +77,62 @@ def from_env(env=None, replica=None):
     if size < (3 if replica else 2):
         raise error(f"{size} ranks: gradlane needs a server{', a replica' if replica else ''} and at least one "
                     f"worker ({3 if replica else 2} ranks){'; or GRADLANE_REPLICA=0' if replica else ''}")
-    addr = env.get("MASTER_ADDR") or env.get("GRADLANE_MASTER_ADDR")
-    if not addr:
-        raise error(f"{name} gave no MASTER_ADDR: set MASTER_ADDR (or GRADLANE_MASTER_ADDR) to rank 0's address")
+    addr = env.get("MASTER_ADDR") or env.get("GRADLANE_MASTER_ADDR") or ""
+    if not addr and not env.get("GRADLANE_RENDEZVOUS", "").startswith("file:"):
+        raise error(f"{name} gave no MASTER_ADDR: set MASTER_ADDR (or GRADLANE_MASTER_ADDR) to rank 0's address, "
+                    "or GRADLANE_RENDEZVOUS=file:DIR to a directory every rank sees")
     port = _integer(env, "MASTER_PORT") if "MASTER_PORT" in env else DEFAULT_PORT
     return Launch(name, rank, size, local, addr, port, replica)
 
 
+class DirectoryStore:
+    """The rendezvous as files in a directory every rank sees (GRADLANE_RENDEZVOUS=file:DIR): a key
+    is a file written whole (a temporary file renamed), get() waits for it. Pure Python, so a job
+    without torch (mpirun, srun) imports none. DIR must be new for each job: a key left by an
+    earlier one would be read as this one's (name it after the job, e.g. $SLURM_JOB_ID)."""
+
+    def __init__(self, path, timeout_s):
+        self.path, self.timeout_s = path, timeout_s
+        os.makedirs(path, exist_ok=True)
+
+    def _file(self, key):
+        return os.path.join(self.path, key.replace("%", "%25").replace("/", "%2F"))
+
+    def set(self, key, value):
+        data = value.encode() if isinstance(value, str) else bytes(value)
+        temporary = f"{self._file(key)}.{os.getpid()}.partial"
+        with open(temporary, "wb") as f:
+            f.write(data)
+        os.replace(temporary, self._file(key))
+
+    def get(self, key):
+        import time
+
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                with open(self._file(key), "rb") as f:
+                    return f.read()
+            except FileNotFoundError:
+                if time.monotonic() > deadline:
+                    raise error(f"rendezvous: no rank published {key!r} in {self.path} within {self.timeout_s:.0f} s "
+                                "(is the server rank running, and the directory shared by every rank?)",
+                                "timeout") from None
+                time.sleep(0.01)
+
+
 def rendezvous(launch, timeout_s=120.0):
     """The key-value store the ranks meet at: torch's TCPStore hosted by rank 0 at MASTER_ADDR and
-    MASTER_PORT + 1 (torchrun's own store keeps MASTER_PORT), or a FileStore at
-    GRADLANE_RENDEZVOUS=file:PATH (a shared file system)."""
+    MASTER_PORT + 1 (torchrun's own store keeps MASTER_PORT), or a DirectoryStore at
+    GRADLANE_RENDEZVOUS=file:DIR (a directory every rank sees; no torch needed)."""
+    spec = os.environ.get("GRADLANE_RENDEZVOUS", "")
+    if spec.startswith("file:"):
+        return DirectoryStore(spec[len("file:"):], timeout_s)
+    if spec:
+        raise error(f"GRADLANE_RENDEZVOUS={spec!r}: give file:DIR, or leave it unset for a TCP store at MASTER_ADDR")
     import datetime
 
     import torch.distributed as dist
 
-    timeout = datetime.timedelta(seconds=timeout_s)
-    spec = os.environ.get("GRADLANE_RENDEZVOUS", "")
-    if spec.startswith("file:"):
-        return dist.FileStore(spec[len("file:"):], launch.world_size)
-    if spec:
-        raise error(f"GRADLANE_RENDEZVOUS={spec!r}: give file:PATH, or leave it unset for a TCP store at MASTER_ADDR")
-    return dist.TCPStore(launch.master_addr, launch.master_port + 1, launch.world_size, launch.rank == 0, timeout)
+    return dist.TCPStore(launch.master_addr, launch.master_port + 1, launch.world_size, launch.rank == 0,
+                         datetime.timedelta(seconds=timeout_s))

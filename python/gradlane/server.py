@@ -50,6 +50,19 @@ def metrics_from_env(job):
     return exporter
 
 
+def publish_model(store, initial, lr, momentum=0.0, mode="fifo"):
+    """What the first worker publishes for the server to start from: the model's floats (a float32
+    numpy array), and the SGD rule it applies."""
+    store.set(SGD, json.dumps({"lr": lr, "momentum": momentum, "mode": mode}))
+    store.set(INITIAL, initial.astype(np.float32).tobytes())
+    store.set(FLOATS, str(initial.size))
+
+
+def addresses(store, job):
+    """(the server's ADDRESS:PORT, the replica's or None), once they published them."""
+    return store.get(SERVER_AT).decode(), store.get(REPLICA_AT).decode() if job.replica else None
+
+
 def model_from(store, workers):
     """(floats, initial model, learning rate, momentum) as the first worker published them; in sync
     mode each gradient is applied at lr / workers, so a step moves the model by their average."""

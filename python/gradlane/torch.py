@@ -23,7 +23,6 @@ accumulates straight into what the NIC writes) and its .data a view of the model
 READs into, so neither step copies a byte. `copies` counts the parameters whose gradient autograd
 put elsewhere (copied back before the push); it stays 0 unless something replaced a .grad.
 """
-import json
 import os
 import time
 import warnings
@@ -71,12 +70,8 @@ class DistributedOptimizer:
         self.store = launch.rendezvous(job, timeout_s=max(timeout, 120.0))
         if job.worker_id == 1:  # what the server starts from: this worker's initial values
             initial = torch.cat([p.detach().reshape(-1) for p in self.params]).numpy()
-            self.store.set(_server.SGD, json.dumps({"lr": group["lr"], "momentum": group.get("momentum", 0.0),
-                                                    "mode": mode}))
-            self.store.set(_server.INITIAL, initial.tobytes())
-            self.store.set(_server.FLOATS, str(floats))
-        server_at = self.store.get(_server.SERVER_AT).decode()
-        replica_at = self.store.get(_server.REPLICA_AT).decode() if job.replica else None
+            _server.publish_model(self.store, initial, group["lr"], group.get("momentum", 0.0), mode)
+        server_at, replica_at = _server.addresses(self.store, job)
         sidecar = os.environ.get("GRADLANE_SIDECAR") if mode == "gradlane" else None
         if mode == "gradlane" and not sidecar:
             raise launch.error("mode 'gradlane' asks the host's gradlaned for every push: set GRADLANE_SIDECAR to "

@@ -1,5 +1,7 @@
 """gradlane.launch: the launchers' environments read into ranks and roles, and what is missing
 said as a gradlane.Error. Pure Python; run with the package's other tests."""
+import os
+import tempfile
 import unittest
 
 import gradlane
@@ -41,6 +43,29 @@ class FromEnv(unittest.TestCase):
                 launch.from_env(env)
             self.assertIn(said, str(raised.exception))
             self.assertEqual(raised.exception.code, "invalid_argument")
+
+    def test_a_rendezvous_directory_stands_for_master_addr(self):
+        job = launch.from_env({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "3",
+                               "GRADLANE_RENDEZVOUS": "file:/shared/job-7"})
+        self.assertEqual((job.launcher, job.role, job.master_addr), ("Open MPI", "replica", ""))
+
+
+class DirectoryStore(unittest.TestCase):
+    def test_a_key_set_by_one_rank_is_what_another_gets(self):
+        with tempfile.TemporaryDirectory() as where:
+            server, worker = launch.DirectoryStore(where, 5), launch.DirectoryStore(where, 5)
+            server.set("gradlane/server", "198.18.0.10:7950")
+            worker.set("gradlane/initial", b"\x00\x01")
+            self.assertEqual(worker.get("gradlane/server"), b"198.18.0.10:7950")
+            self.assertEqual(server.get("gradlane/initial"), b"\x00\x01")
+            self.assertEqual(sorted(os.listdir(where)), ["gradlane%2Finitial", "gradlane%2Fserver"])
+
+    def test_a_key_nobody_set_is_a_timeout_naming_it(self):
+        with tempfile.TemporaryDirectory() as where:
+            with self.assertRaises(gradlane.Error) as raised:
+                launch.DirectoryStore(where, 0.05).get("gradlane/server")
+            self.assertEqual(raised.exception.code, "timeout")
+            self.assertIn("gradlane/server", str(raised.exception))
 
 
 if __name__ == "__main__":

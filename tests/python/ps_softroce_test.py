@@ -15,16 +15,11 @@ import numpy as np
 
 import gradlane
 
+from emulated_hosts import hosts
+
 FLOATS = 4096
 STEPS = 12
 LR = 0.05
-
-
-def hosts():
-    pairs = os.environ.get("GRADLANE_HOSTS", "").split()
-    if len(pairs) < 3:
-        raise unittest.SkipTest("needs three emulated hosts: run inside ci/softroce.sh --hosts 3")
-    return [tuple(p.split(",")) for p in pairs]
 
 
 # The job's key, as a launcher gives every process of the job (run_tests.py runs each case on

@@ -14,15 +14,10 @@ import sys
 import tempfile
 import unittest
 
+from emulated_hosts import hosts
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEPS = 20  # torch_job.STEPS
-
-
-def hosts():
-    pairs = os.environ.get("GRADLANE_HOSTS", "").split()
-    if len(pairs) < 3:
-        raise unittest.SkipTest("needs three emulated hosts: run inside ci/softroce.sh --hosts 3")
-    return [tuple(p.split(",")) for p in pairs]
 
 
 class TorchJob(unittest.TestCase):
