@@ -223,6 +223,14 @@ void bind_worker(py::module_& m) {
           },
           "Reads a consistent snapshot of the model into .model.")
       .def(
+          "server_version",
+          [](ps::Worker& w) {
+            const py::gil_scoped_release unlocked;
+            return w.server_version();
+          },
+          "The server's model version, with one small READ of the shard's header and no model transfer: for "
+          "waiting on a version (a synchronous step's barrier).")
+      .def(
           "push",
           [](ps::Worker& w, std::uint64_t computed_on, std::uint64_t tag) {
             const py::gil_scoped_release unlocked;

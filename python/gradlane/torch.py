@@ -130,14 +130,15 @@ class DistributedOptimizer:
         return pushed
 
     def _pull_sync(self):
-        """Pulls until the server applied every worker's gradient of this step (version steps x
-        workers), or raises after `timeout` naming how many are missing."""
+        """Waits until the server applied every worker's gradient of this step (version steps x
+        workers), reading only its version, then pulls; raises after `timeout` naming how many
+        are missing."""
         target = self.steps * self.job.workers
         deadline = time.monotonic() + self.timeout
         while True:
-            version = self.worker.pull().version
+            version = self.worker.server_version()
             if version >= target:
-                return version
+                return self.worker.pull().version
             if time.monotonic() > deadline:
                 raise launch.error(f"sync step {self.steps}: waited {self.timeout:.0f} s for the server's version "
                                    f"{target}, it is at {version}: {target - version} of the step's "

@@ -1,0 +1,150 @@
+"""gradlane vs DistributedDataParallel on the emulated hosts, side by side: the Fashion-MNIST
+example (fashion_mnist.py) started by torchrun on each host, through gradlane (rank 0 the server
+on host 0, workers on hosts 1 and 2; modes sync and fifo) and with DDP over gloo (the same two
+workers). Protocol: each kind's learning rate tuned on the validation split (--tune-seeds, the
+grid --lrs; the fastest median time to --tune-target, first sustained crossing), frozen to
+--frozen before any test run, then the test seeds on the test split. Prints and writes (JSON
+lines, --out) each run's time to the targets, final accuracy, and the bytes across the hosts'
+links; --report-only summarises a runs file.
+    bash ci/softroce.sh --hosts 3 -- python3 examples/pytorch/compare.py --build build --out runs.jsonl
+"""
+import argparse
+import base64
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def link_bytes(host):
+    """Bytes received and sent on emulated host `host`'s interface (hI)."""
+    base = f"/sys/class/net/h{host}/statistics"
+    return tuple(int(open(f"{base}/{kind}_bytes").read()) for kind in ("rx", "tx"))
+
+
+def time_to(curve, target):
+    """Seconds to the first evaluation at or above `target` after which the next two stay there."""
+    for i, point in enumerate(curve):
+        if all(p["accuracy"] >= target for p in curve[i:i + 3]) and len(curve[i:i + 3]) == 3:
+            return point["seconds"]
+    return None
+
+
+def run(kind, hosts, args, lr, seed, split, scratch):
+    """One job: kind 'gradlane-MODE' or 'ddp'; returns its record."""
+    ddp = kind == "ddp"
+    nodes = hosts[1:3] if ddp else hosts[:3]
+    out = os.path.join(scratch, f"{kind}-lr{lr}-seed{seed}-{split}.json")
+    key = base64.b64encode(os.urandom(24)).decode()
+    before = [link_bytes(h) for h in range(3)]
+    ranks = []
+    for rank, (device, _) in enumerate(nodes):
+        env = dict(os.environ, GRADLANE_DEVICE=device, GRADLANE_REPLICA="0", GRADLANE_JOB_KEY=key,
+                   PYTHONPATH=os.path.join(args.build, "python"))
+        command = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={len(nodes)}", f"--node_rank={rank}",
+                   "--nproc_per_node=1", f"--master_addr={nodes[0][1]}", f"--master_port={args.port}",
+                   "--redirects=1", "--tee=1", os.path.join(HERE, "fashion_mnist.py"), "--lr", str(lr), "--seed",
+                   str(seed), "--steps", str(args.steps), "--eval-every", str(args.eval_every), "--split", split,
+                   "--out", out]
+        command += ["--ddp"] if ddp else ["--mode", kind.split("-", 1)[1]]
+        ranks.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    args.port += 2
+    said = [r.communicate(timeout=args.timeout)[0] for r in ranks]
+    after = [link_bytes(h) for h in range(3)]
+    if any(r.returncode != 0 for r in ranks) or not os.path.exists(out):
+        sys.exit(f"{kind} lr {lr} seed {seed} failed:\n" + "\n".join(said))
+    curve = json.load(open(out))["curve"]
+    return {"kind": kind, "lr": lr, "seed": seed, "split": split, "curve": curve, "final": curve[-1]["accuracy"],
+            "bytes_in": [a[0] - b[0] for a, b in zip(after, before)],
+            "bytes_out": [a[1] - b[1] for a, b in zip(after, before)]}
+
+
+def record(args, rec):
+    print(json.dumps({k: v for k, v in rec.items() if k != "curve"}), flush=True)
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+
+def report(runs, frozen, targets):
+    """The test runs' table: per kind the median and range of the time to each target, the final
+    accuracy, and the bytes into host 0 and out of the workers' hosts."""
+    lines = ["| kind | lr | " + " | ".join(f"time to {t} (s): median [range]" for t in targets)
+             + " | final accuracy | MB into host 0 | MB out of hosts 1+2 |", "|---" * (5 + len(targets)) + "|"]
+    for kind, lr in frozen["lrs"].items():
+        mine = [r for r in runs if r["kind"] == kind and r["split"] == "test" and r["lr"] == lr]
+        if not mine:
+            continue
+        cells = []
+        for t in targets:
+            times = [time_to(r["curve"], t) for r in mine]
+            got = [x for x in times if x is not None]
+            cells.append(f"{statistics.median(got):.1f} [{min(got):.1f}–{max(got):.1f}]"
+                         + (f" ({len(times) - len(got)} never)" if len(got) < len(times) else "") if got else "never")
+        final = statistics.median(r["final"] for r in mine)
+        into = statistics.median(r["bytes_in"][0] for r in mine) / 1e6
+        out = statistics.median(r["bytes_out"][1] + r["bytes_out"][2] for r in mine) / 1e6
+        lines.append(f"| {kind} | {lr} | " + " | ".join(cells) + f" | {final:.3f} | {into:.1f} | {out:.1f} |")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--build", default="build")
+    parser.add_argument("--kinds", default="gradlane-sync,gradlane-fifo,ddp")
+    parser.add_argument("--lrs", default="0.03,0.1,0.3", help="the tuning grid")
+    parser.add_argument("--tune-seeds", default="101")
+    parser.add_argument("--tune-target", type=float, default=0.70)
+    parser.add_argument("--seeds", default="1,2,3", help="test seeds")
+    parser.add_argument("--targets", default="0.65,0.70")
+    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--port", type=int, default=29600)
+    parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--frozen", default="frozen.json")
+    parser.add_argument("--out", default="runs.jsonl")
+    parser.add_argument("--report-only", action="store_true")
+    args = parser.parse_args()
+    targets = [float(t) for t in args.targets.split(",")]
+    if args.report_only:
+        runs = [json.loads(line) for line in open(args.out)]
+        print(report(runs, json.load(open(args.frozen)), targets))
+        return
+    hosts = [tuple(p.split(",")) for p in os.environ.get("GRADLANE_HOSTS", "").split()]
+    if len(hosts) < 3:
+        sys.exit("needs three emulated hosts: bash ci/softroce.sh --hosts 3 -- python3 examples/pytorch/compare.py")
+    kinds = args.kinds.split(",")
+    with tempfile.TemporaryDirectory() as scratch:
+        runs = []
+        if not os.path.exists(args.frozen):  # tune, then freeze before any test run
+            lrs = {}
+            for kind in kinds:
+                scores = []
+                for lr in (float(x) for x in args.lrs.split(",")):
+                    times = []
+                    for seed in (int(s) for s in args.tune_seeds.split(",")):
+                        rec = run(kind, hosts, args, lr, seed, "validation", scratch)
+                        record(args, rec)
+                        reached = time_to(rec["curve"], args.tune_target)
+                        times.append(reached if reached is not None else float("inf"))
+                    scores.append((statistics.median(times), lr))
+                lrs[kind] = min(scores)[1]
+            with open(args.frozen, "w") as f:
+                json.dump({"lrs": lrs, "test_seeds": args.seeds, "targets": args.targets, "steps": args.steps,
+                           "tune_seeds": args.tune_seeds, "tune_target": args.tune_target, "grid": args.lrs}, f)
+        frozen = json.load(open(args.frozen))
+        for seed in (int(s) for s in frozen["test_seeds"].split(",")):
+            for kind in kinds:
+                rec = run(kind, hosts, args, frozen["lrs"][kind], seed, "test", scratch)
+                record(args, rec)
+                runs.append(rec)
+    print(report(runs, frozen, targets))
+
+
+if __name__ == "__main__":
+    main()
