@@ -108,6 +108,7 @@ def main():
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--frozen", default="frozen.json")
     parser.add_argument("--out", default="runs.jsonl")
+    parser.add_argument("--tune-only", action="store_true", help="tune and write --frozen (commit it), then stop")
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args()
     targets = [float(t) for t in args.targets.split(",")]
@@ -137,6 +138,9 @@ def main():
             with open(args.frozen, "w") as f:
                 json.dump({"lrs": lrs, "test_seeds": args.seeds, "targets": args.targets, "steps": args.steps,
                            "tune_seeds": args.tune_seeds, "tune_target": args.tune_target, "grid": args.lrs}, f)
+        if args.tune_only:
+            print(f"frozen: {open(args.frozen).read()}")
+            return
         frozen = json.load(open(args.frozen))
         for seed in (int(s) for s in frozen["test_seeds"].split(",")):
             for kind in kinds:
