@@ -58,6 +58,16 @@ def publish_model(store, initial, lr, momentum=0.0, mode="fifo"):
     store.set(FLOATS, str(initial.size))
 
 
+def check_model(store, floats):
+    """Raises gradlane.Error if the job's model (as the first worker published it) is not `floats`
+    floats: this worker's parameters differ from the first's (another model definition, a layer
+    resized), and its pushes would be refused or, worse, mean something else."""
+    published = int(store.get(FLOATS).decode())
+    if published != floats:
+        raise launch.error(f"this worker's parameters hold {floats} floats, the job's model {published} (as the "
+                           "first worker published it): every worker must build the same model", "invalid_argument")
+
+
 def addresses(store, job):
     """(the server's ADDRESS:PORT, the replica's or None), once they published them."""
     return store.get(SERVER_AT).decode(), store.get(REPLICA_AT).decode() if job.replica else None

@@ -71,6 +71,7 @@ class DistributedOptimizer:
         if job.worker_id == 1:  # what the server starts from: this worker's initial values
             initial = torch.cat([p.detach().reshape(-1) for p in self.params]).numpy()
             _server.publish_model(self.store, initial, group["lr"], group.get("momentum", 0.0), mode)
+        _server.check_model(self.store, floats)
         server_at, replica_at = _server.addresses(self.store, job)
         sidecar = os.environ.get("GRADLANE_SIDECAR") if mode == "gradlane" else None
         if mode == "gradlane" and not sidecar:

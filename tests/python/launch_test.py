@@ -60,6 +60,19 @@ class DirectoryStore(unittest.TestCase):
             self.assertEqual(server.get("gradlane/initial"), b"\x00\x01")
             self.assertEqual(sorted(os.listdir(where)), ["gradlane%2Finitial", "gradlane%2Fserver"])
 
+    def test_a_worker_whose_model_differs_from_the_published_one_is_told_before_it_connects(self):
+        import numpy as np
+
+        import gradlane.server as gs
+
+        with tempfile.TemporaryDirectory() as where:
+            store = launch.DirectoryStore(where, 5)
+            gs.publish_model(store, np.zeros(10, dtype=np.float32), lr=0.1)
+            gs.check_model(store, 10)
+            with self.assertRaises(gradlane.Error) as raised:
+                gs.check_model(store, 12)
+            self.assertIn("12 floats, the job's model 10", str(raised.exception))
+
     def test_a_key_nobody_set_is_a_timeout_naming_it(self):
         with tempfile.TemporaryDirectory() as where:
             with self.assertRaises(gradlane.Error) as raised:
