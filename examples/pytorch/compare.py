@@ -5,8 +5,11 @@ workers). Protocol: each kind's learning rate tuned on the validation split (--t
 grid --lrs; the fastest median time to --tune-target, first sustained crossing), frozen to
 --frozen before any test run, then the test seeds on the test split. Prints and writes (JSON
 lines, --out) each run's time to the targets, final accuracy, and the bytes across the hosts'
-links; --report-only summarises a runs file.
-    bash ci/softroce.sh --hosts 3 -- python3 examples/pytorch/compare.py --build build --out runs.jsonl
+links; --report-only summarises a runs file. Both files default to GRADLANE_OUT_DIR, the harness's
+results directory (SOFTROCE_OUT on the host).
+    SOFTROCE_OUT=out/pytorch-compare bash ci/softroce.sh --hosts 3 -- python3 examples/pytorch/compare.py --tune-only
+    (commit frozen.json)
+    SOFTROCE_OUT=out/pytorch-compare bash ci/softroce.sh --hosts 3 -- python3 examples/pytorch/compare.py
 """
 import argparse
 import base64
@@ -106,8 +109,10 @@ def main():
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--port", type=int, default=29600)
     parser.add_argument("--timeout", type=float, default=1800)
-    parser.add_argument("--frozen", default="frozen.json")
-    parser.add_argument("--out", default="runs.jsonl")
+    # Inside the harness only GRADLANE_OUT_DIR reaches the host (the rest is a RAM overlay).
+    here = os.environ.get("GRADLANE_OUT_DIR", ".")
+    parser.add_argument("--frozen", default=os.path.join(here, "frozen.json"))
+    parser.add_argument("--out", default=os.path.join(here, "runs.jsonl"))
     parser.add_argument("--tune-only", action="store_true", help="tune and write --frozen (commit it), then stop")
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args()
