@@ -9,6 +9,7 @@ nothing is copied on the way.
     bash ci/softroce.sh --hosts 3 -- /usr/bin/python3 perf/python/push_bench.py --build build
 """
 import argparse
+import base64
 import json
 import os
 import statistics
@@ -19,8 +20,10 @@ import time
 
 
 def cpp_worker(args, tool, device, server, out):
-    subprocess.run([tool, "--role", "worker", "-d", device, "--server", server, "-n", str(args.iters), "-s",
-                    str(args.size), "--id", "1", "--out_json", out], check=True, capture_output=True, timeout=600)
+    done = subprocess.run([tool, "--role", "worker", "-d", device, "--server", server, "-n", str(args.iters), "-s",
+                           str(args.size), "--id", "1", "--out_json", out], capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        sys.exit(f"the C++ worker failed:\n{done.stdout}{done.stderr}")
     rows = json.load(open(out))["results"]
     row = rows[0] if isinstance(rows, list) else rows
     return row["bw_avg"]
@@ -52,6 +55,8 @@ def main():
     if len(hosts) < 3:
         sys.exit("needs three emulated hosts: bash ci/softroce.sh --hosts 3 -- python3 perf/python/push_bench.py")
     tool = os.path.join(args.build, "perf", "ps", "gradlane_ps_push_bw")
+    if not (os.environ.get("GRADLANE_JOB_KEY") or os.environ.get("GRADLANE_JOB_KEY_FILE")):
+        os.environ["GRADLANE_JOB_KEY"] = base64.b64encode(os.urandom(24)).decode()  # one job: every role
     (dev0, addr0), _, (dev2, _) = hosts[:3]
     results = {"cpp": [], "python": []}
     with tempfile.TemporaryDirectory() as scratch:
