@@ -93,7 +93,8 @@ std::vector<prometheus::MetricFamily> DaemonMetrics::Collect() const {
                         : means.size() % 2 == 1 ? means[means.size() / 2]
                                                 : (means[means.size() / 2 - 1] + means[means.size() / 2]) / 2;
   for (const auto& [sender, h] : record_.push_seconds()) {
-    const metrics::Labels labels{{"sender", std::to_string(sender)}};
+    const metrics::Labels labels{
+        {"sender", sender == ScheduleRecord::kOtherSenders ? std::string("other") : std::to_string(sender)}};
     push.metric.push_back(h.metric(labels));
     if (h.count() > 0 && median > 0) add_gauge(score, labels, h.sum() / static_cast<double>(h.count()) / median);
   }

@@ -41,7 +41,9 @@ void ScheduleRecord::decided(const sched::Outcome& outcome) {
 
 void ScheduleRecord::settled(std::uint32_t sender, sched::Nanos took) {
   auto it = push_seconds_.find(sender);
-  if (it == push_seconds_.end()) it = push_seconds_.emplace(sender, metrics::Histogram(kPushBounds)).first;
+  if (it == push_seconds_.end()) {
+    it = push_seconds_.try_emplace(push_seconds_.size() < kMaxSenders ? sender : kOtherSenders, kPushBounds).first;
+  }
   it->second.observe(std::chrono::duration<double>(took).count());
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 
@@ -25,9 +26,15 @@ struct OutcomeCounts {
 
 class ScheduleRecord {
  public:
+  // Senders are apps' declared endpoints: past this many, the rest share the `kOtherSenders`
+  // histogram, so attaching under ever new endpoints cannot grow the record without bound.
+  static constexpr std::size_t kMaxSenders = 1024;
+  static constexpr std::uint32_t kOtherSenders = 0xFFFFFFFF;
+
   ScheduleRecord();
   void decided(const sched::Outcome& outcome);
-  // A push of `sender` settled `took` after its submission.
+  // A push of `sender` settled `took` after its submission (counted under kOtherSenders once
+  // kMaxSenders others are known).
   void settled(std::uint32_t sender, sched::Nanos took);
 
   const OutcomeCounts& counts() const noexcept { return counts_; }

@@ -62,5 +62,15 @@ TEST(DaemonMetrics, CountDecisionsAndScoreTheSenderWhosePushesTakeLongest) {
   EXPECT_LT(fast_score, 1.0) << text;
 }
 
+TEST(ScheduleRecord, SendersPastTheBoundShareOneHistogram) {
+  ScheduleRecord record;
+  const std::size_t senders = ScheduleRecord::kMaxSenders + 6;
+  for (std::uint32_t sender = 1; sender <= senders; ++sender) record.settled(sender, std::chrono::milliseconds(1));
+  record.settled(1, std::chrono::milliseconds(1));  // a known sender keeps its own
+  EXPECT_EQ(record.push_seconds().size(), ScheduleRecord::kMaxSenders + 1);
+  EXPECT_EQ(record.push_seconds().at(ScheduleRecord::kOtherSenders).count(), 6U);
+  EXPECT_EQ(record.push_seconds().at(1).count(), 2U);
+}
+
 }  // namespace
 }  // namespace gradlane::sidecar::test
