@@ -7,7 +7,7 @@
 # replica bitwise equal at equal versions, no acknowledged update lost.
 #   bash examples/train-faults.sh [BUILD_DIR] [SEED=1] [FAULTS="kill:server kill:replica ..."]
 #        [WORKERS=3] [STEPS=150] [OUT=perf/results/train-faults] [RUNS=out/train-faults/runs]
-#        [GRANT_WINDOWS=1]
+#        [GRANT_WINDOWS=1] [AT=VERSION: every fault at this server version, to rerun a row]
 # Faults (KIND:TARGET): kill:ROLE, stop:ROLE (SIGSTOP 6 s, SIGCONT), restart:workerI (SIGKILL,
 # started again 1 s later from its next step: it must rejoin), link:HOST (down 4 s, up),
 # netem:HOST (loss 10% delay 20ms, 5 s); ROLE = server | replica | workerI | aggregator;
@@ -26,12 +26,12 @@ ROOT=$(dirname "$HERE")
 BUILD=build
 if [[ $# -gt 0 && $1 != *=* ]]; then BUILD=$1; shift; fi
 BUILD=$(cd "$BUILD" && pwd)
-SEED=1 WORKERS=3 STEPS=150 OUT=$ROOT/perf/results/train-faults GRANT_WINDOWS=0 RUNS=''
+SEED=1 WORKERS=3 STEPS=150 OUT=$ROOT/perf/results/train-faults GRANT_WINDOWS=0 RUNS='' AT=''
 FAULTS="kill:server kill:server@gradlane kill:replica kill:worker1 restart:worker1 stop:worker2 link:2 link:0 netem:0 kill:aggregator stop:aggregator kill:gradlaned-a restart:gradlaned-a kill:gradlaned-b restart:gradlaned-b replace:server replace:server@gradlane restart:aggregator restart:aggregator@gradlane link:2@aggregate link:2@gradlane"
 for setting in "$@"; do
   case $setting in
-    SEED=*|FAULTS=*|WORKERS=*|STEPS=*|OUT=*|RUNS=*|GRANT_WINDOWS=*) declare "$setting" ;;
-    *) echo "train-faults.sh: settings are SEED, FAULTS, WORKERS, STEPS, OUT, RUNS, GRANT_WINDOWS; got '$setting'" >&2; exit 2 ;;
+    SEED=*|FAULTS=*|WORKERS=*|STEPS=*|OUT=*|RUNS=*|GRANT_WINDOWS=*|AT=*) declare "$setting" ;;
+    *) echo "train-faults.sh: settings are SEED, FAULTS, WORKERS, STEPS, OUT, RUNS, GRANT_WINDOWS, AT; got '$setting'" >&2; exit 2 ;;
   esac
 done
 [[ -x $BUILD/trainer/gradlane_train ]] || { echo "train-faults.sh: build $BUILD/trainer/gradlane_train first" >&2; exit 2; }
@@ -99,7 +99,7 @@ for spec in $FAULTS; do
   # aggregate mode a version holds WORKERS pushes.
   at=$((80 + RANDOM % 120))
   [[ $mode == aggregate ]] && at=$((at / WORKERS))
-  at=v$at
+  at=v${AT:-$at}
   # A restarted worker loads the dataset again (~3 s in the emulator) before it connects: the
   # job must outlast that, or the others finish first and there is nothing left to rejoin.
   steps=$STEPS

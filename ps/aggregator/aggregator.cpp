@@ -245,9 +245,10 @@ void Aggregator::State::forward_group() {
   history.push_back(std::move(update));
 }
 
-PushResult Aggregator::State::push_forward(std::uint64_t computed_on, std::uint64_t tag) {
+template <typename Push>
+PushResult Aggregator::State::rejoining_if_out_of_reach(Push&& push) {
   try {
-    return forward.push(computed_on, tag);
+    return push();
   } catch (const Error& e) {
     if (options.rejoin_within.count() == 0 || !out_of_reach(e)) throw;
     rejoin_forward(e);
@@ -255,6 +256,14 @@ PushResult Aggregator::State::push_forward(std::uint64_t computed_on, std::uint6
     lost.lost = true;
     return lost;
   }
+}
+
+PushResult Aggregator::State::push_forward(std::uint64_t computed_on, std::uint64_t tag) {
+  return rejoining_if_out_of_reach([&] { return forward.push(computed_on, tag); });
+}
+
+PushResult Aggregator::State::write_forward(std::uint64_t sequence, std::uint64_t token) {
+  return rejoining_if_out_of_reach([&] { return forward.write_as(sequence, token); });
 }
 
 // The forward lost the server and the replica (a link down): a new connection to the running

@@ -169,7 +169,7 @@ void Aggregator::State::forward_aggregate(const DueAggregate& due) {
   sum_in_order(forward.gradient(), parts);
   const std::uint64_t forward_copied = forward.bytes_copied();
   wait_for_slot(due.slot_start);
-  const PushResult pushed = forward.write_as(due.sequence, due.token);
+  const PushResult pushed = write_forward(due.sequence, due.token);
   sidecar->complete_aggregate(due.aggregate, pushed.wire_time, /*failed=*/pushed.lost);
   stats.bytes_copied += forward.bytes_copied() - forward_copied + (came == 1 ? ring->slot_bytes() : 0);
   AggregatedUpdate update;

@@ -95,9 +95,12 @@ struct Aggregator::State {
   std::size_t collect();
   bool group_due() const;
   void forward_group();
-  // forward.push(), or, with rejoin_within, a lost push once the forward has connected to the
-  // job again after losing server and replica.
+  // forward.push() (direct mode) or forward.write_as() (sidecar mode), or, with rejoin_within,
+  // a lost push once the forward has connected to the job again after losing its server.
   PushResult push_forward(std::uint64_t computed_on, std::uint64_t tag);
+  PushResult write_forward(std::uint64_t sequence, std::uint64_t token);
+  template <typename Push>
+  PushResult rejoining_if_out_of_reach(Push&& push);
   void rejoin_forward(const Error& why);
   std::size_t progress_direct();
 

@@ -108,8 +108,23 @@ PushResult Worker::State::write(std::uint64_t sequence, Clock::time_point deadli
   result.sequence = sequence;
   result.wire_time = Clock::now() - start;
   if (floors && refused_below_floor(sequence, kFloorAt)) result.lost = true;
+  if (floors && failovers > 0 && header_copy_word(kFloorAt) == 0) result.lost = wrote_to_unpromoted_replica(sequence);
   if (mirrored && refused_below_floor(sequence, kReplicaFloorAt)) result.lost = true;
   return result;
+}
+
+bool Worker::State::wrote_to_unpromoted_replica(std::uint64_t sequence) {
+  const auto since = Clock::now() - failed_over_at.value_or(Clock::now());
+  if (since < options.failover_patience) {
+    std::fprintf(stderr,
+                 "gradlane ps worker %u: sequence %llu written to %s, a replica not promoted (yet): reported lost\n",
+                 options.id, static_cast<unsigned long long>(sequence), server.describe().c_str());
+    return true;
+  }
+  throw Error(Errc::unreachable,
+              fmt::format("{}: the replica this worker failed over to was not promoted within {} ms (its server "
+                          "lives; our link to the server failed): reconnect to the server",
+                          server.describe(), options.failover_patience.count()));
 }
 
 std::uint64_t Worker::State::header_copy_word(std::size_t at) const {

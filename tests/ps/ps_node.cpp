@@ -366,58 +366,67 @@ int run_worker(const Args& a) {
       }
     }
   };
-  for (std::uint64_t step = first_step; step < updates; ++step) {
-    if (pace_ms != 0) std::this_thread::sleep_for(std::chrono::milliseconds(pace_ms));
-    const gradlane::ps::PullResult pulled = worker.pull();
-    retries += pulled.attempts - 1;
-    // Only a failover may take the version back (the replica may lag the dead server by a few).
-    if (pulled.version < last_version && worker.failovers() == 0) {
-      throw std::runtime_error("the model version went backwards");
+  // Written however the run ends: a worker that gave up (exit 1) still says what it acknowledged.
+  const auto report = [&](bool settled, const std::string& error) {
+    std::ofstream(a.text("out") + "/worker" + a.text("id") + ".json")
+        << "{\"pushes\":" << updates << ",\"dropped\":" << dropped << ",\"lost\":" << lost << ",\"expired\":" << expired
+        << ",\"delivered\":[" << delivered << "],\"undelivered\":[" << undelivered
+        << "],\"unsettled\":" << (settled ? 0 : worker.members_pending()) << ",\"failovers\":" << worker.failovers()
+        << ",\"bytes_copied\":" << worker.bytes_copied() << ",\"torn\":" << torn << ",\"pull_retries\":" << retries
+        << ",\"acked\":[" << acked << "],\"acked_steps\":[" << acked_steps << "],\"error\":\"" << error << "\"}\n";
+  };
+  try {
+    for (std::uint64_t step = first_step; step < updates; ++step) {
+      if (pace_ms != 0) std::this_thread::sleep_for(std::chrono::milliseconds(pace_ms));
+      const gradlane::ps::PullResult pulled = worker.pull();
+      retries += pulled.attempts - 1;
+      // Only a failover may take the version back (the replica may lag the dead server by a few).
+      if (pulled.version < last_version && worker.failovers() == 0) {
+        throw std::runtime_error("the model version went backwards");
+      }
+      last_version = pulled.version;
+      if (uniform) {  // every consistent version is uniform; a torn read is not
+        const auto model = worker.model();
+        for (float x : model) torn += std::memcmp(&x, &model[0], sizeof x) != 0 ? 1 : 0;
+      }
+      auto gradient = worker.gradient();
+      for (std::size_t j = 0; j < gradient.size(); ++j) gradient[j] = gradient_value(options.id, step, j, uniform);
+      if (step == die_after) {
+        // Ask for a slot and die before writing: the server must skip the hole, not stall. The
+        // second lets the grant happen first (a server grants within milliseconds), so the dead
+        // worker does hold a sequence number.
+        worker.start_push(pulled.version, step);
+        std::this_thread::sleep_for(1s);
+        std::fflush(stdout);
+        std::_Exit(9);
+      }
+      gradlane::ps::PushResult pushed;
+      if (step == stall_after) {
+        // Ask for a slot and stall before taking the grant up (a process stopped or descheduled
+        // between the two): the grant may be older than the server's hole_timeout by then.
+        worker.start_push(pulled.version, step);
+        std::this_thread::sleep_for(std::chrono::milliseconds(stall_ms));
+        pushed = worker.wait_push();
+      } else {
+        pushed = worker.push(pulled.version, step);
+      }
+      expired += pushed.expired_grants;
+      dropped += pushed.dropped ? 1 : 0;
+      lost += pushed.lost ? 1 : 0;
+      take_outcomes();
+      if (!pushed.dropped && !pushed.lost && !pushed.pending) {
+        acked += (acked.empty() ? "" : ",") + std::to_string(pushed.sequence);
+        acked_steps +=
+            (acked_steps.empty() ? "[" : ",[") + std::to_string(pushed.sequence) + "," + std::to_string(step) + "]";
+      }
     }
-    last_version = pulled.version;
-    if (uniform) {  // every consistent version is uniform; a torn read is not
-      const auto model = worker.model();
-      for (float x : model) torn += std::memcmp(&x, &model[0], sizeof x) != 0 ? 1 : 0;
-    }
-    auto gradient = worker.gradient();
-    for (std::size_t j = 0; j < gradient.size(); ++j) gradient[j] = gradient_value(options.id, step, j, uniform);
-    if (step == die_after) {
-      // Ask for a slot and die before writing: the server must skip the hole, not stall. The
-      // second lets the grant happen first (a server grants within milliseconds), so the dead
-      // worker does hold a sequence number.
-      worker.start_push(pulled.version, step);
-      std::this_thread::sleep_for(1s);
-      std::fflush(stdout);
-      std::_Exit(9);
-    }
-    gradlane::ps::PushResult pushed;
-    if (step == stall_after) {
-      // Ask for a slot and stall before taking the grant up (a process stopped or descheduled
-      // between the two): the grant may be older than the server's hole_timeout by then.
-      worker.start_push(pulled.version, step);
-      std::this_thread::sleep_for(std::chrono::milliseconds(stall_ms));
-      pushed = worker.wait_push();
-    } else {
-      pushed = worker.push(pulled.version, step);
-    }
-    expired += pushed.expired_grants;
-    dropped += pushed.dropped ? 1 : 0;
-    lost += pushed.lost ? 1 : 0;
-    take_outcomes();
-    if (!pushed.dropped && !pushed.lost && !pushed.pending) {
-      acked += (acked.empty() ? "" : ",") + std::to_string(pushed.sequence);
-      acked_steps +=
-          (acked_steps.empty() ? "[" : ",[") + std::to_string(pushed.sequence) + "," + std::to_string(step) + "]";
-    }
+  } catch (const gradlane::Error& e) {
+    report(false, std::string(gradlane::errc_name(e.code())));
+    throw;
   }
   const bool settled = worker.settle(30s);
   take_outcomes();
-  std::ofstream(a.text("out") + "/worker" + a.text("id") + ".json")
-      << "{\"pushes\":" << updates << ",\"dropped\":" << dropped << ",\"lost\":" << lost << ",\"expired\":" << expired
-      << ",\"delivered\":[" << delivered << "],\"undelivered\":[" << undelivered
-      << "],\"unsettled\":" << (settled ? 0 : worker.members_pending()) << ",\"failovers\":" << worker.failovers()
-      << ",\"bytes_copied\":" << worker.bytes_copied() << ",\"torn\":" << torn << ",\"pull_retries\":" << retries
-      << ",\"acked\":[" << acked << "],\"acked_steps\":[" << acked_steps << "]}\n";
+  report(settled, "");
   return torn == 0 ? 0 : 4;
 }
 

@@ -98,6 +98,65 @@ TEST_F(ShardRun, AWorkerThatFailedOverWhileTheServerLivesMakesTheServerStepDown)
   EXPECT_EQ(applied_by.size() + reported_lost, kWorkers * spec_.updates) << "an update vanished unreported";
 }
 
+TEST_F(ShardRun, WithSidecarsAWorkerCutFromALiveServerReportsItsWritesToTheUnpromotedReplicaLost) {
+  // Sidecar mode, host 2 cut from the server: workers 1 and 2 fail over to the replica while
+  // the server lives, and the server's gradlaned (A, over shared memory) still grants them the
+  // server's sequence. What they write lands at a replica that applies only what the server
+  // decided; the server never sees it and skips it. Each such push is reported lost, never
+  // acknowledged (an aggregator's forward did that in the link:2@gradlane fault, four updates
+  // acknowledged and applied nowhere), and the worker gives up with an error a trainer
+  // answers by rejoining. Workers 3 and 4 finish with the
+  // server, and every acknowledged push of every worker is in its history as that worker's.
+  RunSpec spec;
+  spec.sidecar = true;
+  spec.host2_cut_from_server = true;
+  spec.updates = 60;
+  spec.pace_ms = 100;  // the cut lands mid-job
+  spec.every_worker_args = {"failover_patience_ms=2000"};
+  spec.worker_exits = {{1, 1}, {2, 1}};
+  run(spec);
+  ASSERT_FALSE(HasFatalFailure());
+  const json replica_stats = read_lines(out_ + "/replica.stats.json").at(0);
+  EXPECT_EQ(replica_stats["promoted_at_ns"].get<std::int64_t>(), 0) << "the replica was promoted";
+  std::map<std::uint64_t, std::uint64_t> applied_by;  // sequence -> the worker the server's history names
+  for (std::size_t i = 0; i < history_.size(); ++i) {
+    EXPECT_EQ(history_[i]["seq"].get<std::uint64_t>(), i + 1);
+    if (!history_[i]["skipped"].get<bool>()) {
+      applied_by[history_[i]["seq"].get<std::uint64_t>()] = history_[i]["worker"].get<std::uint64_t>();
+    }
+  }
+  std::map<std::uint64_t, std::uint64_t> steps;  // sequence -> step, of the acknowledged pushes
+  for (std::uint32_t id = 1; id <= kWorkers; ++id) {
+    std::ifstream in(out_ + "/worker" + std::to_string(id) + ".json");
+    const json report = json::parse(in);
+    for (const json& pair : report["acked_steps"]) steps[pair[0].get<std::uint64_t>()] = pair[1].get<std::uint64_t>();
+    for (const json& sequence : report["acked"]) {
+      const auto at = applied_by.find(sequence.get<std::uint64_t>());
+      EXPECT_TRUE(at != applied_by.end() && at->second == id)
+          << "worker " << id << "'s acknowledged update " << sequence << " is not in the server's history";
+    }
+    if (id <= 2) {
+      EXPECT_EQ(report["failovers"].get<std::uint64_t>(), 1u) << "worker " << id;
+      EXPECT_GT(report["lost"].get<std::uint64_t>(), 0u) << "worker " << id << " wrote nothing to the replica";
+      // The replica drops a worker that tells it of a push (kind Pushing: only a server hears
+      // those), or the worker gives up past its patience: either way an error a trainer
+      // answers by rejoining (ps::out_of_reach).
+      const std::string error = report["error"].get<std::string>();
+      EXPECT_TRUE(error == "peer_gone" || error == "unreachable") << "worker " << id << ": " << error;
+      EXPECT_TRUE(wait_for_text(out_ + "/worker" + std::to_string(id) + ".err", "a replica not promoted (yet)",
+                                std::chrono::seconds(1)))
+          << "worker " << id << " did not report its write to the replica lost";
+    } else {
+      EXPECT_EQ(report["failovers"].get<std::uint64_t>(), 0u) << "worker " << id;
+      EXPECT_EQ(report["acked"].size() + report["dropped"].get<std::uint64_t>() + report["lost"].get<std::uint64_t>(),
+                spec_.updates)
+          << "worker " << id;
+    }
+  }
+  EXPECT_TRUE(bitwise_equal(server_model_, reference(steps))) << "the server's model is not its history applied";
+  EXPECT_TRUE(bitwise_equal(replica_model_, server_model_));
+}
+
 TEST_F(ShardRun, WhenTheServerIsKilledTheReplicaTakesOverWithinThreeSeconds) {
   // The server SIGKILLs itself after applying 50 updates. The replica must see it, become the
   // server at the version it reached, and the workers must fail over to it and finish.

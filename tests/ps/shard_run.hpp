@@ -55,8 +55,11 @@ struct RunSpec {
   // expects the other three.
   bool worker4_addresses_the_replica = false;
   // Once the server has its workers, host 2's link to host 0 is cut both ways (a link flap):
-  // workers 1 and 2 fail over to the replica while the server lives on.
+  // workers 1 and 2 fail over to the replica while the server lives on. In direct mode the
+  // server steps down and the promoted replica finishes the job; in sidecar mode the server
+  // finishes it (workers 1 and 2 give up: worker_exits).
   bool host2_cut_from_server = false;
+  std::map<std::uint32_t, int> worker_exits;  // worker -> its expected exit status (default 0)
   // Membership: worker 4 dies at die_after[4] and is started again from the next step once its
   // process is gone; every worker takes pace_ms before each step so the job outlasts that.
   bool restart_worker4 = false;
@@ -233,6 +236,7 @@ class ShardRun : public ::testing::Test {
     std::map<std::uint32_t, int> exits;
     for (const auto& [id, step] : dying) exits[id] = 9;  // ps_node's exit when it dies as told
     if (spec.worker4_addresses_the_replica) exits[4] = 1;
+    exits.insert(spec.worker_exits.begin(), spec.worker_exits.end());
     expect_workers_exit(workers, exits);
     if (::testing::Test::HasFatalFailure()) return;
     for (auto* p : {&server, &replica}) {
@@ -241,7 +245,7 @@ class ShardRun : public ::testing::Test {
       const bool killed = p == &server ? spec.server_dies() : spec.promoted_dies_at != 0;
       if (killed) {
         EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL) << "status " << *status;
-      } else if (p == &server && spec.host2_cut_from_server) {
+      } else if (p == &server && spec.host2_cut_from_server && !spec.sidecar) {
         EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 5)
             << "a server that stepped down exits 5: " << *status;
       } else {
@@ -282,7 +286,7 @@ class ShardRun : public ::testing::Test {
       return;
     }
     replica_model_ = read_model(out_ + "/replica.model", spec.floats);
-    if (spec.server_dies() || spec.host2_cut_from_server) {  // the promoted replica finished it
+    if (spec.server_dies() || (spec.host2_cut_from_server && !spec.sidecar)) {  // the promoted replica finished it
       history_ = read_lines(out_ + "/replica.jsonl");
       server_model_ = replica_model_;
     } else {

@@ -55,9 +55,10 @@ struct AggregatorOptions {
   // (Error(unsupported)); not in direct mode, where members share the ring's slots by sequence
   // (Error(invalid_argument)).
   bool grant_windows = false;
-  // Direct mode: when the forward has lost both the server and the replica (out_of_reach: a
-  // link down), it connects to the running job again for up to this long (0: never) instead of
-  // failing progress(); the group it was forwarding is reported lost to its members.
+  // When the forward has lost both the server and the replica (out_of_reach: a link down) —
+  // or, in sidecar mode, lost its link to a server that lives, its replica never promoted — it
+  // connects to the running job again for up to this long (0: never) instead of failing
+  // progress(); the group it was forwarding is reported lost to its members.
   Millis rejoin_within{0};
 };
 

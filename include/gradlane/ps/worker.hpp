@@ -61,7 +61,10 @@ struct WorkerOptions {
   // Sidecar mode: how long pushes refused because no reachable sidecar owns the server's
   // sequence (receiver_unreachable, unknown_receiver: a failover under way) are reported lost
   // before wait_push() throws that error; and how long after this worker failed over a push
-  // refused as version_from_future (its sidecar has not heard of the takeover yet) is too.
+  // refused as version_from_future (its sidecar has not heard of the takeover yet) is too;
+  // and how long writes to the replica it failed over to are reported lost while that replica
+  // is not promoted (its server lives: our link to it failed) before wait_push() throws
+  // Error(unreachable) — out_of_reach(), so the caller can connect to the running job again.
   Millis failover_patience{5000};
   std::uint32_t server_endpoint = 0;
   // The tensor this worker pushes: the shard's (ShardOptions::tensor), checked when it connects
