@@ -123,4 +123,11 @@ void add_gauge(prometheus::MetricFamily& family, const Labels& labels, double va
   family.metric.push_back(std::move(m));
 }
 
+double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
 }  // namespace gradlane::metrics

@@ -64,4 +64,8 @@ prometheus::MetricFamily family(std::string name, std::string help, prometheus::
 void add_counter(prometheus::MetricFamily& family, const Labels& labels, double value);
 void add_gauge(prometheus::MetricFamily& family, const Labels& labels, double value);
 
+// The median of `values` (0 for none): what a straggler score divides by — the typical peer,
+// which one slow peer cannot move the way it moves a mean.
+double median(std::vector<double> values);
+
 }  // namespace gradlane::metrics

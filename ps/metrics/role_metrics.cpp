@@ -20,12 +20,6 @@ const std::vector<double> kPushBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05
 
 double as_double(std::uint64_t v) { return static_cast<double>(v); }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
 }  // namespace
 
 ServerMetrics::ServerMetrics(std::string role, std::uint64_t update_bytes)
@@ -103,7 +97,7 @@ std::vector<prometheus::MetricFamily> ServerMetrics::Collect() const {
                     MetricType::Gauge);
   const std::uint64_t decided = stats_.applied + stats_.skipped;
   add_gauge(lag, role,
-            role_ == "server" && stats_.replica_acked > 0 && decided > stats_.replica_acked
+            role_ == "server" && stats_.has_replica && decided > stats_.replica_acked
                 ? as_double(decided - stats_.replica_acked)
                 : 0.0);
   out.push_back(std::move(lag));
@@ -137,7 +131,7 @@ std::vector<prometheus::MetricFamily> ServerMetrics::Collect() const {
   for (const auto& [worker, w] : workers_) {
     if (w.with_staleness > 0) means.push_back(as_double(w.staleness_sum) / as_double(w.with_staleness));
   }
-  const double typical = means.empty() ? 0.0 : median(means);
+  const double typical = metrics::median(means);
   for (const auto& [worker, w] : workers_) {
     const auto labels = with("worker", std::to_string(worker));
     add_counter(per_worker, labels, as_double(w.updates));

@@ -121,7 +121,7 @@ void ShardServer::State::adopt_replica(Connection&& conn) {
   conn.send(encode(Adopted{version}));
   conn.send(encode(replica_key()));
   replica.emplace(std::move(conn));
-  had_replica = true;  // cut_off(): losing every worker is a partition again
+  had_replica = stats.has_replica = true;  // cut_off(): losing every worker is a partition again
   stats.replica_acked = version;
   ++stats.replicas_joined;
   std::fprintf(stderr, "gradlane ps server: a replica joined at version %llu (%s)\n",

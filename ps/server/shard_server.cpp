@@ -380,6 +380,7 @@ void ShardServer::State::lose_replica(const Error& why) {
                why.what());
   ++stats.peers_lost;
   replica.reset();
+  stats.has_replica = false;
   snapshot.reset();
   replica_at.reset();
 }
@@ -474,7 +475,7 @@ void ShardServer::connect_replica(const std::string& address, std::uint16_t port
   conn.send(encode(Hello{PeerKind::primary, 0}));
   conn.send(encode(s.replica_key()));
   s.replica.emplace(std::move(conn));
-  s.had_replica = true;
+  s.had_replica = s.stats.has_replica = true;
 }
 
 std::size_t ShardServer::progress() {

@@ -2,6 +2,7 @@
 and the roles gradlane gives the ranks (rank 0 the server, then the replica if asked, then the
 workers); the rendezvous is torch.distributed's TCPStore or FileStore, which every rank has."""
 import os
+import socket
 from dataclasses import dataclass
 
 from . import Error
@@ -105,6 +106,28 @@ class DirectoryStore:
             f.write(data)
         os.replace(temporary, self._file(key))
 
+    def compare_set(self, key, expected, desired):
+        """As torch's TCPStore.compare_set: sets `desired` if the key holds `expected` ("" for absent)
+        and returns what the key holds then. Atomic for absent keys (a file created exclusively);
+        replacing a present value is for one process at a time (claim_rank's takeover)."""
+        path = self._file(key)
+        data = desired.encode() if isinstance(desired, str) else bytes(desired)
+        if expected in ("", b""):
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                with open(path, "rb") as f:
+                    return f.read()
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            return data
+        with open(path, "rb") as f:
+            held = f.read()
+        if held == (expected.encode() if isinstance(expected, str) else bytes(expected)):
+            self.set(key, data)
+            return data
+        return held
+
     def get(self, key):
         import time
 
@@ -136,3 +159,33 @@ def rendezvous(launch, timeout_s=120.0):
 
     return dist.TCPStore(launch.master_addr, launch.master_port + 1, launch.world_size, launch.rank == 0,
                          datetime.timedelta(seconds=timeout_s))
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def claim_rank(store, job):
+    """Takes job.rank for this process in the rendezvous, before it connects anywhere. A rank
+    launched twice is refused here with a gradlane.Error naming the process that holds it: as a
+    second worker under the same id it would supersede the one training at the server, and as a
+    second server or replica it would start another job. A holder on this host whose process is
+    gone (the rank crashed and was started again) is taken over."""
+    key = f"gradlane/rank/{job.rank}"
+    me = f"{socket.gethostname()} pid {os.getpid()}"
+    held = bytes(store.compare_set(key, "", me)).decode(errors="replace")
+    if held == me:
+        return
+    host, _, pid = held.partition(" pid ")
+    if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
+        held = bytes(store.compare_set(key, held, me)).decode(errors="replace")
+        if held == me:
+            return
+    raise error(f"rank {job.rank} ({job.role}) was launched twice: {held} holds it in this job's rendezvous; start "
+                "each rank once per job (this process connected nowhere)")

@@ -88,10 +88,7 @@ std::vector<prometheus::MetricFamily> DaemonMetrics::Collect() const {
   for (const auto& [sender, h] : record_.push_seconds()) {
     if (h.count() > 0) means.push_back(h.sum() / static_cast<double>(h.count()));
   }
-  std::sort(means.begin(), means.end());
-  const double median = means.empty()           ? 0.0
-                        : means.size() % 2 == 1 ? means[means.size() / 2]
-                                                : (means[means.size() / 2 - 1] + means[means.size() / 2]) / 2;
+  const double median = metrics::median(std::move(means));
   for (const auto& [sender, h] : record_.push_seconds()) {
     const metrics::Labels labels{
         {"sender", sender == ScheduleRecord::kOtherSenders ? std::string("other") : std::to_string(sender)}};

@@ -98,6 +98,7 @@ TEST(ServerMetrics, CountsTheStatsAndTheStalenessOfEachWorkersUpdates) {
   stats.applied = 40;
   stats.skipped = 1;
   stats.replica_acked = 38;
+  stats.has_replica = true;
   stats.peers_lost = 2;
   m.update(stats, log, 41);
   const std::string text = [&] {
@@ -119,6 +120,27 @@ TEST(ServerMetrics, CountsTheStatsAndTheStalenessOfEachWorkersUpdates) {
   const double typical = *sample_value(text, "gradlane_server_worker_straggler_score{role=\"server\",worker=\"2\"}");
   EXPECT_GT(straggler, 3.0) << text;
   EXPECT_NEAR(typical, 1.0, 0.05) << text;
+}
+
+TEST(ServerMetrics, ReplicaLagCountsBeforeTheReplicasFirstAckAndIsZeroWithoutAReplica) {
+  const auto lag = [](bool has_replica) {
+    ps::ServerMetrics m("server", 4096);
+    ps::ServerStats stats;
+    stats.applied = 12;
+    stats.has_replica = has_replica;  // replica_acked 0: it acknowledged nothing yet
+    m.update(stats, applied_log(12), 12);
+    std::ostringstream out;
+    prometheus::TextSerializer().Serialize(out, m.Collect());
+    return sample_value(out.str(), "gradlane_server_replica_lag{role=\"server\"}");
+  };
+  EXPECT_EQ(lag(true), 12.0);
+  EXPECT_EQ(lag(false), 0.0);
+}
+
+TEST(Median, OfOddAndEvenCountsAndOfNone) {
+  EXPECT_EQ(metrics::median({3, 1, 2}), 2.0);
+  EXPECT_EQ(metrics::median({4, 1, 3, 2}), 2.5);
+  EXPECT_EQ(metrics::median({}), 0.0);
 }
 
 TEST(ServerMetrics, ALaterUpdateCountsOnlyTheNewEntriesOfTheLog) {

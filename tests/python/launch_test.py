@@ -1,6 +1,9 @@
 """gradlane.launch: the launchers' environments read into ranks and roles, and what is missing
 said as a gradlane.Error. Pure Python; run with the package's other tests."""
 import os
+import socket
+import subprocess
+import sys
 import tempfile
 import unittest
 
@@ -48,6 +51,62 @@ class FromEnv(unittest.TestCase):
         job = launch.from_env({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "3",
                                "GRADLANE_RENDEZVOUS": "file:/shared/job-7"})
         self.assertEqual((job.launcher, job.role, job.master_addr), ("Open MPI", "replica", ""))
+
+
+def a_dead_pid():
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+class ClaimRank(unittest.TestCase):
+    """A rank launched twice: the second process is refused before it connects anywhere."""
+
+    def check(self, store):
+        job = launch.from_env({"RANK": "2", "WORLD_SIZE": "4", "MASTER_ADDR": "h0"})
+        here = socket.gethostname()
+        # Held by a live process of this host (our parent): refused, naming it.
+        store.set("gradlane/rank/2", f"{here} pid {os.getppid()}")
+        with self.assertRaises(gradlane.Error) as raised:
+            launch.claim_rank(store, job)
+        self.assertIn(f"rank 2 (worker) was launched twice: {here} pid {os.getppid()} holds it", str(raised.exception))
+        self.assertEqual(raised.exception.code, "invalid_argument")
+        # Held by a process of another host: its liveness is unknown here, so refused too.
+        store.set("gradlane/rank/2", f"{here}-other pid {a_dead_pid()}")
+        with self.assertRaises(gradlane.Error):
+            launch.claim_rank(store, job)
+        # Held by a process of this host that is gone (the rank crashed, started again): taken over.
+        store.set("gradlane/rank/2", f"{here} pid {a_dead_pid()}")
+        launch.claim_rank(store, job)
+        self.assertEqual(bytes(store.get("gradlane/rank/2")).decode(), f"{here} pid {os.getpid()}")
+        launch.claim_rank(store, job)  # ours already: claimed again, nothing said
+        # Nobody's: taken.
+        server = launch.from_env({"RANK": "0", "WORLD_SIZE": "4", "MASTER_ADDR": "h0"})
+        launch.claim_rank(store, server)
+        self.assertEqual(bytes(store.get("gradlane/rank/0")).decode(), f"{here} pid {os.getpid()}")
+
+    def test_in_a_rendezvous_directory(self):
+        with tempfile.TemporaryDirectory() as where:
+            self.check(launch.DirectoryStore(where, 5))
+
+    def test_in_torchs_tcp_store(self):
+        import datetime
+
+        import torch.distributed as dist
+
+        store = dist.TCPStore("127.0.0.1", 0, 1, True, datetime.timedelta(seconds=10))
+        self.check(store)
+
+    def test_two_processes_claiming_one_rank_at_once_leave_one_holder(self):
+        # The claim is the store's atomic create: of 8 processes racing for rank 2, one wins.
+        with tempfile.TemporaryDirectory() as where:
+            script = ("import sys; from gradlane import launch; job = launch.from_env({'RANK': '2', 'WORLD_SIZE': '4', "
+                      "'MASTER_ADDR': 'h'});\ntry:\n launch.claim_rank(launch.DirectoryStore(sys.argv[1], 5), job); "
+                      "print('won')\nexcept Exception as e:\n print('refused' if 'launched twice' in str(e) else e)")
+            racers = [subprocess.Popen([sys.executable, "-c", script, where], stdout=subprocess.PIPE, text=True)
+                      for _ in range(8)]
+            said = sorted(racer.communicate(timeout=60)[0].strip() for racer in racers)
+        self.assertEqual(said, ["refused"] * 7 + ["won"])
 
 
 class DirectoryStore(unittest.TestCase):

@@ -229,6 +229,39 @@ class Errors(unittest.TestCase):
         self.assertEqual(server.version, 1)  # the refused worker wrote nothing
         self.assertTrue(np.all(server.model == np.float32(-LR)))
 
+    def test_no_gradlaned_on_the_host_is_said_and_the_server_loses_nothing(self):
+        # A worker in gradlane mode whose host runs no gradlaned: a clear error within the attach
+        # timeout, naming what to start; the server it reached serves the next worker as if
+        # nothing had happened.
+        (dev0, addr0), _, (dev2, _) = hosts()[:3]
+        server = gradlane.ShardServer(gradlane.Device.open(dev0), "server", 7916, FLOATS, learning_rate=LR)
+        device = gradlane.Device.open(dev2)
+
+        def run_server():
+            server.accept_peers(2, timeout=60)  # the one that gave up joined before it attached
+            return server.run_until(1, timeout=60)
+
+        os.environ["GRADLANE_SIDECAR_TIMEOUT_MS"] = "1000"
+        try:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+                served = pool.submit(run_server)
+                started = time.monotonic()
+                with self.assertRaises(gradlane.Error) as raised:
+                    gradlane.Worker(device, server=f"{addr0}:7916", floats=FLOATS, sidecar="/gradlane-nobody-serves-this",
+                                    endpoint=102)
+                self.assertLess(time.monotonic() - started, 10)
+                self.assertEqual(raised.exception.code, "sidecar_unavailable")
+                self.assertIn("gradlaned", str(raised.exception))
+                self.assertIn("/gradlane-nobody-serves-this", str(raised.exception))
+                worker = gradlane.Worker(device, server=f"{addr0}:7916", floats=FLOATS, id=2)
+                worker.gradient[:] = 1.0
+                self.assertFalse(worker.push(computed_on=worker.pull().version).dropped)
+                self.assertTrue(served.result(timeout=90))
+        finally:
+            del os.environ["GRADLANE_SIDECAR_TIMEOUT_MS"]
+        self.assertEqual(server.version, 1)
+        self.assertTrue(np.all(server.model == np.float32(-LR)))
+
     def test_nobody_listening_is_a_timeout_not_a_hang(self):
         _, addr0 = hosts()[0]
         device = gradlane.Device.open(hosts()[2][0])

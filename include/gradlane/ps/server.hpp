@@ -125,6 +125,7 @@ struct ServerStats {
   std::uint64_t joins_refused = 0;      // connections refused after accept_peers (no hello in
                                         // time, or not a worker's)
   std::uint64_t replica_acked = 0;      // server: the replica applied every sequence up to this
+  bool has_replica = false;             // server: a replica is connected now
   std::uint64_t mirrors_fetched = 0;    // replica: updates re-read from the server's slot because
                                         // the worker's mirror write never came
   std::int64_t promoted_at_ns = 0;      // replica: when it became the server (steady clock), or 0
