@@ -7,7 +7,7 @@ set -euo pipefail
 
 usage() {
   cat <<'EOF'
-Usage: ci/softroce.sh [--hosts N] [--shape I:RATE[:in|:out]]... -- CMD [ARGS...]
+Usage: ci/softroce.sh [--hosts N] [--shape I:RATE[:in|:out]]... [--tcp-over-links] -- CMD [ARGS...]
 
 Runs CMD where a Soft-RoCE device exists and exits with CMD's exit code (125 when the
 harness itself failed: VM did not boot, timeout, ...). CMD's stdout and stderr are this
@@ -26,6 +26,10 @@ Options:
                    bottleneck while its replies and the model's READ responses are not)
   --shape I:RATE:out  only the traffic out of host I (workers whose pushes share a
                    host's egress while the model they pull arrives unshaped)
+  --tcp-over-links TCP between two hosts' addresses crosses their links (veth -> bridge ->
+                   veth, shaped as they are) instead of the loopback the shared namespace
+                   gives it; for a socket bound to its host's address (gloo with
+                   GLOO_SOCKET_IFNAME=h<I>). RDMA crosses the links either way. Needs --hosts.
   -h, --help       this message
 
 CMD's environment (both modes):
@@ -69,6 +73,7 @@ readonly VM_MODULES=(
 
 HOSTS=1
 SHAPES=()
+TCP_OVER_LINKS=0
 OUT_DIR=''
 OUT_DIR_MADE=''
 CACHE=''
@@ -104,6 +109,7 @@ parse_args() {
       --hosts=*) HOSTS=${1#*=}; shift ;;
       --shape) (($# >= 2)) || die "--shape needs I:RATE[:in]"; SHAPES+=("$2"); shift 2 ;;
       --shape=*) SHAPES+=("${1#*=}"); shift ;;
+      --tcp-over-links) TCP_OVER_LINKS=1; shift ;;
       --) shift; break ;;
       -*) usage >&2; die "unknown option $1" ;;
       *) break ;;
@@ -112,6 +118,7 @@ parse_args() {
   CMD=("$@")
   ((${#CMD[@]})) || { usage >&2; die "no CMD given"; }
   [[ $HOSTS =~ ^[1-8]$ ]] || die "--hosts must be 2..8 (1 is the default single host), not '$HOSTS'"
+  ((TCP_OVER_LINKS == 0 || HOSTS > 1)) || die "--tcp-over-links needs --hosts N (N >= 2)"
   local spec
   for spec in "${SHAPES[@]}"; do
     ((HOSTS > 1)) || die "--shape needs --hosts N (N >= 2)"
@@ -165,6 +172,7 @@ run_native() {
   if ((HOSTS > 1)); then
     softroce_net_up_hosts "$HOSTS" || die "multi-host setup failed"
     softroce_net_shape "${SHAPES[@]}" || die "tc shaping failed"
+    ((TCP_OVER_LINKS == 0)) || softroce_net_tcp_over_links "$HOSTS" || die "routing TCP over the links failed"
   else
     softroce_net_up_single || die "rxe setup failed"
   fi
@@ -418,8 +426,8 @@ write_job_initramfs() {
   # shellcheck disable=SC2034 # read by guest.sh
   local -a SR_CMD=("${CMD[@]}") SR_SHAPES=("${SHAPES[@]}")
   # shellcheck disable=SC2034
-  local SR_CWD=$PWD SR_HOSTS=$HOSTS SR_OUT=$OUT_DIR
-  declare -p SR_CMD SR_CWD SR_ENV SR_HOSTS SR_SHAPES SR_OUT >"$job/job.env"
+  local SR_CWD=$PWD SR_HOSTS=$HOSTS SR_OUT=$OUT_DIR SR_TCP_OVER_LINKS=$TCP_OVER_LINKS
+  declare -p SR_CMD SR_CWD SR_ENV SR_HOSTS SR_SHAPES SR_OUT SR_TCP_OVER_LINKS >"$job/job.env"
   (cd "$WORK/job" && find softroce | cpio -o -H newc -R 0:0 --quiet) >"$WORK/job.cpio"
   cat "$BASE_INITRD" "$WORK/job.cpio" >"$WORK/initrd"
 }

@@ -6,7 +6,8 @@
 # tty settings and keep CMD's output apart from the kernel console:
 #   port 1: CMD's stdout    port 2: CMD's stderr
 #   port 3: status lines for ci/softroce.sh ("up DESCRIPTION", "fail WHY", "rc CODE CENTISECONDS")
-# job.env (written by the host) defines SR_CMD SR_CWD SR_ENV SR_HOSTS SR_SHAPES SR_OUT.
+# job.env (written by the host) defines SR_CMD SR_CWD SR_ENV SR_HOSTS SR_SHAPES SR_OUT
+# SR_TCP_OVER_LINKS.
 set -uo pipefail
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
@@ -52,6 +53,7 @@ uptime_cs() {
 if ((SR_HOSTS > 1)); then
   softroce_net_up_hosts "$SR_HOSTS" || fail "multi-host setup failed"
   softroce_net_shape "${SR_SHAPES[@]}" || fail "tc shaping failed"
+  ((SR_TCP_OVER_LINKS == 0)) || softroce_net_tcp_over_links "$SR_HOSTS" || fail "routing TCP over the links failed"
 else
   softroce_net_up_single || fail "rxe setup failed"
 fi

@@ -19,6 +19,7 @@ SOFTROCE_NET_PREFIX=198.18.0
 declare -gA SOFTROCE_SYSCTL_SAVED=() # path -> value before we changed it (native restore); -g: sourced from a function
 SOFTROCE_NET_LINKS=()                 # netdevs we created, for softroce_net_down
 SOFTROCE_NET_RXE=()                   # rxe devices we created
+SOFTROCE_NET_TCP_RULES=0              # hosts whose TCP rules softroce_net_tcp_over_links added
 
 # Write one sysctl, remembering its old value so native mode can put the host back.
 softroce_sysctl_set() {
@@ -214,6 +215,29 @@ softroce_net_up_hosts() {
   SOFTROCE_DESCRIPTION="$n hosts rxe0..rxe$((n - 1)) on br0 $SOFTROCE_NET_PREFIX.10-1$((n - 1)) gid $gids"
 }
 
+# TCP between two hosts' addresses over their links, not loopback: in one namespace every
+# host address is local, so the local table (rule 0) sends such a packet through lo. Rules for
+# TCP sent from here (iif lo) from host i to host j route it out of h<i> instead, and the
+# local table moves behind them; an arriving packet (iif h<j>) still finds its address local
+# (accept_local, rp_filter 0: set above). UDP, and so rxe, is untouched. A socket must be bound
+# to its host's address for its source to be known at routing: gloo binds to
+# GLOO_SOCKET_IFNAME's.
+softroce_net_tcp_over_links() {
+  local n=$1 i j batch=''
+  for ((i = 0; i < n; i++)); do
+    for ((j = 0; j < n; j++)); do
+      ((i == j)) && continue
+      batch+="route replace $SOFTROCE_NET_PREFIX.1$j dev h$i src $SOFTROCE_NET_PREFIX.1$i table $((100 + i))"$'\n'
+      batch+="rule add pref 10 iif lo ipproto tcp from $SOFTROCE_NET_PREFIX.1$i to $SOFTROCE_NET_PREFIX.1$j"
+      batch+=" lookup $((100 + i))"$'\n'
+    done
+  done
+  batch+=$'rule add pref 100 lookup local\nrule del pref 0 lookup local\n'
+  SOFTROCE_NET_TCP_RULES=$n  # before the batch: a half-applied one is undone too
+  ip -batch - <<<"$batch" || return 1
+  SOFTROCE_DESCRIPTION+=", TCP over the links"
+}
+
 # Shape host I's link: "I:RATE" in both directions (its veth h<I> carries what it sends, the
 # bridge port h<I>-p what it receives), "I:RATE:in" only what it receives. tbf: netem rate
 # does the same, htb+fq_codel was worse. The rate seen by one flow is RATE x 0.946.
@@ -242,7 +266,18 @@ softroce_net_shape() {
 
 # Undo softroce_net_up_* (native mode: the host's own kernel keeps what we made).
 softroce_net_down() {
-  local name
+  local name i j
+  if ((SOFTROCE_NET_TCP_RULES > 0)); then  # the local table first again, then our rules gone
+    ip rule add pref 0 lookup local 2>/dev/null || true
+    ip rule del pref 100 lookup local 2>/dev/null || true
+    for ((i = 0; i < SOFTROCE_NET_TCP_RULES; i++)); do
+      for ((j = 0; j < SOFTROCE_NET_TCP_RULES; j++)); do
+        ((i == j)) || ip rule del pref 10 iif lo ipproto tcp from "$SOFTROCE_NET_PREFIX.1$i" \
+          to "$SOFTROCE_NET_PREFIX.1$j" 2>/dev/null || true
+      done
+    done
+    SOFTROCE_NET_TCP_RULES=0
+  fi
   for name in "${SOFTROCE_NET_RXE[@]}"; do rdma link delete "$name" 2>/dev/null || true; done
   for name in "${SOFTROCE_NET_LINKS[@]}"; do ip link delete "$name" 2>/dev/null || true; done
   SOFTROCE_NET_RXE=() SOFTROCE_NET_LINKS=()

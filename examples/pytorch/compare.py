@@ -10,6 +10,9 @@ results directory (SOFTROCE_OUT on the host).
     SOFTROCE_OUT=out/pytorch-compare bash ci/softroce.sh --hosts 3 -- python3 examples/pytorch/compare.py --tune-only
     (commit frozen.json)
     SOFTROCE_OUT=out/pytorch-compare bash ci/softroce.sh --hosts 3 -- python3 examples/pytorch/compare.py
+With --tcp-over-links (ci/softroce.sh) gloo's TCP crosses the hosts' links as gradlane's RDMA does
+(each DDP rank binds GLOO_SOCKET_IFNAME, its host's veth); without it, it goes over loopback and
+the table says so. --shape I:RATE on the harness makes host I a straggler for every kind alike.
 """
 import argparse
 import base64
@@ -22,6 +25,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "perf"))
+from experiment import fmt_ratio, ratio_of_medians  # noqa: E402  (the protocol's bootstrap)
+
 LADDER = [0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0]  # the grid's half-decade steps
 MAX_WIDEN = 2  # steps past a winning edge; a winner still on the edge is flagged in frozen.json
 
@@ -49,8 +55,9 @@ def run(kind, hosts, args, lr, seed, split, scratch):
     before = [link_bytes(h) for h in range(3)]
     ranks = []
     for rank, (device, _) in enumerate(nodes):
+        # gloo binds its sockets to this host's veth (h<I>), so with --tcp-over-links they cross it.
         env = dict(os.environ, GRADLANE_DEVICE=device, GRADLANE_REPLICA="0", GRADLANE_JOB_KEY=key,
-                   PYTHONPATH=os.path.join(args.build, "python"))
+                   PYTHONPATH=os.path.join(args.build, "python"), GLOO_SOCKET_IFNAME=f"h{hosts.index(nodes[rank])}")
         command = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={len(nodes)}", f"--node_rank={rank}",
                    "--nproc_per_node=1", f"--master_addr={nodes[0][1]}", f"--master_port={args.port}",
                    "--redirects=1", "--tee=1", os.path.join(HERE, "fashion_mnist.py"), "--lr", str(lr), "--seed",
@@ -97,6 +104,22 @@ def report(runs, frozen, targets):
         into = statistics.median(r["bytes_in"][0] for r in mine) / 1e6
         out = statistics.median(r["bytes_out"][1] + r["bytes_out"][2] for r in mine) / 1e6
         lines.append(f"| {kind} | {lr} | " + " | ".join(cells) + f" | {final:.3f} | {into:.1f} | {out:.1f} |")
+    ddp = [r for r in runs if r["kind"] == "ddp" and r["split"] == "test" and r["lr"] == frozen["lrs"].get("ddp")]
+    if ddp and statistics.median(r["bytes_out"][1] + r["bytes_out"][2] for r in ddp) < 1e6:
+        lines.append("\nddp's traffic did not cross the hosts' links (loopback): run the harness with "
+                     "--tcp-over-links for a comparison on the same links.")
+    by_seed = {(r["kind"], r["seed"]): r for r in runs if r["split"] == "test" and r["lr"] == frozen["lrs"][r["kind"]]}
+    seeds = sorted({seed for _, seed in by_seed})
+    for kind in frozen["lrs"]:
+        if kind == "ddp" or not all((kind, s) in by_seed and ("ddp", s) in by_seed for s in seeds):
+            continue
+        cells = []
+        for t in targets:
+            point, lo, hi = ratio_of_medians([time_to(by_seed[(kind, s)]["curve"], t) for s in seeds],
+                                             [time_to(by_seed[("ddp", s)]["curve"], t) for s in seeds])
+            cells.append(f"to {t}: {fmt_ratio(point, lo, hi)}")
+        lines.append(f"\n{kind} / ddp, time ratio of medians [95 % bootstrap over {len(seeds)} seeds; > 1 slower]: "
+                     + ", ".join(cells))
     return "\n".join(lines)
 
 
