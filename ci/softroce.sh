@@ -28,8 +28,8 @@ Options:
                    host's egress while the model they pull arrives unshaped)
   --tcp-over-links TCP between two hosts' addresses crosses their links (veth -> bridge ->
                    veth, shaped as they are) instead of the loopback the shared namespace
-                   gives it; for a socket bound to its host's address (gloo with
-                   GLOO_SOCKET_IFNAME=h<I>). RDMA crosses the links either way. Needs --hosts.
+                   gives it, from a socket bound to host I's address or a process of uid
+                   10000 + I (host I's). RDMA crosses the links either way. Needs --hosts.
   -h, --help       this message
 
 CMD's environment (both modes):

@@ -219,9 +219,11 @@ softroce_net_up_hosts() {
 # host address is local, so the local table (rule 0) sends such a packet through lo. Rules for
 # TCP sent from here (iif lo) from host i to host j route it out of h<i> instead, and the
 # local table moves behind them; an arriving packet (iif h<j>) still finds its address local
-# (accept_local, rp_filter 0: set above). UDP, and so rxe, is untouched. A socket must be bound
-# to its host's address for its source to be known at routing: gloo binds to
-# GLOO_SOCKET_IFNAME's.
+# (accept_local, rp_filter 0: set above). UDP, and so rxe, is untouched. Which host a packet
+# leaves is known from its source — a socket bound to its host's address — or, for a socket that
+# connects unbound (gloo's, torch's store clients), from its owner: a process of uid
+# SOFTROCE_HOST_UID_BASE + i is host i's (its source is then chosen as host i's address).
+SOFTROCE_HOST_UID_BASE=10000
 softroce_net_tcp_over_links() {
   local n=$1 i j batch=''
   for ((i = 0; i < n; i++)); do
@@ -230,6 +232,8 @@ softroce_net_tcp_over_links() {
       batch+="route replace $SOFTROCE_NET_PREFIX.1$j dev h$i src $SOFTROCE_NET_PREFIX.1$i table $((100 + i))"$'\n'
       batch+="rule add pref 10 iif lo ipproto tcp from $SOFTROCE_NET_PREFIX.1$i to $SOFTROCE_NET_PREFIX.1$j"
       batch+=" lookup $((100 + i))"$'\n'
+      batch+="rule add pref 11 iif lo ipproto tcp uidrange $((SOFTROCE_HOST_UID_BASE + i))-$((SOFTROCE_HOST_UID_BASE + i))"
+      batch+=" to $SOFTROCE_NET_PREFIX.1$j lookup $((100 + i))"$'\n'
     done
   done
   batch+=$'rule add pref 100 lookup local\nrule del pref 0 lookup local\n'
@@ -272,7 +276,10 @@ softroce_net_down() {
     ip rule del pref 100 lookup local 2>/dev/null || true
     for ((i = 0; i < SOFTROCE_NET_TCP_RULES; i++)); do
       for ((j = 0; j < SOFTROCE_NET_TCP_RULES; j++)); do
-        ((i == j)) || ip rule del pref 10 iif lo ipproto tcp from "$SOFTROCE_NET_PREFIX.1$i" \
+        ((i == j)) && continue
+        ip rule del pref 10 iif lo ipproto tcp from "$SOFTROCE_NET_PREFIX.1$i" to "$SOFTROCE_NET_PREFIX.1$j" \
+          2>/dev/null || true
+        ip rule del pref 11 iif lo ipproto tcp uidrange "$((SOFTROCE_HOST_UID_BASE + i))-$((SOFTROCE_HOST_UID_BASE + i))" \
           to "$SOFTROCE_NET_PREFIX.1$j" 2>/dev/null || true
       done
     done

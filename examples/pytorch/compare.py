@@ -11,8 +11,8 @@ results directory (SOFTROCE_OUT on the host).
     (commit frozen.json)
     SOFTROCE_OUT=out/pytorch-compare bash ci/softroce.sh --hosts 3 -- python3 examples/pytorch/compare.py
 With --tcp-over-links (ci/softroce.sh) gloo's TCP crosses the hosts' links as gradlane's RDMA does
-(each DDP rank binds GLOO_SOCKET_IFNAME, its host's veth); without it, it goes over loopback and
-the table says so. --shape I:RATE on the harness makes host I a straggler for every kind alike.
+(each DDP rank runs as its host's uid, 10000 + I, which the harness routes out of host I's veth);
+without it, it goes over loopback and the table says so. --shape I:RATE on the harness makes host I a straggler for every kind alike.
 """
 import argparse
 import base64
@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "perf"))
 from experiment import fmt_ratio, ratio_of_medians  # noqa: E402  (the protocol's bootstrap)
 
 LADDER = [0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0]  # the grid's half-decade steps
+HOST_UID_BASE = 10000  # ci/softroce/net.sh: a process of uid 10000 + I is host I's
 MAX_WIDEN = 2  # steps past a winning edge; a winner still on the edge is flagged in frozen.json
 
 
@@ -55,16 +56,20 @@ def run(kind, hosts, args, lr, seed, split, scratch):
     before = [link_bytes(h) for h in range(3)]
     ranks = []
     for rank, (device, _) in enumerate(nodes):
-        # gloo binds its sockets to this host's veth (h<I>), so with --tcp-over-links they cross it.
+        host = hosts.index(nodes[rank])
         env = dict(os.environ, GRADLANE_DEVICE=device, GRADLANE_REPLICA="0", GRADLANE_JOB_KEY=key,
-                   PYTHONPATH=os.path.join(args.build, "python"), GLOO_SOCKET_IFNAME=f"h{hosts.index(nodes[rank])}")
+                   PYTHONPATH=os.path.join(args.build, "python"), GLOO_SOCKET_IFNAME=f"h{host}", HOME=scratch)
+        # A DDP rank as host I's uid: gloo's sockets connect unbound, and --tcp-over-links routes
+        # that uid's TCP out of host I's link. (gradlane's RDMA crosses the links as any user.)
+        as_host = {"user": HOST_UID_BASE + host, "group": HOST_UID_BASE + host, "extra_groups": []} if ddp else {}
         command = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={len(nodes)}", f"--node_rank={rank}",
                    "--nproc_per_node=1", f"--master_addr={nodes[0][1]}", f"--master_port={args.port}",
                    "--redirects=1", "--tee=1", os.path.join(HERE, "fashion_mnist.py"), "--lr", str(lr), "--seed",
                    str(seed), "--steps", str(args.steps), "--eval-every", str(args.eval_every), "--split", split,
                    "--out", out]
         command += ["--ddp"] if ddp else ["--mode", kind.split("-", 1)[1]]
-        ranks.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        ranks.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      **as_host))
     args.port += 2
     said = [r.communicate(timeout=args.timeout)[0] for r in ranks]
     after = [link_bytes(h) for h in range(3)]
@@ -153,6 +158,7 @@ def main():
         sys.exit("needs three emulated hosts: bash ci/softroce.sh --hosts 3 -- python3 examples/pytorch/compare.py")
     kinds = args.kinds.split(",")
     with tempfile.TemporaryDirectory() as scratch:
+        os.chmod(scratch, 0o777)  # the DDP ranks write their curves here as their hosts' uids
         runs = []
         done = {}  # (kind, lr, seed, split) -> record, from earlier invocations: not run again
         if os.path.exists(args.out):
