@@ -20,6 +20,7 @@ declare -gA SOFTROCE_SYSCTL_SAVED=() # path -> value before we changed it (nativ
 SOFTROCE_NET_LINKS=()                 # netdevs we created, for softroce_net_down
 SOFTROCE_NET_RXE=()                   # rxe devices we created
 SOFTROCE_NET_TCP_RULES=0              # hosts whose TCP rules softroce_net_tcp_over_links added
+SOFTROCE_NET_LOCAL_MOVED=0            # it moved the local table's rule from pref 0 to 100
 
 # Write one sysctl, remembering its old value so native mode can put the host back.
 softroce_sysctl_set() {
@@ -236,7 +237,11 @@ softroce_net_tcp_over_links() {
       batch+=" to $SOFTROCE_NET_PREFIX.1$j lookup $((100 + i))"$'\n'
     done
   done
-  batch+=$'rule add pref 100 lookup local\nrule del pref 0 lookup local\n'
+  # The local table's rule moves from 0 to 100 (a host without it at 0 keeps what it has).
+  if ip rule show pref 0 | grep -q 'lookup local'; then
+    batch+=$'rule add pref 100 lookup local\nrule del pref 0 lookup local\n'
+    SOFTROCE_NET_LOCAL_MOVED=1
+  fi
   SOFTROCE_NET_TCP_RULES=$n  # before the batch: a half-applied one is undone too
   ip -batch - <<<"$batch" || return 1
   SOFTROCE_DESCRIPTION+=", TCP over the links"
@@ -271,9 +276,12 @@ softroce_net_shape() {
 # Undo softroce_net_up_* (native mode: the host's own kernel keeps what we made).
 softroce_net_down() {
   local name i j
-  if ((SOFTROCE_NET_TCP_RULES > 0)); then  # the local table first again, then our rules gone
+  if ((SOFTROCE_NET_LOCAL_MOVED)); then  # the local table first again
     ip rule add pref 0 lookup local 2>/dev/null || true
     ip rule del pref 100 lookup local 2>/dev/null || true
+    SOFTROCE_NET_LOCAL_MOVED=0
+  fi
+  if ((SOFTROCE_NET_TCP_RULES > 0)); then
     for ((i = 0; i < SOFTROCE_NET_TCP_RULES; i++)); do
       for ((j = 0; j < SOFTROCE_NET_TCP_RULES; j++)); do
         ((i == j)) && continue

@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "perf"))
 from experiment import fmt_ratio, ratio_of_medians  # noqa: E402  (the protocol's bootstrap)
 
 LADDER = [0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0]  # the grid's half-decade steps
-HOST_UID_BASE = 10000  # ci/softroce/net.sh: a process of uid 10000 + I is host I's
+HOST_UID_BASE = 10000  # ci/softroce/net.sh's SOFTROCE_HOST_UID_BASE
 MAX_WIDEN = 2  # steps past a winning edge; a winner still on the edge is flagged in frozen.json
 
 
@@ -59,8 +59,7 @@ def run(kind, hosts, args, lr, seed, split, scratch):
         host = hosts.index(nodes[rank])
         env = dict(os.environ, GRADLANE_DEVICE=device, GRADLANE_REPLICA="0", GRADLANE_JOB_KEY=key,
                    PYTHONPATH=os.path.join(args.build, "python"), GLOO_SOCKET_IFNAME=f"h{host}", HOME=scratch)
-        # A DDP rank as host I's uid: gloo's sockets connect unbound, and --tcp-over-links routes
-        # that uid's TCP out of host I's link. (gradlane's RDMA crosses the links as any user.)
+        # gradlane's RDMA crosses the links as any user; gloo connects unbound (see the docstring).
         as_host = {"user": HOST_UID_BASE + host, "group": HOST_UID_BASE + host, "extra_groups": []} if ddp else {}
         command = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={len(nodes)}", f"--node_rank={rank}",
                    "--nproc_per_node=1", f"--master_addr={nodes[0][1]}", f"--master_port={args.port}",
@@ -113,7 +112,8 @@ def report(runs, frozen, targets):
     if ddp and statistics.median(r["bytes_out"][1] + r["bytes_out"][2] for r in ddp) < 1e6:
         lines.append("\nddp's traffic did not cross the hosts' links (loopback): run the harness with "
                      "--tcp-over-links for a comparison on the same links.")
-    by_seed = {(r["kind"], r["seed"]): r for r in runs if r["split"] == "test" and r["lr"] == frozen["lrs"][r["kind"]]}
+    by_seed = {(r["kind"], r["seed"]): r for r in runs
+               if r["split"] == "test" and r["lr"] == frozen["lrs"].get(r["kind"])}
     seeds = sorted({seed for _, seed in by_seed})
     for kind in frozen["lrs"]:
         if kind == "ddp" or not all((kind, s) in by_seed and ("ddp", s) in by_seed for s in seeds):
@@ -158,7 +158,7 @@ def main():
         sys.exit("needs three emulated hosts: bash ci/softroce.sh --hosts 3 -- python3 examples/pytorch/compare.py")
     kinds = args.kinds.split(",")
     with tempfile.TemporaryDirectory() as scratch:
-        os.chmod(scratch, 0o777)  # the DDP ranks write their curves here as their hosts' uids
+        os.chmod(scratch, 0o777)  # DDP ranks write here as their hosts' uids
         runs = []
         done = {}  # (kind, lr, seed, split) -> record, from earlier invocations: not run again
         if os.path.exists(args.out):

@@ -53,7 +53,10 @@
 // by the old owner rings for a sequence already skipped and is refused, never applied as
 // another worker's update; the promoted server publishes where it starts (its shard header's
 // refuse_below) and a worker that failed over reads it after each write, so such a push
-// reports lost = true instead of success.
+// reports lost = true instead of success. A floor of 0 there means the replica was never
+// promoted: the worker's link to a server that lives failed (a link flap), and the server's
+// sidecar still grants its sequence. Such a write is lost too (the server skips it); past
+// failover_patience the worker throws Error(unreachable) and its caller rejoins the job.
 // Aggregation (direct mode): workers told to push to an Aggregator (WorkerOptions::aggregator)
 // ask it for a member slot instead of the server — the same request / grant / WRITE +
 // doorbell, into the aggregator's ring, and nothing to the replica. The aggregator takes

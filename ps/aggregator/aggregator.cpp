@@ -272,8 +272,7 @@ PushResult Aggregator::State::write_forward(std::uint64_t sequence, std::uint64_
 void Aggregator::State::rejoin_forward(const Error& why) {
   const auto lost_at = Clock::now();
   const auto deadline = lost_at + options.rejoin_within;
-  std::fprintf(stderr,
-               "gradlane ps aggregator: lost its server and replica (%s); rejoining the job for up to %lld ms\n",
+  std::fprintf(stderr, "gradlane ps aggregator: lost its server (%s); rejoining the job for up to %lld ms\n",
                why.what(), static_cast<long long>(options.rejoin_within.count()));
   for (;;) {
     WorkerOptions w = forward_options(options);

@@ -140,9 +140,12 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
         // old server died). Nothing to write: its push is lost, and the worker asks us again.
         peer.conn.send(encode(Opened{claim->sequence, 0}));
       }
-    } else if (const auto* next = std::get_if<Pushing>(&message); next && peer.kind == PeerKind::worker && sidecar) {
+    } else if (const auto* next = std::get_if<Pushing>(&message);
+               next && peer.kind == PeerKind::worker && options.sidecar) {
       // Its doorbell follows on the same QP. At most `slots` ahead of what we took: a worker
-      // saying more is wrong, and loses only its own history's tags.
+      // saying more is wrong, and loses only its own history's tags. Taken while no sidecar is
+      // attached too — a replica not promoted yet (its worker failed over early), a server
+      // between gradlaneds — where dropping the worker would lose it for a message.
       if (peer.pushing.size() >= options.slots) peer.pushing.erase(peer.pushing.begin());
       peer.pushing[next->sequence] = *next;
     } else if (const auto* ask = std::get_if<AskLanded>(&message); ask && peer.kind == PeerKind::worker) {

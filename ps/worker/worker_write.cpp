@@ -108,14 +108,15 @@ PushResult Worker::State::write(std::uint64_t sequence, Clock::time_point deadli
   result.sequence = sequence;
   result.wire_time = Clock::now() - start;
   if (floors && refused_below_floor(sequence, kFloorAt)) result.lost = true;
-  if (floors && failovers > 0 && header_copy_word(kFloorAt) == 0) result.lost = wrote_to_unpromoted_replica(sequence);
+  if (floors && failovers > 0 && header_copy_word(kFloorAt) == 0 && wrote_to_unpromoted_replica(sequence)) {
+    return lost_push();  // not at the owner of the sequence: failed, so its sidecar cancels it
+  }
   if (mirrored && refused_below_floor(sequence, kReplicaFloorAt)) result.lost = true;
   return result;
 }
 
 bool Worker::State::wrote_to_unpromoted_replica(std::uint64_t sequence) {
-  const auto since = Clock::now() - failed_over_at.value_or(Clock::now());
-  if (since < options.failover_patience) {
+  if (failing_over()) {
     std::fprintf(stderr,
                  "gradlane ps worker %u: sequence %llu written to %s, a replica not promoted (yet): reported lost\n",
                  options.id, static_cast<unsigned long long>(sequence), server.describe().c_str());

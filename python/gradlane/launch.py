@@ -108,25 +108,34 @@ class DirectoryStore:
 
     def compare_set(self, key, expected, desired):
         """As torch's TCPStore.compare_set: sets `desired` if the key holds `expected` ("" for absent)
-        and returns what the key holds then. Atomic for absent keys (a file created exclusively);
-        replacing a present value is for one process at a time (claim_rank's takeover)."""
+        and returns what the key holds then. A value appears whole (a file linked into place, which
+        fails if one is there); replacing one renames it away first, which one process alone can."""
         path = self._file(key)
         data = desired.encode() if isinstance(desired, str) else bytes(desired)
-        if expected in ("", b""):
+        wanted = expected.encode() if isinstance(expected, str) else bytes(expected)
+        if wanted:
             try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
                 with open(path, "rb") as f:
-                    return f.read()
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                    held = f.read()
+            except FileNotFoundError:
+                held = b""
+            if held != wanted:
+                return held
+            try:
+                os.rename(path, f"{path}.{os.getpid()}.replaced")
+            except FileNotFoundError:
+                pass  # another process replaced it first: the create below finds its value
+        temporary = f"{path}.{os.getpid()}.partial"
+        with open(temporary, "wb") as f:
+            f.write(data)
+        try:
+            os.link(temporary, path)
             return data
-        with open(path, "rb") as f:
-            held = f.read()
-        if held == (expected.encode() if isinstance(expected, str) else bytes(expected)):
-            self.set(key, data)
-            return data
-        return held
+        except FileExistsError:
+            with open(path, "rb") as f:
+                return f.read()
+        finally:
+            os.unlink(temporary)
 
     def get(self, key):
         import time
@@ -161,14 +170,26 @@ def rendezvous(launch, timeout_s=120.0):
                          datetime.timedelta(seconds=timeout_s))
 
 
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+def _holder():
+    """This process as a rank's holder: its host, pid and pid namespace (two containers may share
+    a host name, and a pid means nothing outside its namespace)."""
+    return f"{socket.gethostname()} pid {os.getpid()} ns {os.stat('/proc/self/ns/pid').st_ino}"
+
+
+def _gone(holder):
+    """Whether `holder` (as _holder() wrote it) is a process of this host and pid namespace that has
+    exited; False when that cannot be known here."""
+    host, _, pid, _, namespace = _holder().split(" ")
+    theirs = holder.split(" ")
+    if len(theirs) != 5 or (theirs[0], theirs[4]) != (host, namespace) or not theirs[2].isdigit():
         return False
-    except PermissionError:
+    try:
+        os.kill(int(theirs[2]), 0)
+    except ProcessLookupError:
         return True
-    return True
+    except PermissionError:
+        pass
+    return False
 
 
 def claim_rank(store, job):
@@ -178,14 +199,11 @@ def claim_rank(store, job):
     second server or replica it would start another job. A holder on this host whose process is
     gone (the rank crashed and was started again) is taken over."""
     key = f"gradlane/rank/{job.rank}"
-    me = f"{socket.gethostname()} pid {os.getpid()}"
+    me = _holder()
     held = bytes(store.compare_set(key, "", me)).decode(errors="replace")
+    if held != me and _gone(held):
+        held = bytes(store.compare_set(key, held, me)).decode(errors="replace")
     if held == me:
         return
-    host, _, pid = held.partition(" pid ")
-    if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
-        held = bytes(store.compare_set(key, held, me)).decode(errors="replace")
-        if held == me:
-            return
     raise error(f"rank {job.rank} ({job.role}) was launched twice: {held} holds it in this job's rendezvous; start "
                 "each rank once per job (this process connected nowhere)")

@@ -64,26 +64,30 @@ class ClaimRank(unittest.TestCase):
 
     def check(self, store):
         job = launch.from_env({"RANK": "2", "WORLD_SIZE": "4", "MASTER_ADDR": "h0"})
-        here = socket.gethostname()
+        here, ns = socket.gethostname(), os.stat("/proc/self/ns/pid").st_ino
+        me = f"{here} pid {os.getpid()} ns {ns}"
         # Held by a live process of this host (our parent): refused, naming it.
-        store.set("gradlane/rank/2", f"{here} pid {os.getppid()}")
+        store.set("gradlane/rank/2", f"{here} pid {os.getppid()} ns {ns}")
         with self.assertRaises(gradlane.Error) as raised:
             launch.claim_rank(store, job)
-        self.assertIn(f"rank 2 (worker) was launched twice: {here} pid {os.getppid()} holds it", str(raised.exception))
+        self.assertIn(f"rank 2 (worker) was launched twice: {here} pid {os.getppid()} ns {ns} holds it",
+                      str(raised.exception))
         self.assertEqual(raised.exception.code, "invalid_argument")
-        # Held by a process of another host: its liveness is unknown here, so refused too.
-        store.set("gradlane/rank/2", f"{here}-other pid {a_dead_pid()}")
-        with self.assertRaises(gradlane.Error):
-            launch.claim_rank(store, job)
+        # Held by a process of another host, or of another pid namespace: its liveness is
+        # unknown here, so refused too.
+        for other in (f"{here}-other pid {a_dead_pid()} ns {ns}", f"{here} pid {a_dead_pid()} ns {ns + 1}"):
+            store.set("gradlane/rank/2", other)
+            with self.assertRaises(gradlane.Error):
+                launch.claim_rank(store, job)
         # Held by a process of this host that is gone (the rank crashed, started again): taken over.
-        store.set("gradlane/rank/2", f"{here} pid {a_dead_pid()}")
+        store.set("gradlane/rank/2", f"{here} pid {a_dead_pid()} ns {ns}")
         launch.claim_rank(store, job)
-        self.assertEqual(bytes(store.get("gradlane/rank/2")).decode(), f"{here} pid {os.getpid()}")
+        self.assertEqual(bytes(store.get("gradlane/rank/2")).decode(), me)
         launch.claim_rank(store, job)  # ours already: claimed again, nothing said
         # Nobody's: taken.
         server = launch.from_env({"RANK": "0", "WORLD_SIZE": "4", "MASTER_ADDR": "h0"})
         launch.claim_rank(store, server)
-        self.assertEqual(bytes(store.get("gradlane/rank/0")).decode(), f"{here} pid {os.getpid()}")
+        self.assertEqual(bytes(store.get("gradlane/rank/0")).decode(), me)
 
     def test_in_a_rendezvous_directory(self):
         with tempfile.TemporaryDirectory() as where:
@@ -97,16 +101,35 @@ class ClaimRank(unittest.TestCase):
         store = dist.TCPStore("127.0.0.1", 0, 1, True, datetime.timedelta(seconds=10))
         self.check(store)
 
-    def test_two_processes_claiming_one_rank_at_once_leave_one_holder(self):
-        # The claim is the store's atomic create: of 8 processes racing for rank 2, one wins.
+    def race(self, where):
+        """Eight processes claiming rank 2 at once in the directory `where`: what each said. They
+        start claiming together (each ready, then released at once), and each lives until all have
+        said it (a winner that exited would be a dead holder, for the next to take over)."""
+        script = ("import os, sys; from gradlane import launch; job = launch.from_env({'RANK': '2', 'WORLD_SIZE': "
+                  "'4', 'MASTER_ADDR': 'h'}); store = launch.DirectoryStore(sys.argv[1], 5); print('ready', "
+                  "flush=True)\nwhile not os.path.exists(sys.argv[2]): pass\ntry:\n launch.claim_rank(store, job); "
+                  "print('won', flush=True)\nexcept Exception as e:\n print('refused' if 'launched twice' in str(e) "
+                  "else e, flush=True)\nsys.stdin.read()")
+        go = os.path.join(where, "go")
+        racers = [subprocess.Popen([sys.executable, "-c", script, where, go], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, text=True) for _ in range(8)]
+        for racer in racers:
+            self.assertEqual(racer.stdout.readline().strip(), "ready")
+        open(go, "w").close()
+        said = sorted(racer.stdout.readline().strip() for racer in racers)
+        for racer in racers:
+            racer.communicate(timeout=60)
+        return said
+
+    def test_processes_racing_for_a_free_rank_leave_one_holder(self):
         with tempfile.TemporaryDirectory() as where:
-            script = ("import sys; from gradlane import launch; job = launch.from_env({'RANK': '2', 'WORLD_SIZE': '4', "
-                      "'MASTER_ADDR': 'h'});\ntry:\n launch.claim_rank(launch.DirectoryStore(sys.argv[1], 5), job); "
-                      "print('won')\nexcept Exception as e:\n print('refused' if 'launched twice' in str(e) else e)")
-            racers = [subprocess.Popen([sys.executable, "-c", script, where], stdout=subprocess.PIPE, text=True)
-                      for _ in range(8)]
-            said = sorted(racer.communicate(timeout=60)[0].strip() for racer in racers)
-        self.assertEqual(said, ["refused"] * 7 + ["won"])
+            self.assertEqual(self.race(where), ["refused"] * 7 + ["won"])
+
+    def test_processes_racing_to_take_over_a_dead_holder_leave_one_holder(self):
+        with tempfile.TemporaryDirectory() as where:
+            ns = os.stat("/proc/self/ns/pid").st_ino
+            launch.DirectoryStore(where, 5).set("gradlane/rank/2", f"{socket.gethostname()} pid {a_dead_pid()} ns {ns}")
+            self.assertEqual(self.race(where), ["refused"] * 7 + ["won"])
 
 
 class DirectoryStore(unittest.TestCase):

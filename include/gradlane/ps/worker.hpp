@@ -129,8 +129,9 @@ struct PullResult {
 };
 
 // Whether an error from a Worker or an Aggregator says its server and replica are out of reach
-// (a link down, a host gone, a port closed) rather than a mistake of its own or a peer's: the
-// case in which a new connection to the running job (rejoining it) can help.
+// (a link down, a host gone, a port closed; in sidecar mode also a server that lives behind a
+// failed link while the replica we failed over to is not promoted) rather than a mistake of its
+// own or a peer's: the case in which a new connection to the running job (rejoining it) can help.
 bool out_of_reach(const Error& e);
 
 class Worker {
@@ -201,7 +202,8 @@ class Worker {
  private:
   friend class Aggregator;
   // The aggregator's forward in sidecar mode: the gradient written as sequence `sequence` (its
-  // sidecar's grant), mirrored to the replica; a server failure fails over (lost = true). Not
+  // sidecar's grant), mirrored to the replica; a server failure fails over (lost = true; past
+  // failover_patience at a replica not promoted, Error(unreachable)). Not
   // written (lost = true) if the server has decided that sequence already: it skipped it, its
   // hole_timeout having passed while the aggregator waited for members or was stalled.
   // `token`: the aggregate grant's (sidecar::Grant::token), claimed at a server with grant
