@@ -4,11 +4,11 @@
 # build), and the softroce suite over a real Soft-RoCE device (ci/softroce.sh boots a VM with
 # rdma_rxe where the kernel has none), the unit and softroce suites again under ASan+UBSan and
 # the sidecar's tests under TSan (ci/sanitizers.sh ci, their own build directories), then the layering and
-# install checks, and the checkers of the experiment scripts (tests/examples); and the fault
-# list during training (examples/train-faults.sh: each fault injected into a running job on
+# install checks, and the checkers of the experiment scripts (tests/scripts); and the fault
+# list during training (tests/faults/run-faults.sh: each fault injected into a running job on
 # fresh emulated hosts, one seed; the ten without a softroce twin, or GRADLANE_FAULTS). The last
 # eleven lines are the summaries:
-#   faults: N passed, M failed          (passed = survived, as train_faults.py checks it)
+#   faults: N passed, M failed          (passed = survived, as fault_row.py checks it)
 #   fuzz: N passed, M failed
 #   asan-unit: N passed, M failed
 #   asan-softroce: N passed, M failed
@@ -101,15 +101,15 @@ SOFTROCE_OUT="$REPORTS/softroce" bash "$ROOT/ci/softroce.sh" --hosts 3 -- sh "$R
 # (kill:server, kill:server@gradlane, kill:worker1, restart:worker1, stop:worker2, link:0,
 # kill:aggregator, restart:aggregator, replace:server, restart:gradlaned-a, link:2@aggregate)
 # each have a twin in gradlane_ps_softroce_tests, run above and under ASan. The whole list:
-# bash examples/train-faults.sh (docs/testing.md).
+# bash tests/faults/run-faults.sh (docs/testing.md).
 CI_FAULTS="kill:replica link:2 netem:0 stop:aggregator kill:gradlaned-a kill:gradlaned-b restart:gradlaned-b"
 CI_FAULTS+=" replace:server@gradlane restart:aggregator@gradlane link:2@gradlane"
 FAULTS=${GRADLANE_FAULTS:-$CI_FAULTS}
-echo "=== faults during training (examples/train-faults.sh, SEED=$FAULTS_SEED): $FAULTS"
+echo "=== faults during training (tests/faults/run-faults.sh, SEED=$FAULTS_SEED): $FAULTS"
 # One seed, fixed, so a CI run injects each fault at the same point as the last: a failure is
 # the code's, reproducible with the same command (printed with the table).
 faults_ok=0
-bash "$ROOT/examples/train-faults.sh" "$BUILD" SEED="$FAULTS_SEED" FAULTS="$FAULTS" OUT="$REPORTS/faults" 2>&1 \
+bash "$ROOT/tests/faults/run-faults.sh" "$BUILD" SEED="$FAULTS_SEED" FAULTS="$FAULTS" OUT="$REPORTS/faults" 2>&1 \
   | tee "$REPORTS/faults.log" || faults_ok=1
 python3 - "$REPORTS/faults/table.json" > "$REPORTS/faults.summary" <<'PY' || faults_ok=1
 import json, sys
@@ -138,9 +138,10 @@ layers_ok=0
 python3 "$ROOT/ci/check-layers.py" "$ROOT" > "$REPORTS/layers.summary" || layers_ok=1
 format_ok=0
 bash "$ROOT/ci/check-format.sh" "$ROOT" > "$REPORTS/format.summary" || format_ok=1
-# The result checkers the experiment scripts rely on (examples/*.py): each check shown to fail.
+# The scripts' own tests (tests/scripts): the result checkers the experiments and the fault list rely
+# on, each check shown to fail; the layer check; the timeline.
 scripts_ok=0
-python3 - "$ROOT/tests/examples" "$REPORTS/scripts.log" > "$REPORTS/scripts.summary" <<'PY' || scripts_ok=1
+python3 - "$ROOT/tests/scripts" "$REPORTS/scripts.log" > "$REPORTS/scripts.summary" <<'PY' || scripts_ok=1
 import sys, unittest
 suite = unittest.defaultTestLoader.discover(sys.argv[1], pattern="*_test.py")
 with open(sys.argv[2], "w") as log:

@@ -15,7 +15,7 @@
 set -u
 BUILD=${1:?usage: ps-demo.sh BUILD_DIR}
 OUT=${GRADLANE_OUT_DIR:-/tmp}
-. "$(dirname "$0")/job-key.sh"; make_job_key "$OUT"
+. "$(dirname "$0")/../ci/softroce/job-key.sh"; make_job_key "$OUT"
 set -- $GRADLANE_HOSTS
 DEV0=${1%%,*}; ADDR0=${1#*,}; DEV1=${2%%,*}; ADDR1=${2#*,}; DEV2=${3%%,*}
 NODE="$BUILD/tests/ps/ps_node"

@@ -8,7 +8,7 @@
 set -eu
 BUILD=${1:?usage: sidecar-demo.sh BUILD_DIR}
 OUT=${GRADLANE_OUT_DIR:-/tmp}
-. "$(dirname "$0")/job-key.sh"; make_job_key "$OUT"
+. "$(dirname "$0")/../ci/softroce/job-key.sh"; make_job_key "$OUT"
 set -- $GRADLANE_HOSTS
 DEV_A=${1%%,*}; ADDR_A=${1#*,}; DEV_B=${2%%,*}; DEV_C=${3%%,*}
 SLOT=262144 UPDATES=6

@@ -2,7 +2,7 @@
 (a sustained crossing of a target, the ratio of medians with a paired bootstrap interval), the
 learning-rate grid's widening step, and the report's number formats. Imported by
 perf/sched/train-sim-experiment and perf/train/train-softroce-experiment; unit-tested through
-tests/examples/train_sim_experiment_test.py."""
+tests/scripts/train_sim_experiment_test.py."""
 import json
 import os
 import random

@@ -42,7 +42,7 @@ Dataset load_idx(const std::filesystem::path& images, const std::filesystem::pat
 enum class Split { train, test };
 
 // Reads one split of Fashion-MNIST from `dir`, each file plain if it is there, else gzipped: a
-// decompressed copy (examples/train-faults.sh makes one) spares every process the inflate,
+// decompressed copy (tests/faults/run-faults.sh makes one) spares every process the inflate,
 // seconds each in the emulator. A missing file gets an error that says to install Debian's
 // dataset-fashion-mnist or pass another directory.
 Dataset load_fashion_mnist(const std::filesystem::path& dir, Split split);

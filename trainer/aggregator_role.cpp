@@ -22,7 +22,7 @@ using namespace std::chrono_literals;
 
 // One line per forwarded update (its server sequence; computed_on is the oldest member's), one
 // per member summed into it — written as each update is forwarded and flushed, so that what a
-// killed aggregator forwarded can still be checked (examples/train_faults.py).
+// killed aggregator forwarded can still be checked (tests/faults/fault_row.py).
 class ForwardLog {
  public:
   explicit ForwardLog(const std::string& out)

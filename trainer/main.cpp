@@ -1,5 +1,5 @@
 // gradlane_train: asynchronous (or synchronous) data-parallel SGD on Fashion-MNIST over
-// gradlane's parameter server. One process per role; examples/train.sh starts a whole job
+// gradlane's parameter server. One process per role; trainer/train.sh starts a whole job
 // on the Soft-RoCE hosts. See docs/training.md.
 //
 //   gradlane_train server  --mode M --device rxe0 --port 7800 --workers N [--replica A:P] --out DIR

@@ -29,7 +29,7 @@ using namespace std::chrono_literals;
 // `error`: why the role stops early (empty when it finished): a role that exits on an error
 // still leaves what it applied, so the fault checker can verify every acknowledged update.
 // `start_unix`: when training started (every worker connected), as a Unix time: jobs that share
-// hosts are compared on one clock (examples/train-tenants.sh).
+// hosts are compared on one clock (perf/train/tenants.sh).
 void write_stats(const Config& c, const ps::ShardServer& shard, const std::string& name, double start_unix,
                  double seconds, const std::string& error = {}) {
   const auto& st = shard.stats();
@@ -62,7 +62,7 @@ void write_stats(const Config& c, const ps::ShardServer& shard, const std::strin
 
 // Every model version this role saw between progress() rounds, with a hash of its bytes, one
 // unbuffered line each ("version,hash"): a SIGKILL loses none of them. Server and replica
-// logs are compared at their common versions (examples/train_faults.py): bitwise equal
+// logs are compared at their common versions (tests/faults/fault_row.py): bitwise equal
 // models at equal versions, also for a role that was killed.
 class VersionLog {
  public:

@@ -9,6 +9,15 @@ import statistics
 import sys
 
 
+def read_json(path):
+    """The JSON at `path`, or None when it is missing or cut short (a run that was killed)."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
 def main(out):
     server = json.load(open(os.path.join(out, "server.stats.json")))
     accuracy = json.load(open(os.path.join(out, "accuracy.json")))

@@ -2,7 +2,7 @@
 """python3 -m gradlane.timeline (python/gradlane/timeline.py) turns a gradlaned schedule log into
 Chrome-trace events: each push's wait from request to grant and its write, drops, applies, and
 lane names; a line that is not the log's is refused naming its file and line.
-  python3 tests/examples/timeline_test.py"""
+  python3 tests/scripts/timeline_test.py"""
 import importlib.util
 import json
 import os

@@ -2,7 +2,7 @@
 """Collects the summary.json of every run under RUNS (default RESULTS/runs) into results.json and a
 markdown table results.md: per (straggler, mode) the median and range over seeds, headed by the
 commands (RESULTS/command.txt) and the commit that produced it.
-  python3 examples/train_table.py RESULTS [RUNS]"""
+  python3 perf/train/train_table.py RESULTS [RUNS]"""
 import glob
 import json
 import os
@@ -34,7 +34,7 @@ def produced(results):
 
 def shown(path):
     """PATH relative to the repository when it lies inside it (what a committed table names)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     rel = os.path.relpath(os.path.abspath(path), root)
     return path if rel.startswith("..") else rel
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The main job: one data-parallel training run on Fashion-MNIST over gradlane, on emulated
 # Soft-RoCE hosts, then the recorded models evaluated on the full test set and a summary.
-#   bash examples/train.sh [BUILD_DIR] [NAME=VALUE ...]
-# Settings: those of examples/train-job.sh (MODE=gradlane|fifo|sync|aggregate|backup|ssp, BACKUP, SSP_BOUND, MODEL, WORKERS,
+#   bash trainer/train.sh [BUILD_DIR] [NAME=VALUE ...]
+# Settings: those of trainer/train-job.sh (MODE=gradlane|fifo|sync|aggregate|backup|ssp, BACKUP, SSP_BOUND, MODEL, WORKERS,
 # STEPS, LR, BATCH, SEED, TAU, TARGET, SCHEDULE, REPLICA, SLOTS, STRAGGLER, GROUP) and, for the network:
 #   SERVER_RATE  the server host's ingress (tc rate, e.g. 20mbit; default: unshaped): what the
 #                workers push; the model's READ responses leave unshaped
@@ -59,7 +59,7 @@ if [[ -f $RUN/snapshots.bin ]]; then
   "$BUILD/trainer/gradlane_train" evaluate --model "$MODEL" --out "$RUN" --target "$TARGET" --split "$SPLIT"
   python3 "$HERE/train_summary.py" "$RUN"
   # Every setting that made this run, for the results folder.
-  printf '%s\n' "bash examples/train.sh $*" "network: ${harness[*]}" > "$RUN/command.txt"
+  printf '%s\n' "bash trainer/train.sh $*" "network: ${harness[*]}" > "$RUN/command.txt"
 fi
 echo "results: $RUN"
 exit $rc

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Checks one fault run of examples/train-job.sh (FAULT=...) and prints its row as JSON.
+"""Checks one fault run of trainer/train-job.sh (FAULT=...) and prints its row as JSON.
 
-  python3 examples/train_faults.py RUN_DIR            (RUN_DIR = .../train-MODE)
+  python3 tests/faults/fault_row.py RUN_DIR            (RUN_DIR = .../train-MODE)
 
 Every field is measured from the run's files:
   outcome   'continued' when every role the fault did not target exited 0 and the surviving
@@ -16,7 +16,7 @@ Every field is measured from the run's files:
             'undelivered' (never acknowledged).
   equal     server and replica model hashes (NAME.versions.csv) compared at every version both
             saw: equal at all of them, and at least one compared.
-  hung      the roles the watchdog (train-fault.sh) found still running HANG_S after the fault,
+  hung      the roles the watchdog (inject-fault.sh) found still running HANG_S after the fault,
             or 'no fault.json' when the injector never finished.
 """
 import csv
@@ -25,6 +25,9 @@ import json
 import os
 import re
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'trainer'))
+from train_summary import read_json  # noqa: E402  (tolerant: a killed role's file may be cut short)
 
 CLEAR_S = 5.0
 STEPPED_DOWN = 5  # gradlane_train server: stepped down, the replica carries the job on
@@ -38,14 +41,6 @@ def read_csv(path):
         return None
     with open(path) as f:
         return list(csv.DictReader(f))
-
-
-def read_json(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
 
 
 def versions(path):
@@ -72,7 +67,7 @@ def error_line(log):
 
 
 def restarted_from(run):
-    """The step a restarted worker resumed at, from train-fault.sh's note in fault.log."""
+    """The step a restarted worker resumed at, from inject-fault.sh's note in fault.log."""
     try:
         with open(os.path.join(run, 'fault.log')) as f:
             for line in f:

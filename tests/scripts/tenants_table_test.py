@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
-"""examples/train_tenants_table.py's figures can fail: job completion times are taken on one
+"""perf/train/tenants_table.py's figures can fail: job completion times are taken on one
 clock (from the first job's start), speed-ups are per seed against fifo of that seed, a job
 whose server stopped on an error makes its run count for nothing, a third job gets its own
 columns, and gradlane against each baseline is baseline / gradlane over the seeds both ran.
-  python3 tests/examples/train_tenants_table_test.py"""
+  python3 tests/scripts/tenants_table_test.py"""
 import json
 import os
 import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'examples'))
-import train_tenants_table  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'perf', 'train'))
+import tenants_table  # noqa: E402
 
 
 def make_run(results, name, short, long, error='', medium=None):
@@ -30,8 +30,8 @@ class TenantsTable(unittest.TestCase):
         self.results = tempfile.mkdtemp(prefix='tenants-table-test.')
         for run in runs:
             make_run(self.results, *run)
-        sys.argv = ['train_tenants_table.py', self.results]
-        train_tenants_table.main()
+        sys.argv = ['tenants_table.py', self.results]
+        tenants_table.main()
         with open(os.path.join(self.results, 'results.json')) as f:
             return json.load(f)
 
@@ -106,8 +106,8 @@ class TenantsTable(unittest.TestCase):
             make_run(self.results, name, (100.0, 12.0), (100.0, 40.0))
             with open(os.path.join(self.results, 'runs', name, 'classes-h1.txt'), 'w') as f:
                 f.write(text)
-        sys.argv = ['train_tenants_table.py', self.results]
-        train_tenants_table.main()
+        sys.argv = ['tenants_table.py', self.results]
+        tenants_table.main()
         with open(os.path.join(self.results, 'results.json')) as f:
             self.assertEqual(json.load(f)['net-fair']['seeds'], [1])
 

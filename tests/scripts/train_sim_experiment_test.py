@@ -4,7 +4,7 @@ evaluation that the next two also stay at or above (a blip, or a crossing too ne
 run to be confirmed, is no crossing), and the ratio of medians comes with a paired bootstrap
 95 % interval over the seeds (the same seeds drawn for both modes, reproducible, with the
 2.5 / 97.5 percentiles of the resampled ratios).
-  python3 tests/examples/train_sim_experiment_test.py"""
+  python3 tests/scripts/train_sim_experiment_test.py"""
 import importlib.machinery
 import importlib.util
 import os

@@ -4,7 +4,7 @@ says: gradients to a target are the gradients summed into the model by the evalu
 crossed it, the frozen targets sit below every mode's plateau, and the report's ratios come
 from the sustained crossings of the seeds' curves, as do its link shares and what the straggler
 costs.
-  python3 tests/examples/train_softroce_experiment_test.py"""
+  python3 tests/scripts/train_softroce_experiment_test.py"""
 import importlib.machinery
 import importlib.util
 import os

@@ -2,7 +2,7 @@
 """perf/sched/train-sim-bound prices a run's statistics on a free network: an asynchronous run's
 gradients at the workers' compute rate, a barrier run's steps at the slowest compute it waits
 for (backup: the (workers - b)-th; local modes: H draws per step).
-  python3 tests/examples/train_sim_bound_test.py"""
+  python3 tests/scripts/train_sim_bound_test.py"""
 import importlib.machinery
 import importlib.util
 import json

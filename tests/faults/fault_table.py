@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""The fault table: every RUNS/*/row.json (train_faults.py's rows; RUNS defaults to OUT/runs) as
+"""The fault table: every RUNS/*/row.json (fault_row.py's rows; RUNS defaults to OUT/runs) as
 OUT/table.md and OUT/table.json, headed by the command and the commit, and the summary line.
 Exits 1 if a fault was not survived.
-  python3 examples/train_faults_table.py OUT [RUNS] "COMMAND" < /dev/null"""
+  python3 tests/faults/fault_table.py OUT [RUNS] "COMMAND" < /dev/null"""
 import glob
 import json
 import os
@@ -16,7 +16,7 @@ else:
     runs_dir = os.path.join(out, 'runs')
 commit = subprocess.run(['git', '-C', os.path.dirname(os.path.abspath(__file__)), 'rev-parse', '--short', 'HEAD'],
                         capture_output=True, text=True).stdout.strip() or 'unknown'
-root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 shown = os.path.relpath(os.path.abspath(runs_dir), root)
 shown = runs_dir if shown.startswith('..') else shown
 rows = []

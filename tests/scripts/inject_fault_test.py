@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""examples/train-fault.sh injects a fault at a version of the server, not at a time: a fake
+"""tests/faults/inject-fault.sh injects a fault at a version of the server, not at a time: a fake
 job (a server whose versions.csv grows, a worker that is a sleep) is killed only once the
 server wrote the version named, and a version never reached injects the fault anyway after
 AT_WITHIN_S, saying so in fault.json.
-  python3 tests/examples/train_fault_trigger_test.py"""
+  python3 tests/scripts/inject_fault_test.py"""
 import json
 import os
 import shutil
@@ -14,7 +14,7 @@ import time
 import unittest
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..')
-INJECT = os.path.join(ROOT, 'examples', 'train-fault.sh')
+INJECT = os.path.join(ROOT, 'tests', 'faults', 'inject-fault.sh')
 
 
 class FakeJob:

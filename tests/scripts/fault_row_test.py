@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
-"""examples/train_faults.py's checks can fail: a clean fabricated run passes, and each defect
+"""tests/faults/fault_row.py's checks can fail: a clean fabricated run passes, and each defect
 (an acknowledged update missing, server and replica hashes differing, no common version, a
 hung role, an error later than 5 s, a killed server without promotion) is reported.
-  python3 tests/examples/train_faults_test.py"""
+  python3 tests/scripts/fault_row_test.py"""
 import json
 import os
 import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'examples'))
-import train_faults  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'faults'))
+import fault_row  # noqa: E402
 
 
 def write(run, name, text):
@@ -47,7 +47,7 @@ def make_run(kind='kill', target='worker2', hung=(), server_versions=None, repli
 
 class TrainFaultsCheck(unittest.TestCase):
     def test_a_clean_run_survives(self):
-        row = train_faults.check(make_run())
+        row = fault_row.check(make_run())
         self.assertTrue(row['survived'], row)
         self.assertEqual(row['lost'], 0)
         self.assertEqual(row['outcome'], 'continued')
@@ -55,24 +55,24 @@ class TrainFaultsCheck(unittest.TestCase):
     def test_a_worker_that_rejoined_in_process_is_named_in_the_outcome(self):
         run = make_run(kind='link', target='2', exits={'server': (0, 110.0), 'replica': (0, 110.0),
                                                        'worker1': (0, 109.0)})
-        self.assertEqual(train_faults.check(run)['rejoined'], [])
+        self.assertEqual(fault_row.check(run)['rejoined'], [])
         write(run, 'worker1.json', json.dumps({'rejoins': 1, 'rejoining_s': 0.734}))
-        row = train_faults.check(run)
+        row = fault_row.check(run)
         self.assertEqual(row['rejoined'], ['worker1 1x, 0.7 s'])
         self.assertIn('(rejoined the running job: worker1 1x, 0.7 s)', row['outcome'])
         self.assertTrue(row['survived'], row)
 
     def test_an_acknowledged_update_missing_is_lost(self):
-        row = train_faults.check(make_run(pushes={1: [(0, 1, 0), (1, 3, 0), (2, 4, 0)]}))
+        row = fault_row.check(make_run(pushes={1: [(0, 1, 0), (1, 3, 0), (2, 4, 0)]}))
         self.assertEqual(row['lost'], 1)
         self.assertFalse(row['survived'])
 
     def test_an_update_applied_as_another_workers_is_lost(self):
-        row = train_faults.check(make_run(applied=[(1, 1, 0), (2, 2, 0), (3, 2, 1)]))
+        row = fault_row.check(make_run(applied=[(1, 1, 0), (2, 2, 0), (3, 2, 1)]))
         self.assertEqual(row['lost'], 1)
 
     def test_a_push_reported_lost_is_not_counted(self):
-        row = train_faults.check(make_run(pushes={1: [(0, 1, 0), (1, 3, 0), (2, 0, 1)]}))
+        row = fault_row.check(make_run(pushes={1: [(0, 1, 0), (1, 3, 0), (2, 0, 1)]}))
         self.assertEqual(row['lost'], 0)
 
     def test_a_pending_push_counts_only_once_delivered(self):
@@ -81,47 +81,47 @@ class TrainFaultsCheck(unittest.TestCase):
               '0,0,1,0,0,0,0\n1,0,7,0,0,0,1\n2,0,8,0,0,0,1\n3,0,9,0,0,0,1\n')
         # step 1 delivered as the server's 3 (applied), step 2 not delivered, step 3 no outcome
         write(run, 'worker1.members.csv', 'step,delivered,sequence\n1,1,3\n2,0,0\n')
-        row = train_faults.check(run)
+        row = fault_row.check(run)
         self.assertEqual(row['lost'], 0, row)
         self.assertEqual(row['lost_details']['acked'], 2)
         self.assertEqual(row['lost_details']['undelivered'], 1)
         self.assertEqual(row['lost_details']['unsettled'], 1)
         # delivered as a sequence the server never applied: lost
         write(run, 'worker1.members.csv', 'step,delivered,sequence\n1,1,30\n2,0,0\n')
-        self.assertEqual(train_faults.check(run)['lost'], 1)
+        self.assertEqual(fault_row.check(run)['lost'], 1)
 
     def test_a_replaced_replica_must_join_and_follow_bitwise(self):
         exits = {'server': (137, 102.1), 'replica': (0, 110.0), 'worker1': (0, 109.0), 'replica2': (0, 110.0)}
         run = make_run(kind='replace', target='server', exits=exits, promoted=int(50.5e9))
-        self.assertFalse(train_faults.check(run)['survived'])  # no new replica joined
+        self.assertFalse(fault_row.check(run)['survived'])  # no new replica joined
         write(run, 'replica.stats.json', json.dumps({'promoted_at_ns': int(50.5e9), 'replicas_joined': 1}))
         write(run, 'replica2.stats.json', json.dumps({'joined_at': 2}))
         write(run, 'replica2.versions.csv', '2,c\n3,d\n')
-        row = train_faults.check(run)
+        row = fault_row.check(run)
         self.assertTrue(row['survived'], row)
         self.assertIn('new replica (joined at v2): yes (2 versions', row['equal'])
         write(run, 'replica2.versions.csv', '2,c\n3,X\n')
-        self.assertFalse(train_faults.check(run)['survived'])
+        self.assertFalse(fault_row.check(run)['survived'])
 
     def test_a_workers_step_applied_twice_fails_and_an_aggregators_forward_number_may_recur(self):
-        row = train_faults.check(make_run(applied=[(1, 1, 0), (2, 2, 0), (3, 1, 1), (4, 1, 1)]))
+        row = fault_row.check(make_run(applied=[(1, 1, 0), (2, 2, 0), (3, 1, 1), (4, 1, 1)]))
         self.assertIn('1 updates applied twice', row['problems'])
         # worker 9 has no pushes.csv: an aggregator, whose forward numbers restart with it
-        row = train_faults.check(make_run(applied=[(1, 1, 0), (2, 2, 0), (3, 1, 1), (4, 9, 1), (5, 9, 1)]))
+        row = fault_row.check(make_run(applied=[(1, 1, 0), (2, 2, 0), (3, 1, 1), (4, 9, 1), (5, 9, 1)]))
         self.assertTrue(row['survived'], row)
 
     def test_diverged_models_are_reported(self):
-        row = train_faults.check(make_run(replica_versions={0: 'a', 1: 'b', 2: 'X', 3: 'd'}))
+        row = fault_row.check(make_run(replica_versions={0: 'a', 1: 'b', 2: 'X', 3: 'd'}))
         self.assertTrue(row['equal'].startswith('NO'), row['equal'])
         self.assertFalse(row['survived'])
 
     def test_no_common_version_fails(self):
-        row = train_faults.check(make_run(server_versions={0: 'a', 1: 'b'}, replica_versions={0: 'a', 2: 'c'}))
+        row = fault_row.check(make_run(server_versions={0: 'a', 1: 'b'}, replica_versions={0: 'a', 2: 'c'}))
         self.assertEqual(row['equal'], 'NO COMMON VERSION')
         self.assertFalse(row['survived'])
 
     def test_a_hung_role_fails(self):
-        row = train_faults.check(make_run(hung=['worker1']))
+        row = fault_row.check(make_run(hung=['worker1']))
         self.assertEqual(row['hung'], 'worker1')
         self.assertFalse(row['survived'])
 
@@ -129,7 +129,7 @@ class TrainFaultsCheck(unittest.TestCase):
         run = make_run()
         os.remove(os.path.join(run, 'fault.json'))
         write(run, 'job.out', 'softroce: VM up\n[  88.1] watchdog: BUG: soft lockup - CPU#1 stuck for 22s!\n')
-        row = train_faults.check(run)
+        row = fault_row.check(run)
         self.assertFalse(row['survived'])
         self.assertIn('soft lockup', row['outcome'])
 
@@ -138,26 +138,26 @@ class TrainFaultsCheck(unittest.TestCase):
         os.remove(os.path.join(run, 'fault.json'))
         write(run, 'job.out', 'softroce: CMD did not report an exit code: the VM died under it\n---- the VM\n'
               '[  40.1] rcu: INFO: rcu_preempt self-detected stall on CPU\n[  40.2] BUG: later\n')
-        row = train_faults.check(run)
+        row = fault_row.check(run)
         self.assertEqual(row['harness_failure'], 'softroce: CMD did not report an exit code: the VM died under it'
                          ' / the kernel: [  40.1] rcu: INFO: rcu_preempt self-detected stall on CPU')
 
     def test_an_error_within_5_s_is_clear_and_later_is_not(self):
         exits = {'server': (0, 110.0), 'replica': (0, 110.0), 'worker1': (1, 104.0), 'worker2': (137, 102.1)}
         logs = {'worker1': 'gradlane_train worker: the server is gone\n'}
-        row = train_faults.check(make_run(exits=exits, logs=logs))
+        row = fault_row.check(make_run(exits=exits, logs=logs))
         self.assertIn('worker1: clear error in 2.0 s', row['outcome'])
         self.assertTrue(row['survived'], row)
         exits['worker1'] = (1, 108.0)
-        row = train_faults.check(make_run(exits=exits, logs=logs))
+        row = fault_row.check(make_run(exits=exits, logs=logs))
         self.assertIn('worker1: FAILED', row['outcome'])
         self.assertFalse(row['survived'])
 
     def test_a_killed_server_needs_a_promoted_replica(self):
         exits = {'server': (137, 102.1), 'replica': (0, 110.0), 'worker1': (0, 109.0)}
-        row = train_faults.check(make_run(target='server', exits=exits))
+        row = fault_row.check(make_run(target='server', exits=exits))
         self.assertFalse(row['survived'])
-        row = train_faults.check(make_run(target='server', exits=exits, promoted=int(50.5e9)))
+        row = fault_row.check(make_run(target='server', exits=exits, promoted=int(50.5e9)))
         self.assertTrue(row['survived'], row)
         self.assertIn('replica promoted 0.50 s after', row['outcome'])
 
@@ -166,7 +166,7 @@ class TrainFaultsCheck(unittest.TestCase):
         write(run, 'server.stats.json', json.dumps({'version': 3}))
         write(run, 'replica.stats.json', json.dumps({'promoted_at_ns': int(60e9), 'version': 9}))
         write(run, 'server.applied.csv', 'sequence,worker,step,computed_on,skipped\n1,1,0,0,0\n2,2,0,0,0\n')
-        row = train_faults.check(run)
+        row = fault_row.check(run)
         self.assertEqual(row['survivor'], 'replica')
         self.assertFalse(row['survived'])
         self.assertTrue(any(p.startswith('split') for p in row['problems']), row['problems'])
@@ -182,18 +182,18 @@ class TrainFaultsCheck(unittest.TestCase):
         run = make_run(kind='netem', target='0', exits=exits, promoted=int(60e9), server_versions=sv, replica_versions=rv)
         write(run, 'server.stats.json', json.dumps({'version': 4, 'replica_acked': 3}))
         write(run, 'replica.stats.json', json.dumps({'promoted_at_ns': int(60e9), 'version': 9}))
-        row = train_faults.check(run)
+        row = fault_row.check(run)
         self.assertTrue(row['survived'], row)
         self.assertIn('server cut off at v4', row['outcome'])
         self.assertIn('never confirmed by the replica, differ (first v4)', row['equal'])
         write(run, 'server.stats.json', json.dumps({'version': 4, 'replica_acked': 4}))
-        row = train_faults.check(run)
+        row = fault_row.check(run)
         self.assertFalse(row['survived'], row)
         self.assertIn('server and replica diverged', row['problems'])
         # Without a promoted replica, a cut-off server handed the job to nobody.
         run = make_run(kind='netem', target='0', exits=exits, server_versions=sv, replica_versions=sv)
         write(run, 'server.stats.json', json.dumps({'version': 4, 'replica_acked': 3}))
-        self.assertFalse(train_faults.check(run)['survived'])
+        self.assertFalse(fault_row.check(run)['survived'])
 
     def test_a_server_that_stepped_down_for_its_promoted_replica_is_one_final_model(self):
         # The same run, but the server exited 5: it stepped down when a worker reached the
@@ -202,14 +202,14 @@ class TrainFaultsCheck(unittest.TestCase):
         run = make_run(kind='link', target='2', exits=exits, promoted=int(60e9))
         write(run, 'server.stats.json', json.dumps({'version': 3}))
         write(run, 'replica.stats.json', json.dumps({'promoted_at_ns': int(60e9), 'version': 9}))
-        row = train_faults.check(run)
+        row = fault_row.check(run)
         self.assertEqual(row['survivor'], 'replica')
         self.assertFalse(any(p.startswith('split') for p in row['problems']), row['problems'])
         self.assertIn('server stepped down at v3', row['outcome'])
         self.assertTrue(row['survived'], row)
         # Exit 5 without a promoted replica is no hand-over: a failure.
         run = make_run(kind='link', target='2', exits=exits)
-        self.assertFalse(train_faults.check(run)['survived'])
+        self.assertFalse(fault_row.check(run)['survived'])
 
     def test_a_restarted_worker_must_rejoin_and_both_its_lives_acknowledgements_count(self):
         # worker2 killed and started again: its first life's pushes in killed-worker2.pushes.csv,
@@ -221,17 +221,17 @@ class TrainFaultsCheck(unittest.TestCase):
         write(run, 'killed-worker2.pushes.csv', 'step,computed_on,sequence,dropped,lost\n0,0,2,0,0\n')
         write(run, 'server.stats.json', json.dumps({'version': 4, 'peers_joined': 1}))
         write(run, 'fault.log', 'restarting worker2 from step 1\n')
-        row = train_faults.check(run)
+        row = fault_row.check(run)
         self.assertTrue(row['survived'], row)
         self.assertIn('worker2 restarted from step 1', row['outcome'])
         self.assertEqual(row['lost_details']['acked'], 4)
         # The first life's acknowledged push missing from the server's log is lost.
         write(run, 'killed-worker2.pushes.csv', 'step,computed_on,sequence,dropped,lost\n0,0,2,0,0\n1,0,5,0,0\n')
-        self.assertEqual(train_faults.check(run)['lost'], 1)
+        self.assertEqual(fault_row.check(run)['lost'], 1)
         # A restart the server never admitted is not membership.
         write(run, 'killed-worker2.pushes.csv', 'step,computed_on,sequence,dropped,lost\n0,0,2,0,0\n')
         write(run, 'server.stats.json', json.dumps({'version': 4, 'peers_joined': 0}))
-        self.assertFalse(train_faults.check(run)['survived'])
+        self.assertFalse(fault_row.check(run)['survived'])
 
 
 if __name__ == '__main__':

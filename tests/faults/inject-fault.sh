@@ -1,8 +1,8 @@
 #!/bin/sh
-# One fault, injected into a running training job (examples/train-job.sh FAULT=...), then a
+# One fault, injected into a running training job (trainer/train-job.sh FAULT=...), then a
 # watchdog: every role must end within HANG_S of the fault, else it is recorded as hung and
 # killed, so the run always ends. Runs inside the Soft-RoCE harness, next to the roles.
-#   sh examples/train-fault.sh OUT_DIR KIND:TARGET:AT
+#   sh tests/faults/inject-fault.sh OUT_DIR KIND:TARGET:AT
 # KIND:TARGET   kill:ROLE     SIGKILL the role (server, replica, workerI, aggregator)
 #               stop:ROLE     SIGSTOP it for STOP_S seconds (6: longer than the 3 s hole
 #                             timeout and the ~2 s silent-peer timeout), then SIGCONT
@@ -25,8 +25,8 @@
 # Writes OUT_DIR/fault.json: what was done when (epoch seconds), the model version then, and
 # which roles were still running HANG_S after the fault.
 set -u
-OUT=${1:?usage: train-fault.sh OUT_DIR KIND:TARGET:DELAY_MS}
-FAULT=${2:?usage: train-fault.sh OUT_DIR KIND:TARGET:AT}
+OUT=${1:?usage: inject-fault.sh OUT_DIR KIND:TARGET:DELAY_MS}
+FAULT=${2:?usage: inject-fault.sh OUT_DIR KIND:TARGET:AT}
 KIND=${FAULT%%:*}; REST=${FAULT#*:}; TARGET=${REST%%:*}; AT=${REST#*:}
 AT_WITHIN_S=${AT_WITHIN_S:-120}
 STOP_S=${STOP_S:-6}; RESTART_S=${RESTART_S:-1}; LINK_S=${LINK_S:-4}; NETEM_S=${NETEM_S:-5}; HANG_S=${HANG_S:-120}
@@ -132,7 +132,7 @@ case $KIND in
     tc qdisc replace dev "h$TARGET-p" root netem $NETEM; tc qdisc replace dev "h$TARGET" root netem $NETEM
     sleep "$NETEM_S"
     tc qdisc del dev "h$TARGET-p" root; tc qdisc del dev "h$TARGET" root; ended=$(now) ;;
-  *) echo "train-fault.sh: unknown fault kind '$KIND'" >&2; mark; target_alive=0 ;;
+  *) echo "inject-fault.sh: unknown fault kind '$KIND'" >&2; mark; target_alive=0 ;;
 esac
 # The server's last version when the fault hit (for kill:server, the version it died at).
 version=$(last_version server); [ -n "$version" ] || version=0

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Table and plot of examples/train-tenants.sh's runs: job completion times of jobs sharing hosts.
+"""Table and plot of perf/train/tenants.sh's runs: job completion times of jobs sharing hosts.
 
-  python3 examples/train_tenants_table.py RESULTS [RUNS]
+  python3 perf/train/tenants_table.py RESULTS [RUNS]
 
 Reads RUNS/<variant>-seed<N>/job<J>/ (RUNS: default RESULTS/runs; server.stats.json, worker*.json, accuracy.json)
 and writes RESULTS/results.md (headed by the command and the commit), results.json and jct.png (gnuplot, if installed).
@@ -22,11 +22,12 @@ import statistics
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import train_faults  # noqa: E402  (its tolerant JSON reader)
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, '..', '..', 'trainer')]
+import train_summary  # noqa: E402  (its tolerant JSON reader)
 import train_table  # noqa: E402  (its median-and-range format)
 
-# Job ids as train-tenants-job.sh numbers them, shortest first in the table.
+# Job ids as tenants-job.sh numbers them, shortest first in the table.
 JOB_NAMES = {2: 'short', 3: 'medium', 1: 'long'}
 ORDER = ['gradlane', 'undeclared', 'priority', 'net-priority', 'fair', 'net-fair', 'fifo']
 BASELINES = ['priority', 'net-priority', 'fair', 'net-fair', 'fifo']
@@ -78,11 +79,11 @@ def run_row(run_dir):
         m = re.match(r'job(\d+)$', os.path.basename(d))
         if not m or int(m.group(1)) not in JOB_NAMES:
             continue
-        stats = train_faults.read_json(os.path.join(d, 'server.stats.json'))
+        stats = train_summary.read_json(os.path.join(d, 'server.stats.json'))
         if not stats or stats.get('error'):
             return None
-        workers = [train_faults.read_json(f) for f in sorted(glob.glob(os.path.join(d, 'worker*.json')))]
-        accuracy = train_faults.read_json(os.path.join(d, 'accuracy.json')) or {}
+        workers = [train_summary.read_json(f) for f in sorted(glob.glob(os.path.join(d, 'worker*.json')))]
+        accuracy = train_summary.read_json(os.path.join(d, 'accuracy.json')) or {}
         jobs[int(m.group(1))] = {
             'start': stats['start_unix'],
             'end': stats['start_unix'] + stats['seconds'],

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Jobs sharing hosts (the multi-tenant case, MLNet's flow prioritization): does serving the
 # job with the least work left first finish jobs sooner than sharing the link per flow, per job,
-# or by a fixed priority, and what does it cost the long job? examples/train-tenants-job.sh runs
+# or by a fixed priority, and what does it cost the long job? perf/train/tenants-job.sh runs
 # one trial (hosts, jobs and modes are described there); this runs each variant for each seed,
 # every trial in a fresh VM, and writes the table and a plot:
-#   bash examples/train-tenants.sh [BUILD_DIR] [SEEDS="1 2 3"] [RATE=1mbit] [JOBS=2]
+#   bash perf/train/tenants.sh [BUILD_DIR] [SEEDS="1 2 3"] [RATE=1mbit] [JOBS=2]
 #        [VARIANTS="gradlane fifo undeclared"] [RESULTS=perf/results/train-tenants]
 #        [RUNS=out/train-tenants/runs]
 # Variants: gradlane (declared work left), undeclared (gradlane, nothing declared: the NIC
@@ -17,7 +17,7 @@
 # jct.png, command.txt, and each trial's raw run to RUNS/<variant>-seed<N>/ (ignored by git).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(dirname "$HERE")
+ROOT=$(cd "$HERE/../.." && pwd)
 BUILD=build
 if [[ $# -gt 0 && $1 != *=* ]]; then BUILD=$1; shift; fi
 BUILD=$(cd "$BUILD" && pwd)
@@ -28,22 +28,18 @@ for setting in "$@"; do
     SEEDS=*|RATE=*|VARIANTS=*|RESULTS=*|RUNS=*) declare "$setting" ;;
     JOBS=*|LONG_STEPS=*|SHORT_STEPS=*|MEDIUM_STEPS=*|LONG_WORKERS=*|SHORT_WORKERS=*|MEDIUM_WORKERS=*|PRIORITY=*|\
     LR=*|BATCH=*|TAU=*) JOB+=("$setting") ;;
-    *) echo "train-tenants.sh: settings are SEEDS, RATE, VARIANTS, RESULTS, RUNS and the job's (see the top); got '$setting'" >&2
+    *) echo "tenants.sh: settings are SEEDS, RATE, VARIANTS, RESULTS, RUNS and the job's (see the top); got '$setting'" >&2
        exit 2 ;;
   esac
 done
-# Raw runs go to RUNS (default: out/<RESULTS' path under perf/results>/runs, ignored by git; RESULTS
-# outside perf/results keeps its runs in RESULTS/runs); RESULTS gets the summary only.
-if [[ -z $RUNS ]]; then
-  rel=$(realpath -m --relative-to="$ROOT/perf/results" "$RESULTS")
-  case $rel in ..|../*) RUNS=$RESULTS/runs ;; *) RUNS=$ROOT/out/$rel/runs ;; esac
-fi
+. "$ROOT/ci/softroce/raw-runs.sh"
+[[ -n $RUNS ]] || RUNS=$(raw_runs_dir "$ROOT" "$RESULTS")
 mkdir -p "$RESULTS" "$RUNS"
 RESULTS=$(cd "$RESULTS" && pwd)
 RUNS=$(cd "$RUNS" && pwd)
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-{ printf 'bash examples/train-tenants.sh'; printf ' %q' "$@"; printf '\n'; } > "$RESULTS/command.txt"
+{ printf 'bash perf/train/tenants.sh'; printf ' %q' "$@"; printf '\n'; } > "$RESULTS/command.txt"
 failed=0
 for seed in $SEEDS; do
   for variant in $VARIANTS; do  # interleaved per seed: a drift of the machine hits every variant alike
@@ -55,15 +51,15 @@ for seed in $SEEDS; do
       priority) settings=(MODE=gradlane SHARING=priority) ;;
       net-fair) settings=(MODE=fifo NET=fair) ;;
       net-priority) settings=(MODE=fifo NET=priority) ;;
-      *) echo "train-tenants.sh: unknown variant '$variant' (gradlane, undeclared, fifo, fair, priority, net-fair," \
+      *) echo "tenants.sh: unknown variant '$variant' (gradlane, undeclared, fifo, fair, priority, net-fair," \
               "net-priority)" >&2; exit 2 ;;
     esac
     name=$variant-seed$seed
     echo "== $name"
     if ! SOFTROCE_OUT=$TMP bash "$ROOT/ci/softroce.sh" --hosts 3 --shape "1:$RATE:out" --shape "2:$RATE:out" -- \
-         sh "$HERE/train-tenants-job.sh" "$BUILD" "${settings[@]}" SEED="$seed" RATE="$RATE" NAME="$name" \
+         sh "$HERE/tenants-job.sh" "$BUILD" "${settings[@]}" SEED="$seed" RATE="$RATE" NAME="$name" \
          "${JOB[@]}"; then
-      echo "train-tenants.sh: $name failed (its logs: $RUNS/$name)" >&2
+      echo "tenants.sh: $name failed (its logs: $RUNS/$name)" >&2
       failed=1
     fi
     rm -rf "$RUNS/$name"
@@ -73,5 +69,5 @@ for seed in $SEEDS; do
     done
   done
 done
-python3 "$HERE/train_tenants_table.py" "$RESULTS" "$RUNS"
+python3 "$HERE/tenants_table.py" "$RESULTS" "$RUNS"
 exit $failed

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Two or three training jobs sharing three emulated hosts (examples/train-tenants.sh runs it): a
+# Two or three training jobs sharing three emulated hosts (perf/train/tenants.sh runs it): a
 # long job (id 1: LONG_WORKERS workers), a short one (id 2: SHORT_WORKERS) and with JOBS=3 a
 # medium one (id 3: MEDIUM_WORKERS), softmax regression on Fashion-MNIST. Worker w of each job
 # runs on host 1 + (w - 1) % 2, and what leaves a worker host is shaped (the harness's
@@ -20,7 +20,7 @@
 #   deficit round robin between the jobs (fair: equal bytes per job, whatever its flows) or
 #   strict priority in PRIORITY's order (priority).
 #   bash ci/softroce.sh --hosts 3 --shape 1:2mbit:out --shape 2:2mbit:out -- \
-#     sh examples/train-tenants-job.sh build MODE=gradlane SEED=1 RATE=2mbit
+#     sh perf/train/tenants-job.sh build MODE=gradlane SEED=1 RATE=2mbit
 # Settings: MODE, DECLARE (1), SHARING (shortest-remaining), NET, PRIORITY, JOBS (2), SEED (1),
 #   LONG_WORKERS (4), LONG_STEPS (60), SHORT_WORKERS (2), SHORT_STEPS (20), MEDIUM_WORKERS (2),
 #   MEDIUM_STEPS (40) per worker, LR (0.05),
@@ -29,13 +29,13 @@
 # Each job's server writes its files in jobJ/ (stats.json with its training start as
 # a Unix time, snapshots for the offline evaluation); every role's exit goes in NAME.exit.
 set -u
-BUILD=${1:?usage: train-tenants-job.sh BUILD_DIR [NAME=VALUE ...]}
+BUILD=${1:?usage: tenants-job.sh BUILD_DIR [NAME=VALUE ...]}
 shift
 for setting in "$@"; do
   case $setting in
     MODE=*|DECLARE=*|SHARING=*|NET=*|PRIORITY=*|JOBS=*|SEED=*|LONG_STEPS=*|LONG_WORKERS=*|SHORT_WORKERS=*|SHORT_STEPS=*|\
     MEDIUM_WORKERS=*|MEDIUM_STEPS=*|LR=*|BATCH=*|RATE=*|TAU=*|NAME=*) export "$setting" ;;
-    *) echo "train-tenants-job.sh: unknown setting '$setting' (see the comment at the top)" >&2; exit 2 ;;
+    *) echo "tenants-job.sh: unknown setting '$setting' (see the comment at the top)" >&2; exit 2 ;;
   esac
 done
 MODE=${MODE:-gradlane}; DECLARE=${DECLARE:-1}; SEED=${SEED:-1}; LONG_STEPS=${LONG_STEPS:-60}
@@ -44,21 +44,21 @@ MEDIUM_WORKERS=${MEDIUM_WORKERS:-2}; MEDIUM_STEPS=${MEDIUM_STEPS:-40}; JOBS=${JO
 SHARING=${SHARING:-shortest-remaining}
 LR=${LR:-0.05}; BATCH=${BATCH:-64}; TAU=${TAU:-$((2 * LONG_WORKERS))}
 case $JOBS in 2) PRIORITY=${PRIORITY:-2,1} ;; 3) PRIORITY=${PRIORITY:-2,3,1} ;;
-  *) echo "train-tenants-job.sh: JOBS is 2 or 3" >&2; exit 2 ;; esac
+  *) echo "tenants-job.sh: JOBS is 2 or 3" >&2; exit 2 ;; esac
 case $SHARING in shortest-remaining|fair|priority) ;;
-  *) echo "train-tenants-job.sh: SHARING is shortest-remaining, fair or priority" >&2; exit 2 ;; esac
+  *) echo "tenants-job.sh: SHARING is shortest-remaining, fair or priority" >&2; exit 2 ;; esac
 NET=${NET:-}
 case $MODE/$NET in */|fifo/fair|fifo/priority) ;;
-  *) echo "train-tenants-job.sh: NET is fair or priority, with MODE=fifo" >&2; exit 2 ;; esac
+  *) echo "tenants-job.sh: NET is fair or priority, with MODE=fifo" >&2; exit 2 ;; esac
 NAME=${NAME:-$MODE-seed$SEED}
-case $MODE in gradlane|fifo) ;; *) echo "train-tenants-job.sh: MODE is gradlane or fifo" >&2; exit 2 ;; esac
+case $MODE in gradlane|fifo) ;; *) echo "tenants-job.sh: MODE is gradlane or fifo" >&2; exit 2 ;; esac
 OUT=${GRADLANE_OUT_DIR:-/tmp}/tenants-$NAME
 export GRADLANE_SIDECAR_TIMEOUT_MS=${GRADLANE_SIDECAR_TIMEOUT_MS:-3000}
 set -- $GRADLANE_HOSTS
 DEV0=${1%%,*}; ADDR0=${1#*,}; DEV1=${2%%,*}; DEV2=${3%%,*}
 TRAIN="$BUILD/trainer/gradlane_train"
 rm -rf "$OUT"; for job in $(seq 1 "$JOBS"); do mkdir -p "$OUT/job$job"; done
-. "$(dirname "$0")/job-key.sh"; make_job_key "$OUT"
+. "$(dirname "$0")/../../ci/softroce/job-key.sh"; make_job_key "$OUT"
 echo "== tenants, $MODE$([ "$MODE" = gradlane ] && echo " (sharing $SHARING, declared work left: $DECLARE, tau $TAU)"): job 1 $LONG_WORKERS x $LONG_STEPS steps, job 2 $SHORT_WORKERS x $SHORT_STEPS$([ "$JOBS" = 3 ] && echo ", job 3 $MEDIUM_WORKERS x $MEDIUM_STEPS"), seed $SEED"
 
 role() {  # NAME CMD...: in the background, output in NAME.log, "STATUS UNIX_TIME" in NAME.exit
@@ -103,7 +103,7 @@ filter add dev h$h parent 10: protocol ip prio 1 u32 match ip dsfield $((job * 4
       done
     fi
   done
-  printf '%s' "$batch" | tc -batch - || { echo "train-tenants-job.sh: tc refused the classes by DSCP" >&2; exit 1; }
+  printf '%s' "$batch" | tc -batch - || { echo "tenants-job.sh: tc refused the classes by DSCP" >&2; exit 1; }
 fi
 if [ "$MODE" = gradlane ]; then
   RATES=""; [ -n "${RATE:-}" ] && RATES="--link-rate 101:out:$RATE --link-rate 102:out:$RATE"

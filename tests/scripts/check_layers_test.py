@@ -3,7 +3,7 @@
 for each kind of defect — a cycle between folders, a cycle through a public header (counted
 as the folder that implements it), a cycle only between top-level folders, and a folder
 reaching above its layer.
-  python3 tests/examples/check_layers_test.py"""
+  python3 tests/scripts/check_layers_test.py"""
 import os
 import shutil
 import subprocess

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Fault injection during training over Soft-RoCE: for each fault, a fresh
-# set of emulated hosts runs a short direct-mode training job (examples/train-job.sh: server,
+# set of emulated hosts runs a short direct-mode training job (trainer/train-job.sh: server,
 # replica, WORKERS workers; aggregate mode for the aggregator's faults), one fault is injected
-# at a seeded version of the server (examples/train-fault.sh), and the run is checked
-# (examples/train_faults.py): finished or a clear error within 5 s, nothing hung, server and
+# at a seeded version of the server (tests/faults/inject-fault.sh), and the run is checked
+# (tests/faults/fault_row.py): finished or a clear error within 5 s, nothing hung, server and
 # replica bitwise equal at equal versions, no acknowledged update lost.
-#   bash examples/train-faults.sh [BUILD_DIR] [SEED=1] [FAULTS="kill:server kill:replica ..."]
+#   bash tests/faults/run-faults.sh [BUILD_DIR] [SEED=1] [FAULTS="kill:server kill:replica ..."]
 #        [WORKERS=3] [STEPS=150] [OUT=perf/results/train-faults] [RUNS=out/train-faults/runs]
 #        [GRANT_WINDOWS=1] [AT=VERSION: every fault at this server version, to rerun a row]
 # Faults (KIND:TARGET): kill:ROLE, stop:ROLE (SIGSTOP 6 s, SIGCONT), restart:workerI (SIGKILL,
@@ -22,7 +22,7 @@
 # up to twice; its row says so, and the earlier runs are kept in RUNS/first-runs.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(dirname "$HERE")
+ROOT=$(cd "$HERE/../.." && pwd)
 BUILD=build
 if [[ $# -gt 0 && $1 != *=* ]]; then BUILD=$1; shift; fi
 BUILD=$(cd "$BUILD" && pwd)
@@ -31,16 +31,12 @@ FAULTS="kill:server kill:server@gradlane kill:replica kill:worker1 restart:worke
 for setting in "$@"; do
   case $setting in
     SEED=*|FAULTS=*|WORKERS=*|STEPS=*|OUT=*|RUNS=*|GRANT_WINDOWS=*|AT=*) declare "$setting" ;;
-    *) echo "train-faults.sh: settings are SEED, FAULTS, WORKERS, STEPS, OUT, RUNS, GRANT_WINDOWS, AT; got '$setting'" >&2; exit 2 ;;
+    *) echo "run-faults.sh: settings are SEED, FAULTS, WORKERS, STEPS, OUT, RUNS, GRANT_WINDOWS, AT; got '$setting'" >&2; exit 2 ;;
   esac
 done
-[[ -x $BUILD/trainer/gradlane_train ]] || { echo "train-faults.sh: build $BUILD/trainer/gradlane_train first" >&2; exit 2; }
-# Raw runs go to RUNS (default: out/<OUT's path under perf/results>/runs, ignored by git; OUT
-# outside perf/results keeps its runs in OUT/runs); OUT gets the table only.
-if [[ -z $RUNS ]]; then
-  rel=$(realpath -m --relative-to="$ROOT/perf/results" "$OUT")
-  case $rel in ..|../*) RUNS=$OUT/runs ;; *) RUNS=$ROOT/out/$rel/runs ;; esac
-fi
+[[ -x $BUILD/trainer/gradlane_train ]] || { echo "run-faults.sh: build $BUILD/trainer/gradlane_train first" >&2; exit 2; }
+. "$ROOT/ci/softroce/raw-runs.sh"
+[[ -n $RUNS ]] || RUNS=$(raw_runs_dir "$ROOT" "$OUT")
 mkdir -p "$OUT" "$RUNS"
 # The dataset decompressed once, here, outside the emulator: each of the job's processes would
 # otherwise inflate it inside (seconds each, several at once), before every fault's run.
@@ -57,7 +53,7 @@ show_tails() {
   done
 }
 # run_fault NAME FAULT AT MODE STEPS FIRST_FAILURE: one fault on fresh emulated hosts; its
-# raw run to RUNS/NAME with row.json (train_faults.py's verdict), the row in $row.
+# raw run to RUNS/NAME with row.json (fault_row.py's verdict), the row in $row.
 run_fault() {
   local name=$1 fault=$2 at=$3 mode=$4 steps=$5 first=$6 work rc=0
   work=$(mktemp -d /tmp/gradlane-faults.XXXXXX)
@@ -65,7 +61,7 @@ run_fault() {
   # softlockup_panic: a guest kernel that locks up ends its VM at once, saying so.
   SOFTROCE_OUT=$work SOFTROCE_TIMEOUT=${SOFTROCE_TIMEOUT:-600} SOFTROCE_APPEND="softlockup_panic=1 ${SOFTROCE_APPEND:-}" \
     nice -n 15 bash "$ROOT/ci/softroce.sh" --hosts 3 -- \
-    sh "$HERE/train-job.sh" "$BUILD" MODE="$mode" WORKERS="$WORKERS" STEPS="$steps" SEED="$SEED" \
+    sh "$ROOT/trainer/train-job.sh" "$BUILD" MODE="$mode" WORKERS="$WORKERS" STEPS="$steps" SEED="$SEED" \
     GRANT_WINDOWS="$GRANT_WINDOWS" DATA="$DATA" FAULT="$fault:$at" > "$work/job.out" 2>&1 || rc=$?
   local run=$work/train-$mode dest=$RUNS/$name
   rm -rf "$dest"; mkdir -p "$dest"
@@ -73,7 +69,7 @@ run_fault() {
   # Everything but the snapshots (the model every 250 ms: large, and not what is checked here).
   [[ -d $run ]] && find "$run" -maxdepth 1 -type f ! -name snapshots.bin -exec cp {} "$dest/" \;
   rm -rf "$work"
-  row=$(python3 "$HERE/train_faults.py" "$dest" | python3 -c '
+  row=$(python3 "$HERE/fault_row.py" "$dest" | python3 -c '
 import json, sys
 r = json.load(sys.stdin)
 rc, spec, mode, first = sys.argv[1:]
@@ -119,4 +115,4 @@ for spec in $FAULTS; do
     run_fault "$name" "$fault" "$at" "$mode" "$steps" "$failures"
   done
 done
-python3 "$HERE/train_faults_table.py" "$OUT" "$RUNS" "bash examples/train-faults.sh SEED=$SEED WORKERS=$WORKERS STEPS=$STEPS FAULTS=\"$FAULTS\""
+python3 "$HERE/fault_table.py" "$OUT" "$RUNS" "bash tests/faults/run-faults.sh SEED=$SEED WORKERS=$WORKERS STEPS=$STEPS FAULTS=\"$FAULTS\""

@@ -1,6 +1,6 @@
 #!/bin/sh
 # One training job inside the Soft-RoCE harness: data-parallel SGD on Fashion-MNIST with
-# gradlane_train. examples/train.sh runs it (and evaluates the recorded models afterwards,
+# gradlane_train. trainer/train.sh runs it (and evaluates the recorded models afterwards,
 # outside the emulator, where it is ~50× faster). Hosts:
 #   host 0: the server                host 1: the replica, workers 2, 4, ...
 #   host 2: workers 1, 3, ...         host 3 (STRAGGLER=1): the last worker
@@ -9,7 +9,7 @@
 # the workers of hosts 2 and 3 (100 + id); gradlaned B on host 1 serves host 1's workers and
 # reaches A over RDMA. The aggregator (AGGREGATE=1, the default) runs on host 2; A redirects
 # updates to it when they would wait for the server.
-#   bash ci/softroce.sh --hosts 3 -- sh examples/train-job.sh build [NAME=VALUE ...]
+#   bash ci/softroce.sh --hosts 3 -- sh trainer/train-job.sh build [NAME=VALUE ...]
 # Settings (NAME=VALUE arguments): MODE=gradlane|fifo|sync|aggregate|backup|ssp (gradlane), GROUP
 #   (aggregate: gradients per forwarded update, WORKERS), BACKUP (backup: backup workers, 1; each
 #   step averages the first WORKERS − BACKUP gradients), SSP_BOUND (ssp: the steps a worker may
@@ -32,7 +32,7 @@
 #   DATA (Fashion-MNIST's directory, default Debian's: gradlane_train --data). SHARD=1: each
 #   worker trains only on its own partition of the training rows (gradlane_train --shard).
 #   Results: $GRADLANE_OUT_DIR/train-$MODE.
-#   FAULT=KIND:TARGET:AT (examples/train-fault.sh, which examples/train-faults.sh drives):
+#   FAULT=KIND:TARGET:AT (tests/faults/inject-fault.sh, which tests/faults/run-faults.sh drives):
 #   one fault injected once the server reaches version K (AT=vK), or AT ms after training starts. Every role records its pid
 #   (NAME.pid), its command (NAME.cmd) and its exit status and time (NAME.exit: "STATUS EPOCH_SECONDS").
 set -u
@@ -59,7 +59,7 @@ DEV0=${1%%,*}; ADDR0=${1#*,}; DEV1=${2%%,*}; ADDR1=${2#*,}; DEV2=${3%%,*}; ADDR2
 TRAIN="$BUILD/trainer/gradlane_train"
 D="$BUILD/sidecar/daemon/gradlaned"
 rm -rf "$OUT"; mkdir -p "$OUT"
-. "$(dirname "$0")/job-key.sh"; make_job_key "$OUT"
+. "$(dirname "$0")/../ci/softroce/job-key.sh"; make_job_key "$OUT"
 KEY=${GRADLANE_JOB_KEY_FILE:+--key-file $GRADLANE_JOB_KEY_FILE}  # gradlaned's peer links
 COMMON="--mode $MODE --model $MODEL --workers $WORKERS --lr $LR --seed $SEED --slots $SLOTS --out $OUT"
 [ "${REPLICA_READS:-0}" = 1 ] && COMMON="$COMMON --replica-reads"
@@ -156,7 +156,7 @@ while [ $i -le "$WORKERS" ]; do
 done
 INJECTOR=""
 if [ -n "${FAULT:-}" ]; then
-  sh "$(dirname "$0")/train-fault.sh" "$OUT" "$FAULT" > "$OUT/fault.log" 2>&1 &
+  sh "$(dirname "$0")/../tests/faults/inject-fault.sh" "$OUT" "$FAULT" > "$OUT/fault.log" 2>&1 &
   INJECTOR=$!
 fi
 failed=0
@@ -173,7 +173,7 @@ fi
 [ -n "$INJECTOR" ] && wait $INJECTOR
 [ $failed = 0 ] || { echo "a role failed:"; tail -n 3 "$OUT"/*.log; }
 if [ "${SCHEDULE:-0}" = 1 ] && [ "$MODE" = gradlane ]; then
-  python3 "$(dirname "$0")/print_schedule.py" "$OUT/schedule.jsonl"
+  python3 "$(dirname "$0")/../examples/print_schedule.py" "$OUT/schedule.jsonl"
 fi
 if [ "$REPLICA" = 1 ]; then
   if cmp -s "$OUT/server.model" "$OUT/replica.model"; then echo "server and replica models: bitwise equal"
