@@ -1,7 +1,7 @@
 """gradlane vs DistributedDataParallel on the emulated hosts, side by side: the Fashion-MNIST
 example (fashion_mnist.py) started by torchrun on each host, through gradlane (rank 0 the server
-on host 0, workers on hosts 1 and 2; modes sync and fifo) and with DDP over gloo (the same two
-workers). Protocol: each kind's learning rate tuned on the validation split (--tune-seeds, the
+on host 0, workers on hosts 1 and 2; modes sync and fifo, and with --kinds ...,gradlane mode
+gradlane, each push granted by a gradlaned) and with DDP over gloo (the same two workers). Protocol: each kind's learning rate tuned on the validation split (--tune-seeds, the
 grid --lrs; the fastest median time to --tune-target, first sustained crossing), frozen to
 --frozen before any test run, then the test seeds on the test split. Prints and writes (JSON
 lines, --out) each run's time to the targets, final accuracy, and the bytes across the hosts'
@@ -47,17 +47,45 @@ def time_to(curve, target):
     return None
 
 
+def start_gradlaned(args, scratch, name):
+    """The gradlaned of a 'gradlane' run, once it serves: one for every emulated host, which share
+    the VM's /dev/shm (on a cluster, one per host, linked as peers). Returns (process, shm name,
+    key file); its schedule log is kept in `scratch`."""
+    key_file = os.path.join(scratch, f"{name}.key")
+    with open(os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        f.write(base64.b64encode(os.urandom(24)).decode())
+    shm, log = f"/gradlane-compare-{os.getpid()}", os.path.join(scratch, f"{name}.gradlaned.log")
+    daemon = subprocess.Popen([os.path.join(args.build, "sidecar", "daemon", "gradlaned"), "--foreground", "--shm-name",
+                               shm, "--key-file", key_file, "--schedule-log",
+                               os.path.join(scratch, f"{name}.schedule.jsonl")],
+                              stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+    deadline = time.monotonic() + 60
+    while "gradlaned: serving" not in open(log).read():
+        if daemon.poll() is not None or time.monotonic() > deadline:
+            daemon.kill()
+            sys.exit(f"gradlaned did not start serving within 60 s:\n{open(log).read()}")
+        time.sleep(0.05)
+    return daemon, shm, key_file
+
+
 def run(kind, hosts, args, lr, seed, split, scratch):
-    """One job: kind 'gradlane-MODE' or 'ddp'; returns its record."""
+    """One job: kind 'gradlane-MODE' ('gradlane' alone: mode gradlane, through gradlaned) or
+    'ddp'; returns its record."""
     ddp = kind == "ddp"
+    mode = None if ddp else kind.split("-", 1)[1] if "-" in kind else "gradlane"
     nodes = hosts[1:3] if ddp else hosts[:3]
-    out = os.path.join(scratch, f"{kind}-lr{lr}-seed{seed}-{split}.json")
-    key = base64.b64encode(os.urandom(24)).decode()
+    name = f"{kind}-lr{lr}-seed{seed}-{split}"
+    out = os.path.join(scratch, f"{name}.json")
+    key = {"GRADLANE_JOB_KEY": base64.b64encode(os.urandom(24)).decode()}
+    daemon = None
+    if mode == "gradlane":
+        daemon, shm, key_file = start_gradlaned(args, scratch, name)
+        key = {"GRADLANE_JOB_KEY_FILE": key_file, "GRADLANE_SIDECAR": shm}
     before = [link_bytes(h) for h in range(3)]
     ranks = []
     for rank, (device, _) in enumerate(nodes):
         host = hosts.index(nodes[rank])
-        env = dict(os.environ, GRADLANE_DEVICE=device, GRADLANE_REPLICA="0", GRADLANE_JOB_KEY=key,
+        env = dict(os.environ, GRADLANE_DEVICE=device, GRADLANE_REPLICA="0", **key,
                    PYTHONPATH=os.path.join(args.build, "python"), GLOO_SOCKET_IFNAME=f"h{host}", HOME=scratch)
         # gradlane's RDMA crosses the links as any user; gloo connects unbound (see the docstring).
         as_host = {"user": HOST_UID_BASE + host, "group": HOST_UID_BASE + host, "extra_groups": []} if ddp else {}
@@ -66,11 +94,16 @@ def run(kind, hosts, args, lr, seed, split, scratch):
                    "--redirects=1", "--tee=1", os.path.join(HERE, "fashion_mnist.py"), "--lr", str(lr), "--seed",
                    str(seed), "--steps", str(args.steps), "--eval-every", str(args.eval_every), "--split", split,
                    "--out", out]
-        command += ["--ddp"] if ddp else ["--mode", kind.split("-", 1)[1]]
+        command += ["--ddp"] if ddp else ["--mode", mode]
         ranks.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                       **as_host))
     args.port += 2
-    said = [r.communicate(timeout=args.timeout)[0] for r in ranks]
+    try:
+        said = [r.communicate(timeout=args.timeout)[0] for r in ranks]
+    finally:
+        if daemon:
+            daemon.terminate()
+            daemon.wait(timeout=30)
     after = [link_bytes(h) for h in range(3)]
     if any(r.returncode != 0 for r in ranks) or not os.path.exists(out):
         sys.exit(f"{kind} lr {lr} seed {seed} failed:\n" + "\n".join(said))
@@ -131,7 +164,8 @@ def report(runs, frozen, targets):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--build", default="build")
-    parser.add_argument("--kinds", default="gradlane-sync,gradlane-fifo,ddp")
+    parser.add_argument("--kinds", default="gradlane-sync,gradlane-fifo,ddp",
+                        help="of gradlane-sync, gradlane-fifo, gradlane (through gradlaned), ddp")
     parser.add_argument("--lrs", default="0.03,0.1,0.3", help="the tuning grid's start (half-decade steps)")
     parser.add_argument("--tune-seeds", default="101")
     parser.add_argument("--tune-target", type=float, default=0.70)
