@@ -225,6 +225,7 @@ softroce_net_up_hosts() {
 # connects unbound (gloo's, torch's store clients), from its owner: a process of uid
 # SOFTROCE_HOST_UID_BASE + i is host i's (its source is then chosen as host i's address).
 SOFTROCE_HOST_UID_BASE=10000
+softroce_host_uids() { echo "$((SOFTROCE_HOST_UID_BASE + $1))-$((SOFTROCE_HOST_UID_BASE + $1))"; }  # ip's uidrange
 softroce_net_tcp_over_links() {
   local n=$1 i j batch=''
   for ((i = 0; i < n; i++)); do
@@ -233,7 +234,7 @@ softroce_net_tcp_over_links() {
       batch+="route replace $SOFTROCE_NET_PREFIX.1$j dev h$i src $SOFTROCE_NET_PREFIX.1$i table $((100 + i))"$'\n'
       batch+="rule add pref 10 iif lo ipproto tcp from $SOFTROCE_NET_PREFIX.1$i to $SOFTROCE_NET_PREFIX.1$j"
       batch+=" lookup $((100 + i))"$'\n'
-      batch+="rule add pref 11 iif lo ipproto tcp uidrange $((SOFTROCE_HOST_UID_BASE + i))-$((SOFTROCE_HOST_UID_BASE + i))"
+      batch+="rule add pref 11 iif lo ipproto tcp uidrange $(softroce_host_uids "$i")"
       batch+=" to $SOFTROCE_NET_PREFIX.1$j lookup $((100 + i))"$'\n'
     done
   done
@@ -287,7 +288,7 @@ softroce_net_down() {
         ((i == j)) && continue
         ip rule del pref 10 iif lo ipproto tcp from "$SOFTROCE_NET_PREFIX.1$i" to "$SOFTROCE_NET_PREFIX.1$j" \
           2>/dev/null || true
-        ip rule del pref 11 iif lo ipproto tcp uidrange "$((SOFTROCE_HOST_UID_BASE + i))-$((SOFTROCE_HOST_UID_BASE + i))" \
+        ip rule del pref 11 iif lo ipproto tcp uidrange "$(softroce_host_uids "$i")" \
           to "$SOFTROCE_NET_PREFIX.1$j" 2>/dev/null || true
       done
     done

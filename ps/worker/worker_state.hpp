@@ -141,11 +141,11 @@ struct Worker::State {
   // Sidecar mode, after a failover: the floor READ behind our write at the former replica is 0
   // when it was never promoted — our link to the server failed while the server lives, and
   // the server's sidecar still grants its sequence. The replica applies only what the server
-  // decided, and the server never saw this write, so the push is lost (true: the grant is
-  // completed as failed and the server skips the sequence at once). Within failover_patience
+  // decided, and the server never saw this write, so the push is lost (its grant is completed
+  // as failed and the server skips the sequence at once): said here. Within failover_patience
   // that may be a promotion under way; past it, Error(unreachable): the caller reconnects to the
   // running job (rejoin) rather than writing where nothing applies.
-  bool wrote_to_unpromoted_replica(std::uint64_t sequence);
+  void wrote_to_unpromoted_replica(std::uint64_t sequence);
   // A word of our copy of a shard header, where a READ of one header word landed.
   std::uint64_t header_copy_word(std::size_t at) const;
   // The word at byte `at` of the server's shard header, by one READ (failing over to the

@@ -108,19 +108,20 @@ PushResult Worker::State::write(std::uint64_t sequence, Clock::time_point deadli
   result.sequence = sequence;
   result.wire_time = Clock::now() - start;
   if (floors && refused_below_floor(sequence, kFloorAt)) result.lost = true;
-  if (floors && failovers > 0 && header_copy_word(kFloorAt) == 0 && wrote_to_unpromoted_replica(sequence)) {
+  if (floors && failovers > 0 && header_copy_word(kFloorAt) == 0) {
+    wrote_to_unpromoted_replica(sequence);
     return lost_push();  // not at the owner of the sequence: failed, so its sidecar cancels it
   }
   if (mirrored && refused_below_floor(sequence, kReplicaFloorAt)) result.lost = true;
   return result;
 }
 
-bool Worker::State::wrote_to_unpromoted_replica(std::uint64_t sequence) {
+void Worker::State::wrote_to_unpromoted_replica(std::uint64_t sequence) {
   if (failing_over()) {
     std::fprintf(stderr,
                  "gradlane ps worker %u: sequence %llu written to %s, a replica not promoted (yet): reported lost\n",
                  options.id, static_cast<unsigned long long>(sequence), server.describe().c_str());
-    return true;
+    return;
   }
   throw Error(Errc::unreachable,
               fmt::format("{}: the replica this worker failed over to was not promoted within {} ms (its server "

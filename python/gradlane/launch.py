@@ -99,11 +99,17 @@ class DirectoryStore:
     def _file(self, key):
         return os.path.join(self.path, key.replace("%", "%25").replace("/", "%2F"))
 
-    def set(self, key, value):
+    @staticmethod
+    def _written_beside(path, value):
+        """`value` written whole to a temporary file next to `path`; returns its name and bytes."""
         data = value.encode() if isinstance(value, str) else bytes(value)
-        temporary = f"{self._file(key)}.{os.getpid()}.partial"
+        temporary = f"{path}.{os.getpid()}.partial"
         with open(temporary, "wb") as f:
             f.write(data)
+        return temporary, data
+
+    def set(self, key, value):
+        temporary, _ = self._written_beside(self._file(key), value)
         os.replace(temporary, self._file(key))
 
     def compare_set(self, key, expected, desired):
@@ -111,7 +117,6 @@ class DirectoryStore:
         and returns what the key holds then. A value appears whole (a file linked into place, which
         fails if one is there); replacing one renames it away first, which one process alone can."""
         path = self._file(key)
-        data = desired.encode() if isinstance(desired, str) else bytes(desired)
         wanted = expected.encode() if isinstance(expected, str) else bytes(expected)
         if wanted:
             try:
@@ -125,9 +130,7 @@ class DirectoryStore:
                 os.rename(path, f"{path}.{os.getpid()}.replaced")
             except FileNotFoundError:
                 pass  # another process replaced it first: the create below finds its value
-        temporary = f"{path}.{os.getpid()}.partial"
-        with open(temporary, "wb") as f:
-            f.write(data)
+        temporary, data = self._written_beside(path, desired)
         try:
             os.link(temporary, path)
             return data
@@ -156,18 +159,22 @@ class DirectoryStore:
 def rendezvous(launch, timeout_s=120.0):
     """The key-value store the ranks meet at: torch's TCPStore hosted by rank 0 at MASTER_ADDR and
     MASTER_PORT + 1 (torchrun's own store keeps MASTER_PORT), or a DirectoryStore at
-    GRADLANE_RENDEZVOUS=file:DIR (a directory every rank sees; no torch needed)."""
+    GRADLANE_RENDEZVOUS=file:DIR (a directory every rank sees; no torch needed). This process's
+    rank is claimed in it (claim_rank) before it is returned, so a rank launched twice stops here."""
     spec = os.environ.get("GRADLANE_RENDEZVOUS", "")
     if spec.startswith("file:"):
-        return DirectoryStore(spec[len("file:"):], timeout_s)
-    if spec:
+        store = DirectoryStore(spec[len("file:"):], timeout_s)
+    elif spec:
         raise error(f"GRADLANE_RENDEZVOUS={spec!r}: give file:DIR, or leave it unset for a TCP store at MASTER_ADDR")
-    import datetime
+    else:
+        import datetime
 
-    import torch.distributed as dist
+        import torch.distributed as dist
 
-    return dist.TCPStore(launch.master_addr, launch.master_port + 1, launch.world_size, launch.rank == 0,
-                         datetime.timedelta(seconds=timeout_s))
+        store = dist.TCPStore(launch.master_addr, launch.master_port + 1, launch.world_size, launch.rank == 0,
+                              datetime.timedelta(seconds=timeout_s))
+    claim_rank(store, launch)
+    return store
 
 
 def _holder():

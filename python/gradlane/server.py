@@ -125,7 +125,6 @@ def main():
         raise SystemExit(f"gradlane.server: rank {job.rank} is a worker (ranks 0..{job.first_worker - 1} serve): "
                          "start the training script on it")
     store = launch.rendezvous(job, timeout_s=PATIENCE_S)
-    launch.claim_rank(store, job)
     shard = serve(job, store)
     stats = shard.stats
     print(f"gradlane.server: {job.role} (rank {job.rank}) ended at version {shard.version}: {stats.applied} updates "

@@ -68,7 +68,6 @@ class DistributedOptimizer:
                 raise launch.error(f"a parameter of {p.dtype} on {p.device}: gradlane moves float32 CPU tensors")
         floats = sum(p.numel() for p in self.params)
         self.store = launch.rendezvous(job, timeout_s=max(timeout, 120.0))
-        launch.claim_rank(self.store, job)
         if job.worker_id == 1:  # what the server starts from: this worker's initial values
             initial = torch.cat([p.detach().reshape(-1) for p in self.params]).numpy()
             _server.publish_model(self.store, initial, group["lr"], group.get("momentum", 0.0), mode)

@@ -132,6 +132,28 @@ class ClaimRank(unittest.TestCase):
             self.assertEqual(self.race(where), ["refused"] * 7 + ["won"])
 
 
+    def test_the_rendezvous_claims_the_rank_before_it_is_returned(self):
+        with tempfile.TemporaryDirectory() as where:
+            job = launch.from_env({"RANK": "2", "WORLD_SIZE": "4", "MASTER_ADDR": "h0"})
+            held = f"{socket.gethostname()} pid {os.getppid()} ns {os.stat('/proc/self/ns/pid').st_ino}"
+            launch.DirectoryStore(where, 5).set("gradlane/rank/2", held)
+            before = os.environ.get("GRADLANE_RENDEZVOUS")
+            os.environ["GRADLANE_RENDEZVOUS"] = f"file:{where}"
+            try:
+                with self.assertRaises(gradlane.Error) as raised:
+                    launch.rendezvous(job, timeout_s=5)
+                self.assertIn("launched twice", str(raised.exception))
+                os.unlink(os.path.join(where, "gradlane%2Frank%2F2"))
+                launch.rendezvous(job, timeout_s=5)
+                holder = bytes(launch.DirectoryStore(where, 5).get("gradlane/rank/2")).decode()
+                self.assertIn(f"pid {os.getpid()} ", holder)
+            finally:
+                if before is None:
+                    del os.environ["GRADLANE_RENDEZVOUS"]
+                else:
+                    os.environ["GRADLANE_RENDEZVOUS"] = before
+
+
 class DirectoryStore(unittest.TestCase):
     def test_a_key_set_by_one_rank_is_what_another_gets(self):
         with tempfile.TemporaryDirectory() as where:
