@@ -51,9 +51,10 @@ void write_stats(const Config& c, const ps::ShardServer& shard, const std::strin
   // What was applied, in order: the delay of each update is (updates applied before it) −
   // (the version it was computed on).
   std::ofstream log(c.out + "/" + name + ".applied.csv");
-  log << "sequence,worker,step,computed_on,skipped\n";
+  log << "sequence,worker,step,computed_on,skipped,doorbell_ns,apply_start_ns,apply_end_ns\n";
   for (const auto& u : shard.history()) {
-    log << u.sequence << ',' << u.worker << ',' << u.tag << ',' << u.computed_on << ',' << (u.skipped ? 1 : 0) << '\n';
+    log << u.sequence << ',' << u.worker << ',' << u.tag << ',' << u.computed_on << ',' << (u.skipped ? 1 : 0) << ','
+        << u.doorbell_ns << ',' << u.apply_start_ns << ',' << u.apply_end_ns << '\n';
   }
   std::ofstream model(c.out + "/" + name + ".model", std::ios::binary);
   model.write(reinterpret_cast<const char*>(shard.model().data()),

@@ -8,6 +8,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <utility>
 
 #include "gradlane/ps/server.hpp"
 #include "ps/receiving/apply_order.hpp"
@@ -58,9 +59,11 @@ std::size_t ShardServer::State::apply() {
   std::size_t work = 0;
   while (const auto step = order.next()) {
     const bool skip = step->kind == Step::Kind::skip;
+    std::int64_t apply_start = 0;
     if (skip) {
       writer.skip();
     } else {
+      apply_start = shard::now_ns();
       apply_update(step->slot);
     }
     (void)order.done(*step);
@@ -87,9 +90,14 @@ std::size_t ShardServer::State::apply() {
     } else if (role == Role::server) {
       const auto info = granted.extract(step->sequence);
       if (!info.empty() && !skip) {
-        record = {step->sequence, info.mapped().worker, info.mapped().tag, info.mapped().computed_on, skip};
+        record.worker = info.mapped().worker;
+        record.tag = info.mapped().tag;
+        record.computed_on = info.mapped().computed_on;
       }
     }
+    if (!skip) record.doorbell_ns = std::exchange(doorbell_ns[step->slot], 0);
+    record.apply_start_ns = apply_start;
+    record.apply_end_ns = shard::now_ns();
     if (clocks && !skip && clocks->applied(record.worker, record.tag)) {
       shard.header().slowest_clock.store(clocks->slowest(), std::memory_order_release);
     }

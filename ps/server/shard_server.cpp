@@ -212,6 +212,7 @@ std::size_t ShardServer::State::take_doorbells(Peer& peer) {
       const bool claimant = rung_by_claimant(peer, sequence);
       if (claimant && sequence >= skip_below &&
           order.arrived(sequence, static_cast<std::uint32_t>(sequence % options.slots)) == Admit::accepted) {
+        doorbell_ns[sequence % options.slots] = shard::now_ns();
         rung_by[sequence] = peer.worker;
         if (const auto said = peer.pushing.extract(sequence); !said.empty()) {
           pushed[sequence] = said.mapped();
@@ -228,6 +229,7 @@ std::size_t ShardServer::State::take_doorbells(Peer& peer) {
         order.arrived(sequence, static_cast<std::uint32_t>(sequence % options.slots)) != Admit::accepted) {
       ++stats.refused_doorbells;
     } else {
+      doorbell_ns[sequence % options.slots] = shard::now_ns();
       close_window(peer, sequence);  // the update is here: nothing more may land in its slot
       if (const auto g = granted.find(sequence); g != granted.end()) {
         note_landed(g->second.worker, Landed{g->second.tag, sequence, g->second.computed_on});
@@ -435,6 +437,7 @@ ShardServer::ShardServer(const Device& device, Role role, std::uint16_t port, co
     state_->sidecar.emplace(sidecar::Client::attach(attach));
   }
   if (options.momentum > 0.0F) state_->velocity.assign(options.floats, 0.0F);
+  state_->doorbell_ns.assign(options.slots, 0);
 }
 
 ShardServer::ShardServer(ShardServer&&) noexcept = default;

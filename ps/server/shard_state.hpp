@@ -27,6 +27,10 @@ namespace gradlane::ps {
 namespace shard {
 
 using Clock = std::chrono::steady_clock;
+// Clock's now in ns since its epoch: on Linux CLOCK_MONOTONIC, gradlaned's schedule-log clock.
+inline std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
 
 struct Peer {
   Connection conn;
@@ -93,6 +97,9 @@ struct ShardServer::State {
   ShardRegion shard;
   SlotRing slots;
   std::vector<float> velocity;  // momentum state, when momentum > 0
+  // Per slot, when its update's doorbell was taken (AppliedUpdate::doorbell_ns): the slot
+  // stays busy in `order` until that update is applied, so no later doorbell overwrites it.
+  std::vector<std::int64_t> doorbell_ns;
   ShardWriter writer;
   ApplyOrder order;
   CompletionQueue cq;

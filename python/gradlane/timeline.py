@@ -1,20 +1,25 @@
 """Turns gradlaned schedule logs (gradlaned --schedule-log FILE) into a Chrome-trace JSON that
 Perfetto (ui.perfetto.dev) or chrome://tracing opens, and optionally a PNG.
 
-    python3 -m gradlane.timeline a.log b.log -o trace.json [--png timeline.png --window 2:3]
+    python3 -m gradlane.timeline a.log b.log [--applied server.applied.csv] -o trace.json \
+        [--png timeline.png --window 2:3]
 
 Each log is a process (a host's gradlaned); in it, one lane per sender endpoint shows each push:
 "wait" from its request to its grant (or its drop), then "write" from the transfer's start to
 its completion; a lane per receiver shows the applied sequence numbers ("applied" lines, a
 counter of the model's version) and the sequences cancelled; an aggregator's lane its aggregates;
-the planned slots lie on a lane of their own under each sender. Times are the host's
-CLOCK_MONOTONIC: the logs of the emulated hosts of one VM share it; on a real cluster each host's
-log is its own process and their clocks are not aligned.
+the planned slots lie on a lane of their own under each sender. With --applied, a server's
+applied log (gradlane_train's SERVER.applied.csv) is a process too, with a lane per worker:
+each update from its doorbell at the server to its apply ("queued": the server applies in
+sequence order), then the apply. Times are the host's CLOCK_MONOTONIC: the logs of the emulated
+hosts of one VM share it; on a real cluster each host's log is its own process and their clocks
+are not aligned.
 
 Stands alone (the standard library; matplotlib for --png only): it imports nothing of gradlane.
 """
 import argparse
 import json
+import os
 import sys
 
 # Lanes under a process: a sender's pushes, its planned slots, a receiver, an aggregator.
@@ -44,18 +49,78 @@ def read_log(path):
     return rows
 
 
+APPLIED_COLUMNS = ("sequence", "worker", "step", "skipped", "doorbell_ns", "apply_start_ns", "apply_end_ns")
+
+
+def read_applied(path):
+    """A server's applied log (CSV, a row per sequence in apply order) as dicts of ints; LogError
+    naming the file and line for a row that is not one, or a log without the time columns."""
+    import csv
+
+    rows = []
+    with open(path, encoding="utf-8", newline="") as log:
+        reader = csv.DictReader(log)
+        missing = [c for c in APPLIED_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise LogError(f"{path}: no column {', '.join(missing)}: not a server's applied log with apply times "
+                           "(gradlane_train writes one as SERVER.applied.csv)")
+        for number, row in enumerate(reader, 2):
+            try:
+                rows.append({c: int(row[c]) for c in APPLIED_COLUMNS})
+            except (TypeError, ValueError):
+                raise LogError(f"{path}:{number}: a row whose {', '.join(APPLIED_COLUMNS)} are not integers") from None
+    return rows
+
+
 def _us(ns, origin):
     return (ns - origin) / 1000.0
 
 
-def trace_events(logs):
-    """Chrome trace events for [(name, rows)], and a summary {name: counts}. Times in µs from the
-    first line of all logs."""
+def applied_events(name, rows, pid, origin):
+    """Chrome trace events of one server's applied log (read_applied), as process `pid`: per worker
+    a lane with each update's wait at the server ("queued", from its doorbell to its apply) and its
+    apply; skipped sequences on a lane of their own."""
+    events, workers = [], set()
+    for row in rows:
+        seq = row["sequence"]
+        if row["skipped"]:
+            if row["apply_end_ns"]:
+                events.append({"name": f"skipped seq {seq}", "ph": "i", "s": "t", "pid": pid, "tid": 0,
+                               "ts": _us(row["apply_end_ns"], origin)})
+                workers.add(0)
+            continue
+        if not row["apply_start_ns"]:
+            continue  # applied before its times were known (a log from an older server)
+        tid, args = row["worker"] * 4 + SENDER, {"seq": seq, "step": row["step"]}
+        workers.add(row["worker"])
+        if row["doorbell_ns"]:
+            events.append({"name": "queued", "ph": "X", "pid": pid, "tid": tid, "ts": _us(row["doorbell_ns"], origin),
+                           "dur": max(row["apply_start_ns"] - row["doorbell_ns"], 0) / 1000.0, "args": args})
+        events.append({"name": f"apply seq {seq}", "ph": "X", "pid": pid, "tid": tid,
+                       "ts": _us(row["apply_start_ns"], origin),
+                       "dur": max(row["apply_end_ns"] - row["apply_start_ns"], 0) / 1000.0, "args": args})
+    events.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": f"server {name}"}})
+    for worker in workers:
+        tid = worker * 4 + SENDER
+        events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
+                       "args": {"name": f"worker {worker} at the server" if worker else "skipped sequences"}})
+        events.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
+    return events
+
+
+def trace_events(logs, applied=()):
+    """Chrome trace events for [(name, rows)] of schedule logs and [(name, rows)] of servers'
+    applied logs, and a summary {name: counts}. Times in µs from the first line of all logs."""
     starts = [row["at"] for _, rows in logs for row in rows]
+    starts += [t for _, rows in applied for row in rows for t in (row["doorbell_ns"], row["apply_start_ns"]) if t]
     if not starts:
         raise LogError("the logs hold no line: did gradlaned schedule anything?")
     origin = min(starts)
     events, summary = [], {}
+    for pid, (name, rows) in enumerate(applied, len(logs) + 1):
+        events += applied_events(name, rows, pid, origin)
+        summary[name] = {"applies": sum(1 for r in rows if r["apply_start_ns"]),
+                         "skipped": sum(1 for r in rows if r["skipped"])}
     for pid, (name, rows) in enumerate(logs, 1):
         lanes = set()
         counts = {"requests": 0, "grants": 0, "writes": 0, "drops": 0, "applied_through": 0}
@@ -133,7 +198,12 @@ def draw_png(events, path, window=None):
     except ImportError as e:
         raise SystemExit(f"--png needs matplotlib (apt-get install python3-matplotlib): {e}") from e
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("name") == "thread_name"}
-    processes = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    # A process is named by its log's file name here (its whole path is in the trace).
+    processes = {}
+    for e in events:
+        if e.get("name") == "process_name":
+            role, log = e["args"]["name"].split(" ", 1)
+            processes[e["pid"]] = f"{role} {os.path.basename(log)}"
     lo, hi = (window[0] * 1e6, window[1] * 1e6) if window else (float("-inf"), float("inf"))
     shown = [e for e in events if e["ph"] in ("X", "i") and lo <= e["ts"] <= hi
              and (e["tid"] % 4 in (SENDER, AGGREGATOR) or e["ph"] == "i")]
@@ -142,11 +212,12 @@ def draw_png(events, path, window=None):
         raise SystemExit("nothing to draw in that window")
     rows = {key: i for i, key in enumerate(keys)}
     fig, ax = plt.subplots(figsize=(11, 0.45 * len(keys) + 1.2))
-    colours = {"wait": "#c8c8c8"}
+    colours = {"wait": "#c8c8c8", "queued": "#d6bcfa"}
     for e in shown:
         y = rows[(e["pid"], e["tid"])]
         if e["ph"] == "X":
-            colour = colours.get(e["name"], "#d9822b" if e["name"].startswith("aggregate") else "#2b6cb0")
+            colour = colours.get(e["name"], "#d9822b" if e["name"].startswith("aggregate")
+                                 else "#38a169" if e["name"].startswith("apply") else "#2b6cb0")
             ax.barh(y, max(e["dur"], 1.0) / 1000.0, left=e["ts"] / 1000.0, height=0.6, color=colour)
         else:
             colour = "#c53030" if e["name"].startswith("dropped") else "#2f855a"
@@ -159,11 +230,14 @@ def draw_png(events, path, window=None):
     ax.set_xlabel("ms since the first line of the logs")
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
-    ax.legend(handles=[Patch(color="#c8c8c8", label="wait for a grant"), Patch(color="#2b6cb0", label="write"),
-                       Patch(color="#d9822b", label="aggregate"),
-                       Line2D([], [], color="#2f855a", marker="|", linestyle="", label="applied"),
-                       Line2D([], [], color="#c53030", marker="x", linestyle="", label="dropped")],
-              loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.3 / len(keys)), ncol=5, fontsize=8, frameon=False)
+    handles = [Patch(color="#c8c8c8", label="wait for a grant"), Patch(color="#2b6cb0", label="write"),
+               Patch(color="#d9822b", label="aggregate")]
+    if any(e["name"] == "queued" for e in shown):
+        handles += [Patch(color="#d6bcfa", label="at the server, queued"), Patch(color="#38a169", label="apply")]
+    handles += [Line2D([], [], color="#2f855a", marker="|", linestyle="", label="applied"),
+                Line2D([], [], color="#c53030", marker="x", linestyle="", label="dropped")]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.3 / len(keys)),
+              ncol=min(len(handles), 4), fontsize=8, frameon=False)
     ax.set_title("gradlane timeline", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -171,7 +245,9 @@ def draw_png(events, path, window=None):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python3 -m gradlane.timeline", description=__doc__.split("\n\n")[0])
-    parser.add_argument("logs", nargs="+", help="gradlaned --schedule-log files, one per host")
+    parser.add_argument("logs", nargs="*", help="gradlaned --schedule-log files, one per host")
+    parser.add_argument("--applied", action="append", default=[], metavar="CSV",
+                        help="a server's applied log with apply times (gradlane_train's SERVER.applied.csv)")
     parser.add_argument("-o", "--output", default="gradlane-trace.json", help="the Chrome-trace JSON to write")
     parser.add_argument("--png", help="also draw the pushes' lanes into this PNG (needs matplotlib)")
     parser.add_argument("--window", help="START:END seconds since the first line, for --png")
@@ -184,15 +260,21 @@ def main(argv=None):
                 raise ValueError
         except ValueError:
             parser.error(f"--window {args.window}: give START:END in seconds, START < END (e.g. 2:3)")
+    if not args.logs and not args.applied:
+        parser.error("give gradlaned schedule logs, --applied server logs, or both")
     try:
-        events, summary = trace_events([(path, read_log(path)) for path in args.logs])
+        events, summary = trace_events([(path, read_log(path)) for path in args.logs],
+                                       [(path, read_applied(path)) for path in args.applied])
     except (OSError, LogError) as e:
         raise SystemExit(f"gradlane.timeline: {e}") from e
     with open(args.output, "w", encoding="utf-8") as out:
         json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, out)
     for name, c in summary.items():
-        print(f"{name}: {c['requests']} requests, {c['grants']} grants, {c['writes']} writes, {c['drops']} drops, "
-              f"applied through {c['applied_through']}")
+        if "applies" in c:
+            print(f"{name}: {c['applies']} applies, {c['skipped']} skipped")
+        else:
+            print(f"{name}: {c['requests']} requests, {c['grants']} grants, {c['writes']} writes, {c['drops']} drops, "
+                  f"applied through {c['applied_through']}")
     print(f"wrote {args.output} ({len(events)} events): open it in ui.perfetto.dev or chrome://tracing")
     if args.png:
         draw_png(events, args.png, window)

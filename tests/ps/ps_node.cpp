@@ -144,7 +144,9 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
     std::ofstream log(out + "/" + name + ".jsonl");
     for (const auto& u : shard.history()) {
       log << "{\"seq\":" << u.sequence << ",\"worker\":" << u.worker << ",\"tag\":" << u.tag
-          << ",\"computed_on\":" << u.computed_on << ",\"skipped\":" << (u.skipped ? "true" : "false") << "}\n";
+          << ",\"computed_on\":" << u.computed_on << ",\"skipped\":" << (u.skipped ? "true" : "false")
+          << ",\"doorbell_ns\":" << u.doorbell_ns << ",\"apply_start_ns\":" << u.apply_start_ns
+          << ",\"apply_end_ns\":" << u.apply_end_ns << "}\n";
     }
   };
   const std::uint64_t die_at = a.number("die_at", 0);

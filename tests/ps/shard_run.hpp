@@ -292,6 +292,27 @@ class ShardRun : public ::testing::Test {
     } else {
       history_ = read_lines(out_ + "/server.jsonl");
       server_model_ = read_model(out_ + "/server.model", spec.floats);
+      expect_apply_times_in_order(history_);
+    }
+  }
+
+  // A server's history says when each update rang and was applied (the timeline's source): an
+  // applied update rang before its apply began, and applies and skips follow one another in
+  // sequence order.
+  static void expect_apply_times_in_order(const std::vector<json>& history) {
+    std::int64_t previous_end = 0;
+    for (const json& u : history) {
+      const auto seq = u["seq"].get<std::uint64_t>();
+      const auto rang = u["doorbell_ns"].get<std::int64_t>(), end = u["apply_end_ns"].get<std::int64_t>();
+      std::int64_t began = end;  // a skip: the moment it was skipped
+      if (!u["skipped"].get<bool>()) {
+        began = u["apply_start_ns"].get<std::int64_t>();
+        EXPECT_GT(rang, 0) << "sequence " << seq << ": applied without a doorbell time";
+        EXPECT_LE(rang, began) << "sequence " << seq << ": applied before its doorbell";
+      }
+      EXPECT_LE(began, end) << "sequence " << seq;
+      EXPECT_GE(began, previous_end) << "sequence " << seq << ": began before the one before it ended";
+      previous_end = end;
     }
   }
 

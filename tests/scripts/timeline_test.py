@@ -84,5 +84,58 @@ class Timeline(unittest.TestCase):
             timeline.trace_events([('empty', [])])
 
 
+# The server's applied log of the same run: worker 1's sequence 1 rang at 14.5 ms, waited 0.2 ms
+# and was applied from 14.7 to 15.2 ms; sequence 2 was skipped at 16.5 ms; worker 2's sequence 3
+# rang at 16 ms and waited 1 ms, behind the skip.
+APPLIED = ('sequence,worker,step,computed_on,skipped,doorbell_ns,apply_start_ns,apply_end_ns\n'
+           f'1,1,0,0,0,{14_500_000},{14_700_000},{15_200_000}\n'
+           f'2,0,0,0,1,0,0,{16_500_000}\n'
+           f'3,2,4,0,0,{16 * MS},{17 * MS},{17_400_000}\n')
+
+
+def write_applied(text):
+    f = tempfile.NamedTemporaryFile('w', suffix='.csv', delete=False)
+    f.write(text)
+    f.close()
+    return f.name
+
+
+class AppliedLog(unittest.TestCase):
+    def setUp(self):
+        self.events, self.summary = timeline.trace_events(
+            [('a', timeline.read_log(write_log(LOG)))], [('s', timeline.read_applied(write_applied(APPLIED)))])
+
+    def test_each_update_waits_at_the_server_from_its_doorbell_then_is_applied_on_its_workers_lane(self):
+        queued = [e for e in self.events if e['name'] == 'queued']
+        applies = [e for e in self.events if e['name'].startswith('apply seq')]
+        # Times from the first line of all logs (the request at 10 ms).
+        self.assertEqual([(e['ts'], e['dur'], e['args']['seq']) for e in queued],
+                         [(4500.0, 200.0, 1), (6000.0, 1000.0, 3)])
+        self.assertEqual([(e['name'], e['ts'], e['dur']) for e in applies],
+                         [('apply seq 1', 4700.0, 500.0), ('apply seq 3', 7000.0, 400.0)])
+        self.assertEqual([e['tid'] for e in queued], [e['tid'] for e in applies])
+        self.assertNotEqual(applies[0]['tid'], applies[1]['tid'], 'workers 1 and 2 each have their lane')
+        lanes = {e['tid']: e['args']['name'] for e in self.events if e['name'] == 'thread_name' and e['pid'] == 2}
+        self.assertEqual(lanes[applies[0]['tid']], 'worker 1 at the server')
+        self.assertEqual(self.summary['s'], {'applies': 2, 'skipped': 1})
+        skipped, = [e for e in self.events if e['name'] == 'skipped seq 2']
+        self.assertEqual((skipped['pid'], skipped['ts']), (2, 6500.0))
+
+    def test_a_log_without_apply_times_or_with_a_bad_row_is_refused_naming_it(self):
+        old = write_applied('sequence,worker,step,computed_on,skipped\n1,1,0,0,0\n')
+        with self.assertRaisesRegex(timeline.LogError, f'{old}: no column doorbell_ns'):
+            timeline.read_applied(old)
+        bad = write_applied(APPLIED + '4,1,x,0,0,1,2,3\n')
+        with self.assertRaisesRegex(timeline.LogError, f'{bad}:5: a row whose'):
+            timeline.read_applied(bad)
+
+    def test_the_command_takes_an_applied_log_alone(self):
+        out = tempfile.NamedTemporaryFile(suffix='.json', delete=False).name
+        self.assertEqual(timeline.main(['--applied', write_applied(APPLIED), '-o', out]), 0)
+        with open(out, encoding='utf-8') as f:
+            names = [e['name'] for e in json.load(f)['traceEvents']]
+        self.assertIn('apply seq 3', names)
+
+
 if __name__ == '__main__':
     unittest.main()

@@ -178,15 +178,17 @@ class TrainingRun : public ::testing::Test {
     // aggregator: the workers push to the server, or to the aggregator when redirected.
     std::optional<ExternalProcess> aggregator;
     if (aggregate) {
-      aggregator.emplace(args({train, "aggregator"},
-                              {"--device", hosts[2].device, "--port", "7822", "--id", aggregator_id, "--server",
-                               hosts[0].address + ":7820", "--replica", replica_at, "--group", std::to_string(kGroup)}),
-                         out_ + "/aggregator");
+      aggregator.emplace(
+          args({train, "aggregator"}, {"--device", hosts[2].device, "--port", "7822", "--id", aggregator_id, "--server",
+                                       hosts[0].address + ":7820", "--replica", replica_at, "--group",
+                                       std::to_string(kGroup), "--metrics", "127.0.0.1:0"}),
+          out_ + "/aggregator");
     } else if (with_aggregator) {
       auto tail = std::vector<std::string>{"--device",  hosts[2].device, "--port",   "7822",
                                            "--id",      aggregator_id,   "--server", hosts[0].address + ":7820",
                                            "--replica", replica_at};
       for (const auto& a : sidecar(2, 4)) tail.push_back(a);
+      tail.insert(tail.end(), {"--metrics", "127.0.0.1:0"});  // its final metrics: aggregator.metrics.prom
       aggregator.emplace(args({train, "aggregator"}, tail), out_ + "/aggregator");
     }
     auto replica_tail = std::vector<std::string>{"--device", hosts[1].device, "--port", "7821"};
@@ -265,16 +267,6 @@ class TrainingRun : public ::testing::Test {
   // are their stats, the daemons' decisions are the server's sequences, every push of each
   // worker was timed once, and the straggler tops the push time.
   void check_metrics() {
-    const auto file = [&](const std::string& name) {
-      std::ifstream in(out_ + "/" + name);
-      EXPECT_TRUE(in) << "no " << out_ << "/" << name;
-      return std::string(std::istreambuf_iterator<char>(in), {});
-    };
-    const auto value = [](const std::string& text, const std::string& sample) {
-      const auto v = test::sample_value(text, sample);
-      EXPECT_TRUE(v.has_value()) << "no " << sample << " in\n" << text;
-      return v.value_or(-1);
-    };
     const auto stats = nlohmann::json::parse(file("server.stats.json"));
     const std::string server = file("server.metrics.prom");
     const double applied = value(server, kServerApplied);
@@ -304,6 +296,40 @@ class TrainingRun : public ::testing::Test {
               1.3 * value(file("worker2.metrics.prom"), R"(gradlane_worker_push_seconds_sum{worker="2"})"));
     std::printf("metrics: %d scrapes during the run; push seconds straggler %.2f vs %.2f; grants %.0f = sequences\n",
                 scrapes_during_run_.load(), straggler, other, grants);
+  }
+
+  // The aggregator's final metrics are its stats (members granted, summed and skipped; updates
+  // forwarded, short and lost), and it forwarded sums: a run that aggregated nothing, or a
+  // metric that counts another thing, fails.
+  void check_aggregator_metrics() {
+    const auto stats = nlohmann::json::parse(file("aggregator.stats.json"));
+    const std::string text = file("aggregator.metrics.prom");
+    for (const char* event : {"granted", "summed", "skipped"}) {
+      EXPECT_EQ(value(text, std::string(R"(gradlane_aggregator_members_total{event=")") + event + "\"}"),
+                stats[event].get<double>())
+          << event;
+    }
+    for (const auto& [event, field] :
+         {std::pair{"forwarded", "forwarded"}, std::pair{"short_group", "short_groups"}, std::pair{"lost", "lost"}}) {
+      EXPECT_EQ(value(text, std::string(R"(gradlane_aggregator_forwards_total{event=")") + event + "\"}"),
+                stats[field].get<double>())
+          << event;
+    }
+    EXPECT_GT(stats["forwarded"].get<double>(), 0) << "the aggregator forwarded nothing";
+    std::printf("aggregator metrics: %s members summed, %s updates forwarded\n", stats["summed"].dump().c_str(),
+                stats["forwarded"].dump().c_str());
+  }
+
+  std::string file(const std::string& name) const {
+    std::ifstream in(out_ + "/" + name);
+    EXPECT_TRUE(in) << "no " << out_ << "/" << name;
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+  static double value(const std::string& text, const std::string& sample) {
+    const auto v = test::sample_value(text, sample);
+    EXPECT_TRUE(v.has_value()) << "no " << sample << " in\n" << text;
+    return v.value_or(-1);
   }
 
   // The server's applied log, in sequence order: (worker, sequence) of each applied update.
@@ -579,12 +605,14 @@ TEST_F(TrainingRun, GradlaneModeTrainsAndTheModelIsTheReplayOfTheRunAndItsMetric
 TEST_F(TrainingRun, AggregateModeTrainsAndTheModelIsTheReplayOfTheSums) {
   run("aggregate");
   check_aggregated();
+  check_aggregator_metrics();
 }
 
 TEST_F(TrainingRun, GradlaneModeAggregatesQueuedUpdatesAndTheModelIsTheReplayOfTheRun) {
   workers_ = 4;  // at a grant, the two workers neither granted nor computing wait: a pair
   run("gradlane", /*with_aggregator=*/true);
   check_sidecar_aggregation();
+  check_aggregator_metrics();
 }
 
 }  // namespace

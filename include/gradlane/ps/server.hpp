@@ -151,6 +151,13 @@ struct AppliedUpdate {
   std::uint64_t tag = 0;
   std::uint64_t computed_on = 0;  // model version the gradient was computed on
   bool skipped = false;
+  // When (steady_clock, i.e. CLOCK_MONOTONIC, ns: gradlaned's schedule log's clock) the server
+  // took the update's doorbell, and began and ended its apply (a skip: ended is when it was
+  // skipped); 0 where not known here (a skip has no doorbell or apply, a replica's mirror no
+  // doorbell of its own).
+  std::int64_t doorbell_ns = 0;
+  std::int64_t apply_start_ns = 0;
+  std::int64_t apply_end_ns = 0;
 };
 
 class ShardServer {
