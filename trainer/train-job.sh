@@ -36,12 +36,12 @@
 #   one fault injected once the server reaches version K (AT=vK), or AT ms after training starts. Every role records its pid
 #   (NAME.pid), its command (NAME.cmd) and its exit status and time (NAME.exit: "STATUS EPOCH_SECONDS").
 set -u
-BUILD=${1:?usage: train-demo.sh BUILD_DIR [NAME=VALUE ...]}
+BUILD=${1:?usage: train-job.sh BUILD_DIR [NAME=VALUE ...]}
 shift
 for setting in "$@"; do
   case $setting in
     MODE=*|BACKUP=*|SSP_BOUND=*|SHARD=*|MODEL=*|WORKERS=*|STEPS=*|LR=*|BATCH=*|SEED=*|TAU=*|TARGET=*|SCHEDULE=*|REPLICA=*|SLOTS=*|STRAGGLER=*|GROUP=*|REPLICA_READS=*|GRANT_WINDOWS=*|AGGREGATE=*|EAGER=*|RELAY=*|INGRESS=*|SERVER_RATE=*|FAULT=*|DATA=*) export "$setting" ;;
-    *) echo "train-demo.sh: unknown setting '$setting' (see the comment at the top)" >&2; exit 2 ;;
+    *) echo "train-job.sh: unknown setting '$setting' (see the comment at the top)" >&2; exit 2 ;;
   esac
 done
 MODE=${MODE:-gradlane}; MODEL=${MODEL:-softmax}; WORKERS=${WORKERS:-4}; STEPS=${STEPS:-150}

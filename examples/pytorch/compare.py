@@ -16,6 +16,7 @@ without it, it goes over loopback and the table says so. --shape I:RATE on the h
 """
 import argparse
 import base64
+import contextlib
 import json
 import os
 import statistics
@@ -47,25 +48,35 @@ def time_to(curve, target):
     return None
 
 
-def start_gradlaned(args, scratch, name):
-    """The gradlaned of a 'gradlane' run, once it serves: one for every emulated host, which share
-    the VM's /dev/shm (on a cluster, one per host, linked as peers). Returns (process, shm name,
-    key file); its schedule log is kept in `scratch`."""
+@contextlib.contextmanager
+def gradlaned(args, scratch, name):
+    """A gradlaned for a 'gradlane' run, once it serves: one for every emulated host, which share
+    the VM's /dev/shm (on a cluster, one per host, linked as peers). Yields the ranks' environment
+    for it (its shm name, the job's key file); stopped on the way out, whatever happened. Its log
+    and schedule log are kept in `scratch`."""
     key_file = os.path.join(scratch, f"{name}.key")
     with open(os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         f.write(base64.b64encode(os.urandom(24)).decode())
-    shm, log = f"/gradlane-compare-{os.getpid()}", os.path.join(scratch, f"{name}.gradlaned.log")
-    daemon = subprocess.Popen([os.path.join(args.build, "sidecar", "daemon", "gradlaned"), "--foreground", "--shm-name",
-                               shm, "--key-file", key_file, "--schedule-log",
-                               os.path.join(scratch, f"{name}.schedule.jsonl")],
-                              stdout=subprocess.DEVNULL, stderr=open(log, "w"))
-    deadline = time.monotonic() + 60
-    while "gradlaned: serving" not in open(log).read():
-        if daemon.poll() is not None or time.monotonic() > deadline:
+    shm, log_path = f"/gradlane-compare-{os.getpid()}", os.path.join(scratch, f"{name}.gradlaned.log")
+    with open(log_path, "w") as log:
+        daemon = subprocess.Popen([os.path.join(args.build, "sidecar", "daemon", "gradlaned"), "--foreground",
+                                   "--shm-name", shm, "--key-file", key_file, "--schedule-log",
+                                   os.path.join(scratch, f"{name}.schedule.jsonl")],
+                                  stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        deadline = time.monotonic() + 60
+        while "gradlaned: serving" not in open(log_path).read():
+            if daemon.poll() is not None or time.monotonic() > deadline:
+                sys.exit(f"gradlaned did not start serving within 60 s:\n{open(log_path).read()}")
+            time.sleep(0.05)
+        yield {"GRADLANE_JOB_KEY_FILE": key_file, "GRADLANE_SIDECAR": shm}
+    finally:
+        daemon.terminate()
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
             daemon.kill()
-            sys.exit(f"gradlaned did not start serving within 60 s:\n{open(log).read()}")
-        time.sleep(0.05)
-    return daemon, shm, key_file
+            daemon.wait()
 
 
 def run(kind, hosts, args, lr, seed, split, scratch):
@@ -76,12 +87,30 @@ def run(kind, hosts, args, lr, seed, split, scratch):
     nodes = hosts[1:3] if ddp else hosts[:3]
     name = f"{kind}-lr{lr}-seed{seed}-{split}"
     out = os.path.join(scratch, f"{name}.json")
-    key = {"GRADLANE_JOB_KEY": base64.b64encode(os.urandom(24)).decode()}
-    daemon = None
-    if mode == "gradlane":
-        daemon, shm, key_file = start_gradlaned(args, scratch, name)
-        key = {"GRADLANE_JOB_KEY_FILE": key_file, "GRADLANE_SIDECAR": shm}
-    before = [link_bytes(h) for h in range(3)]
+    with (gradlaned(args, scratch, name) if mode == "gradlane"
+          else contextlib.nullcontext({"GRADLANE_JOB_KEY": base64.b64encode(os.urandom(24)).decode()})) as key:
+        before = [link_bytes(h) for h in range(3)]
+        ranks = start_ranks(mode, nodes, hosts, args, lr, seed, split, scratch, out, key)
+        args.port += 2
+        try:
+            said = [r.communicate(timeout=args.timeout)[0] for r in ranks]
+        finally:
+            for r in ranks:
+                if r.poll() is None:
+                    r.kill()
+                    r.wait()
+    after = [link_bytes(h) for h in range(3)]
+    if any(r.returncode != 0 for r in ranks) or not os.path.exists(out):
+        sys.exit(f"{kind} lr {lr} seed {seed} failed:\n" + "\n".join(said))
+    curve = json.load(open(out))["curve"]
+    return {"kind": kind, "lr": lr, "seed": seed, "split": split, "curve": curve, "final": curve[-1]["accuracy"],
+            "bytes_in": [a[0] - b[0] for a, b in zip(after, before)],
+            "bytes_out": [a[1] - b[1] for a, b in zip(after, before)]}
+
+
+def start_ranks(mode, nodes, hosts, args, lr, seed, split, scratch, out, key):
+    """torchrun on each of `nodes` for one job (mode None: ddp), with `key` in its environment."""
+    ddp = mode is None
     ranks = []
     for rank, (device, _) in enumerate(nodes):
         host = hosts.index(nodes[rank])
@@ -97,20 +126,7 @@ def run(kind, hosts, args, lr, seed, split, scratch):
         command += ["--ddp"] if ddp else ["--mode", mode]
         ranks.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                       **as_host))
-    args.port += 2
-    try:
-        said = [r.communicate(timeout=args.timeout)[0] for r in ranks]
-    finally:
-        if daemon:
-            daemon.terminate()
-            daemon.wait(timeout=30)
-    after = [link_bytes(h) for h in range(3)]
-    if any(r.returncode != 0 for r in ranks) or not os.path.exists(out):
-        sys.exit(f"{kind} lr {lr} seed {seed} failed:\n" + "\n".join(said))
-    curve = json.load(open(out))["curve"]
-    return {"kind": kind, "lr": lr, "seed": seed, "split": split, "curve": curve, "final": curve[-1]["accuracy"],
-            "bytes_in": [a[0] - b[0] for a, b in zip(after, before)],
-            "bytes_out": [a[1] - b[1] for a, b in zip(after, before)]}
+    return ranks
 
 
 def record(args, rec, targets):

@@ -80,14 +80,15 @@ def applied_events(name, rows, pid, origin):
     """Chrome trace events of one server's applied log (read_applied), as process `pid`: per worker
     a lane with each update's wait at the server ("queued", from its doorbell to its apply) and its
     apply; skipped sequences on a lane of their own."""
-    events, workers = [], set()
+    skips = SLOTS  # worker 0's planned-slots lane: no worker's pushes are drawn there
+    events, workers, skipped = [], set(), False
     for row in rows:
         seq = row["sequence"]
         if row["skipped"]:
             if row["apply_end_ns"]:
-                events.append({"name": f"skipped seq {seq}", "ph": "i", "s": "t", "pid": pid, "tid": 0,
+                events.append({"name": f"skipped seq {seq}", "ph": "i", "s": "t", "pid": pid, "tid": skips,
                                "ts": _us(row["apply_end_ns"], origin)})
-                workers.add(0)
+                skipped = True
             continue
         if not row["apply_start_ns"]:
             continue  # applied before its times were known (a log from an older server)
@@ -100,10 +101,9 @@ def applied_events(name, rows, pid, origin):
                        "ts": _us(row["apply_start_ns"], origin),
                        "dur": max(row["apply_end_ns"] - row["apply_start_ns"], 0) / 1000.0, "args": args})
     events.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": f"server {name}"}})
-    for worker in workers:
-        tid = worker * 4 + SENDER
-        events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
-                       "args": {"name": f"worker {worker} at the server" if worker else "skipped sequences"}})
+    lanes = [(worker * 4 + SENDER, f"worker {worker} at the server") for worker in sorted(workers)]
+    for tid, lane in lanes + ([(skips, "skipped sequences")] if skipped else []):
+        events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": lane}})
         events.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
     return events
 

@@ -131,7 +131,6 @@ class ClaimRank(unittest.TestCase):
             launch.DirectoryStore(where, 5).set("gradlane/rank/2", f"{socket.gethostname()} pid {a_dead_pid()} ns {ns}")
             self.assertEqual(self.race(where), ["refused"] * 7 + ["won"])
 
-
     def test_the_rendezvous_claims_the_rank_before_it_is_returned(self):
         with tempfile.TemporaryDirectory() as where:
             job = launch.from_env({"RANK": "2", "WORLD_SIZE": "4", "MASTER_ADDR": "h0"})

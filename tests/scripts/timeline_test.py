@@ -120,6 +120,7 @@ class AppliedLog(unittest.TestCase):
         self.assertEqual(self.summary['s'], {'applies': 2, 'skipped': 1})
         skipped, = [e for e in self.events if e['name'] == 'skipped seq 2']
         self.assertEqual((skipped['pid'], skipped['ts']), (2, 6500.0))
+        self.assertEqual(lanes[skipped['tid']], 'skipped sequences')
 
     def test_a_log_without_apply_times_or_with_a_bad_row_is_refused_naming_it(self):
         old = write_applied('sequence,worker,step,computed_on,skipped\n1,1,0,0,0\n')
