@@ -53,7 +53,7 @@ def gradlaned(args, scratch, name):
     """A gradlaned for a 'gradlane' run, once it serves: one for every emulated host, which share
     the VM's /dev/shm (on a cluster, one per host, linked as peers). Yields the ranks' environment
     for it (its shm name, the job's key file); stopped on the way out, whatever happened. Its log
-    and schedule log are kept in `scratch`."""
+    is kept in `scratch`, its schedule log beside --out (NAME.schedule.jsonl, for gradlane.timeline)."""
     key_file = os.path.join(scratch, f"{name}.key")
     with open(os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         f.write(base64.b64encode(os.urandom(24)).decode())
@@ -61,7 +61,7 @@ def gradlaned(args, scratch, name):
     with open(log_path, "w") as log:
         daemon = subprocess.Popen([os.path.join(args.build, "sidecar", "daemon", "gradlaned"), "--foreground",
                                    "--shm-name", shm, "--key-file", key_file, "--schedule-log",
-                                   os.path.join(scratch, f"{name}.schedule.jsonl")],
+                                   os.path.join(os.path.dirname(os.path.abspath(args.out)), f"{name}.schedule.jsonl")],
                                   stdout=subprocess.DEVNULL, stderr=log)
     try:
         deadline = time.monotonic() + 60
