@@ -72,14 +72,20 @@ for name in "${TARGETS[@]}"; do
     verdict=ok
   else
     failed=$((failed + 1))
-    verdict="FAILED (exit $rc; log $log)"
+    first=$(grep -m1 -E '^==[0-9]+==ERROR|runtime error:|fuzz invariant violated|^ERROR: libFuzzer|^SUMMARY:' "$log" || true)
+    verdict="FAILED (exit $rc; ${first:-no report}; log $log)"
     echo "---- $name: last lines of its log"
     tail -40 "$log"
-    for input in "$ARTIFACTS/$name"-{crash,leak,timeout,oom}-*; do
-      if [[ -e $input ]]; then echo "saved input: $input (rerun: $BUILD/tests/fuzz/gradlane_fuzz_$name $input)"; fi
-    done
   fi
   printf 'fuzz %s: %s executions in %s s, %s\n' "$name" "${executions:-?}" "$PER_TARGET" "$verdict"
+  # The input itself, in a line CI's summary repeats: a failure found on a CI machine by a random
+  # seed reproduces anywhere from its log alone.
+  for input in "$ARTIFACTS/$name"-{crash,leak,timeout,oom}-*; do
+    if [[ -e $input ]]; then
+      printf 'fuzz %s input: %s (rerun: base64 -d > in; %s in)\n' "$name" "$(base64 -w0 "$input")" \
+        "$BUILD/tests/fuzz/gradlane_fuzz_$name"
+    fi
+  done
 done
 echo "fuzz: built in $built s, fuzzed in $((SECONDS - start - built)) s"
 echo "fuzz: $passed passed, $failed failed"

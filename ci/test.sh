@@ -160,8 +160,10 @@ summaries=("$REPORTS/faults.summary" "$REPORTS/fuzz.summary" "$REPORTS/sanitizer
   "$REPORTS/format.summary" "$REPORTS/scripts.summary" "$REPORTS/install.summary" "$REPORTS/unit.summary"
   "$REPORTS/softroce.summary")
 cat "${summaries[@]}"
-# Last, so a log cut to its head and tail still says which suite failed, and where to look.
+# Last, so a log cut to its head and tail still says which suite failed, where to look, and
+# which fuzz input failed (a random find on this machine, which no log outside it keeps).
 if failed=$(grep -h -E '^[a-z-]+: [0-9]+ passed, [0-9]+ failed$' "${summaries[@]}" | grep -v ' 0 failed$'); then
+  grep -E '^fuzz [a-z_]+(: .*FAILED| input: )' "$REPORTS/fuzz.log" | cut -c1-6000 || true
   echo "FAILED suites (logs in $REPORTS): $(echo "$failed" | paste -sd ';' | sed 's/;/; /g')"
 fi
 exit $(( faults_ok | fuzz_ok | san_ok | layers_ok | format_ok | scripts_ok | install_ok | unit_ok | softroce_ok ))

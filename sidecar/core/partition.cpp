@@ -11,7 +11,7 @@ constexpr Bytes ceil_div(Bytes a, Bytes b) noexcept { return (a + b - 1) / b; }
 
 Bytes Partitioner::chunk(Bytes bytes) const noexcept {
   if (bytes <= target_) return bytes;
-  const Bytes wanted_parts = ceil_div(bytes, target_);
+  const Bytes wanted_parts = std::min<Bytes>(ceil_div(bytes, target_), kMaxParts);
   // Near-equal parts, each rounded up to the alignment; rounding can only reduce the count.
   return ceil_div(ceil_div(bytes, wanted_parts), align_) * align_;
 }

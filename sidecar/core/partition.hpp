@@ -32,12 +32,16 @@ class Partitioner {
  public:
   static constexpr Bytes kDefaultTarget = Bytes{4} << 20;  // 4 MiB
   static constexpr Bytes kDefaultAlign = 64;
+  // A tensor is cut into at most this many parts; past it, parts grow beyond the target. Each
+  // part costs a slot, a sequence number and an outcome, so this bounds what one request can
+  // cost a sidecar, and a peer's answer splitting a request into more parts is refused.
+  static constexpr std::uint32_t kMaxParts = 65'536;
 
   // Precondition: align >= 1 and target >= align (SchedulerConfig::validate checks it).
   explicit Partitioner(Bytes target = kDefaultTarget, Bytes align = kDefaultAlign) noexcept
       : target_(target), align_(align) {}
 
-  // Number of parts for a tensor of `bytes` (>= 1 for bytes >= 1).
+  // Number of parts for a tensor of `bytes` (>= 1 for bytes >= 1, <= kMaxParts).
   std::uint32_t count(Bytes bytes) const noexcept;
   // Part `index` of a tensor of `bytes`. Precondition: index < count(bytes).
   Partition part(Bytes bytes, std::uint32_t index) const noexcept;

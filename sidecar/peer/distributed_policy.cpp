@@ -2,10 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <variant>
 
 #include "common/overloaded.hpp"
 #include "gradlane/sidecar.hpp"
+#include "sidecar/core/partition.hpp"
 
 namespace gradlane::peer {
 namespace {
@@ -298,9 +300,10 @@ void DistributedPolicy::check_answer_fits(const Forwarded& f, const SlotAnswer& 
     throw Error(Errc::protocol, fmt::format("answer for request {} splits it into {} parts, an earlier answer into {}",
                                             m.request, m.part_count, f.parts));
   }
-  if (m.part_count > r.bytes) {
-    throw Error(Errc::protocol, fmt::format("answer for request {} splits its {} bytes into {} parts", m.request,
-                                            r.bytes, m.part_count));
+  if (m.part_count > std::min<sched::Bytes>(r.bytes, sched::Partitioner::kMaxParts)) {
+    throw Error(Errc::protocol,
+                fmt::format("answer for request {} splits its {} bytes into {} parts (at most {})", m.request, r.bytes,
+                            m.part_count, std::min<sched::Bytes>(r.bytes, sched::Partitioner::kMaxParts)));
   }
   if (m.length > r.bytes || m.offset > r.bytes - m.length) {
     throw Error(Errc::protocol, fmt::format("answer for request {} names bytes [{}, +{}) of its {}", m.request,

@@ -417,6 +417,7 @@ class Actions {
   Actions& to_a(std::span<const std::byte> message) { return message_to(2, message); }
   Actions& schedule() { return u8(3); }
   Actions& complete(std::uint16_t measured, bool failed) { return u8(4).u16(measured).u8(failed ? 1 : 0); }
+  Actions& fail_link() { return u8(6); }
   const Bytes& bytes() const { return out_; }
 
  private:
@@ -459,6 +460,13 @@ void peer_policy_seeds(const fs::path& dir) {
         Actions{}.submit(0, 0, 999).to_b(peer::encode(go)).to_b(peer::encode(resplit)).schedule().bytes());
   write(dir, "duplicate-answer",
         Actions{}.submit(0, 0, 999).to_b(peer::encode(go)).to_b(peer::encode(go)).schedule().bytes());
+  // A 16 MiB request split into a part per byte, then the link fails: taken, B would drop each
+  // undecided part, 16 million outcomes (past libFuzzer's 10 s timeout).
+  peer::SlotAnswer fine = go;
+  fine.part_count = 16u << 20;
+  fine.length = 1;
+  write(dir, "many-parts",
+        Actions{}.submit(0, 0, (16u << 20) - 1).to_b(peer::encode(fine)).schedule().fail_link().schedule().bytes());
   const peer::SlotRequest request{.request = 9,
                                   .job = 1,
                                   .sender = 1,

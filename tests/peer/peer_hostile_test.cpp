@@ -96,6 +96,33 @@ TEST_F(SlotAgreement, ADuplicateOrOutOfRangeAnswerIsRefused) {
   EXPECT_EQ(b.stats().protocol_errors, 4u);
 }
 
+TEST_F(SlotAgreement, AnAnswerSplittingARequestIntoMorePartsThanAnyPartitionerCutsIsRefused) {
+  // 16 MiB: a split into 2^20 parts of 16 bytes fits its bytes, but no partitioner makes it, and
+  // accepted it would have b hand the application a drop for each undecided part on a link loss.
+  constexpr std::uint64_t kBytes = std::uint64_t{16} << 20;
+  ASSERT_EQ(b.submit(request(1, 1, kBytes), now), sched::SubmitStatus::accepted);
+  ASSERT_EQ(b.submit(request(2, 1, kBytes), now), sched::SubmitStatus::accepted);
+  wire.to[0].clear();
+  wire.to[1].push_back(encode(go_answer(0, 1u << 20, 0, 16)));
+  SlotAnswer finest = go_answer(0, sched::Partitioner::kMaxParts, 0, kBytes / sched::Partitioner::kMaxParts);
+  finest.request = 2;  // the finest split a partitioner makes is taken
+  wire.to[1].push_back(encode(finest));
+  b.schedule(now, b_out);
+  EXPECT_EQ(b.stats().protocol_errors, 1u);
+  ASSERT_EQ(b_out.size(), 1u);
+  EXPECT_NE(std::get_if<sched::Grant>(&b_out[0]), nullptr);
+  wire.broken = true;
+  b.schedule(now, b_out);
+  std::map<std::uint64_t, std::vector<sched::Drop>> drops;
+  for (const sched::Outcome& o : b_out) {
+    if (const auto* d = std::get_if<sched::Drop>(&o)) drops[static_cast<std::uint64_t>(d->request)].push_back(*d);
+  }
+  ASSERT_EQ(drops[1].size(), 1u) << "request 1, never answered, is dropped whole";
+  EXPECT_EQ(drops[1][0].length, kBytes);
+  EXPECT_EQ(drops[1][0].reason, sched::DropReason::peer_lost);
+  EXPECT_EQ(drops[2].size(), sched::Partitioner::kMaxParts - 1) << "request 2's undecided parts";
+}
+
 TEST_F(SlotAgreement, APeersRequestsPastItsPendingLimitAreDroppedAndLaterOnesTakenAgain) {
   a.limit_pending_per_peer(2);
   for (std::uint64_t id = 1; id <= 3; ++id)

@@ -30,6 +30,19 @@ TEST(Partitioner, LargeTensorsSplitIntoNearEqualAlignedParts) {
   }
 }
 
+TEST(Partitioner, NoTensorIsCutIntoMorePartsThanTheBound) {
+  const Partitioner p(64, 64);
+  EXPECT_EQ(p.count(64 * Bytes{Partitioner::kMaxParts}), Partitioner::kMaxParts);
+  // Past it the parts grow: 2^40 bytes at a 64-byte target would be 2^34 parts.
+  for (const Bytes bytes : {64 * Bytes{Partitioner::kMaxParts} + 1, Bytes{1} << 40}) {
+    const std::uint32_t n = p.count(bytes);
+    EXPECT_LE(n, Partitioner::kMaxParts) << bytes;
+    const Partition last = p.part(bytes, n - 1);
+    EXPECT_EQ(last.offset + last.length, bytes) << "the parts still cover " << bytes << " bytes";
+    EXPECT_EQ(p.part(bytes, 0).length % 64, 0u);
+  }
+}
+
 TEST(Partitioner, PartsCoverTheTensorExactlyForManySizes) {
   const Partitioner p(1000, 8);
   for (Bytes bytes = 1; bytes < 20'000; bytes += 37) {
