@@ -1,7 +1,8 @@
 """gradlane vs DistributedDataParallel on the emulated hosts, side by side: the Fashion-MNIST
 example (fashion_mnist.py) started by torchrun on each host, through gradlane (rank 0 the server
 on host 0, workers on hosts 1 and 2; modes sync and fifo, and with --kinds ...,gradlane mode
-gradlane, each push granted by a gradlaned) and with DDP over gloo (the same two workers). Protocol: each kind's learning rate tuned on the validation split (--tune-seeds, the
+gradlane, each push granted by a gradlaned; gradlane-packed the same with the server's ingress packed,
+gradlaned --ingress-sharing packed at --server-rate) and with DDP over gloo (the same two workers). Protocol: each kind's learning rate tuned on the validation split (--tune-seeds, the
 grid --lrs; the fastest median time to --tune-target, first sustained crossing), frozen to
 --frozen before any test run, then the test seeds on the test split. Prints and writes (JSON
 lines, --out) each run's time to the targets, final accuracy, and the bytes across the hosts'
@@ -32,6 +33,10 @@ from experiment import fmt_ratio, ratio_of_medians  # noqa: E402  (the protocol'
 LADDER = [0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0]  # the grid's half-decade steps
 HOST_UID_BASE = 10000  # ci/softroce/net.sh's SOFTROCE_HOST_UID_BASE
 MAX_WIDEN = 2  # steps past a winning edge; a winner still on the edge is flagged in frozen.json
+SERVER_ENDPOINT = 0  # fashion_mnist.py's server, rank 0: the receiver whose ingress gradlaned shares
+# kind -> (fashion_mnist.py's --mode, gradlaned's --ingress-sharing); mode None is DDP, sharing None no gradlaned
+KINDS = {"gradlane-sync": ("sync", None), "gradlane-fifo": ("fifo", None), "gradlane": ("gradlane", "exclusive"),
+         "gradlane-packed": ("gradlane", "packed"), "ddp": (None, None)}
 
 
 def link_bytes(host):
@@ -49,11 +54,12 @@ def time_to(curve, target):
 
 
 @contextlib.contextmanager
-def gradlaned(args, scratch, name):
+def gradlaned(args, scratch, name, sharing):
     """A gradlaned for a 'gradlane' run, once it serves: one for every emulated host, which share
     the VM's /dev/shm (on a cluster, one per host, linked as peers). Yields the ranks' environment
     for it (its shm name, the job's key file); stopped on the way out, whatever happened. Its log
-    is kept in `scratch`, its schedule log beside --out (NAME.schedule.jsonl, for gradlane.timeline)."""
+    is kept in `scratch`, its schedule log beside --out (NAME.schedule.jsonl, for gradlane.timeline).
+    `sharing` packed books each grant at its sender's share of the server's --server-rate."""
     key_file = os.path.join(scratch, f"{name}.key")
     with open(os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         f.write(base64.b64encode(os.urandom(24)).decode())
@@ -61,7 +67,9 @@ def gradlaned(args, scratch, name):
     with open(log_path, "w") as log:
         daemon = subprocess.Popen([os.path.join(args.build, "sidecar", "daemon", "gradlaned"), "--foreground",
                                    "--shm-name", shm, "--key-file", key_file, "--schedule-log",
-                                   os.path.join(os.path.dirname(os.path.abspath(args.out)), f"{name}.schedule.jsonl")],
+                                   os.path.join(os.path.dirname(os.path.abspath(args.out)), f"{name}.schedule.jsonl"),
+                                   "--ingress-sharing", sharing]
+                                  + (["--link-rate", f"{SERVER_ENDPOINT}:in:{args.server_rate}"] if sharing == "packed" else []),
                                   stdout=subprocess.DEVNULL, stderr=log)
     try:
         deadline = time.monotonic() + 60
@@ -80,14 +88,12 @@ def gradlaned(args, scratch, name):
 
 
 def run(kind, hosts, args, lr, seed, split, scratch):
-    """One job: kind 'gradlane-MODE' ('gradlane' alone: mode gradlane, through gradlaned) or
-    'ddp'; returns its record."""
-    ddp = kind == "ddp"
-    mode = None if ddp else kind.split("-", 1)[1] if "-" in kind else "gradlane"
-    nodes = hosts[1:3] if ddp else hosts[:3]
+    """One job of `kind` (KINDS); returns its record."""
+    mode, sharing = KINDS[kind]
+    nodes = hosts[1:3] if mode is None else hosts[:3]
     name = f"{kind}-lr{lr}-seed{seed}-{split}"
     out = os.path.join(scratch, f"{name}.json")
-    with (gradlaned(args, scratch, name) if mode == "gradlane"
+    with (gradlaned(args, scratch, name, sharing) if sharing
           else contextlib.nullcontext({"GRADLANE_JOB_KEY": base64.b64encode(os.urandom(24)).decode()})) as key:
         before = [link_bytes(h) for h in range(3)]
         ranks = start_ranks(mode, nodes, hosts, args, lr, seed, split, scratch, out, key)
@@ -164,16 +170,17 @@ def report(runs, frozen, targets):
     by_seed = {(r["kind"], r["seed"]): r for r in runs
                if r["split"] == "test" and r["lr"] == frozen["lrs"].get(r["kind"])}
     seeds = sorted({seed for _, seed in by_seed})
-    for kind in frozen["lrs"]:
-        if kind == "ddp" or not all((kind, s) in by_seed and ("ddp", s) in by_seed for s in seeds):
-            continue
-        cells = []
-        for t in targets:
-            point, lo, hi = ratio_of_medians([time_to(by_seed[(kind, s)]["curve"], t) for s in seeds],
-                                             [time_to(by_seed[("ddp", s)]["curve"], t) for s in seeds])
-            cells.append(f"to {t}: {fmt_ratio(point, lo, hi)}")
-        lines.append(f"\n{kind} / ddp, time ratio of medians [95 % bootstrap over {len(seeds)} seeds; > 1 slower]: "
-                     + ", ".join(cells))
+    for base in ("ddp", "gradlane-fifo"):
+        for kind in frozen["lrs"]:
+            if kind in (base, "ddp") or not all((kind, s) in by_seed and (base, s) in by_seed for s in seeds):
+                continue
+            cells = []
+            for t in targets:
+                point, lo, hi = ratio_of_medians([time_to(by_seed[(kind, s)]["curve"], t) for s in seeds],
+                                                 [time_to(by_seed[(base, s)]["curve"], t) for s in seeds])
+                cells.append(f"to {t}: {fmt_ratio(point, lo, hi)}")
+            lines.append(f"\n{kind} / {base}, time ratio of medians [95 % bootstrap over {len(seeds)} seeds; > 1 "
+                         "slower]: " + ", ".join(cells))
     return "\n".join(lines)
 
 
@@ -181,7 +188,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--build", default="build")
     parser.add_argument("--kinds", default="gradlane-sync,gradlane-fifo,ddp",
-                        help="of gradlane-sync, gradlane-fifo, gradlane (through gradlaned), ddp")
+                        help="of " + ", ".join(KINDS))
+    parser.add_argument("--server-rate", default="200mbit",
+                        help="gradlane-packed: the server's ingress line rate for gradlaned (tc units); a frozen.json's "
+                             "server_rate wins")
     parser.add_argument("--lrs", default="0.03,0.1,0.3", help="the tuning grid's start (half-decade steps)")
     parser.add_argument("--tune-seeds", default="101")
     parser.add_argument("--tune-target", type=float, default=0.70)
@@ -199,6 +209,9 @@ def main():
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args()
     targets = [float(t) for t in args.targets.split(",")]
+    kinds = args.kinds.split(",")
+    if unknown := [k for k in kinds if k not in KINDS]:
+        sys.exit(f"unknown --kinds {','.join(unknown)}: pick from {', '.join(KINDS)}")
     if args.report_only:
         runs = [json.loads(line) for line in open(args.out)]
         print(report(runs, json.load(open(args.frozen)), targets))
@@ -206,7 +219,6 @@ def main():
     hosts = [tuple(p.split(",")) for p in os.environ.get("GRADLANE_HOSTS", "").split()]
     if len(hosts) < 3:
         sys.exit("needs three emulated hosts: bash ci/softroce.sh --hosts 3 -- python3 examples/pytorch/compare.py")
-    kinds = args.kinds.split(",")
     with tempfile.TemporaryDirectory() as scratch:
         os.chmod(scratch, 0o777)  # DDP ranks write here as their hosts' uids
         runs = []
@@ -257,6 +269,7 @@ def main():
             print(f"frozen: {open(args.frozen).read()}")
             return
         frozen = json.load(open(args.frozen))
+        args.server_rate = frozen.get("server_rate", args.server_rate)
         for seed in (int(s) for s in frozen["test_seeds"].split(",")):
             for kind in kinds:
                 runs.append(get(kind, frozen["lrs"][kind], seed, "test"))

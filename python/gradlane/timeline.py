@@ -2,7 +2,7 @@
 Perfetto (ui.perfetto.dev) or chrome://tracing opens, and optionally a PNG.
 
     python3 -m gradlane.timeline a.log b.log [--applied server.applied.csv] -o trace.json \
-        [--png timeline.png --window 2:3]
+        [--png timeline.png --window 2:3] [--senders]
 
 Each log is a process (a host's gradlaned); in it, one lane per sender endpoint shows each push:
 "wait" from its request to its grant (or its drop), then "write" from the transfer's start to
@@ -189,6 +189,38 @@ def trace_events(logs, applied=()):
     return events, summary
 
 
+def _percentile(values, q):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+def sender_breakdown(events):
+    """Where each sender's time went, from trace_events' events: {(process, endpoint): {"pushes",
+    "wait_s", "wait_median_ms", "wait_p90_ms", "write_s", "between_s", "span_s"}}. wait: from each
+    request to its grant or drop; write: the transfers' measured times; between: from a write's end
+    to the sender's next request (its compute, its pull of the model, its evaluation); span: from
+    its first request to the end of its last wait or write."""
+    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    lanes = {}
+    for e in events:
+        if e["ph"] == "X" and e.get("tid", 0) % 4 == SENDER and (e["name"] == "wait" or e["name"].startswith("write")):
+            lanes.setdefault((e["pid"], e["tid"] // 4), []).append(e)
+    out = {}
+    for (pid, endpoint), pushes in sorted(lanes.items()):
+        pushes.sort(key=lambda e: e["ts"])
+        waits = [e["dur"] for e in pushes if e["name"] == "wait"]
+        writes = [e for e in pushes if e["name"] != "wait"]
+        between = [nxt["ts"] - (e["ts"] + e["dur"]) for e, nxt in zip(pushes, pushes[1:])
+                   if e["name"] != "wait" and nxt["name"] == "wait"]
+        end = max(e["ts"] + e["dur"] for e in pushes)
+        out[(names.get(pid, str(pid)), endpoint)] = {
+            "pushes": len(writes), "wait_s": sum(waits) / 1e6,
+            "wait_median_ms": _percentile(waits, 0.5) / 1e3, "wait_p90_ms": _percentile(waits, 0.9) / 1e3,
+            "write_s": sum(e["dur"] for e in writes) / 1e6, "between_s": sum(max(b, 0.0) for b in between) / 1e6,
+            "span_s": (end - pushes[0]["ts"]) / 1e6}
+    return out
+
+
 def draw_png(events, path, window=None):
     """The pushes' lanes of every process as horizontal bars (wait grey, write blue, drops red)."""
     try:
@@ -251,6 +283,9 @@ def main(argv=None):
     parser.add_argument("-o", "--output", default="gradlane-trace.json", help="the Chrome-trace JSON to write")
     parser.add_argument("--png", help="also draw the pushes' lanes into this PNG (needs matplotlib)")
     parser.add_argument("--window", help="START:END seconds since the first line, for --png")
+    parser.add_argument("--senders", action="store_true",
+                        help="also print where each sender's time went: waiting for grants, writing, and between "
+                             "a write and its next request")
     args = parser.parse_args(argv)
     window = None
     if args.window:
@@ -275,6 +310,12 @@ def main(argv=None):
         else:
             print(f"{name}: {c['requests']} requests, {c['grants']} grants, {c['writes']} writes, {c['drops']} drops, "
                   f"applied through {c['applied_through']}")
+    if args.senders:
+        for (name, endpoint), b in sender_breakdown(events).items():
+            print(f"{name} endpoint {endpoint}: {b['pushes']} writes over {b['span_s']:.1f} s: waited "
+                  f"{b['wait_s']:.2f} s for grants (median {b['wait_median_ms']:.1f} ms, p90 "
+                  f"{b['wait_p90_ms']:.1f} ms), wrote {b['write_s']:.2f} s, {b['between_s']:.2f} s from a write's "
+                  "end to its next request")
     print(f"wrote {args.output} ({len(events)} events): open it in ui.perfetto.dev or chrome://tracing")
     if args.png:
         draw_png(events, args.png, window)

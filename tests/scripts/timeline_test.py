@@ -63,6 +63,14 @@ class Timeline(unittest.TestCase):
         self.assertEqual(self.summary['a'], {'requests': 2, 'grants': 1, 'writes': 1, 'drops': 1,
                                              'applied_through': 1})
 
+    def test_a_senders_time_splits_into_waits_writes_and_the_gaps_between(self):
+        b, = timeline.sender_breakdown(self.events).values()
+        # Waits 2 ms + 1 ms (the drop), one 3 ms write ending at 15 ms, the next request at 20 ms;
+        # from the first request at 10 ms to the drop at 21 ms.
+        self.assertEqual(b, {'pushes': 1, 'wait_s': 0.003, 'wait_median_ms': 2.0, 'wait_p90_ms': 2.0,
+                             'write_s': 0.003, 'between_s': 0.005, 'span_s': 0.011})
+        self.assertEqual(list(timeline.sender_breakdown(self.events)), [('gradlaned a', 101)])
+
     def test_lanes_are_named_by_endpoint_and_role(self):
         names = sorted(e['args']['name'] for e in self.named('thread_name'))
         self.assertEqual(names, ['endpoint 0 applies', 'endpoint 101 planned slots', 'endpoint 101 pushes'])
