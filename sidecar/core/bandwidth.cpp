@@ -54,7 +54,7 @@ void BandwidthEstimator::lower(Estimate& estimate, double sample) {
 
 void BandwidthEstimator::set_rate(EndpointId endpoint, Direction direction, double bytes_per_sec) {
   const double rate = std::max(config_.min_bytes_per_sec, bytes_per_sec);
-  side(endpoint, direction) = Estimate{rate, rate, rate, true};
+  side(endpoint, direction) = Estimate{rate, rate, rate, true, rate};
   ++generation_;
 }
 
@@ -126,6 +126,13 @@ double BandwidthEstimator::rate(EndpointId endpoint, Direction direction) const 
   const auto it = links_.find(endpoint);
   if (it == links_.end()) return config_.default_bytes_per_sec;
   return direction == Direction::egress ? it->second.egress.published : it->second.ingress.published;
+}
+
+double BandwidthEstimator::line_rate(EndpointId endpoint, Direction direction) const {
+  const auto it = links_.find(endpoint);
+  if (it == links_.end()) return config_.default_bytes_per_sec;
+  const Estimate& e = direction == Direction::egress ? it->second.egress : it->second.ingress;
+  return e.declared > 0 ? e.declared : e.published;
 }
 
 double BandwidthEstimator::path_rate(EndpointId sender, EndpointId receiver) const {

@@ -88,6 +88,11 @@ class BandwidthEstimator {
                         unsigned sender_copies = 1);
 
   double rate(EndpointId endpoint, Direction direction) const;
+  // The side's line rate: the rate declared for it (set_rate), which no transfer lowers, else
+  // its estimate. A share of a packed server's ingress is a rate over this: a fast write that
+  // came in slow (contention, a busy CPU) lowers the server's estimate, and with it as the line
+  // a sender that fits beside a straggler would take the whole server and wait for it.
+  double line_rate(EndpointId endpoint, Direction direction) const;
   // Rate of the path sender -> receiver: its bottleneck.
   double path_rate(EndpointId sender, EndpointId receiver) const;
   // Predicted time to move `bytes` over that path, rounded up to whole nanoseconds, with the
@@ -100,10 +105,11 @@ class BandwidthEstimator {
 
  private:
   struct Estimate {
-    double ewma;         // follows every sample
-    double published;    // what rate() reports
-    double carried = 0;  // the fastest rate recently carried (decays with each sample)
-    bool known = false;  // declared or measured at least once (else: the default rate)
+    double ewma;          // follows every sample
+    double published;     // what rate() reports
+    double carried = 0;   // the fastest rate recently carried (decays with each sample)
+    bool known = false;   // declared or measured at least once (else: the default rate)
+    double declared = 0;  // set_rate's rate (0: none)
   };
   struct Link {
     Estimate egress;

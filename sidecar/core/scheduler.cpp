@@ -61,7 +61,7 @@ double Scheduler::share(const Candidate& c) const {
   if (!packed()) return 1.0;
   const double seconds = std::chrono::duration<double>(c.duration).count();
   if (!(seconds > 0.0)) return 1.0;
-  const double receiver_rate = bandwidth_.rate(endpoints_[c.receiver].id, Direction::ingress);
+  const double receiver_rate = bandwidth_.line_rate(endpoints_[c.receiver].id, Direction::ingress);
   return IngressShares::clamp(static_cast<double>(c.length) / seconds / receiver_rate);
 }
 

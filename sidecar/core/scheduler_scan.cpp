@@ -97,7 +97,7 @@ int Scheduler::rate_class(const Candidate& c) const {
 
 Instant Scheduler::class_start(Index receiver, int rate_class, Instant receiver_free) const {
   if (!packed()) return receiver_free;
-  const double receiver_rate = bandwidth_.rate(endpoints_[receiver].id, Direction::ingress);
+  const double receiver_rate = bandwidth_.line_rate(endpoints_[receiver].id, Direction::ingress);
   return endpoints_[receiver].shares.earliest(receiver_free, std::ldexp(1.0, rate_class) / receiver_rate);
 }
 

@@ -147,5 +147,27 @@ TEST(PackedIngress, TheExclusiveBookLeavesTheServerIdleWhileSendersWait) {
   EXPECT_GT(run.idle_while_waiting, 100);
 }
 
+TEST(PackedIngress, ASlowWriteLowersTheServersEstimateNotTheLineItsSharesArePackedInto) {
+  Scheduler s(config(IngressSharing::packed));
+  s.set_rate(ep(kServer), Direction::ingress, kServerRate);
+  s.set_rate(ep(1), Direction::egress, 4 * kServerRate);   // a worker with a faster NIC
+  s.set_rate(ep(2), Direction::egress, kServerRate / 20);  // a straggler
+  // Worker 1's write comes in at 0.3 of the server's line (the server busy): it is blamed on
+  // the server's ingress (worker 1's NIC carries 4x), whose estimate falls to 0.3 of the line.
+  ASSERT_EQ(s.submit(request(1, 1, kServer, 3 * kMB), at_us(0)), SubmitStatus::accepted);
+  const std::vector<Grant> first = only<Grant>(s.schedule(at_us(0)));
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_TRUE(s.complete(first[0].transfer, at_us(1000), Nanos{1'000'000}));
+  ASSERT_LT(s.bandwidth().rate(ep(kServer), Direction::ingress), 0.31 * kServerRate);
+  // The straggler's write holds 1/20 of the line for 6 ms; worker 1's next write, at the
+  // server's estimated 0.3 of the line, fits beside it and starts at once.
+  ASSERT_EQ(s.submit(request(2, 2, kServer, 3 * kMB), at_us(1000)), SubmitStatus::accepted);
+  ASSERT_EQ(only<Grant>(s.schedule(at_us(1000))).size(), 1u);
+  ASSERT_EQ(s.submit(request(3, 1, kServer, 3 * kMB), at_us(1000)), SubmitStatus::accepted);
+  const std::vector<Grant> beside = only<Grant>(s.schedule(at_us(1000)));
+  ASSERT_EQ(beside.size(), 1u);
+  EXPECT_EQ(beside[0].slot.start, at_us(1000)) << "it waited for the straggler's slot to end";
+}
+
 }  // namespace
 }  // namespace gradlane::sched
