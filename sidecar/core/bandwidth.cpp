@@ -122,17 +122,21 @@ void BandwidthEstimator::observe_transfer(EndpointId sender, EndpointId receiver
   remember();
 }
 
-double BandwidthEstimator::rate(EndpointId endpoint, Direction direction) const {
+const BandwidthEstimator::Estimate* BandwidthEstimator::find(EndpointId endpoint, Direction direction) const {
   const auto it = links_.find(endpoint);
-  if (it == links_.end()) return config_.default_bytes_per_sec;
-  return direction == Direction::egress ? it->second.egress.published : it->second.ingress.published;
+  if (it == links_.end()) return nullptr;
+  return direction == Direction::egress ? &it->second.egress : &it->second.ingress;
+}
+
+double BandwidthEstimator::rate(EndpointId endpoint, Direction direction) const {
+  const Estimate* e = find(endpoint, direction);
+  return e == nullptr ? config_.default_bytes_per_sec : e->published;
 }
 
 double BandwidthEstimator::line_rate(EndpointId endpoint, Direction direction) const {
-  const auto it = links_.find(endpoint);
-  if (it == links_.end()) return config_.default_bytes_per_sec;
-  const Estimate& e = direction == Direction::egress ? it->second.egress : it->second.ingress;
-  return e.declared > 0 ? e.declared : e.published;
+  const Estimate* e = find(endpoint, direction);
+  if (e == nullptr) return config_.default_bytes_per_sec;
+  return e->declared > 0 ? e->declared : e->published;
 }
 
 double BandwidthEstimator::path_rate(EndpointId sender, EndpointId receiver) const {

@@ -117,6 +117,7 @@ class BandwidthEstimator {
   };
   Link& link(EndpointId endpoint);
   Estimate& side(EndpointId endpoint, Direction direction);
+  const Estimate* find(EndpointId endpoint, Direction direction) const;  // null: never seen
   void blend(Estimate& estimate, double sample);
   void lower(Estimate& estimate, double sample);
 

@@ -300,10 +300,9 @@ void DistributedPolicy::check_answer_fits(const Forwarded& f, const SlotAnswer& 
     throw Error(Errc::protocol, fmt::format("answer for request {} splits it into {} parts, an earlier answer into {}",
                                             m.request, m.part_count, f.parts));
   }
-  if (m.part_count > std::min<sched::Bytes>(r.bytes, sched::Partitioner::kMaxParts)) {
-    throw Error(Errc::protocol,
-                fmt::format("answer for request {} splits its {} bytes into {} parts (at most {})", m.request, r.bytes,
-                            m.part_count, std::min<sched::Bytes>(r.bytes, sched::Partitioner::kMaxParts)));
+  if (const auto most = std::min<sched::Bytes>(r.bytes, sched::Partitioner::kMaxParts); m.part_count > most) {
+    throw Error(Errc::protocol, fmt::format("answer for request {} splits its {} bytes into {} parts (at most {})",
+                                            m.request, r.bytes, m.part_count, most));
   }
   if (m.length > r.bytes || m.offset > r.bytes - m.length) {
     throw Error(Errc::protocol, fmt::format("answer for request {} names bytes [{}, +{}) of its {}", m.request,
