@@ -20,6 +20,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -54,12 +55,13 @@ def time_to(curve, target):
 
 
 @contextlib.contextmanager
-def gradlaned(args, scratch, name, sharing):
+def gradlaned(args, scratch, name, sharing, usage):
     """A gradlaned for a 'gradlane' run, once it serves: one for every emulated host, which share
     the VM's /dev/shm (on a cluster, one per host, linked as peers). Yields the ranks' environment
     for it (its shm name, the job's key file); stopped on the way out, whatever happened. Its log
     is kept in `scratch`, its schedule log beside --out (NAME.schedule.jsonl, for gradlane.timeline).
-    `sharing` packed books each grant at its sender's share of the server's --server-rate."""
+    `sharing` packed books each grant at its sender's share of the server's --server-rate. Its CPU
+    time goes into `usage` (gradlaned_cpu_s): the cores it took from the ranks it shares them with."""
     key_file = os.path.join(scratch, f"{name}.key")
     with open(os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         f.write(base64.b64encode(os.urandom(24)).decode())
@@ -79,6 +81,7 @@ def gradlaned(args, scratch, name, sharing):
             time.sleep(0.05)
         yield {"GRADLANE_JOB_KEY_FILE": key_file, "GRADLANE_SIDECAR": shm}
     finally:
+        usage["gradlaned_cpu_s"] = cpu_seconds(daemon.pid)
         daemon.terminate()
         try:
             daemon.wait(timeout=30)
@@ -87,13 +90,23 @@ def gradlaned(args, scratch, name, sharing):
             daemon.wait()
 
 
+def cpu_seconds(pid):
+    """User + system CPU time of a running process (/proc/PID/stat), or None once it is gone."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 def run(kind, hosts, args, lr, seed, split, scratch):
     """One job of `kind` (KINDS); returns its record."""
     mode, sharing = KINDS[kind]
     nodes = hosts[1:3] if mode is None else hosts[:3]
     name = f"{kind}-lr{lr}-seed{seed}-{split}"
     out = os.path.join(scratch, f"{name}.json")
-    with (gradlaned(args, scratch, name, sharing) if sharing
+    usage = {}
+    with (gradlaned(args, scratch, name, sharing, usage) if sharing
           else contextlib.nullcontext({"GRADLANE_JOB_KEY": base64.b64encode(os.urandom(24)).decode()})) as key:
         before = [link_bytes(h) for h in range(3)]
         ranks = start_ranks(mode, nodes, hosts, args, lr, seed, split, scratch, out, key)
@@ -108,8 +121,12 @@ def run(kind, hosts, args, lr, seed, split, scratch):
     after = [link_bytes(h) for h in range(3)]
     if any(r.returncode != 0 for r in ranks) or not os.path.exists(out):
         sys.exit(f"{kind} lr {lr} seed {seed} failed:\n" + "\n".join(said))
-    curve = json.load(open(out))["curve"]
+    written = json.load(open(out))
+    curve = written["curve"]
+    # Each worker's last line says where its time went (compute, push, pull, evaluation).
+    spent = [m.group(0) for text in said for m in re.finditer(r"worker \d+: \d+ steps in .*", text)]
     return {"kind": kind, "lr": lr, "seed": seed, "split": split, "curve": curve, "final": curve[-1]["accuracy"],
+            "seconds": written.get("seconds"), "workers_spent": spent, **usage,
             "bytes_in": [a[0] - b[0] for a, b in zip(after, before)],
             "bytes_out": [a[1] - b[1] for a, b in zip(after, before)]}
 
@@ -128,6 +145,7 @@ def start_ranks(mode, nodes, hosts, args, lr, seed, split, scratch, out, key):
                    "--nproc_per_node=1", f"--master_addr={nodes[0][1]}", f"--master_port={args.port}",
                    "--redirects=1", "--tee=1", os.path.join(HERE, "fashion_mnist.py"), "--lr", str(lr), "--seed",
                    str(seed), "--steps", str(args.steps), "--eval-every", str(args.eval_every), "--split", split,
+                   "--evaluate", args.evaluate,
                    "--out", out]
         command += ["--ddp"] if ddp else ["--mode", mode]
         ranks.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -142,6 +160,34 @@ def record(args, rec, targets):
     if args.out:
         with open(args.out, "a") as f:
             f.write(json.dumps(rec) + "\n")
+
+
+PARTS = ("compute", "push", "pull", "evaluate")  # fashion_mnist.py's breakdown of a worker's time
+
+
+def time_breakdown(runs, frozen):
+    """Where the evaluating worker's time went, per kind: the median over its test runs of each
+    part and of the total, and the network's share (push + pull over the total), which bounds
+    what any schedule of the pushes can save. Runs from before the breakdown was recorded are
+    left out; no table when none has it."""
+    lines = []
+    for kind, lr in frozen["lrs"].items():
+        recs = [r for r in runs if r["kind"] == kind and r["split"] == "test" and r["lr"] == lr
+                and r.get("seconds") and all(p in r["seconds"] for p in PARTS)]
+        if not recs:
+            continue
+        mine = [r["seconds"] for r in recs]
+        cells = [statistics.median(m[p] for m in mine) for p in PARTS + ("total",)]
+        share = statistics.median((m["push"] + m["pull"]) / m["total"] for m in mine)
+        cpu = [r["gradlaned_cpu_s"] for r in recs if r.get("gradlaned_cpu_s") is not None]
+        lines.append(f"| {kind} | {len(mine)} | " + " | ".join(f"{c:.1f}" for c in cells) + f" | {share:.0%} | "
+                     + (f"{statistics.median(cpu):.1f}" if cpu else "—") + " |")
+    if not lines:
+        return ""
+    return "\n".join(["\nWhere worker 1's time went (s, median over the test runs; it also evaluates), and the CPU "
+                      "time of the job's gradlaned:",
+                      "| kind | runs | " + " | ".join(PARTS) + " | total | push + pull share | gradlaned CPU |",
+                      "|---" * (5 + len(PARTS)) + "|"] + lines)
 
 
 def report(runs, frozen, targets):
@@ -181,6 +227,8 @@ def report(runs, frozen, targets):
                 cells.append(f"to {t}: {fmt_ratio(point, lo, hi)}")
             lines.append(f"\n{kind} / {base}, time ratio of medians [95 % bootstrap over {len(seeds)} seeds; > 1 "
                          "slower]: " + ", ".join(cells))
+    if breakdown := time_breakdown(runs, frozen):
+        lines.append(breakdown)
     return "\n".join(lines)
 
 
@@ -199,6 +247,10 @@ def main():
     parser.add_argument("--targets", default="0.65,0.70")
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--evaluate", default="after", choices=["after", "inline"],
+                        help="fashion_mnist.py's --evaluate: worker 1 evaluates copies of its model after training "
+                             "(none of its training time), or inline between steps; a frozen.json's evaluate wins, "
+                             "and one without it (older) means inline")
     parser.add_argument("--port", type=int, default=29600)
     parser.add_argument("--timeout", type=float, default=1800)
     # Inside the harness only GRADLANE_OUT_DIR reaches the host (the rest is a RAM overlay).
@@ -264,12 +316,13 @@ def main():
             with open(args.frozen, "w") as f:
                 json.dump({"lrs": lrs, "on_the_edge": flagged, "test_seeds": args.seeds, "targets": args.targets,
                            "steps": args.steps, "tune_seeds": args.tune_seeds, "tune_target": args.tune_target,
-                           "grid_start": args.lrs}, f)
+                           "grid_start": args.lrs, "evaluate": args.evaluate}, f)
         if args.tune_only:
             print(f"frozen: {open(args.frozen).read()}")
             return
         frozen = json.load(open(args.frozen))
         args.server_rate = frozen.get("server_rate", args.server_rate)
+        args.evaluate = frozen.get("evaluate", "inline")
         for seed in (int(s) for s in frozen["test_seeds"].split(",")):
             for kind in kinds:
                 runs.append(get(kind, frozen["lrs"][kind], seed, "test"))

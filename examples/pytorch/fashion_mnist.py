@@ -15,7 +15,9 @@ gloo, every rank a worker, gradients averaged by allreduce over TCP.
 
 Environment for gradlane: GRADLANE_DEVICE (the RDMA device), GRADLANE_JOB_KEY_FILE (the job's key,
 mode 0600), optionally GRADLANE_SIDECAR (--mode gradlane) and GRADLANE_METRICS. The worker that
-evaluates (the first) prints the test accuracy as it goes and writes the curve to --out as JSON.
+evaluates (the first) writes the accuracy curve to --out as JSON: with --evaluate after it copies
+its model every --eval-every steps and evaluates the copies once training ends, so evaluating
+takes none of its training time; with inline it evaluates as it goes, between two steps.
 """
 import argparse
 import gzip
@@ -58,6 +60,8 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--eval-every", type=int, default=20, help="steps between the first worker's evaluations")
     parser.add_argument("--eval-images", type=int, default=2000, help="test images each evaluation uses")
+    parser.add_argument("--evaluate", default="after", choices=["after", "inline"],
+                        help="after: evaluate copies of the model once training ends; inline: between steps")
     parser.add_argument("--split", default="test", choices=["test", "validation"],
                         help="evaluate on the test set, or on the last 10,000 training images (never trained on)")
     parser.add_argument("--data", default=DEBIAN_DATA)
@@ -97,22 +101,47 @@ def main():
         opt = gl.DistributedOptimizer(sgd, model.named_parameters(), job, mode=args.mode)
     order = torch.Generator().manual_seed(args.seed * 1000 + worker)
     curve, started = [], time.monotonic()
+    spent = {"compute": 0.0, "step": 0.0, "evaluate": 0.0}  # where this worker's time went
     for step in range(args.steps):
+        began = time.monotonic()
         rows = shard[torch.randint(len(shard), (args.batch,), generator=order)]
         opt.zero_grad()
         torch.nn.functional.cross_entropy(model(images[rows]), labels[rows]).backward()
+        computed = time.monotonic()
         opt.step()
+        stepped = time.monotonic()
+        spent["compute"] += computed - began
+        spent["step"] += stepped - computed
         if worker == 1 and (step + 1) % args.eval_every == 0:
-            curve.append({"seconds": time.monotonic() - started, "step": step + 1,
-                          "accuracy": accuracy(model, test_images, test_labels)})
-            print(f"worker 1: step {step + 1}, {curve[-1]['seconds']:.1f} s, {args.split} accuracy "
-                  f"{curve[-1]['accuracy']:.3f}", flush=True)
+            point = {"seconds": stepped - started, "step": step + 1}
+            if args.evaluate == "inline":
+                point["accuracy"] = accuracy(model, test_images, test_labels)
+                print(f"worker 1: step {step + 1}, {point['seconds']:.1f} s, {args.split} accuracy "
+                      f"{point['accuracy']:.3f}", flush=True)
+            else:
+                point["model"] = [p.detach().clone() for p in model.parameters()]
+            curve.append(point)
+            spent["evaluate"] += time.monotonic() - stepped
+    spent["total"] = time.monotonic() - started
+    evaluated = make_model()
+    for point in curve:
+        if "model" in point:
+            with torch.no_grad():
+                for mine, copied in zip(evaluated.parameters(), point.pop("model")):
+                    mine.copy_(copied)
+            point["accuracy"] = accuracy(evaluated, test_images, test_labels)
+            print(f"worker 1: step {point['step']}, {point['seconds']:.1f} s, {args.split} accuracy "
+                  f"{point['accuracy']:.3f}", flush=True)
     if not args.ddp:
+        spent.update(opt.seconds)  # the step's push and its pull
         opt.close()
+    print(f"worker {worker}: {args.steps} steps in {spent['total']:.1f} s: "
+          + ", ".join(f"{what} {seconds:.1f} s" for what, seconds in spent.items() if what != "total"), flush=True)
     if worker == 1 and args.out:
         with open(args.out, "w") as f:
             json.dump({"ddp": args.ddp, "mode": None if args.ddp else args.mode, "workers": workers, "lr": args.lr,
-                       "seed": args.seed, "split": args.split, "curve": curve}, f)
+                       "seed": args.seed, "split": args.split, "evaluate": args.evaluate, "curve": curve,
+                       "seconds": spent}, f)
 
 
 if __name__ == "__main__":

@@ -98,6 +98,7 @@ class DistributedOptimizer:
             self.exporter.add(self.metrics)
         self.version = self.worker.pull().version  # the server's initial model, in every worker's params
         self.steps = 0
+        self.seconds = {"push": 0.0, "pull": 0.0}  # where step() spent its time, summed over the steps
 
     def zero_grad(self, set_to_none=False):
         del set_to_none  # the gradients are the registered buffer: zeroed in place, never dropped
@@ -124,10 +125,13 @@ class DistributedOptimizer:
         self._gradients_in_place()
         started = time.monotonic()
         pushed = self.worker.push(computed_on=self.version)
+        pushed_at = time.monotonic()
         if self.metrics:
-            self.metrics.record(pushed, time.monotonic() - started)
+            self.metrics.record(pushed, pushed_at - started)
         self.steps += 1
         self.version = self._pull_sync() if self.mode == "sync" else self.worker.pull().version
+        self.seconds["push"] += pushed_at - started
+        self.seconds["pull"] += time.monotonic() - pushed_at
         return pushed
 
     def _pull_sync(self):

@@ -7,6 +7,7 @@ as JSON to OUT/rank<R>.json. Used by torch_softroce_test.py.
 import json
 import os
 import sys
+import time
 import urllib.request
 
 import torch
@@ -41,13 +42,15 @@ def main():
     grad_buffer = opt.worker.gradient.__array_interface__["data"][0]
     grad_end = grad_buffer + opt.worker.gradient.nbytes
     started = [p.detach().clone().reshape(-1).tolist() for p in model.parameters()]  # the server's model
-    losses, dropped = [], 0
+    losses, dropped, stepping = [], 0, 0.0
     for step in range(STEPS):
         x, y = problem(1000 * job.worker_id + step)
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x).squeeze(1), y)
         loss.backward()
+        began = time.monotonic()
         dropped += opt.step().dropped
+        stepping += time.monotonic() - began
         losses.append(loss.item())
     in_place = all(grad_buffer <= p.grad.data_ptr() < grad_end for p in model.parameters())
     last_version = opt.version
@@ -58,7 +61,7 @@ def main():
     opt.close()
     with open(os.path.join(out, f"rank{job.rank}.json"), "w") as f:
         json.dump({"losses": losses, "copies": opt.copies, "dropped": dropped, "version": last_version,
-                   "own": own, "started": started, "grads_in_buffer": in_place, "metrics": metrics, "worker": job.worker_id,
+                   "own": own, "started": started, "seconds": opt.seconds, "stepping": stepping, "grads_in_buffer": in_place, "metrics": metrics, "worker": job.worker_id,
                    "params": [p.detach().reshape(-1).tolist() for p in model.parameters()]}, f)
     return 0
 

@@ -63,6 +63,10 @@ class TorchJob(unittest.TestCase):
         self.assertEqual(workers[1]["started"], workers[0]["started"])  # everyone starts from the server's model
         for w in workers:
             self.assertEqual(w["copies"], 0)
+            # step()'s push and pull each took time, and together no more than step() did.
+            self.assertGreater(w["seconds"]["push"], 0)
+            self.assertGreater(w["seconds"]["pull"], 0)
+            self.assertLessEqual(w["seconds"]["push"] + w["seconds"]["pull"], w["stepping"])
             self.assertTrue(w["grads_in_buffer"])
             self.assertEqual(w["dropped"], 0)
             self.assertLess(w["losses"][-1], 0.5 * w["losses"][0], w["losses"])
