@@ -157,30 +157,16 @@ std::size_t Aggregator::State::grant() {
 }
 
 std::size_t Aggregator::State::expire_holes() {
-  std::size_t work = 0;
-  // No clock read while nothing is outstanding (a read costs ~1 µs under some VMs).
-  if (granted.empty()) return 0;
-  const auto now = Clock::now();
-  if (std::none_of(peers.begin(), peers.end(),
-                   [&](const MemberPeer& p) { return p.outstanding.any_expired(now, options.hole_timeout); })) {
-    return 0;
-  }
-  // A process stopped between its last look at the input and here (SIGSTOP, descheduled) wakes
-  // to find grants "expired" whose writes landed while it slept — the NIC took them — and would
-  // leave out an acknowledged member. Look again, after the clock read.
-  work += take_input();
-  for (MemberPeer& peer : peers) {
-    for (const std::uint64_t sequence : peer.outstanding.expire(now, options.hole_timeout)) {
-      std::fprintf(stderr,
-                   "gradlane ps aggregator: worker %u was granted member %llu and wrote nothing in %lld ms: "
-                   "left out\n",
-                   peer.worker, static_cast<unsigned long long>(sequence),
-                   static_cast<long long>(options.hole_timeout.count()));
-      order.cancelled(sequence);
-      ++work;
-    }
-  }
-  return work;
+  return ps::expire_holes(
+      peers, options.hole_timeout, [&] { return take_input(); },
+      [&](MemberPeer& peer, std::uint64_t sequence) {
+        std::fprintf(stderr,
+                     "gradlane ps aggregator: worker %u was granted member %llu and wrote nothing in %lld ms: "
+                     "left out\n",
+                     peer.worker, static_cast<unsigned long long>(sequence),
+                     static_cast<long long>(options.hole_timeout.count()));
+        order.cancelled(sequence);
+      });
 }
 
 // Moves members that arrived, in sequence order, into the open group (holes are dropped),

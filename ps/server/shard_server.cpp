@@ -342,30 +342,16 @@ std::size_t ShardServer::State::grant() {
 }
 
 std::size_t ShardServer::State::expire_holes() {
-  std::size_t work = 0;
-  bool any = false;
-  for (const Peer& p : peers) any = any || !p.outstanding.empty();
-  if (!any) return 0;
-  const auto now = Clock::now();
-  if (std::none_of(peers.begin(), peers.end(),
-                   [&](const Peer& p) { return p.outstanding.any_expired(now, options.hole_timeout); })) {
-    return 0;
-  }
-  // A process stopped or descheduled between its last look at the input and here wakes to find
-  // every grant "expired", though the writes landed meanwhile (the NIC takes them while the
-  // process sleeps): look again, after the clock was read, before calling anything a hole.
-  work += take_input();
-  for (Peer& peer : peers) {
-    for (const std::uint64_t sequence : peer.outstanding.expire(now, options.hole_timeout)) {
-      std::fprintf(
-          stderr, "gradlane ps server: worker %u granted sequence %llu and wrote nothing in %lld ms: skipped\n",
-          peer.worker, static_cast<unsigned long long>(sequence), static_cast<long long>(options.hole_timeout.count()));
-      order.cancelled(sequence);
-      close_window(peer, sequence);  // a late write is refused by the NIC, not landed in a reused slot
-      ++work;
-    }
-  }
-  return work;
+  return ps::expire_holes(
+      peers, options.hole_timeout, [&] { return take_input(); },
+      [&](Peer& peer, std::uint64_t sequence) {
+        std::fprintf(stderr,
+                     "gradlane ps server: worker %u granted sequence %llu and wrote nothing in %lld ms: skipped\n",
+                     peer.worker, static_cast<unsigned long long>(sequence),
+                     static_cast<long long>(options.hole_timeout.count()));
+        order.cancelled(sequence);
+        close_window(peer, sequence);  // a late write is refused by the NIC, not landed in a reused slot
+      });
 }
 
 void ShardServer::State::tell_replica(const AppliedUpdate& record) {

@@ -2,6 +2,10 @@
 // worker's sequence; silence past the hole timeout, or the worker's death, gives them back.
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <utility>
+#include <vector>
+
 #include "ps/receiving/outstanding_grants.hpp"
 
 namespace gradlane::ps {
@@ -38,6 +42,42 @@ TEST(OutstandingGrants, SilencePastTheHoleTimeoutOrDeathGivesTheSequencesBackInO
   grants.add(11, t0 + 200ms);
   EXPECT_EQ(grants.take_all(), (std::vector<std::uint64_t>{9, 11}));
   EXPECT_TRUE(grants.empty());
+}
+
+struct PeerWithGrants {
+  OutstandingGrants outstanding;
+};
+
+TEST(ExpireHoles, TheDoorbellsThatLandedMeanwhileAreTakenBeforeAnyGrantIsCalledAHole) {
+  std::vector<PeerWithGrants> peers(2);
+  const auto long_ago = Clock::now() - 1s;
+  peers[0].outstanding.add(4, long_ago);
+  peers[0].outstanding.add(6, long_ago);
+  peers[1].outstanding.add(5, long_ago);
+  peers[1].outstanding.add(8, Clock::now() + 1h);  // not due
+  std::vector<std::pair<std::size_t, std::uint64_t>> holes;
+  const std::size_t work = expire_holes(
+      peers, 100ms,
+      [&] {
+        EXPECT_TRUE(holes.empty()) << "looked again only before the holes";
+        EXPECT_TRUE(peers[0].outstanding.ring(6));  // its write landed while the granter slept
+        return std::size_t{1};
+      },
+      [&](PeerWithGrants& peer, std::uint64_t sequence) { holes.emplace_back(&peer - peers.data(), sequence); });
+  EXPECT_EQ(holes, (std::vector<std::pair<std::size_t, std::uint64_t>>{{0, 4}, {1, 5}}));
+  EXPECT_EQ(work, 3U) << "the look again's work and one per hole";
+  EXPECT_FALSE(peers[1].outstanding.empty()) << "sequence 8 is not due";
+}
+
+TEST(ExpireHoles, NothingDueLooksNoFurther) {
+  std::vector<PeerWithGrants> peers(1);
+  int looked = 0;
+  const auto look = [&] { return static_cast<std::size_t>(++looked); };
+  const auto hole = [](PeerWithGrants&, std::uint64_t) { ADD_FAILURE() << "no grant is due"; };
+  EXPECT_EQ(expire_holes(peers, 100ms, look, hole), 0U) << "nothing outstanding";
+  peers[0].outstanding.add(3, Clock::now());
+  EXPECT_EQ(expire_holes(peers, 1h, look, hole), 0U) << "outstanding, not due";
+  EXPECT_EQ(looked, 0);
 }
 
 }  // namespace
