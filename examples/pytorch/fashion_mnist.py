@@ -134,9 +134,11 @@ def main():
                   f"{point['accuracy']:.3f}", flush=True)
     if not args.ddp:
         spent.update(opt.seconds)  # the step's push and its pull
+        spent["pull_rounds"] = opt.pull_rounds
         opt.close()
     print(f"worker {worker}: {args.steps} steps in {spent['total']:.1f} s: "
-          + ", ".join(f"{what} {seconds:.1f} s" for what, seconds in spent.items() if what != "total"), flush=True)
+          + ", ".join(f"{what} {seconds:.1f} s" for what, seconds in spent.items() if what not in ("total", "pull_rounds"))
+          + (f" ({spent['pull_rounds']} READ rounds in {args.steps} pulls)" if "pull_rounds" in spent else ""), flush=True)
     if worker == 1 and args.out:
         with open(args.out, "w") as f:
             json.dump({"ddp": args.ddp, "mode": None if args.ddp else args.mode, "workers": workers, "lr": args.lr,

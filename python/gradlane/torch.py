@@ -99,6 +99,7 @@ class DistributedOptimizer:
         self.version = self.worker.pull().version  # the server's initial model, in every worker's params
         self.steps = 0
         self.seconds = {"push": 0.0, "pull": 0.0}  # where step() spent its time, summed over the steps
+        self.pull_rounds = 0  # READ rounds of step()'s pulls: more than one a pull when it met an apply
 
     def zero_grad(self, set_to_none=False):
         del set_to_none  # the gradients are the registered buffer: zeroed in place, never dropped
@@ -129,10 +130,15 @@ class DistributedOptimizer:
         if self.metrics:
             self.metrics.record(pushed, pushed_at - started)
         self.steps += 1
-        self.version = self._pull_sync() if self.mode == "sync" else self.worker.pull().version
+        self.version = self._pull_sync() if self.mode == "sync" else self._pull()
         self.seconds["push"] += pushed_at - started
         self.seconds["pull"] += time.monotonic() - pushed_at
         return pushed
+
+    def _pull(self):
+        pulled = self.worker.pull()
+        self.pull_rounds += pulled.attempts
+        return pulled.version
 
     def _pull_sync(self):
         """Waits until the server applied every worker's gradient of this step (version steps x
@@ -143,7 +149,7 @@ class DistributedOptimizer:
         while True:
             version = self.worker.server_version()
             if version >= target:
-                return self.worker.pull().version
+                return self._pull()
             if time.monotonic() > deadline:
                 raise launch.error(f"sync step {self.steps}: waited {self.timeout:.0f} s for the server's version "
                                    f"{target}, it is at {version}: {target - version} of the step's "

@@ -67,6 +67,7 @@ class TorchJob(unittest.TestCase):
             self.assertGreater(w["seconds"]["push"], 0)
             self.assertGreater(w["seconds"]["pull"], 0)
             self.assertLessEqual(w["seconds"]["push"] + w["seconds"]["pull"], w["stepping"])
+            self.assertGreaterEqual(w["pull_rounds"], STEPS)  # at least one READ round a step's pull
             self.assertTrue(w["grads_in_buffer"])
             self.assertEqual(w["dropped"], 0)
             self.assertLess(w["losses"][-1], 0.5 * w["losses"][0], w["losses"])
