@@ -41,6 +41,9 @@ def load(data, split):
     return torch.from_numpy(images.astype(np.float32) / 255.0), torch.from_numpy(labels.astype(np.int64))
 
 
+PARTS = ("compute", "step", "evaluate", "push", "pull")  # where a worker's time went, in seconds
+
+
 def make_model():
     return torch.nn.Sequential(torch.nn.Linear(784, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
 
@@ -135,10 +138,12 @@ def main():
     if not args.ddp:
         spent.update(opt.seconds)  # the step's push and its pull
         spent["pull_rounds"] = opt.pull_rounds
+        spent["pulls_unchanged"] = opt.pulls_unchanged
         opt.close()
     print(f"worker {worker}: {args.steps} steps in {spent['total']:.1f} s: "
-          + ", ".join(f"{what} {seconds:.1f} s" for what, seconds in spent.items() if what not in ("total", "pull_rounds"))
-          + (f" ({spent['pull_rounds']} READ rounds in {args.steps} pulls)" if "pull_rounds" in spent else ""), flush=True)
+          + ", ".join(f"{what} {seconds:.1f} s" for what, seconds in spent.items() if what in PARTS)
+          + (f" ({spent['pull_rounds']} READ rounds in {args.steps} pulls, {spent['pulls_unchanged']} of them found "
+             "the model the step computed on)" if "pull_rounds" in spent else ""), flush=True)
     if worker == 1 and args.out:
         with open(args.out, "w") as f:
             json.dump({"ddp": args.ddp, "mode": None if args.ddp else args.mode, "workers": workers, "lr": args.lr,

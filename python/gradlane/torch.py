@@ -100,6 +100,7 @@ class DistributedOptimizer:
         self.steps = 0
         self.seconds = {"push": 0.0, "pull": 0.0}  # where step() spent its time, summed over the steps
         self.pull_rounds = 0  # READ rounds of step()'s pulls: more than one a pull when it met an apply
+        self.pulls_unchanged = 0  # step()'s pulls that found the model it computed on: its push not applied yet
 
     def zero_grad(self, set_to_none=False):
         del set_to_none  # the gradients are the registered buffer: zeroed in place, never dropped
@@ -130,7 +131,9 @@ class DistributedOptimizer:
         if self.metrics:
             self.metrics.record(pushed, pushed_at - started)
         self.steps += 1
+        computed_on = self.version
         self.version = self._pull_sync() if self.mode == "sync" else self._pull()
+        self.pulls_unchanged += self.version == computed_on
         self.seconds["push"] += pushed_at - started
         self.seconds["pull"] += time.monotonic() - pushed_at
         return pushed

@@ -61,7 +61,7 @@ def main():
     opt.close()
     with open(os.path.join(out, f"rank{job.rank}.json"), "w") as f:
         json.dump({"losses": losses, "copies": opt.copies, "dropped": dropped, "version": last_version,
-                   "own": own, "started": started, "seconds": opt.seconds, "stepping": stepping, "pull_rounds": opt.pull_rounds, "grads_in_buffer": in_place, "metrics": metrics, "worker": job.worker_id,
+                   "own": own, "started": started, "seconds": opt.seconds, "stepping": stepping, "pull_rounds": opt.pull_rounds, "pulls_unchanged": opt.pulls_unchanged, "grads_in_buffer": in_place, "metrics": metrics, "worker": job.worker_id,
                    "params": [p.detach().reshape(-1).tolist() for p in model.parameters()]}, f)
     return 0
 

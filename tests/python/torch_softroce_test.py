@@ -68,6 +68,7 @@ class TorchJob(unittest.TestCase):
             self.assertGreater(w["seconds"]["pull"], 0)
             self.assertLessEqual(w["seconds"]["push"] + w["seconds"]["pull"], w["stepping"])
             self.assertGreaterEqual(w["pull_rounds"], STEPS)  # at least one READ round a step's pull
+            self.assertEqual(w["pulls_unchanged"], 0)  # sync: a step's pull waits for its gradients
             self.assertTrue(w["grads_in_buffer"])
             self.assertEqual(w["dropped"], 0)
             self.assertLess(w["losses"][-1], 0.5 * w["losses"][0], w["losses"])
