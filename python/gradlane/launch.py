@@ -1,8 +1,10 @@
 """What the launcher said: rank, world size and where to meet, from torchrun, Slurm or Open MPI,
 and the roles gradlane gives the ranks (rank 0 the server, then the replica if asked, then the
 workers); the rendezvous is torch.distributed's TCPStore or FileStore, which every rank has."""
+import hashlib
 import os
 import socket
+import time
 from dataclasses import dataclass
 
 from . import Error
@@ -114,35 +116,46 @@ class DirectoryStore:
 
     def compare_set(self, key, expected, desired):
         """As torch's TCPStore.compare_set: sets `desired` if the key holds `expected` ("" for absent)
-        and returns what the key holds then. A value appears whole (a file linked into place, which
-        fails if one is there); replacing one renames it away first, which one process alone can."""
+        and returns what the key holds then. A new value appears whole (a file linked into place,
+        which fails if one is there). To replace a value, a process first creates a token named
+        after it, which one process alone can; the others wait for its value and return that."""
         path = self._file(key)
         wanted = expected.encode() if isinstance(expected, str) else bytes(expected)
         if wanted:
-            try:
-                with open(path, "rb") as f:
-                    held = f.read()
-            except FileNotFoundError:
-                held = b""
+            held = self._read(path)
             if held != wanted:
                 return held
+            token = f"{path}.replacing.{hashlib.sha256(wanted).hexdigest()[:32]}"
             try:
-                os.rename(path, f"{path}.{os.getpid()}.replaced")
-            except FileNotFoundError:
-                pass  # another process replaced it first: the create below finds its value
+                os.close(os.open(token, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            except FileExistsError:  # another process replaces this value: its value is the answer
+                deadline = time.monotonic() + self.timeout_s
+                while held == wanted and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                    held = self._read(path)
+                return held
+            temporary, data = self._written_beside(path, desired)
+            os.replace(temporary, path)
+            return data
         temporary, data = self._written_beside(path, desired)
         try:
             os.link(temporary, path)
             return data
         except FileExistsError:
-            with open(path, "rb") as f:
-                return f.read()
+            return self._read(path)
         finally:
             os.unlink(temporary)
 
-    def get(self, key):
-        import time
+    @staticmethod
+    def _read(path):
+        """The key's value, b"" while it has none."""
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return b""
 
+    def get(self, key):
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:

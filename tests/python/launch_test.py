@@ -154,6 +154,16 @@ class ClaimRank(unittest.TestCase):
 
 
 class DirectoryStore(unittest.TestCase):
+    def test_a_replace_that_read_the_old_value_before_another_replaced_it_takes_the_others_value(self):
+        with tempfile.TemporaryDirectory() as where:
+            first, late = launch.DirectoryStore(where, 5), launch.DirectoryStore(where, 1)
+            first.set("gradlane/rank/2", "dead")
+            self.assertEqual(first.compare_set("gradlane/rank/2", "dead", "first"), b"first")
+            reads = iter([b"dead"])  # the late one read the old value before the first replaced it
+            late._read = lambda path: next(reads, None) or launch.DirectoryStore._read(path)
+            self.assertEqual(late.compare_set("gradlane/rank/2", "dead", "late"), b"first")
+            self.assertEqual(first.get("gradlane/rank/2"), b"first")
+
     def test_a_key_set_by_one_rank_is_what_another_gets(self):
         with tempfile.TemporaryDirectory() as where:
             server, worker = launch.DirectoryStore(where, 5), launch.DirectoryStore(where, 5)
