@@ -124,11 +124,26 @@ class Srun(unittest.TestCase):
                     time.sleep(0.5)
                 run_job(self, "Slurm", ["srun", "-n", "3", "--overcommit"], "SLURM_PROCID", {"SLURM_CONF": conf})
             finally:
+                stopped = []
                 for name in ("slurmd", "slurmctld", "munged"):
                     try:
-                        os.kill(int(open(os.path.join(cluster, f"{name}.pid")).read()), 15)
+                        pid = int(open(os.path.join(cluster, f"{name}.pid")).read())
+                        os.kill(pid, 15)
+                        stopped.append(pid)
                     except (OSError, ValueError):
                         pass
+                # They write their state and logs as they stop: the directory goes only after them.
+                deadline = time.monotonic() + 20
+                while any(alive(pid) for pid in stopped) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+
+
+def alive(pid):
+    """Whether process `pid` still runs (a zombie has stopped writing: not alive)."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 if __name__ == "__main__":
