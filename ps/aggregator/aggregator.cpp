@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <thread>
@@ -92,6 +93,7 @@ std::size_t Aggregator::State::take_from(std::size_t index) {
       throw Error(Errc::protocol,
                   fmt::format("request names worker {} on the connection of worker {}", request->worker, peer.worker));
     }
+    peer.outstanding.asked_again();
     waiting.push_back({index, *request});
   }
   while (auto bell = peer.conn.try_doorbell()) {
@@ -128,7 +130,14 @@ std::size_t Aggregator::State::take_input() {
 
 std::size_t Aggregator::State::grant() {
   std::size_t work = 0;
-  while (!waiting.empty() && member_slot_free(next_grant, held_from(), slot_count)) {
+  const std::vector<bool> held = slots_held_for_late_writes(peers, slot_count);
+  const bool all_held = !held.empty() && std::ranges::all_of(held, std::identity{});
+  while (!waiting.empty() && !all_held && member_slot_free(next_grant, held_from(), slot_count)) {
+    if (!held.empty() && held[next_grant % slot_count]) {  // granted to nobody, left out
+      order.cancelled(next_grant++);
+      ++work;
+      continue;
+    }
     const Waiting w = waiting.front();
     waiting.pop_front();
     MemberPeer& peer = peers[w.peer];
@@ -162,10 +171,11 @@ std::size_t Aggregator::State::expire_holes() {
       [&](MemberPeer& peer, std::uint64_t sequence) {
         std::fprintf(stderr,
                      "gradlane ps aggregator: worker %u was granted member %llu and wrote nothing in %lld ms: "
-                     "left out\n",
+                     "left out; its slot is not reused until the worker asks again (its write may still land)\n",
                      peer.worker, static_cast<unsigned long long>(sequence),
                      static_cast<long long>(options.hole_timeout.count()));
         order.cancelled(sequence);
+        peer.outstanding.may_still_land(sequence);
       });
 }
 

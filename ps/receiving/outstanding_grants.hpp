@@ -54,9 +54,35 @@ class OutstandingGrants {
   }
   bool empty() const noexcept { return granted_.empty(); }
 
+  // A hole whose slot has no window to close: the worker's write, if it comes late (stalled
+  // between its deadline check and the post, or retransmitted), lands there whenever it comes.
+  // The granter keeps the slot out of use until the worker asks again: a worker asks one
+  // request at a time, after it wrote or dropped every grant before and waited for those
+  // writes (and its mirror's), so its next request arrives behind them on the RC connection.
+  void may_still_land(std::uint64_t sequence) { may_land_.push_back(sequence); }
+  // The worker asked again (or said it finished): nothing it was granted before may still land.
+  void asked_again() noexcept { may_land_.clear(); }
+  const std::vector<std::uint64_t>& late_writes_possible() const noexcept { return may_land_; }
+
  private:
   std::map<std::uint64_t, Clock::time_point> granted_;
+  std::vector<std::uint64_t> may_land_;
 };
+
+// The slots (sequence % slots) a late write of a hole may still land in, at `peers` still
+// connected: a granter skips the sequences that would reuse them. Empty, almost always.
+template <class Peers>
+std::vector<bool> slots_held_for_late_writes(const Peers& peers, std::uint64_t slots) {
+  std::vector<bool> held;
+  for (const auto& peer : peers) {
+    if (!peer.alive) continue;  // its connection is closed here: nothing of it lands any more
+    for (const std::uint64_t sequence : peer.outstanding.late_writes_possible()) {
+      if (held.empty()) held.resize(slots);
+      held[sequence % slots] = true;
+    }
+  }
+  return held;
+}
 
 // Hands every sequence outstanding `hole_timeout` or longer at any of `peers` (each with an
 // OutstandingGrants `outstanding`) to on_hole(peer, sequence), in order per peer. Before that

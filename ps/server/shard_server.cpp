@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -117,6 +118,7 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
         ++stats.refused_requests;
         continue;
       }
+      peer.outstanding.asked_again();
       waiting.push_back({index, *request});
       if (role == Role::replica) tell_primary_failed_over(peer);
     } else if (const auto* decided = std::get_if<Decided>(&message);
@@ -294,12 +296,20 @@ std::size_t ShardServer::State::take_input() {
 std::size_t ShardServer::State::grant() {
   if (stats.stepped_down) return 0;  // the replica grants from now on
   std::size_t work = 0;
-  while (!waiting.empty()) {
+  const std::vector<bool> held = slots_held_for_late_writes(peers, options.slots);
+  const bool all_held = !held.empty() && std::ranges::all_of(held, std::identity{});
+  while (!waiting.empty() && !all_held) {
     const std::uint64_t sequence = next_grant;
     // Slot `sequence % slots` is free once the update that last used it (sequence - slots) was
     // applied here and, with a replica, acknowledged by it.
     if (sequence >= order.next_sequence() + options.slots) break;
     if (replica && sequence > stats.replica_acked + options.slots) break;
+    if (!held.empty() && held[sequence % options.slots]) {  // granted to nobody, skipped
+      cancel(sequence);
+      ++next_grant;
+      ++work;
+      continue;
+    }
     const Waiting w = waiting.front();
     waiting.pop_front();
     Peer& peer = peers[w.peer];
@@ -346,11 +356,18 @@ std::size_t ShardServer::State::expire_holes() {
       peers, options.hole_timeout, [&] { return take_input(); },
       [&](Peer& peer, std::uint64_t sequence) {
         std::fprintf(stderr,
-                     "gradlane ps server: worker %u granted sequence %llu and wrote nothing in %lld ms: skipped\n",
+                     "gradlane ps server: worker %u granted sequence %llu and wrote nothing in %lld ms: skipped%s\n",
                      peer.worker, static_cast<unsigned long long>(sequence),
-                     static_cast<long long>(options.hole_timeout.count()));
+                     static_cast<long long>(options.hole_timeout.count()),
+                     options.grant_windows ? ""
+                                           : "; its slot is not reused until the worker asks again (no grant "
+                                             "windows: its write may still land there)");
         order.cancelled(sequence);
-        close_window(peer, sequence);  // a late write is refused by the NIC, not landed in a reused slot
+        if (options.grant_windows) {
+          close_window(peer, sequence);  // a late write is refused by the NIC
+        } else {
+          peer.outstanding.may_still_land(sequence);  // its slot rests until the worker asks again
+        }
       });
 }
 

@@ -46,7 +46,22 @@ TEST(OutstandingGrants, SilencePastTheHoleTimeoutOrDeathGivesTheSequencesBackInO
 
 struct PeerWithGrants {
   OutstandingGrants outstanding;
+  bool alive = true;
 };
+
+TEST(SlotsHeldForLateWrites, AHoleHoldsItsSlotUntilItsWorkerAsksAgainOrIsGone) {
+  std::vector<PeerWithGrants> peers(3);
+  EXPECT_TRUE(slots_held_for_late_writes(peers, 4).empty()) << "no hole: nothing held";
+  peers[0].outstanding.may_still_land(5);  // slot 1
+  peers[1].outstanding.may_still_land(7);  // slot 3
+  peers[1].outstanding.may_still_land(8);  // slot 0
+  EXPECT_EQ(slots_held_for_late_writes(peers, 4), (std::vector<bool>{true, true, false, true}));
+  peers[1].outstanding.asked_again();
+  EXPECT_EQ(slots_held_for_late_writes(peers, 4), (std::vector<bool>{false, true, false, false}))
+      << "worker 1 asked again: its earlier writes are in";
+  peers[0].alive = false;
+  EXPECT_TRUE(slots_held_for_late_writes(peers, 4).empty()) << "worker 0's connection is closed: nothing of it lands";
+}
 
 TEST(ExpireHoles, TheDoorbellsThatLandedMeanwhileAreTakenBeforeAnyGrantIsCalledAHole) {
   std::vector<PeerWithGrants> peers(2);

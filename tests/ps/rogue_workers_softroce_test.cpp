@@ -81,13 +81,87 @@ class RogueWorkers : public ::testing::Test {
     MemoryRegion junk_mr, gradient_mr;
   };
 
-  // The model moved by exactly one update of 1.0s from the initial one.
-  static void expect_moved_by_one_update(const std::string& out, const char* otherwise) {
+  // The model moved by exactly `updates` updates of 1.0s from the initial one.
+  static void expect_moved_by_one_update(const std::string& out, const char* otherwise, int updates = 1) {
     std::vector<float> expected(kFloats, examples::initial_value(0)), one(kFloats, 1.0F);
-    ps::sgd_step(expected, one, examples::kLearningRate);
+    for (int i = 0; i < updates; ++i) ps::sgd_step(expected, one, examples::kLearningRate);
     const auto model = read_model(out + "/server.model", kFloats);
     EXPECT_EQ(std::memcmp(model.data(), expected.data(), kBytes), 0) << otherwise;
   }
+
+  // A granter (server or direct-mode aggregator, at `address`:`port`, ring of kLateSlots slots,
+  // hole_timeout 500 ms) and two hand-driven workers: worker 2 lets its grant be skipped, then
+  // writes junk into that slot between each of worker 1's writes and its doorbell, as a
+  // stalled or retransmitted write would land. No sequence may reuse the slot until worker 2
+  // asks again (its request arrives behind any write of its own); then it pushes for real,
+  // and the slot is in use again.
+  static constexpr std::uint64_t kLateSlots = 4;
+  struct LateWriter {
+    LateWriter(const Device& device, const std::string& address, std::uint16_t port)
+        : honest(join(device, address, port, 1)), late(join(device, address, port, 2)), payloads(device) {}
+
+    // Request and the grant; what became of earlier members (an aggregator says) is skipped.
+    static ps::Grant grant_for(Connection& c, std::uint32_t id) {
+      c.send(ps::encode(ps::Request{id, 0, 0}));
+      for (;;) {
+        const ps::Message answer = ps::decode(c.receive(30s));
+        if (std::holds_alternative<ps::Forwarded>(answer)) continue;
+        EXPECT_TRUE(std::holds_alternative<ps::Grant>(answer));
+        return std::get<ps::Grant>(answer);
+      }
+    }
+    static std::uint64_t slot_at(std::uint64_t sequence) { return (sequence % kLateSlots) * kBytes; }
+
+    // Worker 1's push of 1.0s in two steps (the data, then a doorbell alone), `between` in
+    // between; its sequence.
+    template <class Between>
+    std::uint64_t push(const Between& between) {
+      Connection& c = honest.first;
+      const ps::Grant g = grant_for(c, 1);
+      c.wait(c.write(payloads.gradient_mr, 0, honest.second, slot_at(g.sequence), kBytes, Signal::always), 30s);
+      between();
+      c.wait(c.write_with_imm(payloads.gradient_mr, 0, honest.second, 0, 0, static_cast<std::uint32_t>(g.sequence)),
+             30s);
+      return g.sequence;
+    }
+
+    // The whole run; the updates pushed (worker 1's and worker 2's one), both workers gone.
+    std::uint64_t push_around_it() {
+      Connection& c = late.first;
+      const ps::Grant skipped = grant_for(c, 2);
+      std::this_thread::sleep_for(1500ms);  // past the hole timeout: skipped
+      const std::uint64_t held = skipped.sequence % kLateSlots;
+      const auto late_write = [&] {
+        c.wait(c.write(payloads.junk_mr, 0, honest.second, slot_at(skipped.sequence), kBytes, Signal::always), 30s);
+      };
+      std::uint64_t updates = 0;
+      for (; updates < 2 * kLateSlots; ++updates) {
+        const std::uint64_t sequence = push(late_write);
+        EXPECT_NE(sequence % kLateSlots, held) << "sequence " << sequence << " reuses the slot of skipped sequence "
+                                               << skipped.sequence << " before its worker asked again";
+      }
+      const ps::Grant again = grant_for(c, 2);
+      c.wait(c.write_and_ring(payloads.gradient_mr, 0, honest.second, slot_at(again.sequence), kBytes,
+                              static_cast<std::uint32_t>(again.sequence)),
+             30s);
+      ++updates;
+      bool reused = again.sequence % kLateSlots == held;
+      for (std::uint64_t i = 0; i < kLateSlots; ++i, ++updates) reused |= push([] {}) % kLateSlots == held;
+      EXPECT_TRUE(reused) << "the slot stays out of use after its worker asked again";
+      for (std::uint32_t id : {1U, 2U}) {
+        Connection& worker = id == 1 ? honest.first : late.first;
+        worker.send(ps::encode(ps::Bye{id}));
+        worker.flush(30s);
+      }
+      std::this_thread::sleep_for(500ms);  // let the granter take all of it before we leave
+      { Connection leave = std::move(honest.first); }
+      { Connection leave = std::move(late.first); }
+      return updates;
+    }
+
+    std::pair<Connection, RegionDescriptor> honest, late;
+    Payloads payloads;
+  };
 };
 
 TEST_F(RogueWorkers, BadDoorbellsAndMalformedMessagesAreRefusedAndTheModelIsUntouched) {
@@ -208,6 +282,54 @@ TEST_F(RogueWorkers, WithGrantWindowsAWorkerWritesOnlyItsGrantedSlotWhileItsGran
   EXPECT_EQ(stats["applied"].get<std::uint64_t>(), 1u);
   EXPECT_GE(stats["skipped"].get<std::uint64_t>(), 1u) << "the late worker's grant";
   expect_moved_by_one_update(out, "a refused write changed the model");
+}
+
+TEST_F(RogueWorkers, WithoutGrantWindowsASkippedGrantsSlotRestsUntilItsWorkerAsksAgain) {
+  // No windows to close: a worker's write that comes after its grant was skipped (it stalled
+  // past hole_timeout) lands in the slot whenever it comes.
+  const auto hosts = hosts_from_env();
+  ASSERT_GE(hosts.size(), 3u);
+  const std::string out = fresh_out("rogue-late-write");
+  // updates=8: more than arrive, so the server runs until both workers leave.
+  ExternalProcess server(
+      {GRADLANE_PS_NODE, "role=server", "device=" + hosts[0].device, "port=7813", "floats=" + std::to_string(kFloats),
+       "slots=" + std::to_string(kLateSlots), "workers=2", "updates=8", "out=" + out, "hole_timeout_ms=500"},
+      out + "/server");
+  Device device = Device::open({.name = hosts[2].device});
+  LateWriter run(device, hosts[0].address, 7813);
+  const std::uint64_t updates = run.push_around_it();
+  const json stats = finished_stats(server, out);
+  EXPECT_EQ(stats["applied"].get<std::uint64_t>(), updates);
+  EXPECT_GE(stats["skipped"].get<std::uint64_t>(), 3u) << "the late grant and the sequences that would reuse its slot";
+  expect_moved_by_one_update(out, "a late write landed in an update that was then applied", static_cast<int>(updates));
+}
+
+TEST_F(RogueWorkers, AnAggregatorRestsASkippedMembersSlotUntilItsWorkerAsksAgain) {
+  // The same at a direct-mode aggregator, whose member ring has no windows at all. Groups of
+  // one, so the server's model moves by exactly the members' updates.
+  const auto hosts = hosts_from_env();
+  ASSERT_GE(hosts.size(), 3u);
+  const std::string out = fresh_out("rogue-late-member");
+  const std::string floats = "floats=" + std::to_string(kFloats);
+  // updates=100: more than arrive, so the server runs until the aggregator leaves.
+  ExternalProcess server({GRADLANE_PS_NODE, "role=server", "device=" + hosts[0].device, "port=7816", floats, "slots=8",
+                          "workers=1", "updates=100", "out=" + out},
+                         out + "/server");
+  ExternalProcess aggregator({GRADLANE_PS_NODE, "role=aggregator", "device=" + hosts[1].device, "port=7817", "id=9",
+                              "server=" + hosts[0].address + ":7816", floats, "group=1", "workers=2",
+                              "slots=" + std::to_string(kLateSlots), "hole_timeout_ms=500", "out=" + out},
+                             out + "/aggregator");
+  Device device = Device::open({.name = hosts[2].device});
+  LateWriter run(device, hosts[1].address, 7817);
+  const std::uint64_t updates = run.push_around_it();
+  const auto status = aggregator.wait_exit(60s);
+  EXPECT_TRUE(status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "the aggregator did not finish";
+  std::ifstream aggregator_stats(out + "/aggregator.stats.json");
+  const json stats = json::parse(aggregator_stats);
+  EXPECT_EQ(stats["summed"].get<std::uint64_t>(), updates);
+  EXPECT_GE(stats["skipped"].get<std::uint64_t>(), 3u) << "the late member and the members that would reuse its slot";
+  EXPECT_EQ(finished_stats(server, out)["applied"].get<std::uint64_t>(), updates);
+  expect_moved_by_one_update(out, "a late write landed in a member that was then summed", static_cast<int>(updates));
 }
 
 TEST_F(RogueWorkers, WithSidecarGrantWindowsOnlyTheGranteeOpensItsSlotAndOnlyOnce) {
