@@ -1,26 +1,20 @@
 // Aggregator: sums groups of workers' updates and forwards each sum to the shard server (and
-// its replica) as one update (protocol: include/gradlane/ps.hpp, "Aggregation").
-//
-// Towards its workers it is a small server: it grants member sequence numbers in request order
-// while their slot in its ring is free, takes doorbells only from the worker a sequence was
-// granted to, and releases members in sequence order (ApplyOrder), holes skipped. Towards the
-// shard it is one ps::Worker: the group is summed straight into that worker's registered
-// gradient buffer (the kernel writes it; nothing is copied) and pushed from there.
+// its replica) as one update (protocol: include/gradlane/ps.hpp, "Aggregation"). What both
+// modes share is here: the member connections, the forward (towards the shard it is one
+// ps::Worker: a group is summed straight into that worker's registered gradient buffer, the
+// kernel writes it and nothing is copied), and the public API; the modes are DirectMembers and
+// SidecarMembers.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <deque>
-#include <functional>
-#include <map>
 #include <memory>
 #include <thread>
 
 #include "gradlane/ps/aggregator.hpp"
 #include "ps/aggregator/aggregator_state.hpp"
 #include "ps/protocol/join.hpp"
-#include "ps/receiving/kernels.hpp"
 
 namespace gradlane::ps {
 namespace {
@@ -47,198 +41,31 @@ WorkerOptions forward_options(const AggregatorOptions& o) {
 }  // namespace
 
 Aggregator::State::State(const Device& dev, std::uint16_t port, const AggregatorOptions& o)
-    : device(dev),
-      options(o),
-      slot_count(ring_slots(o)),
-      order(slot_count, 1),
-      group(std::max<std::uint32_t>(o.group, 1)),
-      listener(dev, port, o.transport),
-      forward(dev, forward_options(o)) {
-  if (!o.sidecar) ring.emplace(dev, o.floats, slot_count);
+    : device(dev), options(o), listener(dev, port, o.transport), forward(dev, forward_options(o)) {
+  if (o.sidecar) {
+    sidecar.emplace(o, ring_slots(o));
+  } else {
+    direct.emplace(dev, o, ring_slots(o));
+  }
 }
 
 void Aggregator::State::lose(MemberPeer& peer, const Error& why) {
   if (!peer.alive) return;
   peer.alive = false;
   peer.conn.close();  // a peer written off here is told (see ShardServer::State::lose)
-  const bool owes = !peer.outstanding.empty() || std::any_of(waiting.begin(), waiting.end(),
-                                                             [&](const Waiting& w) { return &peers[w.peer] == &peer; });
+  const bool owes = direct && direct->owes(peers, peer);
   if (left_cleanly(peer.said_bye, owes)) {
     ++stats.peers_left;
     return;
   }
   ++stats.peers_lost;
   std::fprintf(stderr, "gradlane ps aggregator: lost worker %u%s: %s\n", peer.worker, lost_note(owes), why.what());
-  // Its granted members will never be written: left out of their group, in order.
-  for (const std::uint64_t sequence : peer.outstanding.take_all()) order.cancelled(sequence);
+  if (direct) direct->forget(peer);  // its granted members will never be written
 }
 
 std::size_t Aggregator::State::probe_idle_members() {
   return idle_probe.run(
       peers, [](const MemberPeer&) { return true; }, [&](MemberPeer& peer, const Error& e) { lose(peer, e); });
-}
-
-std::size_t Aggregator::State::take_from(std::size_t index) {
-  MemberPeer& peer = peers[index];
-  std::size_t work = 0;
-  while (auto bytes = peer.conn.try_receive()) {
-    ++work;
-    const Message message = decode(*bytes);
-    if (take_bye(message, peer.worker, peer.said_bye)) continue;
-    const auto* request = std::get_if<Request>(&message);
-    if (request == nullptr) {
-      throw Error(Errc::protocol, fmt::format("unexpected message (kind {}) at an aggregator", message.index() + 1));
-    }
-    if (request->worker != peer.worker) {
-      throw Error(Errc::protocol,
-                  fmt::format("request names worker {} on the connection of worker {}", request->worker, peer.worker));
-    }
-    peer.outstanding.asked_again();
-    waiting.push_back({index, *request});
-  }
-  while (auto bell = peer.conn.try_doorbell()) {
-    ++work;
-    const std::uint64_t sequence = ApplyOrder::widen(bell->imm, order.next_sequence());
-    // Only the worker it was granted to may ring for a member sequence, once.
-    if (!peer.outstanding.ring(sequence) ||
-        order.arrived(sequence, static_cast<std::uint32_t>(sequence % slot_count)) != Admit::accepted) {
-      ++stats.refused_doorbells;
-      // A write after its grant was written off (the worker stalled past hole_timeout): its
-      // push returned, pending; it is never summed, so say so (a worker ignores a member it
-      // does not know).
-      PushResult left_out;
-      left_out.lost = true;
-      tell_forwarded(peer, sequence, left_out);
-    }
-  }
-  return work;
-}
-
-std::size_t Aggregator::State::take_input() {
-  std::size_t work = 0;
-  for (std::size_t i = 0; i < peers.size(); ++i) {
-    if (!peers[i].alive) continue;
-    try {
-      work += take_from(i);
-    } catch (const Error& e) {
-      lose(peers[i], e);
-      ++work;
-    }
-  }
-  return work;
-}
-
-std::size_t Aggregator::State::grant() {
-  std::size_t work = 0;
-  const std::vector<bool> held = slots_held_for_late_writes(peers, slot_count);
-  const bool all_held = !held.empty() && std::ranges::all_of(held, std::identity{});
-  while (!waiting.empty() && !all_held && member_slot_free(next_grant, held_from(), slot_count)) {
-    if (!held.empty() && held[next_grant % slot_count]) {  // granted to nobody, left out
-      order.cancelled(next_grant++);
-      ++work;
-      continue;
-    }
-    const Waiting w = waiting.front();
-    waiting.pop_front();
-    MemberPeer& peer = peers[w.peer];
-    if (!peer.alive) continue;
-    const std::uint64_t sequence = next_grant;
-    try {
-      peer.conn.send(encode(Grant{sequence, w.request.tag}));
-    } catch (const Error& e) {
-      lose(peer, e);
-      continue;
-    }
-    peer.outstanding.add(sequence, Clock::now());
-    GroupMember member;
-    member.sequence = sequence;
-    member.slot = static_cast<std::uint32_t>(sequence % slot_count);
-    member.worker = peer.worker;
-    member.tag = w.request.tag;
-    member.computed_on = w.request.computed_on;
-    member.peer = w.peer;
-    granted[sequence] = member;
-    ++next_grant;
-    ++stats.granted;
-    ++work;
-  }
-  return work;
-}
-
-std::size_t Aggregator::State::expire_holes() {
-  return ps::expire_holes(
-      peers, options.hole_timeout, [&] { return take_input(); },
-      [&](MemberPeer& peer, std::uint64_t sequence) {
-        std::fprintf(stderr,
-                     "gradlane ps aggregator: worker %u was granted member %llu and wrote nothing in %lld ms: "
-                     "left out; its slot is not reused until the worker asks again (its write may still land)\n",
-                     peer.worker, static_cast<unsigned long long>(sequence),
-                     static_cast<long long>(options.hole_timeout.count()));
-        order.cancelled(sequence);
-        peer.outstanding.may_still_land(sequence);
-      });
-}
-
-// Moves members that arrived, in sequence order, into the open group (holes are dropped),
-// until the group is full. A member's slot stays busy until its group is summed.
-std::size_t Aggregator::State::collect() {
-  std::size_t work = 0;
-  while (!group.full()) {
-    const auto step = order.next();
-    if (!step) break;
-    const auto member = granted.extract(step->sequence);
-    if (step->kind == Step::Kind::apply && !member.empty()) {
-      group.add(member.mapped());
-      last_member = Clock::now();
-    } else {
-      ++stats.skipped;
-    }
-    (void)order.done(*step);
-    ++work;
-  }
-  return work;
-}
-
-bool Aggregator::State::group_due() const {
-  if (group.full()) return true;
-  if (group.empty() || !granted.empty() || !waiting.empty()) return false;
-  // Nothing is on its way: forward short rather than hold gradients without bound.
-  // A worker that said it pushes no more (its Bye; Worker::settle) waits for its members'
-  // outcomes: it is not one to wait for.
-  const bool anyone_pushing =
-      std::any_of(peers.begin(), peers.end(), [](const MemberPeer& p) { return p.alive && !p.said_bye; });
-  return !anyone_pushing || Clock::now() - last_member >= options.linger;
-}
-
-void Aggregator::State::forward_group() {
-  const std::vector<GroupMember> members = group.take();  // in sum order
-  std::vector<std::span<const float>> parts;
-  parts.reserve(members.size());
-  for (const GroupMember& m : members) parts.push_back(ring->slot(m.slot));
-  // Straight into the registered buffer the forward writes from; the members' slots are free
-  // once this returns.
-  sum_in_order(forward.gradient(), parts);
-  const std::uint64_t forward_copied = forward.bytes_copied();
-  AggregatedUpdate update;
-  update.tag = history.size() + 1;
-  update.computed_on = oldest_computed_on(members);
-  for (const GroupMember& m : members) update.members.push_back({m.worker, m.tag, m.computed_on});
-  const PushResult pushed = push_forward(update.computed_on, update.tag);
-  // Copies: the forward's inline payloads, and a short group of one, whose "sum" the kernel
-  // copied from the member's slot.
-  stats.bytes_copied += forward.bytes_copied() - forward_copied + (members.size() == 1 ? ring->slot_bytes() : 0);
-  update.sequence = pushed.sequence;
-  update.lost = pushed.lost;
-  // Each member's own connection: a worker restarted under the same id never hears of its old
-  // process's members.
-  for (const GroupMember& m : members) {
-    if (peers[m.peer].alive) tell_forwarded(peers[m.peer], m.sequence, pushed);
-  }
-  ++stats.forwarded;
-  stats.summed += members.size();
-  stats.short_groups += members.size() < group.size() ? 1 : 0;
-  stats.lost += pushed.lost ? 1 : 0;
-  history.push_back(std::move(update));
 }
 
 template <typename Push>
@@ -314,26 +141,11 @@ std::size_t Aggregator::State::admit_joiners() {
       }
     }
     MemberPeer peer{std::move(j.conn), j.hello.worker, true, {}};
-    // Sidecar mode: the partition its connection was advertised (see accept_sidecar_workers).
-    if (partitions) peer.partition = partitions->partition_of(first_late_advertised + j.accepted);
+    // Sidecar mode: the partition its connection was advertised (see SidecarMembers::accept).
+    if (sidecar) peer.partition = sidecar->late_partition(j.accepted);
     peers.push_back(std::move(peer));
     ++stats.peers_joined;
     std::fprintf(stderr, "gradlane ps aggregator: worker %u joined\n", j.hello.worker);
-  }
-  return work;
-}
-
-std::size_t Aggregator::State::progress_direct() {
-  std::size_t work = admit_joiners();
-  work += probe_idle_members();
-  work += take_input();
-  work += expire_holes();
-  work += grant();
-  work += collect();
-  if (group_due()) {
-    forward_group();
-    ++work;
-    work += grant();  // the summed members' slots are free again
   }
   return work;
 }
@@ -360,11 +172,6 @@ Aggregator::Aggregator(const Device& device, std::uint16_t port, const Aggregato
   }
   state_ = std::make_unique<State>(device, port, options);
   state_->forward.announce_aggregator(state_->listener.address(), state_->listener.port());
-  if (options.sidecar) {
-    sidecar::AttachOptions attach = *options.sidecar;
-    attach.region_bytes = options.floats * sizeof(float);
-    state_->sidecar.emplace(sidecar::Client::attach(attach));
-  }
 }
 
 Aggregator::Aggregator(Aggregator&&) noexcept = default;
@@ -375,23 +182,12 @@ std::uint16_t Aggregator::port() const { return state_->listener.port(); }
 
 void Aggregator::accept_workers(std::size_t workers, Millis timeout) {
   State& s = *state_;
-  if (s.sidecar_mode()) return s.accept_sidecar_workers(workers, timeout);
-  // Kept by LateJoins too: it holds the ring (the state's, which outlives it), not this frame.
-  const auto advertise = [ring = &*s.ring](Connection& conn) {
-    conn.advertise(kSlotRegionId, ring->region().descriptor());
-  };
-  for (Joined& j : accept_hellos(s.listener, workers, advertise, timeout, "aggregator")) {
-    if (j.hello.kind != PeerKind::worker) {
-      throw Error(Errc::protocol, fmt::format("{}: only workers join an aggregator", j.conn.describe()));
-    }
-    s.peers.push_back(MemberPeer{std::move(j.conn), j.hello.worker, true, {}});
-  }
-  s.late.emplace(s.listener, advertise, s.options.transport.connect_timeout, "aggregator");
+  s.sidecar ? s.sidecar->accept(s, workers, timeout) : s.direct->accept(s, workers, timeout);
 }
 
 std::size_t Aggregator::progress() {
   State& s = *state_;
-  return s.sidecar_mode() ? s.progress_sidecar() : s.progress_direct();
+  return s.sidecar ? s.sidecar->progress(s) : s.direct->progress(s);
 }
 
 bool Aggregator::run(Millis timeout) {
@@ -406,9 +202,8 @@ bool Aggregator::run(Millis timeout) {
 
 bool Aggregator::finished() const {
   const State& s = *state_;
-  if (s.sidecar_mode()) return s.finished_sidecar();
-  return !s.peers.empty() && live_workers() == 0 && s.waiting.empty() && s.granted.empty() && s.order.pending() == 0 &&
-         s.group.empty();
+  if (s.sidecar) return s.sidecar->finished(s);
+  return !s.peers.empty() && live_workers() == 0 && s.direct->idle();
 }
 
 const AggregatorStats& Aggregator::stats() const { return state_->stats; }

@@ -158,7 +158,7 @@ std::uint64_t Worker::slowest_clock() { return state_->read_server_header_word(o
 PushResult Worker::write_as(std::uint64_t sequence, std::uint64_t token) {
   State& s = *state_;
   // No grant age here: the forward goes out once its members are in, which may be past any
-  // grant_lifetime (aggregator_sidecar.cpp); what it asks the server instead is below.
+  // grant_lifetime (sidecar_members.cpp); what it asks the server instead is below.
   constexpr Clock::time_point kNoDeadline = Clock::time_point::max();
   try {
     s.sidecar_forward = true;

@@ -1,9 +1,7 @@
-// Aggregator in sidecar mode: the host's gradlaned forms the groups (include/gradlane/ps.hpp,
-// "Aggregation (sidecar mode)"). Workers write redirected members into their own member slots
-// here; the sidecar's aggregate grant says which server sequence their sum becomes. The
-// AggregateBook pairs the two; when an aggregate is due, its members are summed in a fixed
-// order straight into the forward Worker's registered buffer and written from there, in the
-// granted slot, to the server and the replica.
+// SidecarMembers: a sidecar-mode aggregator's partitions, aggregate grants and forwards
+// (sidecar_members.hpp).
+#include "ps/aggregator/sidecar_members.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -39,21 +37,32 @@ constexpr std::chrono::seconds kUngrantedLimit{30};
 
 }  // namespace
 
-void Aggregator::State::accept_sidecar_workers(std::size_t workers, Millis timeout) {
-  if (book) throw Error(Errc::invalid_argument, "ps::Aggregator: in sidecar mode, accept_workers() once");
-  const auto count = static_cast<std::uint32_t>(std::max<std::size_t>(workers, options.workers)) + kSparePartitions;
-  ring.emplace(device, options.floats, count * slot_count, options.grant_windows, slot_count);
-  book.emplace(count, slot_count);
-  // Each connection gets its own partition of the ring: slot_count member slots, as it is
+SidecarMembers::SidecarMembers(const AggregatorOptions& options, std::uint32_t slots)
+    : slot_count_(slots), sidecar_([&] {
+        sidecar::AttachOptions attach = *options.sidecar;
+        attach.region_bytes = options.floats * sizeof(float);
+        return sidecar::Client::attach(attach);
+      }()) {}
+
+std::uint32_t SidecarMembers::late_partition(std::size_t accepted) const {
+  return partitions_->partition_of(first_late_advertised_ + accepted);
+}
+
+void SidecarMembers::accept(Aggregator::State& s, std::size_t workers, Millis timeout) {
+  if (book_) throw Error(Errc::invalid_argument, "ps::Aggregator: in sidecar mode, accept_workers() once");
+  const auto count = static_cast<std::uint32_t>(std::max<std::size_t>(workers, s.options.workers)) + kSparePartitions;
+  ring_.emplace(s.device, s.options.floats, count * slot_count_, s.options.grant_windows, slot_count_);
+  book_.emplace(count, slot_count_);
+  // Each connection gets its own partition of the ring: slot_count_ member slots, as it is
   // advertised to — at the start, and later (a worker back at a restarted aggregator, or after
   // its own restart) from the poll loop, which is why the lambda holds the pool, not this frame.
-  const RegionDescriptor whole = ring->region().descriptor();
-  const std::uint64_t partition_bytes = std::uint64_t{slot_count} * ring->slot_bytes();
-  partitions = std::make_shared<PartitionPool>(count);
-  partition_windows = std::make_shared<std::vector<std::optional<MemoryWindow>>>(count);
-  const SlotRing* windowed = options.grant_windows ? &*ring : nullptr;  // the ring outlives the joins
-  const auto advertise = [pool = partitions, windows = partition_windows, windowed, whole, partition_bytes,
-                          dev = device, count](Connection& conn) {
+  const RegionDescriptor whole = ring_->region().descriptor();
+  const std::uint64_t partition_bytes = std::uint64_t{slot_count_} * ring_->slot_bytes();
+  partitions_ = std::make_shared<PartitionPool>(count);
+  partition_windows_ = std::make_shared<std::vector<std::optional<MemoryWindow>>>(count);
+  const SlotRing* windowed = s.options.grant_windows ? &*ring_ : nullptr;  // the ring outlives the joins
+  const auto advertise = [pool = partitions_, windows = partition_windows_, windowed, whole, partition_bytes,
+                          dev = s.device, count](Connection& conn) {
     const auto index = pool->take();
     if (!index) {
       throw Error(Errc::resource_exhausted,
@@ -80,26 +89,27 @@ void Aggregator::State::accept_sidecar_workers(std::size_t workers, Millis timeo
   // A connection dropped before its hello (a half-open retry, join.hpp) gives its partition back
   // at once: nothing of it can land any more, and no member of it was booked. `first`: the
   // advertisement that numbered 0 for the accepting call.
-  const auto give_back = [pool = partitions, windows = partition_windows](std::size_t first) {
+  const auto give_back = [pool = partitions_, windows = partition_windows_](std::size_t first) {
     return [pool, windows, first](std::size_t accepted) {
       release_partition(*pool, *windows, pool->partition_of(first + accepted));
     };
   };
-  for (Joined& j : accept_hellos(listener, workers, advertise, timeout, "aggregator", give_back(0))) {
+  for (Joined& j : accept_hellos(s.listener, workers, advertise, timeout, "aggregator", give_back(0))) {
     if (j.hello.kind != PeerKind::worker) {
       throw Error(Errc::protocol, fmt::format("{}: only workers join an aggregator", j.conn.describe()));
     }
     MemberPeer peer{std::move(j.conn), j.hello.worker, true, {}};
-    peer.partition = partitions->partition_of(j.accepted);
-    peers.push_back(std::move(peer));
+    peer.partition = partitions_->partition_of(j.accepted);
+    s.peers.push_back(std::move(peer));
   }
-  first_late_advertised = partitions->advertised();
-  late.emplace(listener, advertise, options.transport.connect_timeout, "aggregator", give_back(first_late_advertised));
+  first_late_advertised_ = partitions_->advertised();
+  s.late.emplace(s.listener, advertise, s.options.transport.connect_timeout, "aggregator",
+                 give_back(first_late_advertised_));
 }
 
-std::size_t Aggregator::State::take_doorbells() {
+std::size_t SidecarMembers::take_doorbells(Aggregator::State& s) {
   std::size_t work = 0;
-  for (MemberPeer& peer : peers) {
+  for (MemberPeer& peer : s.peers) {
     if (!peer.alive) continue;
     try {
       // A worker sends nothing after its hello in sidecar mode but its bye: anything else is a
@@ -113,38 +123,38 @@ std::size_t Aggregator::State::take_doorbells() {
       }
       while (auto bell = peer.conn.try_doorbell()) {
         ++work;
-        switch (book->arrived(peer.partition, peer.worker, bell->imm, Clock::now())) {
+        switch (book_->arrived(peer.partition, peer.worker, bell->imm, Clock::now())) {
           case Arrival::accepted:
             break;
           case Arrival::duplicate:
-            ++stats.refused_doorbells;
+            ++s.stats.refused_doorbells;
             break;
           case Arrival::displaced:
-            ++stats.displaced;
+            ++s.stats.displaced;
             break;
         }
       }
     } catch (const Error& e) {
-      lose(peer, e);
+      s.lose(peer, e);
       ++work;
     }
   }
   return work;
 }
 
-std::size_t Aggregator::State::take_grants() {
+std::size_t SidecarMembers::take_grants(Aggregator::State& s) {
   std::size_t work = 0;
-  while (const auto g = sidecar->poll()) {
+  while (const auto g = sidecar_.poll()) {
     ++work;
     if (g->kind == sidecar::GrantKind::aggregate) {
       // Members not here by hole_timeout after the slot (or after now, if later) are left out.
       const auto from = std::max(Clock::now(), Clock::time_point(g->slot_start));
-      if (!book->granted(g->request, g->sequence, g->part_count, g->slot_start, from + options.hole_timeout,
-                         g->token)) {
+      if (!book_->granted(g->request, g->sequence, g->part_count, g->slot_start, from + s.options.hole_timeout,
+                          g->token)) {
         std::fprintf(stderr, "gradlane ps aggregator: a second grant for aggregate %llu ignored\n",
                      static_cast<unsigned long long>(g->request));
       }
-      ++stats.granted;
+      ++s.stats.granted;
     } else {
       std::fprintf(stderr, "gradlane ps aggregator: the sidecar answered %s (%s)\n",
                    std::string(sidecar::kind_name(g->kind)).c_str(),
@@ -154,24 +164,24 @@ std::size_t Aggregator::State::take_grants() {
   return work;
 }
 
-void Aggregator::State::forward_aggregate(const DueAggregate& due) {
+void SidecarMembers::forward_aggregate(Aggregator::State& s, const DueAggregate& due) {
   const std::uint32_t came = static_cast<std::uint32_t>(due.members.size());
-  stats.skipped += due.expected > came ? due.expected - came : 0;
+  s.stats.skipped += due.expected > came ? due.expected - came : 0;
   if (came == 0) {
     // Nothing to sum: the sidecar hears the forward failed and has the server skip the sequence.
-    sidecar->complete_aggregate(due.aggregate, std::chrono::nanoseconds{0}, /*failed=*/true);
-    ++stats.cancelled;
+    sidecar_.complete_aggregate(due.aggregate, std::chrono::nanoseconds{0}, /*failed=*/true);
+    ++s.stats.cancelled;
     return;
   }
   std::vector<std::span<const float>> parts;
   parts.reserve(came);
-  for (const BookedMember& m : due.members) parts.push_back(ring->slot(book->ring_slot(m)));
-  sum_in_order(forward.gradient(), parts);
-  const std::uint64_t forward_copied = forward.bytes_copied();
+  for (const BookedMember& m : due.members) parts.push_back(ring_->slot(book_->ring_slot(m)));
+  sum_in_order(s.forward.gradient(), parts);
+  const std::uint64_t forward_copied = s.forward.bytes_copied();
   wait_for_slot(due.slot_start);
-  const PushResult pushed = write_forward(due.sequence, due.token);
-  sidecar->complete_aggregate(due.aggregate, pushed.wire_time, /*failed=*/pushed.lost);
-  stats.bytes_copied += forward.bytes_copied() - forward_copied + (came == 1 ? ring->slot_bytes() : 0);
+  const PushResult pushed = s.write_forward(due.sequence, due.token);
+  sidecar_.complete_aggregate(due.aggregate, pushed.wire_time, /*failed=*/pushed.lost);
+  s.stats.bytes_copied += s.forward.bytes_copied() - forward_copied + (came == 1 ? ring_->slot_bytes() : 0);
   AggregatedUpdate update;
   update.tag = due.aggregate;
   update.sequence = pushed.lost ? 0 : due.sequence;
@@ -179,62 +189,62 @@ void Aggregator::State::forward_aggregate(const DueAggregate& due) {
   for (const BookedMember& m : due.members) {
     update.members.push_back({m.worker, 0, 0});
     // m.peer is the member's partition of the ring: one per connection.
-    const auto peer =
-        std::find_if(peers.begin(), peers.end(), [&](const MemberPeer& p) { return p.alive && p.partition == m.peer; });
-    if (peer != peers.end()) tell_forwarded(*peer, due.aggregate, pushed);
+    const auto peer = std::find_if(s.peers.begin(), s.peers.end(),
+                                   [&](const MemberPeer& p) { return p.alive && p.partition == m.peer; });
+    if (peer != s.peers.end()) s.tell_forwarded(*peer, due.aggregate, pushed);
   }
-  ++stats.forwarded;
-  stats.summed += came;
-  stats.short_groups += came < due.expected ? 1 : 0;
-  stats.lost += pushed.lost ? 1 : 0;
-  history.push_back(std::move(update));
+  ++s.stats.forwarded;
+  s.stats.summed += came;
+  s.stats.short_groups += came < due.expected ? 1 : 0;
+  s.stats.lost += pushed.lost ? 1 : 0;
+  s.history.push_back(std::move(update));
 }
 
-std::size_t Aggregator::State::forward_due() {
-  if (book->empty()) return 0;
+std::size_t SidecarMembers::forward_due(Aggregator::State& s) {
+  if (book_->empty()) return 0;
   const auto now = Clock::now();
   std::size_t work = 0;
-  for (const DueAggregate& due : book->take_due(now)) {
-    forward_aggregate(due);
+  for (const DueAggregate& due : book_->take_due(now)) {
+    forward_aggregate(s, due);
     ++work;
   }
-  if (const std::size_t struck = book->expire_ungranted(now, kUngrantedLimit); struck != 0) {
+  if (const std::size_t struck = book_->expire_ungranted(now, kUngrantedLimit); struck != 0) {
     std::fprintf(stderr, "gradlane ps aggregator: %zu members got no aggregate grant in %lld s: left out\n", struck,
                  static_cast<long long>(kUngrantedLimit.count()));
-    stats.skipped += struck;
+    s.stats.skipped += struck;
     work += struck;
   }
   return work;
 }
 
-std::size_t Aggregator::State::reclaim_partitions() {
+std::size_t SidecarMembers::reclaim_partitions(Aggregator::State& s) {
   std::size_t work = 0;
-  for (MemberPeer& peer : peers) {
+  for (MemberPeer& peer : s.peers) {
     // Its connection is closed (lose()): nothing more lands in the partition. What landed is
     // summed or given up with its aggregate, which frees the slots.
-    if (peer.alive || peer.partition_back || book->holds_any(peer.partition)) continue;
-    release_partition(*partitions, *partition_windows, peer.partition);
+    if (peer.alive || peer.partition_back || book_->holds_any(peer.partition)) continue;
+    release_partition(*partitions_, *partition_windows_, peer.partition);
     peer.partition_back = true;
     ++work;
   }
   return work;
 }
 
-std::size_t Aggregator::State::progress_sidecar() {
-  if (!book) throw Error(Errc::invalid_argument, "ps::Aggregator: accept_workers() first");
-  std::size_t work = admit_joiners();
-  work += probe_idle_members();
-  work += take_doorbells();
-  work += take_grants();
-  work += forward_due();
-  work += reclaim_partitions();
+std::size_t SidecarMembers::progress(Aggregator::State& s) {
+  if (!book_) throw Error(Errc::invalid_argument, "ps::Aggregator: accept_workers() first");
+  std::size_t work = s.admit_joiners();
+  work += s.probe_idle_members();
+  work += take_doorbells(s);
+  work += take_grants(s);
+  work += forward_due(s);
+  work += reclaim_partitions(s);
   return work;
 }
 
-bool Aggregator::State::finished_sidecar() const {
+bool SidecarMembers::finished(const Aggregator::State& s) const {
   // A restarted aggregator (accept_workers(0)) is not done before its first worker came back.
-  const bool anyone = std::any_of(peers.begin(), peers.end(), [](const MemberPeer& p) { return p.alive; });
-  return !peers.empty() && !anyone && (!book || book->empty());
+  const bool anyone = std::any_of(s.peers.begin(), s.peers.end(), [](const MemberPeer& p) { return p.alive; });
+  return !s.peers.empty() && !anyone && (!book_ || book_->empty());
 }
 
 }  // namespace gradlane::ps
