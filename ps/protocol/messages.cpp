@@ -220,7 +220,7 @@ Message decode_fields(Kind kind, wire::LeReader& in) {
       Claim m;
       m.sequence = in.get<std::uint64_t>();
       m.token = in.get<std::uint64_t>();
-      if (m.sequence == 0 || m.token == 0) throw Error(Errc::protocol, "a claim of sequence 0 or with token 0");
+      if (m.sequence == 0) throw Error(Errc::protocol, "a claim of sequence 0");
       return m;
     }
     case Kind::replica_key: {

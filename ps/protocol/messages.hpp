@@ -29,9 +29,11 @@
 //                             the update the server applies as `sequence` (delivered), or its
 //                             forward was lost; the member's push is acknowledged only now
 //   Claim     worker → server (sidecar mode, grant windows): the token its sidecar stamped on
-//                             its grant of `sequence`; the server answers with a Grant whose
+//                             its grant of `sequence`; the server answers Opened, whose
 //                             window opens that slot to this connection (window 0: the
-//                             sequence is decided already, nothing to write)
+//                             sequence is decided already, nothing to write). Token 0 (an
+//                             aggregator's forward, no windows): the ring's key, and the
+//                             sequence is held for this connection until its write
 //             worker → replica (grant windows, either mode): the same for the mirror's slot
 //   ReplicaKey server → replica  the key of the grant tokens (grant windows), or none
 //   Opened    server/replica → worker  the answer to a Claim: the key of the window over the

@@ -62,18 +62,23 @@ void ShardServer::State::close_window(Peer& peer, std::uint64_t sequence) {
 // bound on its QP, the key sent after the bind on the same QP), once. A wrong token is a rogue's
 // guess or a forgery: the connection goes. A sequence decided already (cancelled, skipped as a
 // stuck head or as the old owner's) gets window 0: nothing to write, the push is lost.
+// Without windows a claim carries no token (a sidecar-mode aggregator's forward makes one): the
+// answer is the ring's own key, and the sequence is held for the claimant — skip_stuck_head
+// does not skip it while the claimant's connection lives — so its write, however late, cannot
+// land in a slot a later sequence reuses.
 void ShardServer::State::answer_claim(std::size_t index, const Claim& claim) {
   Peer& peer = peers[index];
   if (claim.sequence < skip_below) {  // the old owner's grant, claimed after we took over: refused
     peer.conn.send(encode(Opened{claim.sequence, 0}));
     return;
   }
-  if (!grant_key) {
-    throw Error(Errc::protocol, fmt::format("worker {} claimed sequence {}, but this server binds no grant windows "
-                                            "(its grants carry no tokens)",
+  if (grant_key) {
+    check_token(peer, claim, "sequence");
+  } else if (claim.token != 0) {
+    throw Error(Errc::protocol, fmt::format("worker {} claimed sequence {} with a token, but this server binds no "
+                                            "grant windows (its grants carry no tokens)",
                                             peer.worker, claim.sequence));
   }
-  check_token(peer, claim, "sequence");
   const Admit admit = order.would_admit(claim.sequence, static_cast<std::uint32_t>(claim.sequence % options.slots));
   if (admit == Admit::already_done || admit == Admit::already_cancelled) {
     peer.conn.send(encode(Opened{claim.sequence, 0}));
@@ -82,7 +87,10 @@ void ShardServer::State::answer_claim(std::size_t index, const Claim& claim) {
   if (admit != Admit::accepted || claimed.contains(claim.sequence)) {
     refuse_claim(peer, claim, "sequence", admit == Admit::accepted ? "claimed already" : admit_name(admit));
   }
-  open_claim(index, claim.sequence);
+  if (grant_key) return open_claim(index, claim.sequence);
+  claimed[claim.sequence] = index;
+  ++stats.claimed;
+  peer.conn.send(encode(Opened{claim.sequence, slots.region().descriptor().rkey}));
 }
 
 // Replica: a worker about to mirror `claim.sequence` here shows its grant's token. With grant
@@ -139,9 +147,12 @@ void ShardServer::State::open_claim(std::size_t index, std::uint64_t sequence) {
 }
 
 // Whether a doorbell for `sequence` came from the connection that claimed its slot; without
-// windows anyone's counts (the caller checks the window). The claimant's slot closes with it.
+// windows anyone's counts (the caller checks the window). The claim ends with it.
 bool ShardServer::State::rung_by_claimant(Peer& peer, std::uint64_t sequence) {
-  if (!windowed()) return true;
+  if (!windowed()) {
+    close_claim(sequence);
+    return true;
+  }
   if (!peer.outstanding.ring(sequence)) return false;
   close_claim(sequence);
   return true;

@@ -96,6 +96,14 @@ void ShardServer::State::lose(Peer& peer, const Error& why) {
       cancel(sequence);
     }
   }
+  // Sequences it held by claims without windows (answer_claim): its connection is closed, so
+  // nothing of it lands any more.
+  if (windowed()) return;
+  std::vector<std::uint64_t> held;
+  for (const auto& [sequence, claimant] : claimed) {
+    if (&peers[claimant] == &peer) held.push_back(sequence);
+  }
+  for (const std::uint64_t sequence : held) cancel(sequence);
 }
 
 std::size_t ShardServer::State::take_from(std::size_t index) {

@@ -24,6 +24,12 @@ using shard::Clock;
 using shard::Peer;
 using shard::Waiting;
 
+namespace {
+// How many hole timeouts a head held by a claim without windows waits for its write before the
+// claimant is dropped (skip_stuck_head).
+constexpr int kClaimHeldTimeouts = 10;
+}  // namespace
+
 std::size_t ShardServer::State::take_sidecar() {
   std::size_t work = 0;
   while (auto g = sidecar->poll()) {
@@ -41,7 +47,10 @@ std::size_t ShardServer::State::take_sidecar() {
 
 // Sidecar mode: a worker that took its grant and stalls without dying never gets cancelled by
 // the sidecar. Sequences are granted in order, so once a later one has arrived the head was
-// granted too: give it hole_timeout, then skip it.
+// granted too: give it hole_timeout, then skip it. A head held by a claim without windows
+// (answer_claim) is not skipped while its claimant's connection lives: its write may come at
+// any moment. Past kClaimHeldTimeouts hole timeouts the claimant is dropped — its connection
+// closed, nothing of it lands any more — and its claims are skipped.
 std::size_t ShardServer::State::skip_stuck_head() {
   if (order.next() || order.pending() == 0) {
     gap_since.reset();
@@ -50,6 +59,17 @@ std::size_t ShardServer::State::skip_stuck_head() {
   const auto now = Clock::now();
   if (!gap_since) gap_since = now;
   if (now - *gap_since < options.hole_timeout) return 0;
+  if (const auto held = claimed.find(order.next_sequence()); held != claimed.end() && !windowed()) {
+    Peer& claimant = peers[held->second];
+    if (!claimant.alive) return cancel(held->first) == Admit::accepted ? 1 : 0;  // gone: nothing lands
+    const auto hold_for = options.hole_timeout * kClaimHeldTimeouts;
+    if (now - *gap_since < hold_for) return 0;
+    lose(claimant, Error(Errc::timeout, fmt::format("it claimed sequence {} and wrote nothing in {} ms: dropped, so "
+                                                    "that nothing it writes can land in a reused slot",
+                                                    held->first, hold_for.count())));
+    gap_since.reset();
+    return 1;
+  }
   std::fprintf(stderr, "gradlane ps server: sequence %llu did not arrive in %lld ms while later ones did: skipped\n",
                static_cast<unsigned long long>(order.next_sequence()),
                static_cast<long long>(options.hole_timeout.count()));

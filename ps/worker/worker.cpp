@@ -158,22 +158,15 @@ std::uint64_t Worker::slowest_clock() { return state_->read_server_header_word(o
 PushResult Worker::write_as(std::uint64_t sequence, std::uint64_t token) {
   State& s = *state_;
   // No grant age here: the forward goes out once its members are in, which may be past any
-  // grant_lifetime (sidecar_members.cpp); what it asks the server instead is below.
+  // grant_lifetime (sidecar_members.cpp). It claims its sequence instead, with the grant's
+  // token or, without grant windows, none: the answer opens the slot (a window), or holds the
+  // sequence for us (the server does not skip it while our connection lives), or says the
+  // server decided it already (skipped: not written, reported lost).
   constexpr Clock::time_point kNoDeadline = Clock::time_point::max();
   try {
     s.sidecar_forward = true;
-    if (token != 0) {  // the claim's answer says whether the server decided it already
-      const bool mirror_claimed = s.send_claims(sequence, token);
-      return s.write_claimed(sequence, kNoDeadline, token, mirror_claimed);
-    }
-    if (s.server_decided(sequence)) {
-      std::fprintf(stderr,
-                   "gradlane ps worker %u: the server skipped sequence %llu before it was written: not "
-                   "written, reported lost\n",
-                   s.options.id, static_cast<unsigned long long>(sequence));
-      return State::lost_push();
-    }
-    return s.write(sequence, kNoDeadline);
+    const bool mirror_claimed = s.send_claims(sequence, token);
+    return s.write_claimed(sequence, kNoDeadline, token, mirror_claimed);
   } catch (const Error&) {
     if (!s.recover()) throw;
     return State::lost_push();

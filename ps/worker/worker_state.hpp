@@ -115,8 +115,9 @@ struct Worker::State {
   // Grant windows: shows the grant's token to the replica as well, ahead of the mirror (its
   // answer is taken in write()). True if it was sent.
   bool claim_mirror(std::uint64_t sequence, std::uint64_t token);
-  // Sidecar mode, a server with grant windows: claims the server's slot and the mirror's (their
-  // answers are taken in write_claimed). True if the mirror's was sent.
+  // Sidecar mode, a server with grant windows (or an aggregator's forward, with or without
+  // them: a token of 0): claims the server's slot and, with a token, the mirror's (their answers
+  // are taken in write_claimed). True if the mirror's was sent.
   bool send_claims(std::uint64_t sequence, std::uint64_t token);
 
   // Writes the gradient into the slot of `sequence` at the replica, then at the server; in
@@ -152,14 +153,6 @@ struct Worker::State {
   // replica if the server is gone).
   std::uint64_t read_server_header_word(std::size_t at);
 
-  // Whether the server has decided `sequence` already: before its write, that means skipped
-  // (a sequence is applied only after its write arrived). Writing it then would be refused, or
-  // land in the slot a sequence `slots` later may be using. One 8-byte READ of the header's
-  // count of decided sequences (stage: the local copy of the header, which pulls overwrite).
-  // A stall between this READ and the write is not covered (the write is then refused and
-  // reported as written).
-  bool server_decided(std::uint64_t sequence);
-
   // Writes the gradient into member slot `slot` of the aggregator's ring, doorbell `imm`.
   PushResult write_member(std::uint64_t slot, std::uint32_t imm);
 
@@ -169,8 +162,9 @@ struct Worker::State {
 
   // Sidecar mode, a server with grant windows: the claim of `sequence` went out (and, if
   // `mirror_claimed`, the replica's); the server's answer is the key of a window over that one
-  // slot on our connection, then we write. Window 0: the server decided that sequence already
-  // (skipped it: our grant came too late), so the push is lost, not written.
+  // slot on our connection (without windows, the ring's key, the sequence held for us), then we
+  // write. Key 0: the server decided that sequence already (skipped it: our grant came too
+  // late), so the push is lost, not written.
   PushResult write_claimed(std::uint64_t sequence, Clock::time_point deadline, std::uint64_t token,
                            bool mirror_claimed);
 

@@ -146,12 +146,6 @@ std::uint64_t Worker::State::read_server_header_word(std::size_t at) {
   }
 }
 
-bool Worker::State::server_decided(std::uint64_t sequence) {
-  constexpr std::size_t kAt = offsetof(ShardHeader, model_version);
-  server.wait(server.read(model_region, kAt, server_shard, kAt, sizeof(std::uint64_t)), options.timeout);
-  return sequence <= header_copy_word(kAt);
-}
-
 PushResult Worker::State::write_member(std::uint64_t slot, std::uint32_t imm) {
   const auto start = Clock::now();
   if (bytes <= options.transport.max_inline) bytes_copied += bytes;

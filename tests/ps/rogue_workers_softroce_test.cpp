@@ -89,6 +89,31 @@ class RogueWorkers : public ::testing::Test {
     EXPECT_EQ(std::memcmp(model.data(), expected.data(), kBytes), 0) << otherwise;
   }
 
+  // The job's apps on host 2 (endpoint 2), attached to the server's gradlaned at `shm`, and a
+  // grant from it for a shard-sized push to the server (endpoint 0).
+  static sidecar::Client attach_apps(const std::string& shm) {
+    sidecar::AttachOptions attach;
+    attach.shm_name = shm;
+    attach.job = 1;
+    attach.endpoint = 2;
+    attach.region_bytes = kBytes;
+    return sidecar::Client::attach(attach);
+  }
+  static sidecar::Grant grant_from(sidecar::Client& apps, bool windows) {
+    apps.request({.tensor = 1, .receiver = 0, .bytes = kBytes});
+    const sidecar::Grant g = apps.wait(30s);
+    EXPECT_EQ(g.kind, sidecar::GrantKind::go) << sidecar::reason_name(g.reason);
+    EXPECT_EQ(g.token != 0, windows) << "a grant carries a token exactly when its server binds grant windows";
+    return g;
+  }
+  // A claim of `sequence` with `token` on `c`, and the server's answer.
+  static ps::Opened claim(Connection& c, std::uint64_t sequence, std::uint64_t token) {
+    c.send(ps::encode(ps::Claim{sequence, token}));
+    const ps::Message answer = ps::decode(c.receive(30s));
+    EXPECT_TRUE(std::holds_alternative<ps::Opened>(answer));
+    return std::get<ps::Opened>(answer);
+  }
+
   // A granter (server or direct-mode aggregator, at `address`:`port`, ring of kLateSlots slots,
   // hole_timeout 500 ms) and two hand-driven workers: worker 2 lets its grant be skipped, then
   // writes junk into that slot between each of worker 1's writes and its doorbell, as a
@@ -360,26 +385,8 @@ TEST_F(RogueWorkers, WithSidecarGrantWindowsOnlyTheGranteeOpensItsSlotAndOnlyOnc
   auto [bell_rogue, ring5] = join(6);
   (void)ring1, (void)ring2, (void)ring3, (void)ring4, (void)ring5;
 
-  // Grants from the server's gradlaned, as the job's apps on host 2 (endpoint 2) get them.
-  sidecar::AttachOptions attach;
-  attach.shm_name = shm;
-  attach.job = 1;
-  attach.endpoint = 2;
-  attach.region_bytes = kBytes;
-  sidecar::Client apps = sidecar::Client::attach(attach);
-  auto grant = [&] {
-    apps.request({.tensor = 1, .receiver = 0, .bytes = kBytes});
-    const sidecar::Grant g = apps.wait(30s);
-    EXPECT_EQ(g.kind, sidecar::GrantKind::go) << sidecar::reason_name(g.reason);
-    EXPECT_NE(g.token, 0u) << "a grant of a server with grant windows carries a token";
-    return g;
-  };
-  auto claim = [](Connection& c, std::uint64_t sequence, std::uint64_t token) {
-    c.send(ps::encode(ps::Claim{sequence, token}));
-    const ps::Message answer = ps::decode(c.receive(30s));
-    EXPECT_TRUE(std::holds_alternative<ps::Opened>(answer));
-    return std::get<ps::Opened>(answer);
-  };
+  sidecar::Client apps = attach_apps(shm);
+  auto grant = [&] { return grant_from(apps, /*windows=*/true); };
   // Whether the server dropped `c` (its answer to a refused claim): the next receive fails.
   auto dropped = [](Connection& c) {
     try {
@@ -440,6 +447,73 @@ TEST_F(RogueWorkers, WithSidecarGrantWindowsOnlyTheGranteeOpensItsSlotAndOnlyOnc
   EXPECT_EQ(stats["refused_claims"].get<std::uint64_t>(), 2u) << "the forged one and the replayed one";
   EXPECT_EQ(stats["refused_doorbells"].get<std::uint64_t>(), 1u) << "the rogue's doorbell";
   expect_moved_by_one_update(out, "a refused write or doorbell changed the model");
+}
+
+TEST_F(RogueWorkers, WithoutGrantWindowsAClaimedHeadIsHeldUntilItsClaimantWritesOrIsDropped) {
+  // Sidecar mode, no windows: a sidecar-mode aggregator's forward claims its sequence (token 0)
+  // and may stall before it writes. The server must not skip a head so claimed while the
+  // claimant's connection lives — its write would land in a slot a later sequence reuses — and
+  // past ten hole timeouts it drops the claimant (nothing of it lands any more) and skips.
+  const auto hosts = hosts_from_env();
+  ASSERT_GE(hosts.size(), 3u);
+  const std::string out = fresh_out("rogue-held-claims"), shm = "/gradlane-test-held-claims";
+  ExternalProcess daemon({GRADLANE_GRADLANED, "--foreground", "--shm-name", shm}, out + "/gradlaned");
+  ASSERT_TRUE(wait_for_text(out + "/gradlaned.err", "gradlaned: serving", 120s));
+  // updates=2: more than arrive, so the server runs until every connection is gone.
+  ExternalProcess server(
+      {GRADLANE_PS_NODE, "role=server", "device=" + hosts[0].device, "port=7818", "floats=" + std::to_string(kFloats),
+       "slots=8", "workers=3", "updates=2", "out=" + out, "sidecar=" + shm, "endpoint=0", "hole_timeout_ms=500"},
+      out + "/server");
+  Device device = Device::open({.name = hosts[2].device});
+  auto join = [&](std::uint32_t id) { return RogueWorkers::join(device, hosts[0].address, 7818, id); };
+  auto [forward, slots] = join(9);
+  auto [honest, ring1] = join(1);
+  auto [stalled, ring2] = join(3);
+  (void)ring1, (void)ring2;
+  sidecar::Client apps = attach_apps(shm);
+  auto grant = [&] { return grant_from(apps, /*windows=*/false); };
+  auto claim_key = [](Connection& c, std::uint64_t sequence) { return claim(c, sequence, 0).window_rkey; };
+  const Payloads payloads(device);
+  const auto push = [&](Connection& c, std::uint64_t sequence) {
+    c.wait(c.write_and_ring(payloads.gradient_mr, 0, slots, (sequence % 8) * kBytes, kBytes,
+                            static_cast<std::uint32_t>(sequence)),
+           30s);
+  };
+
+  // 1. Claimed, then written 1.5 s (three hole timeouts) after a later sequence arrived: held.
+  const sidecar::Grant first = grant();
+  EXPECT_EQ(claim_key(forward, first.sequence), slots.rkey) << "without windows the answer is the ring's own key";
+  const sidecar::Grant second = grant();
+  push(honest, second.sequence);
+  std::this_thread::sleep_for(1500ms);
+  push(forward, first.sequence);
+  // 2. Claimed and never written: its claimant is dropped past ten hole timeouts, and skipped.
+  const sidecar::Grant third = grant();
+  EXPECT_NE(claim_key(stalled, third.sequence), 0u);
+  const sidecar::Grant fourth = grant();
+  push(honest, fourth.sequence);
+  const auto claimed_at = std::chrono::steady_clock::now();
+  bool dropped = false;
+  try {
+    (void)stalled.receive(20s);
+  } catch (const Error&) {
+    dropped = true;
+  }
+  EXPECT_TRUE(dropped) << "the stalled claimant was not dropped";
+  EXPECT_GE(std::chrono::steady_clock::now() - claimed_at, 4500ms) << "dropped before ten hole timeouts";
+  // 3. A claim of a sequence decided already: key 0, nothing to write.
+  EXPECT_EQ(claim_key(forward, third.sequence), 0u);
+  for (const sidecar::Grant& g : {first, second, fourth}) apps.complete(g.request, g.part_index, 1us);
+  apps.complete(third.request, third.part_index, 0us, /*failed=*/true);
+
+  for (Connection* c : {&forward, &honest, &stalled}) {
+    Connection leave = std::move(*c);
+  }
+  const json stats = finished_stats(server, out);
+  EXPECT_EQ(stats["applied"].get<std::uint64_t>(), 3u) << "the held head and the two honest updates";
+  EXPECT_EQ(stats["skipped"].get<std::uint64_t>(), 1u) << "the never-written claim";
+  EXPECT_EQ(stats["claimed"].get<std::uint64_t>(), 2u);
+  expect_moved_by_one_update(out, "the held head was not applied, or something else was", 3);
 }
 
 TEST_F(RogueWorkers, WithGrantWindowsAReplicasMirrorSlotOpensOnlyToItsClaimant) {

@@ -206,8 +206,9 @@ class Worker {
   // failover_patience at a replica not promoted, Error(unreachable)). Not
   // written (lost = true) if the server has decided that sequence already: it skipped it, its
   // hole_timeout having passed while the aggregator waited for members or was stalled.
-  // `token`: the aggregate grant's (sidecar::Grant::token), claimed at a server with grant
-  // windows before the write; 0: none.
+  // The sequence is claimed before the write with `token`, the aggregate grant's
+  // (sidecar::Grant::token; 0 at a server without grant windows, whose answer then holds the
+  // sequence for this connection until its write).
   PushResult write_as(std::uint64_t sequence, std::uint64_t token = 0);
   // The aggregator's forward in direct mode: tells the server where the aggregator listens, so
   // workers that lost it (it was restarted) come back to it.
