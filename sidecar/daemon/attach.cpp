@@ -108,8 +108,7 @@ void Daemon::accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now)
     reject(slot, claim, Reason::bad_attach);
     return;
   }
-  if (const auto owning = endpoint_owners_.find(endpoint);
-      as_server && owning != endpoint_owners_.end() && owning->second != job) {
+  if (as_server && receivers_.owned_by_another(endpoint, job)) {
     reject(slot, claim, Reason::receiver_of_another_job);  // before it narrows that job's window
     return;
   }
@@ -118,20 +117,16 @@ void Daemon::accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now)
     // Or the very server that outlived the daemon before us (same process, job and segment),
     // taking its own sequence on from where it says (its receiver is held until then).
     const auto& standby = config_.standby;
-    const auto held = held_.find(endpoint);
-    const bool survivor = held != held_.end() && !held->second.contested &&
-                          held->second.server.pid == shm::claim_pid(claim) &&
-                          held->second.server.start_time == s.owner_start_time && held->second.server.job == job &&
-                          held->second.segment == slot / config_.max_apps;
     const bool standing_by = std::any_of(standby.begin(), standby.end(), [&](const DaemonConfig::Standby& named) {
       return named.endpoint == endpoint && named.job == job;
     });
+    const Survivor attaching{endpoint, shm::claim_pid(claim), s.owner_start_time, job};
+    const bool survivor = receivers_.take_survivor(endpoint, attaching, slot / config_.max_apps);
     if ((!survivor && !standing_by) ||
         !policy_->take_over(sched::EndpointId{endpoint}, take_over - 1, sched::JobId{job}, now)) {
       reject(slot, claim, Reason::bad_takeover);
       return;
     }
-    if (survivor) held_.erase(held);
     ++inputs_;  // the old owner's pending parts are dropped by the next schedule()
     ++stats_.takeovers;
   } else if (!serves(endpoint)) {
@@ -159,13 +154,7 @@ void Daemon::accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now)
   // The latest of its job to attach as the server speaks for it (a server restarted in place
   // may attach before its dead predecessor is swept).
   if (as_server) {
-    receiver_servers_[endpoint] = ReceiverServer{job, slot};
-    endpoint_owners_[endpoint] = job;
-    if (keyed) {
-      grant_keys_[endpoint] = key;
-    } else {
-      grant_keys_.erase(endpoint);
-    }
+    receivers_.seat(endpoint, job, slot, keyed ? std::optional(key) : std::nullopt);
     policy_->serve_job(sched::EndpointId{endpoint}, sched::JobId{job}, keyed ? std::optional(key) : std::nullopt);
   }
   ++stats_.attached;
@@ -202,11 +191,10 @@ void Daemon::release_detached(std::uint32_t slot, sched::Instant now) {
 }
 
 bool Daemon::server_alive(std::uint32_t endpoint) const {
-  const auto server = receiver_servers_.find(endpoint);
+  const auto server = receivers_.server_slot(endpoint);
   // Exiting counts as gone: its connections close before its pidfd says it exited, so the
   // replica that saw them close may ask to take over first.
-  return server != receiver_servers_.end() && apps_[server->second.slot] &&
-         !apps_[server->second.slot]->owner->exiting();
+  return server && apps_[*server] && !apps_[*server]->owner->exiting();
 }
 
 bool Daemon::serves(std::uint32_t endpoint) const {
@@ -215,9 +203,8 @@ bool Daemon::serves(std::uint32_t endpoint) const {
 }
 
 AppSession* Daemon::receiver_server(std::uint32_t endpoint, std::uint32_t job) {
-  const auto server = receiver_servers_.find(endpoint);
-  if (server == receiver_servers_.end() || server->second.job != job) return nullptr;
-  return &*apps_[server->second.slot];
+  const auto server = receivers_.server_slot(endpoint, job);
+  return server ? &*apps_[*server] : nullptr;
 }
 
 bool Daemon::has_own_segment(std::uint32_t job) const {
@@ -264,13 +251,10 @@ void Daemon::forget(AppSession& app, sched::Instant now, bool detached) {
     ++inputs_;
   }
   const std::uint32_t slot = app.slot;
-  if (const auto server = receiver_servers_.find(app.limits.endpoint);
-      server != receiver_servers_.end() && server->second.slot == slot) {
-    receiver_servers_.erase(server);
-    if (detached) {  // otherwise its job keeps the receiver, and the scheduler its requests
-      endpoint_owners_.erase(app.limits.endpoint);
-      policy_->serve_job(sched::EndpointId{app.limits.endpoint}, std::nullopt);
-    }
+  // Detached, its job no longer owns the receiver; otherwise it keeps it, and the scheduler its
+  // requests.
+  if (receivers_.unseat(app.limits.endpoint, slot, detached) && detached) {
+    policy_->serve_job(sched::EndpointId{app.limits.endpoint}, std::nullopt);
   }
   active_.erase(std::find(active_.begin(), active_.end(), slot));
   apps_[slot].reset();  // `app` dangles from here on

@@ -112,7 +112,7 @@ Daemon::Daemon(DaemonConfig config, std::unique_ptr<sched::Policy> policy)
 
 void Daemon::hold_survivors(std::map<std::uint32_t, HeldEndpoint> held) {
   for (const auto& [endpoint, survivor] : held) policy_->hold_receiver(sched::EndpointId{endpoint});
-  held_ = std::move(held);
+  receivers_.hold(std::move(held));
 }
 
 Daemon::Served Daemon::publish(shm::Segment segment, std::optional<std::uint32_t> job, std::uint64_t generation,

@@ -39,6 +39,7 @@
 #include "sidecar/daemon/app_session.hpp"
 #include "sidecar/daemon/daemon_config.hpp"
 #include "sidecar/daemon/job_door.hpp"
+#include "sidecar/daemon/receivers.hpp"
 #include "sidecar/daemon/schedule_record.hpp"
 #include "sidecar/daemon/survivors.hpp"
 #include "sidecar/shm/layout.hpp"
@@ -156,33 +157,11 @@ class Daemon {
   std::vector<Served> served_;  // [0]: the shared segment
   // Hands jobs' own segments to their users (none without --job-user).
   std::optional<JobDoor> door_;
-  // Receivers whose server outlived the daemon before us (survivors.hpp), by endpoint: held
-  // until that server attaches again, through the same segment (index into served_), taking
-  // its sequence over; no other takeover of an own endpoint is allowed, nor any of a contested
-  // one.
-  std::map<std::uint32_t, HeldEndpoint> held_;
-  // Receivers whose server app is attached here, by endpoint: the app that declared its slots
-  // or took the sequence over. Only that app reports what its receiver applied and gets its
-  // cancels; while it is attached, no app of another job attaches as that receiver's server.
-  struct ReceiverServer {
-    std::uint32_t job = 0;
-    std::uint32_t slot = 0;  // the app's slot index
-  };
-  std::map<std::uint32_t, ReceiverServer> receiver_servers_;
-  // The job whose server app last attached as each receiver's, kept while that server is gone
-  // without detaching (dead, evicted: it or its replica comes back), released by a clean
-  // detach: meanwhile no app of another job attaches as its server (to narrow its window,
-  // replace its grant key or take its sequence) and requests of other jobs are refused.
-  std::map<std::uint32_t, std::uint32_t> endpoint_owners_;
+  // Who speaks for each receiver endpoint: its server app, the job owning it, its grant key,
+  // and the receivers held for a dead daemon's surviving servers.
+  Receivers receivers_;
   AppSession* receiver_server(std::uint32_t endpoint, std::uint32_t job);
-  // The key of each receiver's grant tokens (AttachOptions::grant_key), set when its server app
-  // attaches (and dropped if it attaches without one). Kept when that app is gone: the tokens
-  // belong to the receiver's sequence, which goes on — until its replica, promoted, takes it
-  // over — and a worker granted without a token could not write a windowed slot at all (found
-  // by replace:server@gradlane with grant windows: a worker's write refused, its job over).
-  std::map<std::uint32_t, sched::GrantKey> grant_keys_;
-  // The token of a grant of `seq` at `receiver`: stamped here if this daemon hands its sequence
-  // out and holds its key, else the one a peer's answer carried (0: none).
+  // The token of a grant of `seq` at `receiver` (Receivers::token).
   std::uint64_t grant_token(std::uint32_t receiver, std::uint64_t seq, std::uint64_t carried) const;
   std::vector<std::optional<AppSession>> apps_;         // by slot index
   std::vector<std::uint32_t> active_;                   // slots with a session, in attach order

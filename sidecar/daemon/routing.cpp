@@ -317,9 +317,7 @@ void Daemon::route(const sched::Outcome& outcome, sched::Instant now) {
 }
 
 std::uint64_t Daemon::grant_token(std::uint32_t receiver, std::uint64_t seq, std::uint64_t carried) const {
-  const auto key = grant_keys_.find(receiver);
-  if (key == grant_keys_.end() || !policy_->hands_out(sched::EndpointId{receiver})) return carried;
-  return sidecar::grant_token(key->second, seq);
+  return receivers_.token(receiver, seq, carried, policy_->hands_out(sched::EndpointId{receiver}));
 }
 
 void Daemon::answer(AppSession& app, const shm::GrantEntry& grant) {
