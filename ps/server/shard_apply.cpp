@@ -63,7 +63,7 @@ std::size_t ShardServer::State::apply() {
     if (skip) {
       writer.skip();
     } else {
-      apply_start = shard::now_ns();
+      apply_start = monotonic_ns();
       apply_update(step->slot);
     }
     (void)order.done(*step);
@@ -97,7 +97,7 @@ std::size_t ShardServer::State::apply() {
     }
     if (!skip) record.doorbell_ns = std::exchange(doorbell_ns[step->slot], 0);
     record.apply_start_ns = apply_start;
-    record.apply_end_ns = shard::now_ns();
+    record.apply_end_ns = monotonic_ns();
     if (clocks && !skip && clocks->applied(record.worker, record.tag)) {
       shard.header().slowest_clock.store(clocks->slowest(), std::memory_order_release);
     }

@@ -222,7 +222,7 @@ std::size_t ShardServer::State::take_doorbells(Peer& peer) {
       const bool claimant = rung_by_claimant(peer, sequence);
       if (claimant && sequence >= skip_below &&
           order.arrived(sequence, static_cast<std::uint32_t>(sequence % options.slots)) == Admit::accepted) {
-        doorbell_ns[sequence % options.slots] = shard::now_ns();
+        doorbell_ns[sequence % options.slots] = monotonic_ns();
         rung_by[sequence] = peer.worker;
         if (const auto said = peer.pushing.extract(sequence); !said.empty()) {
           pushed[sequence] = said.mapped();
@@ -239,7 +239,7 @@ std::size_t ShardServer::State::take_doorbells(Peer& peer) {
         order.arrived(sequence, static_cast<std::uint32_t>(sequence % options.slots)) != Admit::accepted) {
       ++stats.refused_doorbells;
     } else {
-      doorbell_ns[sequence % options.slots] = shard::now_ns();
+      doorbell_ns[sequence % options.slots] = monotonic_ns();
       close_window(peer, sequence);  // the update is here: nothing more may land in its slot
       if (const auto g = granted.find(sequence); g != granted.end()) {
         note_landed(g->second.worker, Landed{g->second.tag, sequence, g->second.computed_on});

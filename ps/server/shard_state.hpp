@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/monotonic.hpp"
 #include "gradlane/ps/server.hpp"
 #include "ps/receiving/apply_order.hpp"
 #include "ps/protocol/join.hpp"
@@ -27,10 +28,6 @@ namespace gradlane::ps {
 namespace shard {
 
 using Clock = std::chrono::steady_clock;
-// Clock's now in ns since its epoch: on Linux CLOCK_MONOTONIC, gradlaned's schedule-log clock.
-inline std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-}
 
 struct Peer {
   Connection conn;

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <thread>
 
+#include "common/monotonic.hpp"
 #include "sidecar/client/client_state.hpp"
 #include "sidecar/shm/door.hpp"
 #include "sidecar/shm/futex.hpp"
@@ -24,10 +25,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using shm::SlotState;
-
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-}
 
 std::string start_hint(const std::string& name) {
   return fmt::format(
@@ -63,7 +60,7 @@ std::optional<std::string> unusable(const shm::Segment& segment) {
     return fmt::format("the gradlaned (pid {}) that created {} is gone (it died without cleaning up)", h.daemon_pid,
                        segment.name());
   }
-  const auto age = std::chrono::nanoseconds(now_ns() - h.heartbeat_ns.load(std::memory_order_acquire));
+  const auto age = std::chrono::nanoseconds(monotonic_ns() - h.heartbeat_ns.load(std::memory_order_acquire));
   if (age > kStaleHeartbeat) {
     return fmt::format("gradlaned (pid {}) serving {} has not shown a heartbeat for {} ms (stopped or stuck?)",
                        h.daemon_pid, segment.name(),
@@ -271,7 +268,7 @@ bool daemon_gone(const Client::State& state) {
   const shm::Header& h = *state.header;
   if (h.state.load(std::memory_order_acquire) != static_cast<std::uint32_t>(shm::DaemonState::running)) return true;
   if (!state.segment->locked_by_daemon()) return true;
-  return std::chrono::nanoseconds(now_ns() - h.heartbeat_ns.load(std::memory_order_acquire)) > kStaleHeartbeat;
+  return std::chrono::nanoseconds(monotonic_ns() - h.heartbeat_ns.load(std::memory_order_acquire)) > kStaleHeartbeat;
 }
 
 void reattach(Client::State& state) {
