@@ -50,11 +50,7 @@ Worker::Worker(const Device& device, const WorkerOptions& options) {
   State& s = *state_;
   std::tie(s.server_slots, s.server_shard) = s.join(s.server, Addressed::server);
   s.slots = static_cast<std::uint32_t>(s.server_slots.length / s.bytes);
-  if (options.sidecar) {
-    sidecar::AttachOptions attach = *options.sidecar;
-    attach.region_bytes = s.bytes;
-    s.sidecar.emplace(sidecar::Client::attach(attach));
-  }
+  if (options.sidecar) s.sidecar.emplace(options, s.bytes);
   if (options.replica)
     s.connect_replica(options.replica->address, options.replica->port, State::connect_bound(options));
   if (options.aggregator) {
@@ -102,7 +98,7 @@ PushResult Worker::wait_push() {
   s.push_in_flight = false;
   if (s.sidecar) {
     try {
-      return s.wait_sidecar();
+      return s.sidecar->wait(s);
     } catch (const Error&) {
       // A write whose connection failed (the sidecar heard it failed): a redirect to a dead
       // aggregator (later ones are reported lost too), or a go to a dead server — then the

@@ -1,5 +1,5 @@
 // Worker::State, asking for a grant and taking the answer: from the server or the aggregator
-// (direct mode) or from the host's sidecar, with the retries, refusals and drops of each.
+// (direct mode), with its retries and refusals; in sidecar mode SidecarGrants asks.
 #include "ps/worker/worker_state.hpp"
 
 #include <fmt/format.h>
@@ -10,29 +10,18 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "common/back_off.hpp"
 #include "ps/protocol/messages.hpp"
 #include "ps/protocol/regions.hpp"
-#include "ps/protocol/slot_wait.hpp"
 
 namespace gradlane::ps {
 
 void Worker::State::send_request() {
   requested_at = Clock::now();
   if (sidecar) {
-    request = sidecar->request({.tensor = options.tensor,
-                                .receiver = options.server_endpoint,
-                                .bytes = bytes,
-                                .region_offset = 0,
-                                .computed_on = push_computed_on,
-                                .gradient_norm = 0.0F,
-                                .priority = 0,
-                                .job_remaining = job_remaining,
-                                // No aggregator (none given, or lost): a redirect could only fail.
-                                .direct_only = !aggregator.up()});
+    sidecar->ask(*this);
   } else {
     push_target().send(encode(Request{options.id, push_tag, push_computed_on}));
   }
@@ -142,98 +131,6 @@ PushResult Worker::State::expired_push(std::uint32_t expired) {
   PushResult lost = lost_push();
   lost.expired_grants = expired;
   return lost;
-}
-
-PushResult Worker::State::wait_sidecar() {
-  for (std::uint32_t expired = 0;;) {
-    const sidecar::Grant g = sidecar->wait(options.timeout);
-    if (g.request != request) {
-      throw Error(Errc::protocol,
-                  fmt::format("the sidecar answered request {} while {} was in flight", g.request, request));
-    }
-    const bool writes = g.kind == sidecar::GrantKind::go || g.kind == sidecar::GrantKind::redirect;
-    if (!writes || !too_late(Clock::time_point(g.slot_start), expired)) {
-      PushResult result = take_sidecar_answer(g);
-      result.expired_grants = expired;
-      return result;
-    }
-    // Completed as failed, the sidecar cancels the sequence: the server skips it at once.
-    sidecar->complete(g.request, g.part_index, std::chrono::nanoseconds{0}, /*failed=*/true);
-    if (expired == kMaxGrantRequests) return expired_push(expired);
-    send_request();
-  }
-}
-
-PushResult Worker::State::from_the_future() {
-  const auto now = Clock::now();
-  const bool moving = failing_over();
-  if (!future_since) future_since = now;
-  if (failovers != failovers_at_pull || moving || now - *future_since < options.failover_patience) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the takeover's moment
-    return lost_push();
-  }
-  throw Error(Errc::protocol,
-              fmt::format("the sidecar refused the push for {} ms: version_from_future (computed on version {}, "
-                          "ahead of the server's sequence)",
-                          std::chrono::duration_cast<Millis>(now - *future_since).count(), push_computed_on));
-}
-
-PushResult Worker::State::take_sidecar_answer(const sidecar::Grant& g) {
-  if (g.reason == sidecar::Reason::receiver_of_another_job) {  // a drop from a peer, an error here
-    throw Error(Errc::invalid_argument,
-                fmt::format("the sidecar refused the push: endpoint {}'s server is an app of another job than this "
-                            "worker's ({}): check the worker's server endpoint and job",
-                            options.server_endpoint, options.sidecar ? options.sidecar->job : 0));
-  }
-  switch (g.kind) {
-    case sidecar::GrantKind::go:
-    case sidecar::GrantKind::redirect:
-      refused_since.reset();
-      future_since.reset();
-      return write_granted(g);
-    case sidecar::GrantKind::drop: {
-      // Too stale to help (pull a fresh model) — or, with reason peer_lost, the receiver's
-      // sidecar was lost, or with receiver_moved its server failed over before this was
-      // decided: the model is not stale, the push simply did not happen.
-      refused_since.reset();
-      // Refused by the receiver's sidecar elsewhere, as ours refuses it (an error below).
-      if (g.reason == sidecar::Reason::version_from_future) return from_the_future();
-      PushResult dropped;
-      const bool lost = g.reason == sidecar::Reason::peer_lost || g.reason == sidecar::Reason::receiver_moved ||
-                        g.reason == sidecar::Reason::peer_refused;
-      (lost ? dropped.lost : dropped.dropped) = true;
-      return dropped;
-    }
-    case sidecar::GrantKind::error: {
-      // The sidecar restarted (or stalled past its heartbeat) with this request owed: the
-      // push never happened, as after a lost peer — the caller pulls and goes on.
-      if (g.reason == sidecar::Reason::sidecar_restarted) {
-        return lost_push();
-      }
-      // The server's sidecar is unreachable, or no sidecar serves it yet: during a failover,
-      // until the promoted replica's sidecar announces it (a Takeover). Lost pushes for up to
-      // failover_patience, then the error.
-      if (g.reason == sidecar::Reason::receiver_unreachable || g.reason == sidecar::Reason::unknown_receiver) {
-        const auto now = Clock::now();
-        if (!refused_since) refused_since = now;
-        if (now - *refused_since < options.failover_patience) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the new owner needs a moment
-          return lost_push();
-        }
-        throw Error(Errc::protocol,
-                    fmt::format("the sidecar refused the push for {} ms: {} (endpoint {}); no sidecar took the "
-                                "server over",
-                                std::chrono::duration_cast<Millis>(now - *refused_since).count(),
-                                sidecar::reason_name(g.reason), options.server_endpoint));
-      }
-      if (g.reason == sidecar::Reason::version_from_future) return from_the_future();
-      throw Error(Errc::protocol, fmt::format("the sidecar refused the push: {}", sidecar::reason_name(g.reason)));
-    }
-    default:
-      throw Error(Errc::protocol, fmt::format("the sidecar answered the push with '{}', which a ps::Worker does not "
-                                              "handle (an aggregate grant goes to a ps::Aggregator)",
-                                              sidecar::kind_name(g.kind)));
-  }
 }
 
 }  // namespace gradlane::ps

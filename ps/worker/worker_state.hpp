@@ -1,7 +1,8 @@
 // Worker::State: what a ps::Worker holds and does (include/gradlane/ps/worker.hpp is its
 // interface). Its member functions live by concern: worker_links.cpp (connections, failover,
-// joining), worker_grants.cpp (asking for a grant, taking the answer), worker_write.cpp (writing
-// a granted push); worker.cpp is the public API over it.
+// joining), worker_grants.cpp (asking for a grant, taking the answer: direct mode),
+// worker_write.cpp (writing a granted push); worker.cpp is the public API over it. A
+// sidecar-mode worker's grants are SidecarGrants' (sidecar_grants.hpp).
 #pragma once
 
 #include <chrono>
@@ -15,6 +16,7 @@
 #include "ps/protocol/messages.hpp"
 #include "ps/protocol/regions.hpp"
 #include "ps/worker/aggregator_link.hpp"
+#include "ps/worker/sidecar_grants.hpp"
 
 namespace gradlane::ps {
 
@@ -87,16 +89,12 @@ struct Worker::State {
 
   std::uint32_t slots = 0;
   bool push_in_flight = false;
-  std::optional<sidecar::Client> sidecar;  // sidecar mode
-  bool warned_redirect = false;            // said once that a redirect had nowhere to go
-  std::uint64_t request = 0;               // sidecar mode: the request in flight
+  std::optional<SidecarGrants> sidecar;  // sidecar mode
   // The push in flight, to ask again for a grant that came too late (grant_lifetime).
   std::uint64_t push_tag = 0;
   std::uint64_t push_computed_on = 0;
   std::uint64_t job_remaining = 0;  // declared with each request (set_job_remaining)
   Clock::time_point requested_at{};
-  // Sidecar mode: since when every push was refused as receiver_unreachable / unknown_receiver.
-  std::optional<Clock::time_point> refused_since;
 
   // Asks the server (or the aggregator), or the sidecar, for a grant for the push in flight.
   void send_request();
@@ -156,10 +154,6 @@ struct Worker::State {
   // Writes the gradient into member slot `slot` of the aggregator's ring, doorbell `imm`.
   PushResult write_member(std::uint64_t slot, std::uint32_t imm);
 
-  // Sidecar mode: a go (to the server) or a redirect (to the aggregator), completed with the
-  // sidecar either way, failed if the write threw.
-  PushResult write_granted(const sidecar::Grant& g);
-
   // Sidecar mode, a server with grant windows: the claim of `sequence` went out (and, if
   // `mirror_claimed`, the replica's); the server's answer is the key of a window over that one
   // slot on our connection (without windows, the ring's key, the sequence held for us), then we
@@ -194,20 +188,6 @@ struct Worker::State {
   PushResult refused_push(const Connection& target, const Refused& refused);
 
   static PushResult expired_push(std::uint32_t expired);
-
-  PushResult wait_sidecar();
-
-  // The model was pulled from a server that died since, which had applied updates its replica
-  // had not yet when it was promoted (up to the replica bound): the version is ahead of the new
-  // server's. Or it was pulled from the promoted replica while the sidecar still hands out the
-  // dead server's sequence (its Takeover on the way). Either way the push did not happen; the
-  // caller pulls the new server's model and goes on. Or the receiver's sidecar was restarted and
-  // answered before it held its surviving server's sequence. Refused so for failover_patience
-  // without a failover, it is the application's error.
-  PushResult from_the_future();
-  std::optional<Clock::time_point> future_since;  // since when every push was refused so
-
-  PushResult take_sidecar_answer(const sidecar::Grant& g);
 
   // Tells every peer this worker finished, so that its disconnect counts as a leave, not a
   // loss. Bounded: a peer that does not acknowledge within a second is left to its timeouts.

@@ -10,13 +10,11 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "common/back_off.hpp"
 #include "ps/protocol/messages.hpp"
 #include "ps/protocol/regions.hpp"
-#include "ps/protocol/slot_wait.hpp"
 
 namespace gradlane::ps {
 
@@ -154,57 +152,6 @@ PushResult Worker::State::write_member(std::uint64_t slot, std::uint32_t imm) {
   PushResult result;
   result.wire_time = Clock::now() - start;
   result.pending = true;
-  return result;
-}
-
-PushResult Worker::State::write_granted(const sidecar::Grant& g) {
-  if (g.part_count != 1) {
-    sidecar->complete(g.request, g.part_index, std::chrono::nanoseconds{0}, /*failed=*/true);
-    throw Error(Errc::invalid_argument,
-                fmt::format("the sidecar split the {}-byte update into {} parts: a shard must fit one part "
-                            "(at most the sidecar's partition size); use more, smaller shards",
-                            bytes, g.part_count));
-  }
-  const bool redirect = g.kind == sidecar::GrantKind::redirect;
-  if (redirect && (!aggregator.up() || g.target != options.aggregator_endpoint)) {
-    // Nowhere to write it: the sidecar hears it failed (the aggregate goes on without it).
-    sidecar->complete(g.request, g.part_index, std::chrono::nanoseconds{0}, /*failed=*/true);
-    if (!warned_redirect) {
-      std::fprintf(stderr,
-                   "gradlane ps worker %u: the sidecar redirected an update to aggregator endpoint %u, %s; "
-                   "reported lost\n",
-                   options.id, g.target,
-                   aggregator.up() ? "not the one this worker is connected to" : "and this worker has no aggregator");
-      warned_redirect = true;
-    }
-    return lost_push();
-  }
-  PushResult result;
-  try {
-    // A server with grant windows: its token goes out now (to the replica too), so the
-    // claims' round trips run while we wait for the slot.
-    const bool claims = !redirect && g.token != 0;
-    const bool mirror_claimed = claims && send_claims(g.sequence, g.token);
-    wait_for_slot(g.slot_start);
-    const Clock::time_point deadline = write_by(Clock::time_point(g.slot_start));
-    // A member's slot at the aggregator is its aggregate id modulo the worker's slots there;
-    // the doorbell carries the id's low 32 bits, the same modulo there.
-    const auto id32 = static_cast<std::uint32_t>(g.sequence);
-    result = redirect ? write_member(aggregator.slot_of(id32), id32)
-             : claims ? write_claimed(g.sequence, deadline, g.token, mirror_claimed)
-                      : write(g.sequence, deadline);
-  } catch (const Error&) {
-    sidecar->complete(g.request, g.part_index, std::chrono::nanoseconds{0}, /*failed=*/true);
-    throw;
-  }
-  if (redirect) {
-    result.aggregate = g.sequence;
-    aggregator.took(g.sequence, push_tag);
-  }
-  // Not written (stalled past the grant before the server's write): failed, so the sidecar
-  // cancels the sequence and the server skips it now if it has not yet.
-  const bool unwritten = !redirect && result.lost && result.sequence == 0;
-  sidecar->complete(g.request, g.part_index, result.wire_time, /*failed=*/unwritten);
   return result;
 }
 
