@@ -115,10 +115,9 @@ std::size_t DirectMembers::take_from(Aggregator::State& s, std::size_t index) {
 
 std::size_t DirectMembers::grant(Aggregator::State& s) {
   std::size_t work = 0;
-  const std::vector<bool> held = slots_held_for_late_writes(s.peers, slot_count_);
-  const bool all_held = !held.empty() && std::ranges::all_of(held, std::identity{});
-  while (!waiting_.empty() && !all_held && member_slot_free(next_grant_, held_from(), slot_count_)) {
-    if (!held.empty() && held[next_grant_ % slot_count_]) {  // granted to nobody, left out
+  const HeldSlots held(s.peers, slot_count_);
+  while (!waiting_.empty() && !held.all() && member_slot_free(next_grant_, held_from(), slot_count_)) {
+    if (held.holds(next_grant_)) {  // granted to nobody, left out
       order_.cancelled(next_grant_++);
       ++work;
       continue;

@@ -69,20 +69,29 @@ class OutstandingGrants {
   std::vector<std::uint64_t> may_land_;
 };
 
-// The slots (sequence % slots) a late write of a hole may still land in, at `peers` still
+// The slots (sequence % slots) a late write of a hole may still land in, at peers still
 // connected: a granter skips the sequences that would reuse them. Empty, almost always.
-template <class Peers>
-std::vector<bool> slots_held_for_late_writes(const Peers& peers, std::uint64_t slots) {
-  std::vector<bool> held;
-  for (const auto& peer : peers) {
-    if (!peer.alive) continue;  // its connection is closed here: nothing of it lands any more
-    for (const std::uint64_t sequence : peer.outstanding.late_writes_possible()) {
-      if (held.empty()) held.resize(slots);
-      held[sequence % slots] = true;
+class HeldSlots {
+ public:
+  template <class Peers>
+  HeldSlots(const Peers& peers, std::uint64_t slots) {
+    for (const auto& peer : peers) {
+      if (!peer.alive) continue;  // its connection is closed here: nothing of it lands any more
+      for (const std::uint64_t sequence : peer.outstanding.late_writes_possible()) {
+        if (held_.empty()) held_.resize(slots);
+        held_[sequence % slots] = true;
+      }
     }
   }
-  return held;
-}
+  bool holds(std::uint64_t sequence) const noexcept { return !held_.empty() && held_[sequence % held_.size()]; }
+  // Every slot is held: nothing can be granted until a worker asks again or is gone.
+  bool all() const noexcept {
+    return !held_.empty() && std::all_of(held_.begin(), held_.end(), [](bool held) { return held; });
+  }
+
+ private:
+  std::vector<bool> held_;
+};
 
 // Hands every sequence outstanding `hole_timeout` or longer at any of `peers` (each with an
 // OutstandingGrants `outstanding`) to on_hole(peer, sequence), in order per peer. Before that

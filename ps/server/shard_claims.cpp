@@ -149,11 +149,7 @@ void ShardServer::State::open_claim(std::size_t index, std::uint64_t sequence) {
 // Whether a doorbell for `sequence` came from the connection that claimed its slot; without
 // windows anyone's counts (the caller checks the window). The claim ends with it.
 bool ShardServer::State::rung_by_claimant(Peer& peer, std::uint64_t sequence) {
-  if (!windowed()) {
-    close_claim(sequence);
-    return true;
-  }
-  if (!peer.outstanding.ring(sequence)) return false;
+  if (windowed() && !peer.outstanding.ring(sequence)) return false;
   close_claim(sequence);
   return true;
 }

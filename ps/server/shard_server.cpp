@@ -304,15 +304,14 @@ std::size_t ShardServer::State::take_input() {
 std::size_t ShardServer::State::grant() {
   if (stats.stepped_down) return 0;  // the replica grants from now on
   std::size_t work = 0;
-  const std::vector<bool> held = slots_held_for_late_writes(peers, options.slots);
-  const bool all_held = !held.empty() && std::ranges::all_of(held, std::identity{});
-  while (!waiting.empty() && !all_held) {
+  const HeldSlots held(peers, options.slots);
+  while (!waiting.empty() && !held.all()) {
     const std::uint64_t sequence = next_grant;
     // Slot `sequence % slots` is free once the update that last used it (sequence - slots) was
     // applied here and, with a replica, acknowledged by it.
     if (sequence >= order.next_sequence() + options.slots) break;
     if (replica && sequence > stats.replica_acked + options.slots) break;
-    if (!held.empty() && held[sequence % options.slots]) {  // granted to nobody, skipped
+    if (held.holds(sequence)) {  // granted to nobody, skipped
       cancel(sequence);
       ++next_grant;
       ++work;

@@ -60,8 +60,8 @@ std::size_t ShardServer::State::skip_stuck_head() {
   if (!gap_since) gap_since = now;
   if (now - *gap_since < options.hole_timeout) return 0;
   if (const auto held = claimed.find(order.next_sequence()); held != claimed.end() && !windowed()) {
+    // Held while its claimant lives: lose() cancels a lost claimant's claims.
     Peer& claimant = peers[held->second];
-    if (!claimant.alive) return cancel(held->first) == Admit::accepted ? 1 : 0;  // gone: nothing lands
     const auto hold_for = options.hole_timeout * kClaimHeldTimeouts;
     if (now - *gap_since < hold_for) return 0;
     lose(claimant, Error(Errc::timeout, fmt::format("it claimed sequence {} and wrote nothing in {} ms: dropped, so "

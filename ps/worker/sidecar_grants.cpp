@@ -149,9 +149,12 @@ PushResult SidecarGrants::write_granted(Worker::State& s, const sidecar::Grant& 
   }
   PushResult result;
   try {
-    // A server with grant windows: its token goes out now (to the replica too), so the
-    // claims' round trips run while we wait for the slot.
-    const bool claims = !redirect && g.token != 0;
+    // The server's slot is claimed, so the claims' round trips run while we wait for the slot.
+    // With grant windows the claim shows the grant's token (to the replica too) and opens a
+    // window; without them it carries none, and the server holds the sequence for us: it does
+    // not skip it while our connection lives, so a write however late cannot land in a slot a
+    // later sequence reuses. A sequence the server decided already is not written, but lost.
+    const bool claims = !redirect;
     const bool mirror_claimed = claims && s.send_claims(g.sequence, g.token);
     wait_for_slot(g.slot_start);
     const Clock::time_point deadline = s.write_by(Clock::time_point(g.slot_start));

@@ -78,7 +78,7 @@ PushResult Worker::State::write(std::uint64_t sequence, Clock::time_point deadli
   // meanwhile, and the late write would still be acknowledged here — may have outlived
   // the server's hole_timeout (sidecar mode: its skip of a stuck head, which a floor READ
   // does not show). Between this clock read and the post there is only the provider's work
-  // request left; grant windows close even that (a claim).
+  // request left; a sidecar-mode claim closes even that.
   if (Clock::now() > deadline) {
     if (mirrored) replica->wait(*mirrored, options.timeout);  // held there until the server's skip
     std::fprintf(stderr,

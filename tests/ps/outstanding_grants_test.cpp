@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <utility>
+#include <string>
 #include <vector>
 
 #include "ps/receiving/outstanding_grants.hpp"
@@ -49,18 +50,30 @@ struct PeerWithGrants {
   bool alive = true;
 };
 
-TEST(SlotsHeldForLateWrites, AHoleHoldsItsSlotUntilItsWorkerAsksAgainOrIsGone) {
+// Which of slots 0..3 `held` holds, as a string: "x" held, "." free.
+std::string held_of_four(const HeldSlots& held) {
+  std::string slots;
+  for (std::uint64_t sequence = 0; sequence < 4; ++sequence) slots += held.holds(sequence) ? 'x' : '.';
+  return slots;
+}
+
+TEST(HeldSlots, AHoleHoldsItsSlotUntilItsWorkerAsksAgainOrIsGone) {
   std::vector<PeerWithGrants> peers(3);
-  EXPECT_TRUE(slots_held_for_late_writes(peers, 4).empty()) << "no hole: nothing held";
+  EXPECT_EQ(held_of_four(HeldSlots(peers, 4)), "....") << "no hole: nothing held";
   peers[0].outstanding.may_still_land(5);  // slot 1
   peers[1].outstanding.may_still_land(7);  // slot 3
   peers[1].outstanding.may_still_land(8);  // slot 0
-  EXPECT_EQ(slots_held_for_late_writes(peers, 4), (std::vector<bool>{true, true, false, true}));
+  EXPECT_EQ(held_of_four(HeldSlots(peers, 4)), "xx.x");
+  EXPECT_TRUE(HeldSlots(peers, 4).holds(13)) << "sequence 13 reuses slot 1";
+  EXPECT_FALSE(HeldSlots(peers, 4).all());
+  peers[2].outstanding.may_still_land(10);  // slot 2
+  EXPECT_TRUE(HeldSlots(peers, 4).all());
+  peers[2].outstanding.asked_again();
   peers[1].outstanding.asked_again();
-  EXPECT_EQ(slots_held_for_late_writes(peers, 4), (std::vector<bool>{false, true, false, false}))
-      << "worker 1 asked again: its earlier writes are in";
+  EXPECT_EQ(held_of_four(HeldSlots(peers, 4)), ".x..") << "workers 1 and 2 asked again: their earlier writes are in";
   peers[0].alive = false;
-  EXPECT_TRUE(slots_held_for_late_writes(peers, 4).empty()) << "worker 0's connection is closed: nothing of it lands";
+  EXPECT_EQ(held_of_four(HeldSlots(peers, 4)), "....") << "worker 0's connection is closed: nothing of it lands";
+  EXPECT_FALSE(HeldSlots(peers, 4).all()) << "nothing held is not all held";
 }
 
 TEST(ExpireHoles, TheDoorbellsThatLandedMeanwhileAreTakenBeforeAnyGrantIsCalledAHole) {

@@ -220,6 +220,13 @@ TEST_F(ShardRun, WithSidecarsTheReceiversSidecarOwnsTheSequence) {
     EXPECT_EQ(granted[seq], 1u) << "seq " << seq << " was not granted exactly once by the receiver's sidecar";
   }
   EXPECT_EQ(granted.size(), total);
+  // Without grant windows too, every push claims its sequence before writing: the server holds
+  // it for the claimant (it does not skip it as a stuck head), so a late write cannot land in a
+  // slot a later sequence reuses. The replica sees no claim: the mirror's slot needs no key.
+  const json server_stats = read_lines(out_ + "/server.stats.json").at(0);
+  EXPECT_EQ(server_stats["claimed"].get<std::uint64_t>(), total) << "a push that did not claim its sequence";
+  EXPECT_EQ(server_stats["refused_claims"].get<std::uint64_t>(), 0u);
+  EXPECT_EQ(read_lines(out_ + "/replica.stats.json").at(0)["claimed"].get<std::uint64_t>(), 0u);
   // The server that finished said so: its replica did not take the end of the job for a crash
   // (in sidecar mode that would move the sequence to gradlaned B, which stands by for it).
   EXPECT_EQ(read_lines(out_ + "/replica.stats.json").at(0)["promoted_at_ns"].get<std::int64_t>(), 0);

@@ -113,10 +113,11 @@ struct ServerStats {
                                         // every sequence granted here, or, at a replica whose
                                         // primary lives, from a worker that addressed it as its
                                         // server (the worker's push fails)
-  std::uint64_t claimed = 0;            // sidecar mode, grant windows: slots opened to the worker
-                                        // that showed its grant's token
-  std::uint64_t refused_claims = 0;     // sidecar mode, grant windows: claims with a token that is
-                                        // not the grant's, or of a sequence not open to writing
+  std::uint64_t claimed = 0;            // sidecar mode: sequences claimed before their write (with
+                                        // grant windows, opened to the worker that showed its
+                                        // grant's token; without, held for the claimant)
+  std::uint64_t refused_claims = 0;     // sidecar mode: claims with a token that is not the
+                                        // grant's, or of a sequence not open to writing
   std::uint64_t peers_lost = 0;         // connections that failed with work outstanding, or sent
                                         // a malformed message
   std::uint64_t peers_left = 0;         // workers that disconnected with nothing outstanding
