@@ -69,10 +69,10 @@ std::size_t ShardServer::State::apply() {
     (void)order.done(*step);
     close_claim(step->sequence);  // a replica's mirror claim whose mirror never came (read from the server)
     AppliedUpdate record{step->sequence, 0, 0, 0, skip};
-    if (const auto decided = fed.extract(step->sequence); !decided.empty()) {  // as the server decided it
+    if (const auto decided = following.take_fed(step->sequence)) {  // as the server decided it
       if (!skip) {
-        record.worker = decided.mapped().worker;
-        record.tag = decided.mapped().tag;
+        record.worker = decided->worker;
+        record.tag = decided->tag;
         note_landed(record.worker, Landed{record.tag, record.sequence, 0});
       }
     } else if (role == Role::server && options.sidecar) {  // attached or not (taking a sequence over)
@@ -106,12 +106,13 @@ std::size_t ShardServer::State::apply() {
     history.push_back(record);
     ++work;
   }
-  if (role == Role::replica && primary && peers[*primary].alive && order.next_sequence() - 1 > acked) {
-    acked = order.next_sequence() - 1;
-    try {
-      peers[*primary].conn.send(encode(Ack{acked}));
-    } catch (const Error& e) {
-      lose(peers[*primary], e);
+  if (role == Role::replica && primary && peers[*primary].alive) {
+    if (const auto through = following.ack_due(order.next_sequence() - 1)) {
+      try {
+        peers[*primary].conn.send(encode(Ack{*through}));
+      } catch (const Error& e) {
+        lose(peers[*primary], e);
+      }
     }
   }
   return work;

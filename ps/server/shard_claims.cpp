@@ -114,7 +114,8 @@ void ShardServer::State::answer_mirror_claim(std::size_t index, const Claim& cla
     peer.conn.send(encode(Opened{claim.sequence, 0}));
     return;
   }
-  if (claim.sequence - next >= options.slots || claimed.contains(claim.sequence) || arrived.contains(claim.sequence)) {
+  if (claim.sequence - next >= options.slots || claimed.contains(claim.sequence) ||
+      following.mirrored(claim.sequence)) {
     refuse_claim(peer, claim, "mirror slot",
                  claim.sequence - next >= options.slots ? "beyond the window" : "claimed or written already");
   }

@@ -127,7 +127,7 @@ void ShardServer::State::take_over_at_sidecar() {
   for (const AppliedUpdate& u : history) {
     if (!u.skipped) arrivals[u.worker] = std::max(arrivals[u.worker], u.tag + 1);
   }
-  for (const auto& [sequence, d] : fed) {
+  for (const auto& [sequence, d] : following.fed()) {
     if (d.worker != 0) arrivals[d.worker] = std::max(arrivals[d.worker], d.tag + 1);
   }
   std::fprintf(stderr, "gradlane ps server: gradlaned (%s) took over endpoint %u's sequence from %llu\n",
@@ -158,49 +158,14 @@ void ShardServer::State::promote() {
   take_every_doorbell_here();
   // Mirror claims are over: as the server we grant anew (and in sidecar mode claim anew).
   while (!claimed.empty()) close_claim(claimed.begin()->first);
-  for (std::uint64_t head = order.next_sequence(); decisions.contains(head); ++head) {
-    const bool apply = decisions.at(head).worker != 0;
-    if (apply && arrived.contains(head)) {
-      order.arrived(head, static_cast<std::uint32_t>(head % options.slots));
-      fed[head] = decisions.at(head);
-    } else {
-      order.cancelled(head);
-      stats.lost_in_failover += apply ? 1 : 0;
-    }
-  }
-  // Acknowledged to their workers, undecided by the dead server: ours to apply.
-  const auto next_tag = [this](std::uint32_t worker) -> std::uint64_t {
-    for (auto it = fed.rbegin(); it != fed.rend(); ++it) {
-      if (it->second.worker == worker) return it->second.tag + 1;
-    }
+  // The updates the dead server decided, and after them the mirrors it had not decided yet: a
+  // worker's tag for those is one past its last decided tag, here or in our history.
+  stats.lost_in_failover += following.take_over(order, [this](std::uint32_t worker) -> std::optional<std::uint64_t> {
     for (auto it = history.rbegin(); it != history.rend(); ++it) {
-      if (!it->skipped && it->worker == worker) return it->tag + 1;
+      if (!it->skipped && it->worker == worker) return it->tag;
     }
-    return 0;
-  };
-  std::uint64_t head = order.next_sequence() + order.pending();
-  const auto take_mirror = [&](std::uint64_t sequence) {
-    const std::uint32_t worker = std::max<std::uint32_t>(arrived.at(sequence), 1);
-    order.arrived(sequence, static_cast<std::uint32_t>(sequence % options.slots));
-    fed[sequence] = Decided{sequence, worker, next_tag(worker)};
-  };
-  for (; arrived.contains(head) && !decisions.contains(head); ++head) take_mirror(head);
-  // Mirrors after a gap, the gaps skipped: acknowledged pushes whose workers' writes to the
-  // server completed (the kill:server fault: two lost behind one gap).
-  if (!arrived.empty()) {
-    const std::uint64_t last = arrived.rbegin()->first;
-    for (; head <= last && head < order.next_sequence() + options.slots; ++head) {
-      if (arrived.contains(head)) {
-        take_mirror(head);
-      } else {
-        order.cancelled(head);
-      }
-    }
-  }
-  for (const auto& [sequence, worker] : arrived) stats.lost_in_failover += sequence >= head ? 1 : 0;
-  decisions.clear();
-  arrived.clear();
-  head_waiting_since.reset();
+    return std::nullopt;
+  });
   next_grant = order.next_sequence() + order.pending();
   primary.reset();
   role = Role::server;
@@ -263,12 +228,12 @@ void ShardServer::join_server(const std::string& address, std::uint16_t port, Mi
   }
   s.writer.restore(adopted->version);
   s.order = ApplyOrder(s.options.slots, adopted->version + 1);
-  s.acked = adopted->version;
+  s.following.acknowledged(adopted->version);
   s.stats.joined_at = adopted->version;
-  s.joined_running = true;
+  s.following.joined_running();
   conn.send(encode(Ack{adopted->version}));  // the server lets its snapshot go
   // Until a worker announces it mirrors here (Mirroring), its updates are read from the
-  // server's slot, which the server keeps until we acknowledge it (mirror_coming()).
+  // server's slot, which the server keeps until we acknowledge it (ReplicaFollower::mirror_coming).
   s.options.read_updates_from_server = true;
   s.primary = s.peers.size();
   s.peers.push_back(Peer{std::move(conn), PeerKind::primary, 0, true, {}, {}, {}, false, false});
@@ -279,52 +244,20 @@ void ShardServer::join_server(const std::string& address, std::uint16_t port, Mi
                s.peers.back().conn.describe().c_str(), static_cast<unsigned long long>(adopted->version));
 }
 
-// Whether a worker's mirror of this decided update may still come. Workers that started with
-// this replica mirror everything unless told not to (read_updates_from_server); a replica that
-// joined running is mirrored to only from each worker's announced sequence on.
-bool ShardServer::State::mirror_coming(const Decided& decision) const {
-  if (!joined_running) return !options.read_updates_from_server;
-  const auto from = mirrors_from.find(decision.worker);
-  return from != mirrors_from.end() && decision.sequence >= from->second;
-}
-
 // Replica: turns the server's decision for the next sequence into an arrival or a cancel.
 std::size_t ShardServer::State::decide_head() {
-  std::size_t work = 0;
-  for (;;) {
-    const std::uint64_t head = order.next_sequence();
-    if (order.next()) break;  // already decided, waiting to be applied
-    const auto decision = decisions.find(head);
-    if (decision == decisions.end()) break;
-    if (decision->second.worker == 0) {
-      order.cancelled(head);
-    } else if (arrived.contains(head)) {
-      order.arrived(head, static_cast<std::uint32_t>(head % options.slots));
-    } else {
-      // The server applied it but our mirror has not come: give the worker's write the hole
-      // timeout (none when workers do not mirror), then read the update from the server's
-      // slot, which the server keeps until we acknowledge it.
-      const auto now = Clock::now();
-      if (!head_waiting_since) head_waiting_since = now;
-      const auto patience =
-          mirror_coming(decision->second) ? Clock::duration(options.hole_timeout) : Clock::duration::zero();
-      if (now - *head_waiting_since < patience || !primary) break;
-      Connection& conn = peers[*primary].conn;
-      const std::uint64_t offset = (head % options.slots) * slots.slot_bytes();
-      // In pieces (a replica that reads slowly holds every slot); bounded by the transport's own
-      // give-up time, not hole_timeout.
-      read_in_pieces(conn, slots.region(), offset, primary_slots, offset, slots.slot_bytes(),
-                     std::max<Millis>(options.hole_timeout, std::chrono::seconds(30)));
-      order.arrived(head, static_cast<std::uint32_t>(head % options.slots));
-      ++stats.mirrors_fetched;
-    }
-    head_waiting_since.reset();
-    fed[head] = decision->second;
-    decisions.erase(decision);
-    arrived.erase(head);
-    ++work;
-  }
-  return work;
+  // A mirror that has not come is given the hole timeout; then the update is read from the
+  // server's slot, which the server keeps until we acknowledge it.
+  return following.feed(order, Clock::now(), options.hole_timeout, !options.read_updates_from_server,
+                        primary.has_value(), [this](std::uint64_t head) {
+                          Connection& conn = peers[*primary].conn;
+                          const std::uint64_t offset = (head % options.slots) * slots.slot_bytes();
+                          // In pieces (a replica that reads slowly holds every slot); bounded by
+                          // the transport's own give-up time, not hole_timeout.
+                          read_in_pieces(conn, slots.region(), offset, primary_slots, offset, slots.slot_bytes(),
+                                         std::max<Millis>(options.hole_timeout, std::chrono::seconds(30)));
+                          ++stats.mirrors_fetched;
+                        });
 }
 
 }  // namespace gradlane::ps

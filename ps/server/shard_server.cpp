@@ -63,8 +63,8 @@ void ShardServer::State::lose(Peer& peer, const Error& why) {
   }
   peer.alive = false;
   if (peer.kind == PeerKind::worker) {
-    aggregators_at.erase(peer.worker);  // a dead aggregator's address
-    mirrors_from.erase(peer.worker);    // its mirrors stop: read its updates from the server's slot
+    aggregators_at.erase(peer.worker);       // a dead aggregator's address
+    following.mirrors_stopped(peer.worker);  // read its updates from the server's slot
   }
   // Whatever the reason, the peer is told: one written off here but alive there (its link was
   // down past our probe, a superseded connection) would otherwise wait out its own timeouts
@@ -131,7 +131,7 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
       if (role == Role::replica) tell_primary_failed_over(peer);
     } else if (const auto* decided = std::get_if<Decided>(&message);
                decided && role == Role::replica && peer.kind == PeerKind::primary) {
-      decisions[decided->sequence] = *decided;
+      following.decided(*decided);
     } else if (const auto* mirroring = std::get_if<Mirroring>(&message); mirroring && peer.kind == PeerKind::worker) {
       // In any role: a replica promoted just before the worker's first mirror went out takes it
       // too (it no longer needs it).
@@ -139,7 +139,7 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
         throw Error(Errc::protocol, fmt::format("mirroring names worker {} on the connection of worker {}",
                                                 mirroring->worker, peer.worker));
       }
-      mirrors_from[peer.worker] = mirroring->from;
+      following.mirrors_from(peer.worker, mirroring->from);
     } else if (const auto* claim = std::get_if<Claim>(&message); claim && peer.kind == PeerKind::worker) {
       if (role == Role::replica) {
         answer_mirror_claim(index, *claim);
@@ -209,7 +209,7 @@ std::size_t ShardServer::State::take_doorbells(Peer& peer) {
       // only from the worker that claimed its slot here.
       const bool claimant = rung_by_claimant(peer, sequence);
       if (claimant && sequence >= order.next_sequence() && sequence < order.next_sequence() + options.slots) {
-        arrived[sequence] = peer.worker;
+        following.mirror_rang(sequence, peer.worker);
       } else {
         ++stats.refused_doorbells;
       }
@@ -566,7 +566,7 @@ bool ShardServer::finished() const {
   if (s.role == Role::server) {
     return live_workers() == 0 && s.waiting.empty() && s.granted.empty() && s.order.pending() == 0;
   }
-  return (!s.primary || !s.peers[*s.primary].alive) && s.decisions.empty() && !s.order.next();
+  return (!s.primary || !s.peers[*s.primary].alive) && s.following.all_fed() && !s.order.next();
 }
 
 bool ShardServer::cut_off() const {

@@ -1,9 +1,9 @@
 // The state of a ShardServer (shard_server.cpp), shared by the files that implement it:
 // shard_server.cpp (input, grants, the loop), shard_apply.cpp (applying in order),
 // shard_claims.cpp (grant windows and claims), shard_sidecar.cpp (the sidecar's side),
-// shard_replica.cpp (the replica's side: following decisions, promotion, taking a sidecar's
-// sequence over) and shard_membership.cpp (accepting workers, late joiners, probing idle ones).
-// Internal to the library.
+// shard_replica.cpp (the replica's side: following decisions — ReplicaFollower's bookkeeping —,
+// promotion, taking a sidecar's sequence over) and shard_membership.cpp (accepting workers, late joiners, probing idle
+// ones). Internal to the library.
 #pragma once
 
 #include <chrono>
@@ -23,6 +23,7 @@
 #include "ps/receiving/outstanding_grants.hpp"
 #include "ps/receiving/worker_clocks.hpp"
 #include "ps/protocol/regions.hpp"
+#include "ps/server/replica_follower.hpp"
 
 namespace gradlane::ps {
 namespace shard {
@@ -151,19 +152,11 @@ struct ShardServer::State {
   void note_landed(std::uint32_t worker, const Landed& update);
 
   // ---- replica ----
-  std::optional<std::size_t> primary;                          // index in peers
-  RegionDescriptor primary_slots;                              // the server's ring: where a lost mirror is re-read
-  std::map<std::uint64_t, Decided> decisions;                  // sequence -> what the server did (worker 0 = skip)
-  std::map<std::uint64_t, Decided> fed;                        // decisions handed to `order`, until applied
-  std::map<std::uint64_t, std::uint32_t> arrived;              // doorbells seen: sequence -> the worker that rang
-  std::optional<shard::Clock::time_point> head_waiting_since;  // head decided "apply", data not here
-  std::uint64_t acked = 0;
-  // A replica that joined running: worker -> the first sequence it mirrors here (Mirroring).
-  // A decided update from before it (or from a worker not mirroring here) is read from the
-  // server's slot at once: no mirror of it is coming.
-  std::map<std::uint32_t, std::uint64_t> mirrors_from;
-  bool joined_running = false;  // join_server()
-  bool mirror_coming(const Decided& decision) const;
+  std::optional<std::size_t> primary;  // index in peers
+  RegionDescriptor primary_slots;      // the server's ring: where a lost mirror is re-read
+  // The server's decisions and the mirrors that came; after a promotion, the decisions fed
+  // until they are applied.
+  ReplicaFollower following;
 
   void lose(shard::Peer& peer, const Error& why);
   void tell_primary_failed_over(shard::Peer& worker);
