@@ -155,6 +155,7 @@ void Daemon::accept(std::uint32_t slot, std::uint64_t claim, sched::Instant now)
   // may attach before its dead predecessor is swept).
   if (as_server) {
     receivers_.seat(endpoint, job, slot, keyed ? std::optional(key) : std::nullopt);
+    book_owner(endpoint, job);
     policy_->serve_job(sched::EndpointId{endpoint}, sched::JobId{job}, keyed ? std::optional(key) : std::nullopt);
   }
   ++stats_.attached;
@@ -255,6 +256,7 @@ void Daemon::forget(AppSession& app, sched::Instant now, bool detached) {
   // requests.
   if (receivers_.unseat(app.limits.endpoint, slot, detached) && detached) {
     policy_->serve_job(sched::EndpointId{app.limits.endpoint}, std::nullopt);
+    book_owner(app.limits.endpoint, std::nullopt);
   }
   active_.erase(std::find(active_.begin(), active_.end(), slot));
   apps_[slot].reset();  // `app` dangles from here on

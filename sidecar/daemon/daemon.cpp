@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <array>
 #include <span>
 #include <new>
@@ -15,6 +16,7 @@
 #include "sidecar/daemon/survivors.hpp"
 #include "sidecar/shm/door.hpp"
 #include "sidecar/shm/futex.hpp"
+#include "sidecar/shm/owner_book.hpp"
 #include "sidecar/shm/process.hpp"
 
 namespace gradlane::sidecar {
@@ -84,6 +86,7 @@ Daemon::Daemon(DaemonConfig config, std::unique_ptr<sched::Policy> policy)
   // Before create() replaces a dead daemon's segment: its servers that outlived it. The
   // segment is the one gradlaned made for our user, or it is ignored.
   std::vector<SurvivorsIn> survivors{{std::nullopt, surviving_servers(config_.shm_name, own_uid)}};
+  const std::map<std::uint32_t, std::uint32_t> owners = endpoint_owners(config_.shm_name, own_uid);
   policy_->check_servers_with([this](sched::EndpointId receiver) { return server_alive(sched::to_int(receiver)); });
   shm::Segment shared = shm::Segment::create(config_.shm_name, bytes);
   std::vector<Served> jobs;
@@ -99,7 +102,7 @@ Daemon::Daemon(DaemonConfig config, std::unique_ptr<sched::Policy> policy)
   served_.push_back(publish(std::move(shared), std::nullopt, generation, now));
   for (Served& j : jobs) served_.push_back(std::move(j));
   // In served_'s order: the shared segment, then each job's.
-  hold_survivors(endpoints_to_hold(survivors, [this](std::uint32_t endpoint) {
+  hold_survivors(endpoints_to_hold(survivors, owners, [this](std::uint32_t endpoint) {
     return serves(endpoint) || std::any_of(config_.standby.begin(), config_.standby.end(),
                                            [&](const DaemonConfig::Standby& s) { return s.endpoint == endpoint; });
   }));
@@ -111,8 +114,23 @@ Daemon::Daemon(DaemonConfig config, std::unique_ptr<sched::Policy> policy)
 }
 
 void Daemon::hold_survivors(std::map<std::uint32_t, HeldEndpoint> held) {
-  for (const auto& [endpoint, survivor] : held) policy_->hold_receiver(sched::EndpointId{endpoint});
+  for (const auto& [endpoint, survivor] : held) {
+    policy_->hold_receiver(sched::EndpointId{endpoint});
+    book_owner(endpoint, survivor.server.job);  // still its job's, should we die before its takeover
+  }
   receivers_.hold(std::move(held));
+}
+
+void Daemon::book_owner(std::uint32_t endpoint, std::optional<std::uint32_t> job) {
+  shm::OwnerBook book(*served_.front().header);
+  if (!job) {
+    book.release(endpoint);
+  } else if (!book.record(endpoint, *job)) {
+    std::fprintf(stderr,
+                 "gradlaned: endpoint %u's owner (job %u) is not in the owners book, which holds %u endpoints: "
+                 "a daemon restarted after a crash will not hold it for its server (its replica takes over)\n",
+                 endpoint, *job, shm::kOwnerBookEntries);
+  }
 }
 
 Daemon::Served Daemon::publish(shm::Segment segment, std::optional<std::uint32_t> job, std::uint64_t generation,

@@ -147,6 +147,9 @@ class Daemon {
   // Holds the receivers of servers that outlived a dead daemon (survivors.hpp) until each takes
   // its sequence over through the segment it was found in.
   void hold_survivors(std::map<std::uint32_t, HeldEndpoint> held);
+  // Writes `endpoint`'s owning job (none: released) into the owners book of the shared segment,
+  // for a successor after a crash (shm/owner_book.hpp).
+  void book_owner(std::uint32_t endpoint, std::optional<std::uint32_t> job);
   // Lays the header and the app slots out in a new segment and marks it running.
   Served publish(shm::Segment segment, std::optional<std::uint32_t> job, std::uint64_t generation, sched::Instant now);
   const Served& served_for(std::uint32_t slot) const noexcept { return served_[slot / config_.max_apps]; }

@@ -12,7 +12,7 @@ bool Receivers::owned_by_another(std::uint32_t endpoint, std::uint32_t job) cons
 
 bool Receivers::take_survivor(std::uint32_t endpoint, const Survivor& app, std::uint32_t segment) {
   const auto held = held_.find(endpoint);
-  if (held == held_.end() || held->second.contested || held->second.segment != segment) return false;
+  if (held == held_.end() || held->second.segment != segment) return false;
   const Survivor& server = held->second.server;
   if (server.pid != app.pid || server.start_time != app.start_time || server.job != app.job) return false;
   held_.erase(held);

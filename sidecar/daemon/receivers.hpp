@@ -28,8 +28,8 @@ class Receivers {
   // Whether `endpoint` belongs to another job than `job`: its server may not attach from `job`.
   bool owned_by_another(std::uint32_t endpoint, std::uint32_t job) const;
   // Whether the attaching app is the survivor held for `endpoint` — the same process (pid and
-  // start time), of its job, through the segment it was found in — and the endpoint not
-  // contested; if so, the hold ends (it takes its sequence over).
+  // start time), of its job, through the segment it was found in; if so, the hold ends (it
+  // takes its sequence over).
   bool take_survivor(std::uint32_t endpoint, const Survivor& app, std::uint32_t segment);
 
   // The app in `slot`, of `job`, attached as `endpoint`'s server: the latest to do so speaks for

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "sidecar/shm/layout.hpp"
+#include "sidecar/shm/owner_book.hpp"
 #include "sidecar/shm/process.hpp"
 #include "sidecar/shm/segment.hpp"
 
@@ -19,17 +20,21 @@ bool left_by_dead_daemon(const shm::Segment& segment, std::uint32_t owner_uid) {
   return !segment.locked_by_daemon() && segment.owner_uid() == owner_uid;
 }
 
-// The live server apps in a dead daemon's segment (left_by_dead_daemon, of this layout).
+// Whether `segment` is a dead daemon's (left_by_dead_daemon) of this layout, whole: anything
+// else is not read (and will be replaced).
+bool of_this_layout(const shm::Segment& segment, std::uint32_t owner_uid) {
+  if (!left_by_dead_daemon(segment, owner_uid) || segment.bytes() < shm::header_bytes()) return false;
+  const shm::Header& h = *shm::header_at(segment.base());
+  return h.magic.load(std::memory_order_acquire) == shm::kMagic && h.layout_version == shm::kLayoutVersion &&
+         h.ring_capacity == shm::kRingCapacity && h.max_apps <= shm::kMaxApps &&
+         segment.bytes() >= shm::segment_bytes(h.max_apps);
+}
+
+// The live server apps in a dead daemon's segment (of_this_layout).
 std::vector<Survivor> servers_in(const shm::Segment& segment, std::uint32_t owner_uid) {
   std::vector<Survivor> found;
-  if (!left_by_dead_daemon(segment, owner_uid) || segment.bytes() < shm::header_bytes()) return found;
+  if (!of_this_layout(segment, owner_uid)) return found;
   const shm::Header& h = *shm::header_at(segment.base());
-  // Only a segment of this layout, whole: anything else is not read (and will be replaced).
-  if (h.magic.load(std::memory_order_acquire) != shm::kMagic || h.layout_version != shm::kLayoutVersion ||
-      h.ring_capacity != shm::kRingCapacity || h.max_apps > shm::kMaxApps ||
-      segment.bytes() < shm::segment_bytes(h.max_apps)) {
-    return found;
-  }
   for (std::uint32_t i = 0; i < h.max_apps; ++i) {
     const shm::AppSlot& s = *shm::slot_at(segment.base(), i);
     const std::uint64_t word = s.claim.load(std::memory_order_acquire);
@@ -46,6 +51,7 @@ std::vector<Survivor> servers_in(const shm::Segment& segment, std::uint32_t owne
 }  // namespace
 
 std::map<std::uint32_t, HeldEndpoint> endpoints_to_hold(const std::vector<SurvivorsIn>& segments,
+                                                        const std::map<std::uint32_t, std::uint32_t>& owners,
                                                         const std::function<bool(std::uint32_t)>& serves) {
   std::map<std::uint32_t, HeldEndpoint> held;
   const auto has_own_segment = [&](std::uint32_t job) {
@@ -55,12 +61,25 @@ std::map<std::uint32_t, HeldEndpoint> endpoints_to_hold(const std::vector<Surviv
     const SurvivorsIn& in = segments[segment];
     for (const Survivor& survivor : in.survivors) {
       const bool vouched = in.job ? survivor.job == *in.job : !has_own_segment(survivor.job);
-      if (!vouched || !serves(survivor.endpoint)) continue;
-      const auto [it, first] = held.try_emplace(survivor.endpoint, HeldEndpoint{survivor, segment, false});
-      if (!first && it->second.segment != segment) it->second.contested = true;
+      const auto owner = owners.find(survivor.endpoint);
+      const bool owns = owner != owners.end() && owner->second == survivor.job;
+      // One segment vouches for the owner's records, and servers_in() keeps one per endpoint.
+      if (vouched && owns && serves(survivor.endpoint))
+        held.try_emplace(survivor.endpoint, HeldEndpoint{survivor, segment});
     }
   }
   return held;
+}
+
+std::map<std::uint32_t, std::uint32_t> endpoint_owners(const std::string& name, std::uint32_t owner_uid) {
+  try {
+    if (const auto segment = shm::Segment::open(name); segment && of_this_layout(*segment, owner_uid)) {
+      return shm::OwnerBook::read(*shm::header_at(segment->base()));
+    }
+  } catch (const std::exception&) {
+    // Unreadable (another user's, vanished meanwhile): no owners, nothing held.
+  }
+  return {};
 }
 
 std::vector<Survivor> surviving_servers(const std::string& name, std::uint32_t owner_uid) {

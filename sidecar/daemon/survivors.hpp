@@ -43,6 +43,11 @@ std::vector<Survivor> surviving_servers(const std::string& name, std::uint32_t o
 // label is ignored) and is sealed against resizing.
 std::vector<Survivor> surviving_servers_in_job_segment(const std::string& label, std::uint32_t owner_uid);
 
+// The owners book the dead daemon left in its shared segment `name` (shm/owner_book.hpp):
+// endpoint -> the job it seated as that endpoint's server. Empty under the same conditions as
+// surviving_servers(): no such segment, another owner's, or another layout.
+std::map<std::uint32_t, std::uint32_t> endpoint_owners(const std::string& name, std::uint32_t owner_uid);
+
 // The survivors read from one segment of the dead daemon: the shared one (job: none) or a
 // job's own.
 struct SurvivorsIn {
@@ -50,18 +55,17 @@ struct SurvivorsIn {
   std::vector<Survivor> survivors;
 };
 // An endpoint to hold, for the survivor that may take it over, found in segments[segment].
-// Contested: two segments named a server for it, so nobody may (a forged record is not told
-// from the true one); its server stops at the takeover's refusal and a standby takes over.
 struct HeldEndpoint {
   Survivor server;
   std::uint32_t segment = 0;
-  bool contested = false;
 };
 // Which endpoints the new daemon holds. A record is written by the apps of its segment, so one
-// counts only as far as that segment vouches for it: a job's own segment for that job's
-// servers alone, the shared one for the jobs without a segment of their own; and only for an
-// endpoint this daemon serves.
+// counts only as far as that segment vouches for it — a job's own segment for that job's
+// servers alone, the shared one for the jobs without a segment of their own — and only for an
+// endpoint the dead daemon's `owners` book gives to that job (a job could write a record for
+// another job's endpoint in its own segment), and that this daemon serves.
 std::map<std::uint32_t, HeldEndpoint> endpoints_to_hold(const std::vector<SurvivorsIn>& segments,
+                                                        const std::map<std::uint32_t, std::uint32_t>& owners,
                                                         const std::function<bool(std::uint32_t)>& serves);
 
 }  // namespace gradlane::sidecar

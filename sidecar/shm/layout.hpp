@@ -37,9 +37,10 @@
 namespace gradlane::sidecar::shm {
 
 inline constexpr std::uint64_t kMagic = 0x31'64'65'6e'61'6c'64'67;  // "gdlaned1", little-endian
-inline constexpr std::uint32_t kLayoutVersion = 5;  // 2: AppSlot::take_over; 3: Submit::job_remaining, AppSlot::slots;
+inline constexpr std::uint32_t kLayoutVersion = 6;  // 2: AppSlot::take_over; 3: Submit::job_remaining, AppSlot::slots;
                                                     // 4: AppEntry::flags kSubmitDirectOnly;
-                                                    // 5: AppSlot::grant_key, GrantEntry::token (128 bytes)
+                                                    // 5: AppSlot::grant_key, GrantEntry::token (128 bytes);
+                                                    // 6: Header::owners
 inline constexpr std::uint16_t kEntryFormat = 1;
 // 256 entries per direction (64-byte requests, 128-byte grants): 48 KiB per application.
 // Deep enough that an app can submit a whole model's tensors (a few hundred) without waiting.
@@ -125,6 +126,15 @@ static_assert(sizeof(GrantEntry) == 128 && std::is_trivially_copyable_v<GrantEnt
 
 enum class DaemonState : std::uint32_t { starting = 0, running = 1, stopped = 2 };
 
+// One entry of the owners book (owner_book.hpp): `endpoint`'s server is an app of `job`.
+struct OwnedEndpoint {
+  std::atomic<std::uint64_t> endpoint_plus_one;  // 0: an empty entry; written last
+  std::uint32_t job;
+  std::uint32_t reserved;
+};
+// Receiver endpoints a daemon serves at most: more than any host has NICs and replicas.
+inline constexpr std::uint32_t kOwnerBookEntries = 256;
+
 struct Header {
   // Line 0: identity and geometry, written once before `magic` is published (release), so an
   // opener that sees the magic sees all of it.
@@ -146,6 +156,9 @@ struct Header {
   std::atomic<std::uint32_t> daemon_sleeping;
   // Bumped by an app on attach/detach so the daemon scans the claim words only when needed.
   alignas(kCacheLine) std::atomic<std::uint32_t> attach_epoch;
+  // Lines 5 on: which job each receiver endpoint belongs to, written by the daemon alone and
+  // read by its successor (owner_book.hpp). Kept in the shared segment only.
+  alignas(kCacheLine) OwnedEndpoint owners[kOwnerBookEntries];
 };
 
 // ---- application slots ----

@@ -56,8 +56,7 @@ TEST(Receivers, OnlyTheVerySurvivorTakesItsHeldEndpointOverOnce) {
   Receivers receivers;
   const Survivor server{4, /*pid=*/100, /*start_time=*/5000, /*job=*/1};
   std::map<std::uint32_t, HeldEndpoint> held;
-  held[4] = HeldEndpoint{server, /*segment=*/0, /*contested=*/false};
-  held[6] = HeldEndpoint{Survivor{6, 200, 6000, 2}, 1, /*contested=*/true};
+  held[4] = HeldEndpoint{server, /*segment=*/0};
   receivers.hold(held);
   EXPECT_FALSE(receivers.take_survivor(4, Survivor{4, 101, 5000, 1}, 0)) << "another process";
   EXPECT_FALSE(receivers.take_survivor(4, Survivor{4, 100, 5001, 1}, 0)) << "a reused pid";
@@ -65,7 +64,7 @@ TEST(Receivers, OnlyTheVerySurvivorTakesItsHeldEndpointOverOnce) {
   EXPECT_FALSE(receivers.take_survivor(4, server, 1)) << "through another segment";
   EXPECT_TRUE(receivers.take_survivor(4, server, 0));
   EXPECT_FALSE(receivers.take_survivor(4, server, 0)) << "once";
-  EXPECT_FALSE(receivers.take_survivor(6, Survivor{6, 200, 6000, 2}, 1)) << "contested: nobody";
+  EXPECT_FALSE(receivers.take_survivor(6, Survivor{6, 200, 6000, 2}, 1)) << "an endpoint not held";
 }
 
 }  // namespace

@@ -1,10 +1,11 @@
 // Which servers a restarted gradlaned holds endpoints for, from the records a dead daemon's
-// segments left (sidecar/daemon/survivors.hpp). The apps of a segment write its records, so
-// a job could forge one in its own segment: it must not vouch for another job's server, nor
-// displace the true one of an endpoint.
+// segments left and its owners book (sidecar/daemon/survivors.hpp). The apps of a segment write
+// its records, so a job could forge one in its own segment: it must not vouch for another job's
+// server, nor win an endpoint the dead daemon gave another job.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -29,12 +30,12 @@ TEST(SurvivorsToHold, EachSegmentVouchesOnlyForItsOwnJobsServers) {
       {kOwnJob, {server(5, kOwnJob, 20), server(6, kSharedJob, 21)}},
       {kOtherOwnJob, {}},
   };
-  const auto held = endpoints_to_hold(segments, every_endpoint);
+  const std::map<std::uint32_t, std::uint32_t> owners{{9, kSharedJob}, {7, kOwnJob}, {5, kOwnJob}, {6, kSharedJob}};
+  const auto held = endpoints_to_hold(segments, owners, every_endpoint);
   ASSERT_EQ(held.size(), 2u);
   ASSERT_TRUE(held.contains(9));
   EXPECT_EQ(held.at(9).server.pid, 10u);
   EXPECT_EQ(held.at(9).segment, 0u);
-  EXPECT_FALSE(held.at(9).contested);
   ASSERT_TRUE(held.contains(5));
   EXPECT_EQ(held.at(5).server.pid, 20u);
   EXPECT_EQ(held.at(5).segment, 1u);
@@ -42,22 +43,36 @@ TEST(SurvivorsToHold, EachSegmentVouchesOnlyForItsOwnJobsServers) {
   EXPECT_FALSE(held.contains(6)) << "job 2's segment vouched for job 1's server";
 }
 
-TEST(SurvivorsToHold, AnEndpointTwoSegmentsNameIsHeldForNobody) {
-  // Job 2 forges a server of its own for endpoint 9, which job 1's true server holds: neither
-  // may take it over (the true one is not told from the forged one); the endpoint stays held.
-  const std::vector<SurvivorsIn> segments{
+TEST(SurvivorsToHold, ARecordForAnotherJobsEndpointCountsForNothing) {
+  // Job 2 writes a server of its own for endpoint 9, which the dead daemon gave job 1, into its
+  // own segment: beside job 1's true server, and where no true server names it (job 1's
+  // stopped) alike. Only job 1's record counts.
+  const std::map<std::uint32_t, std::uint32_t> owners{{9, kSharedJob}, {5, kOwnJob}};
+  const std::vector<SurvivorsIn> beside{
       {std::nullopt, {server(9, kSharedJob, 10)}},
-      {kOwnJob, {server(9, kOwnJob, 20)}},
+      {kOwnJob, {server(9, kOwnJob, 20), server(5, kOwnJob, 21)}},
   };
-  const auto held = endpoints_to_hold(segments, every_endpoint);
+  const auto held = endpoints_to_hold(beside, owners, every_endpoint);
   ASSERT_TRUE(held.contains(9));
-  EXPECT_TRUE(held.at(9).contested);
-  EXPECT_EQ(held.at(9).server.pid, 10u) << "the first record is kept, contested";
+  EXPECT_EQ(held.at(9).server.pid, 10u) << "the true server, not the forged one";
+  EXPECT_EQ(held.at(9).segment, 0u);
+  EXPECT_EQ(held.at(5).server.pid, 21u) << "job 2's own endpoint is its own";
+  const std::vector<SurvivorsIn> alone{{std::nullopt, {}}, {kOwnJob, {server(9, kOwnJob, 20)}}};
+  EXPECT_TRUE(endpoints_to_hold(alone, owners, every_endpoint).empty())
+      << "job 2 took endpoint 9 over where job 1's server had stopped";
+}
+
+TEST(SurvivorsToHold, AnEndpointTheOwnersBookDoesNotNameIsHeldForNobody) {
+  // The dead daemon died before it booked the server (or its book was full): its server stops
+  // at the refusal of its takeover and its replica takes over.
+  const std::vector<SurvivorsIn> segments{{std::nullopt, {server(9, kSharedJob, 10)}}};
+  EXPECT_TRUE(endpoints_to_hold(segments, {}, every_endpoint).empty());
 }
 
 TEST(SurvivorsToHold, OnlyEndpointsThisDaemonServesAreHeld) {
   const std::vector<SurvivorsIn> segments{{std::nullopt, {server(9, kSharedJob, 10), server(4, kSharedJob, 11)}}};
-  const auto held = endpoints_to_hold(segments, [](std::uint32_t endpoint) { return endpoint == 9; });
+  const auto held = endpoints_to_hold(segments, {{9, kSharedJob}, {4, kSharedJob}},
+                                      [](std::uint32_t endpoint) { return endpoint == 9; });
   EXPECT_EQ(held.size(), 1u);
   EXPECT_TRUE(held.contains(9));
 }
