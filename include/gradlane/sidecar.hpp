@@ -122,7 +122,9 @@ enum class GrantKind : std::uint8_t {
   aggregate = 4,  // this app aggregates: forward the sum of aggregate `request` to `target`
   error = 5,      // the request was refused (reason says why); nothing of it was scheduled
   cancel = 6,     // to a server app: sequence `sequence` at `target` was granted but will never
-                  // be written (its sender failed or left); skip it in order. request = 0
+                  // be written (its sender failed or left); skip it in order. request = 0. With
+                  // reason peer_lost, its sender's sidecar was lost, not (known) the sender: a
+                  // write of it may still come
 };
 
 enum class Reason : std::uint8_t {

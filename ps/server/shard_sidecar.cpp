@@ -35,6 +35,13 @@ std::size_t ShardServer::State::take_sidecar() {
   while (auto g = sidecar->poll()) {
     ++work;
     if (g->kind == sidecar::GrantKind::cancel) {
+      // Its sender's sidecar was lost, not (known) the sender: a sequence it claimed without
+      // windows is held for it as a claimed head is (skip_stuck_head) — skipped now, its write,
+      // still coming, would land in a slot a later sequence reuses and be acknowledged to it.
+      if (g->reason == sidecar::Reason::peer_lost && !windowed() && claimed.contains(g->sequence)) {
+        ++stats.held_cancels;
+        continue;
+      }
       if (cancel(g->sequence) != Admit::accepted) ++stats.refused_cancels;
     } else {
       std::fprintf(stderr, "gradlane ps server: the sidecar answered: %s (%s)\n",

@@ -145,6 +145,9 @@ struct Cancel {
   JobId job{};
   EndpointId receiver{};
   Seq seq = 0;
+  // Its sender's sidecar was lost, not the sender (TransferResult::sender_lost): its write may
+  // still come. A server whose slots no window closes must not let it land in a reused slot.
+  bool sender_may_write = false;
 };
 
 using Outcome = std::variant<Grant, Redirect, AggregateGrant, Drop, Cancel>;

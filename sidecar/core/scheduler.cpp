@@ -282,7 +282,8 @@ bool Scheduler::complete(TransferId transfer, Instant now, Nanos measured, Trans
   if (result == TransferResult::ok) {
     bandwidth_.observe_transfer(s.id, endpoints_[rec.receiver].id, rec.bytes, measured, sender_copies(rec.receiver));
   } else if (rec.seq != 0) {
-    cancels_.push_back(Cancel{transfer, rec.job, endpoints_[rec.receiver].id, rec.seq});
+    cancels_.push_back(
+        Cancel{transfer, rec.job, endpoints_[rec.receiver].id, rec.seq, result == TransferResult::sender_lost});
   }
   // Finished early: hand the rest of the slot back if nothing was booked after it. Only what
   // used_slot() says was used: a failed transfer keeps its whole slot, since its bytes may

@@ -120,9 +120,10 @@ enum class SubmitStatus : std::uint8_t {
   unknown_receiver,      // no sidecar (neither this one nor a peer) serves that endpoint
 };
 
-// ok: the transfer is known finished (its last byte placed). failed: it did not complete, or
-// nobody will ever say (its app died, its sender's sidecar was lost).
-enum class TransferResult : std::uint8_t { ok, failed };
+// ok: the transfer is known finished (its last byte placed). failed: it did not complete (its
+// sender says so, or its app died). sender_lost: nobody will ever say — its sender's sidecar
+// was lost, while the sender itself may live and still be writing (Cancel::sender_may_write).
+enum class TransferResult : std::uint8_t { ok, failed, sender_lost };
 
 // The part of `planned` a finished transfer used on its NICs: up to `at` when it is known to
 // have ended early, all of it otherwise. A failure report does not prove the link idle — a

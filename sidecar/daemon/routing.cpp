@@ -286,8 +286,11 @@ void Daemon::route(const sched::Outcome& outcome, sched::Instant now) {
             // To the receiver's server app: it skips the sequence instead of waiting. (Not to
             // any app of the job on that endpoint: that may be a worker beside the server.)
             if (AppSession* server = receiver_server(sched::to_int(c.receiver), sched::to_int(c.job))) {
-              answer(*server, grant_entry(shm::GrantKind::cancel, 0, sched::to_int(c.receiver), c.seq, sched::Slot{}, 0,
-                                          0, 0, 1));
+              shm::GrantEntry e =
+                  grant_entry(shm::GrantKind::cancel, 0, sched::to_int(c.receiver), c.seq, sched::Slot{}, 0, 0, 0, 1);
+              // Its sender's sidecar was lost: the sender may still write it (peer_lost).
+              if (c.sender_may_write) e.reason = static_cast<std::uint8_t>(Reason::peer_lost);
+              answer(*server, e);
               ++stats_.cancelled;
               return;
             }

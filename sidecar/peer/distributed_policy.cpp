@@ -473,8 +473,7 @@ bool DistributedPolicy::complete(sched::TransferId transfer, sched::Instant now,
                                  sched::TransferResult result) {
   const auto it = proxies_.find(static_cast<std::uint64_t>(transfer));
   if (it == proxies_.end()) return finish(transfer, now, measured, result);
-  send(it->second.peer,
-       TransferDone{it->second.their_transfer, measured.count(), result == sched::TransferResult::failed});
+  send(it->second.peer, TransferDone{it->second.their_transfer, measured.count(), result != sched::TransferResult::ok});
   proxies_.erase(it);
   return true;
 }
@@ -521,10 +520,11 @@ void DistributedPolicy::lose_peer(PeerIndex peer, sched::Instant now, std::vecto
     }
     it = forwarded_.erase(it);
   }
-  // Transfers we granted it will never report: release their credit and slots.
+  // Transfers we granted it will never report: release their credit and slots. Their senders
+  // live on its host and may be writing still.
   for (auto it = granted_to_peer_.begin(); it != granted_to_peer_.end();) {
     if (it->second == peer) {
-      finish(sched::TransferId{it->first}, now, sched::Nanos{0}, sched::TransferResult::failed);
+      finish(sched::TransferId{it->first}, now, sched::Nanos{0}, sched::TransferResult::sender_lost);
       it = granted_to_peer_.erase(it);
     } else {
       ++it;

@@ -120,6 +120,27 @@ TEST_F(SlotAgreement, LostPeerDropsWhatItOwedAsPeerLostAndItsReceiversStayItsOwn
   EXPECT_EQ(b.scheduler().stats().requests, 0u);
 }
 
+// The receiver's sidecar fails what it granted through a lost peer: nobody will report those
+// transfers. But their senders live on that host and may be writing still, so the cancels say
+// so (a server without grant windows holds such a sequence for the worker that claimed it).
+TEST_F(SlotAgreement, ALostPeersGrantsAreCancelledSayingTheirSendersMayStillWrite) {
+  ASSERT_EQ(b.submit(request(1, 1, 1000), now), sched::SubmitStatus::accepted);
+  exchange();
+  ASSERT_EQ(b_out.size(), 1u);
+  const auto grant = std::get<sched::Grant>(b_out[0]);
+  wire.broken = true;
+  a_out.clear();
+  exchange();
+  std::vector<sched::Cancel> cancels;
+  for (const auto& o : a_out) {
+    if (const auto* c = std::get_if<sched::Cancel>(&o)) cancels.push_back(*c);
+  }
+  ASSERT_EQ(cancels.size(), 1u);
+  EXPECT_EQ(cancels[0].seq, grant.seq);
+  EXPECT_EQ(cancels[0].receiver, sched::EndpointId{0});
+  EXPECT_TRUE(cancels[0].sender_may_write);
+}
+
 TEST_F(SlotAgreement, ARemoteRequestFromTheFutureIsDroppedSayingSoAndLoggedByTheOwner) {
   std::vector<std::pair<sched::DropReason, std::string>> logged;
   a.on_decision([&](const sched::Outcome& o, sched::Instant, std::string_view origin) {

@@ -222,8 +222,8 @@ int run_shard(const Args& a, gradlane::ps::Role role) {
       << ",\"replicas_joined\":" << st.replicas_joined << ",\"joined_at\":" << st.joined_at
       << ",\"sidecars_resumed\":" << st.sidecars_resumed << ",\"claimed\":" << st.claimed
       << ",\"refused_claims\":" << st.refused_claims << ",\"refused_cancels\":" << st.refused_cancels
-      << ",\"refused_requests\":" << st.refused_requests << ",\"stepped_down\":" << (st.stepped_down ? "true" : "false")
-      << "}\n";
+      << ",\"held_cancels\":" << st.held_cancels << ",\"refused_requests\":" << st.refused_requests
+      << ",\"stepped_down\":" << (st.stepped_down ? "true" : "false") << "}\n";
   std::printf(
       "%s: version %llu, applied %llu, skipped %llu, refused doorbells %llu, peers lost %llu, left %llu, "
       "replica acked %llu, updates read from the server %llu\n",

@@ -206,7 +206,23 @@ TEST(SchedulerCancel, AFailedGrantIsCancelledAtItsReceiverAndAnOkOneIsNot) {
   EXPECT_EQ(cancels[0].seq, grants[1].seq);
   EXPECT_EQ(cancels[0].receiver, EndpointId{kServer});
   EXPECT_EQ(cancels[0].transfer, grants[1].transfer);
+  EXPECT_FALSE(cancels[0].sender_may_write) << "its sender said it failed";
   EXPECT_TRUE(only<Cancel>(s.schedule(at_us(3000))).empty()) << "a cancel is emitted once";
+}
+
+TEST(SchedulerCancel, AGrantWhoseSendersSidecarWasLostIsCancelledSayingItsSenderMayStillWrite) {
+  SchedulerConfig c = plain_config();
+  c.replica_bound = std::nullopt;
+  Scheduler s(c);
+  ASSERT_EQ(s.submit(request(1, 1, kServer, kMiB), at_us(0)), SubmitStatus::accepted);
+  const auto grants = only<Grant>(s.schedule(at_us(0)));
+  ASSERT_EQ(grants.size(), 1u);
+  EXPECT_TRUE(s.complete(grants[0].transfer, at_us(10), us(0), TransferResult::sender_lost));
+  const auto cancels = only<Cancel>(s.schedule(at_us(20)));
+  ASSERT_EQ(cancels.size(), 1u);
+  EXPECT_EQ(cancels[0].seq, grants[0].seq);
+  EXPECT_TRUE(cancels[0].sender_may_write);
+  EXPECT_EQ(s.ingress(EndpointId{kServer})->tail(), grants[0].slot.end) << "its whole slot stays booked";
 }
 
 }  // namespace

@@ -107,6 +107,8 @@ struct ServerStats {
   std::uint64_t skipped = 0;            // holes skipped in order
   std::uint64_t refused_doorbells = 0;  // doorbells for a sequence not granted to that peer, or done
   std::uint64_t refused_cancels = 0;    // sidecar cancels for a sequence already here or done
+  std::uint64_t held_cancels = 0;       // sidecar cancels of a claimed sequence whose claimant's
+                                        // sidecar was lost (no grant windows): held for the claimant
   std::uint64_t refused_rounds = 0;     // direct mode, ShardOptions::round: requests whose round
                                         // was full (the worker's push is dropped)
   std::uint64_t refused_requests = 0;   // direct mode: requests computed on a version ahead of
