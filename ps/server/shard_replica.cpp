@@ -56,15 +56,18 @@ std::size_t ShardServer::State::skip_old_owners_sequences() {
   return skipped;
 }
 
-// Reaps the completion queue and takes every worker's doorbell in it: at a promotion, or when
-// the sidecar went away, what already came counts before anything later is refused.
+// Reaps the completion queue and takes every worker's messages and doorbells in it: at a
+// promotion, or when the sidecar went away, what already came counts before anything later is
+// refused. The messages first, as every round takes them: a sidecar-mode worker's Pushing says
+// which of its pushes its doorbell brings (without it the update would be recorded as the
+// worker's step 0 — a second one).
 void ShardServer::State::take_every_doorbell_here() {
   while (cq.poll() > 0) {
   }
-  for (Peer& peer : peers) {
-    if (!peer.alive || peer.kind != PeerKind::worker) continue;
+  for (std::size_t i = 0; i < peers.size(); ++i) {
+    if (!peers[i].alive || peers[i].kind != PeerKind::worker) continue;
     try {
-      take_doorbells(peer);
+      take_from(i);
     } catch (const Error&) {  // its failure is taken up on the next round
     }
   }
