@@ -51,8 +51,10 @@ Worker::Worker(const Device& device, const WorkerOptions& options) {
   std::tie(s.server_slots, s.server_shard) = s.join(s.server, Addressed::server);
   s.slots = static_cast<std::uint32_t>(s.server_slots.length / s.bytes);
   if (options.sidecar) s.sidecar.emplace(options, s.bytes);
-  if (options.replica)
-    s.connect_replica(options.replica->address, options.replica->port, State::connect_bound(options));
+  if (options.replica) {
+    s.replica.connect(options.replica->address, options.replica->port, State::connect_bound(options),
+                      s.server_slots.length);
+  }
   if (options.aggregator) {
     s.aggregator.connect(State::connect_bound(options));
   }
@@ -77,7 +79,7 @@ void Worker::start_push(std::uint64_t computed_on, std::uint64_t tag) {
   s.push_computed_on = computed_on;
   s.aggregator.take_messages();  // no push waits for a grant there now (and a failed one is dropped)
   s.take_server_notices();
-  s.reach_announced_replica();
+  s.replica.reach_announced(s.server_slots.length);
   s.aggregator.before_push();
   try {
     s.send_request();

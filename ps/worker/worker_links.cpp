@@ -1,5 +1,5 @@
-// Worker::State, its connections: construction, failing over to the replica, a replica the
-// server announces, joining a shard, and the goodbye that makes a disconnect a leave.
+// Worker::State, its connections: construction, failing over to the replica, what the server
+// announces, joining a shard, and the goodbye that makes a disconnect a leave.
 #include "ps/worker/worker_state.hpp"
 
 #include <fmt/format.h>
@@ -33,6 +33,7 @@ Worker::State::State(const Device& dev, const WorkerOptions& o)
       model_buffer(Buffer::allocate(kHeaderBytes + bytes + kHeaderBytes)),
       model_region(MemoryRegion::register_buffer(dev, model_buffer, Access::local_write)),
       server(connect_with_retry(dev, o.server.address, o.server.port, o.transport, connect_bound(o))),
+      replica(dev, o, [this](Connection& conn) { return join(conn, Addressed::replica); }),
       aggregator(dev, o, bytes, o.sidecar.has_value()) {}
 
 bool Worker::State::recover() {
@@ -40,21 +41,21 @@ bool Worker::State::recover() {
     aggregator.drop(aggregator.connection().failure()->what());
     return true;
   }
-  if (server.failed() && replica && !replica->failed()) {
+  if (server.failed() && replica.up() && !replica.connection().failed()) {
     std::fprintf(stderr, "gradlane ps worker %u: server lost (%s); failing over to the replica %s\n", options.id,
-                 server.failure()->what(), replica->describe().c_str());
-    server = std::move(*replica);
-    replica.reset();
-    server_slots = replica_slots;
-    server_shard = replica_shard;
+                 server.failure()->what(), replica.connection().describe().c_str());
+    ReplicaLink::AsServer promoted = replica.take_as_server();
+    server = std::move(promoted.conn);
+    server_slots = promoted.slots;
+    server_shard = promoted.shard;
     ++failovers;
     failed_over_at = Clock::now();
     return true;
   }
-  if (!server.failed() && replica && replica->failed()) {
+  if (!server.failed() && replica.up() && replica.connection().failed()) {
     std::fprintf(stderr, "gradlane ps worker %u: replica lost (%s); pushing to the server only\n", options.id,
-                 replica->failure()->what());
-    replica.reset();
+                 replica.connection().failure()->what());
+    replica.drop();
     return true;
   }
   return false;
@@ -80,49 +81,12 @@ void Worker::State::take_server_notices() {
 
 void Worker::State::take_listening_at(const ListeningAt& at) {
   if (at.kind == PeerKind::aggregator) return aggregator.heard_of(at);
-  // The server adopts a joining replica only when it has none: one announced elsewhere than
-  // ours means ours is not the server's any more (it failed; we may not have seen it yet).
-  if (replica && !replica->failed() && replica_address == std::pair{at.address, at.port}) return;
-  replica_announced = at;
-  replica_attempts = 0;
-  reach_announced_replica();
-}
-
-void Worker::State::reach_announced_replica() {
-  if (!replica_announced || Clock::now() < next_replica_attempt) return;
-  const ListeningAt at = *replica_announced;
-  ++replica_attempts;
-  try {
-    replica.reset();  // an older one, if any: not the server's replica now
-    connect_replica(at.address, at.port, kReachAnnouncedWithin);
-    announce_mirroring = options.mirror;
-    replica_announced.reset();
-    std::fprintf(stderr, "gradlane ps worker %u: connected to the replica that joined, %s\n", options.id,
-                 replica->describe().c_str());
-  } catch (const Error& e) {
-    replica.reset();
-    const bool again = replica_attempts < kReachAttempts;
-    std::fprintf(stderr, "gradlane ps worker %u: the replica that joined (%s:%u) is out of reach (%s): %s\n",
-                 options.id, at.address.c_str(), at.port, e.what(),
-                 again ? "trying again at a later push" : "going on without it");
-    if (!again) replica_announced.reset();
-    next_replica_attempt = Clock::now() + kReachAgainAfter;
-  }
-}
-
-void Worker::State::connect_replica(const std::string& address, std::uint16_t port, Millis timeout) {
-  replica.emplace(connect_with_retry(device, address, port, options.transport, timeout));
-  replica_address = {address, port};
-  std::tie(replica_slots, replica_shard) = join(*replica, Addressed::replica);
-  if (replica_slots.length != server_slots.length) {
-    throw Error(Errc::protocol, fmt::format("the replica has {} bytes of slots, the server {}: they must match",
-                                            replica_slots.length, server_slots.length));
-  }
+  replica.heard_of(at, server_slots.length);
 }
 
 void Worker::State::say_goodbye() noexcept {
   if (push_in_flight) return;  // a push started and never waited for: not finished
-  std::vector<Connection*> told{&server, replica ? &*replica : nullptr};
+  std::vector<Connection*> told{&server, replica.up() ? &replica.connection() : nullptr};
   for (Connection* conn : aggregator.to_tell_bye()) told.push_back(conn);
   for (Connection* conn : told) {
     if (conn == nullptr || conn->failed()) continue;

@@ -16,6 +16,7 @@
 #include "ps/protocol/messages.hpp"
 #include "ps/protocol/regions.hpp"
 #include "ps/worker/aggregator_link.hpp"
+#include "ps/worker/replica_link.hpp"
 #include "ps/worker/sidecar_grants.hpp"
 
 namespace gradlane::ps {
@@ -39,8 +40,7 @@ struct Worker::State {
   MemoryRegion model_region;
   Connection server;
   RegionDescriptor server_slots, server_shard;
-  std::optional<Connection> replica;
-  RegionDescriptor replica_slots, replica_shard;
+  ReplicaLink replica;  // after the server's regions: it checks its ring against them
   // Direct mode with an aggregator: requests, grants and the one write go there (no mirror:
   // the aggregator's forward is mirrored); pulls stay with the server.
   AggregatorLink aggregator;
@@ -60,28 +60,8 @@ struct Worker::State {
   // meet (its write fails over), as it would be unread otherwise.
   void take_server_notices();
 
-  // A replica that joined the running server (the server told us where it listens): we connect
-  // to it, announce from which sequence we mirror there (Mirroring, before that write), and
-  // fail over to it if the server dies.
-  bool announce_mirroring = false;
+  // Where a replica that joined, or a restarted aggregator, listens (the server told us).
   void take_listening_at(const ListeningAt& at);
-  // Tries to reach the announced replica: at once, then again at later pushes (at most
-  // kReachAttempts tries, kReachAgainAfter apart), so a joining replica that was slow to
-  // answer is not given up on after one try.
-  void reach_announced_replica();
-  std::optional<ListeningAt> replica_announced;
-  std::uint32_t replica_attempts = 0;
-  Clock::time_point next_replica_attempt{};
-  std::pair<std::string, std::uint16_t> replica_address;  // where `replica` is connected
-  // How long a worker tries to reach a replica the server announced, and how often and how far
-  // apart.
-  static constexpr Millis kReachAnnouncedWithin{5000};
-  static constexpr std::uint32_t kReachAttempts = 3;
-  static constexpr Millis kReachAgainAfter{5000};
-
-  // Connects to a replica (the one we started with, or one that joined), learns its regions,
-  // says who we are.
-  void connect_replica(const std::string& address, std::uint16_t port, Millis timeout);
 
   // This worker is a sidecar-mode aggregator's forward (write_as): its sequences are a
   // sidecar's, as a sidecar-mode worker's are, though it has no sidecar client of its own.
@@ -109,13 +89,13 @@ struct Worker::State {
   Clock::time_point write_by(Clock::time_point since) const { return since + options.grant_lifetime; }
 
   // Whether this push mirrors to a replica.
-  bool mirroring() const { return replica && options.mirror; }
+  bool mirroring() const { return replica.up() && options.mirror; }
   // Grant windows: shows the grant's token to the replica as well, ahead of the mirror (its
   // answer is taken in write()). True if it was sent.
   bool claim_mirror(std::uint64_t sequence, std::uint64_t token);
-  // Sidecar mode, a server with grant windows (or an aggregator's forward, with or without
-  // them: a token of 0): claims the server's slot and, with a token, the mirror's (their answers
-  // are taken in write_claimed). True if the mirror's was sent.
+  // Sidecar mode (a push, or an aggregator's forward), with grant windows or without them (a
+  // token of 0): claims the server's slot and, with a token, the mirror's (their answers are
+  // taken in write_claimed). True if the mirror's was sent.
   bool send_claims(std::uint64_t sequence, std::uint64_t token);
 
   // Writes the gradient into the slot of `sequence` at the replica, then at the server; in
@@ -154,7 +134,7 @@ struct Worker::State {
   // Writes the gradient into member slot `slot` of the aggregator's ring, doorbell `imm`.
   PushResult write_member(std::uint64_t slot, std::uint32_t imm);
 
-  // Sidecar mode, a server with grant windows: the claim of `sequence` went out (and, if
+  // Sidecar mode: the claim of `sequence` went out (and, if
   // `mirror_claimed`, the replica's); the server's answer is the key of a window over that one
   // slot on our connection (without windows, the ring's key, the sequence held for us), then we
   // write. Key 0: the server decided that sequence already (skipped it: our grant came too

@@ -20,7 +20,7 @@ namespace gradlane::ps {
 
 bool Worker::State::claim_mirror(std::uint64_t sequence, std::uint64_t token) {
   if (token == 0 || !mirroring()) return false;
-  replica->send(encode(Claim{sequence, token}));
+  replica.connection().send(encode(Claim{sequence, token}));
   return true;
 }
 
@@ -44,9 +44,9 @@ PushResult Worker::State::write(std::uint64_t sequence, Clock::time_point deadli
   // and reads this one from the server's slot.
   const bool mirrors = mirroring() && (token == 0 || mirror_claimed);
   const std::uint64_t offset = (sequence % slots) * bytes;
-  RegionDescriptor mirror_slot{replica_slots.addr + offset, bytes, replica_slots.rkey};
+  RegionDescriptor mirror_slot{replica.slots().addr + offset, bytes, replica.slots().rkey};
   if (mirrors && mirror_claimed) {  // the replica's answer: a window over its slot for us
-    mirror_slot.rkey = await_window(*replica, sequence);
+    mirror_slot.rkey = await_window(replica.connection(), sequence);
     if (mirror_slot.rkey == 0) return decided_before_claim(sequence, "replica");
   }
   // A payload of at most max_inline bytes is posted inline: the provider copies it into the
@@ -55,11 +55,10 @@ PushResult Worker::State::write(std::uint64_t sequence, Clock::time_point deadli
   // The mirror first: if this worker dies between the two, the server never sees the update
   // and skips it, and so does the replica (it applies only what the server decided).
   std::optional<OpId> mirrored;
-  if (mirrors && announce_mirroring) {  // a joined replica: ahead of the first mirror, on the same QP
-    replica->send(encode(Mirroring{options.id, sequence}));
-    announce_mirroring = false;
+  if (mirrors && replica.announce_now()) {  // a joined replica: ahead of the first mirror, on the same QP
+    replica.connection().send(encode(Mirroring{options.id, sequence}));
   }
-  if (mirrors) mirrored = replica->write_and_ring(gradient_region, 0, mirror_slot, 0, bytes, imm);
+  if (mirrors) mirrored = replica.connection().write_and_ring(gradient_region, 0, mirror_slot, 0, bytes, imm);
   // The replica's refusal floor, READ behind the mirror on the same QP. A server SIGKILLed a
   // moment ago still has its writes acknowledged by the kernel, while the replica, promoted
   // meanwhile, refuses the mirror (below the floor it took over at): that push would be
@@ -68,8 +67,8 @@ PushResult Worker::State::write(std::uint64_t sequence, Clock::time_point deadli
   constexpr std::size_t kReplicaFloorAt = offsetof(ShardHeader, tensor) + sizeof(std::uint64_t);
   static_assert(kReplicaFloorAt + sizeof(std::uint64_t) <= sizeof(ShardHeader));
   if (mirrored) {
-    mirrored = replica->read(model_region, kReplicaFloorAt, replica_shard, offsetof(ShardHeader, refuse_below),
-                             sizeof(std::uint64_t));
+    mirrored = replica.connection().read(model_region, kReplicaFloorAt, replica.shard(),
+                                         offsetof(ShardHeader, refuse_below), sizeof(std::uint64_t));
   }
   // Sidecar mode: ours, or the sidecar-mode aggregator's forward (write_as).
   const bool floors = sidecar.has_value() || sidecar_forward;
@@ -80,7 +79,7 @@ PushResult Worker::State::write(std::uint64_t sequence, Clock::time_point deadli
   // does not show). Between this clock read and the post there is only the provider's work
   // request left; a sidecar-mode claim closes even that.
   if (Clock::now() > deadline) {
-    if (mirrored) replica->wait(*mirrored, options.timeout);  // held there until the server's skip
+    if (mirrored) replica.connection().wait(*mirrored, options.timeout);  // held there until the server's skip
     std::fprintf(stderr,
                  "gradlane ps worker %u: stalled past the grant of sequence %llu before writing it to the "
                  "server (grant_lifetime %lld ms): not written, reported lost\n",
@@ -100,7 +99,7 @@ PushResult Worker::State::write(std::uint64_t sequence, Clock::time_point deadli
   constexpr std::size_t kFloorAt = offsetof(ShardHeader, refuse_below);
   const OpId last_on_server =
       floors ? server.read(model_region, kFloorAt, server_shard, kFloorAt, sizeof(std::uint64_t)) : written;
-  if (mirrored) replica->wait(*mirrored, options.timeout);
+  if (mirrored) replica.connection().wait(*mirrored, options.timeout);
   server.wait(last_on_server, options.timeout);
   PushResult result;
   result.sequence = sequence;
@@ -159,7 +158,7 @@ PushResult Worker::State::write_claimed(std::uint64_t sequence, Clock::time_poin
                                         bool mirror_claimed) {
   const std::uint32_t window_rkey = await_window(server, sequence);
   if (window_rkey != 0) return write(sequence, deadline, window_rkey, token, mirror_claimed);
-  if (mirror_claimed) (void)await_window(*replica, sequence);  // not left for the next push to read
+  if (mirror_claimed) (void)await_window(replica.connection(), sequence);  // not left for the next push to read
   return decided_before_claim(sequence, "server");
 }
 
