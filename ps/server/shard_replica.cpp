@@ -145,10 +145,11 @@ void ShardServer::State::take_over_at_sidecar() {
 // have applied them in. A gap before one (a sequence granted and never written to us: its
 // worker wrote nothing yet, or is writing now) is skipped; that late write is refused (see
 // fence_old_owners_sequences). Their history entries name the worker whose doorbell brought
-// them; the tag (which only the dead server heard, in the request) is taken as one past that
-// worker's last decided tag: exact for workers that tag their pushes with consecutive steps,
-// as every user here does (each worker has one push in flight, and direct mode drops none),
-// and 0 for a worker with no decided update.
+// them. Their tag: in sidecar mode the one the worker sent ahead of its mirror (Pushing); in
+// direct mode, where only the dead server heard it (in the request), one past that worker's
+// last decided tag: exact for workers that tag their pushes with consecutive steps, as every
+// user here does (each worker has one push in flight, and direct mode drops none), and 0 for
+// a worker with no decided update.
 void ShardServer::State::promote() {
   const auto now = Clock::now();
   // Refuse everything until we know from where on, and say so first (a worker reads it after

@@ -152,10 +152,11 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
       }
     } else if (const auto* next = std::get_if<Pushing>(&message);
                next && peer.kind == PeerKind::worker && options.sidecar) {
-      // Its doorbell follows on the same QP. At most `slots` ahead of what we took: a worker
-      // saying more is wrong, and loses only its own history's tags. Taken while no sidecar is
-      // attached too — a replica not promoted yet (its worker failed over early), a server
-      // between gradlaneds — where dropping the worker would lose it for a message.
+      // Its doorbell follows on the same QP (a replica's: its mirror's, whose tag a promotion
+      // needs). At most `slots` ahead of what we took: a worker saying more is wrong, and loses
+      // only its own history's tags. Taken while no sidecar is attached too — a replica not
+      // promoted yet, a server between gradlaneds — where dropping the worker would lose it for
+      // a message.
       if (peer.pushing.size() >= options.slots) peer.pushing.erase(peer.pushing.begin());
       peer.pushing[next->sequence] = *next;
     } else if (const auto* ask = std::get_if<AskLanded>(&message); ask && peer.kind == PeerKind::worker) {
@@ -198,9 +199,10 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
 
 std::size_t ShardServer::State::take_doorbells(Peer& peer) {
   std::size_t work = 0;
-  // Sidecar mode, only those reaped already: a worker's Pushing, sent ahead of its doorbell, has
-  // then been taken with the messages before (a poll here could reap both, the doorbell first).
-  const bool reaped_only = options.sidecar.has_value() && role == Role::server;
+  // Sidecar mode, only those reaped already: a worker's Pushing, sent ahead of its doorbell (or
+  // its mirror's), has then been taken with the messages before (a poll here could reap both,
+  // the doorbell first).
+  const bool reaped_only = options.sidecar.has_value();
   while (auto bell = reaped_only ? peer.conn.take_reaped_doorbell() : peer.conn.try_doorbell()) {
     ++work;
     const std::uint64_t sequence = ApplyOrder::widen(bell->imm, order.next_sequence());
@@ -210,6 +212,10 @@ std::size_t ShardServer::State::take_doorbells(Peer& peer) {
       const bool claimant = rung_by_claimant(peer, sequence);
       if (claimant && sequence >= order.next_sequence() && sequence < order.next_sequence() + options.slots) {
         following.mirror_rang(sequence, peer.worker);
+        if (const auto said = peer.pushing.extract(sequence); !said.empty()) {
+          following.mirror_said(sequence, peer.worker, said.mapped().tag);
+        }
+        peer.pushing.erase(peer.pushing.begin(), peer.pushing.lower_bound(sequence));  // never rung
       } else {
         ++stats.refused_doorbells;
       }

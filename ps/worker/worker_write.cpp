@@ -58,6 +58,9 @@ PushResult Worker::State::write(std::uint64_t sequence, Clock::time_point deadli
   if (mirrors && replica.announce_now()) {  // a joined replica: ahead of the first mirror, on the same QP
     replica.connection().send(encode(Mirroring{options.id, sequence}));
   }
+  // Sidecar mode: what the mirror is, for a replica promoted before the server decided it (only
+  // the server hears it otherwise, and a tag guessed is wrong after a dropped or lost push).
+  if (mirrors && sidecar) replica.connection().send(encode(Pushing{sequence, push_tag, push_computed_on}));
   if (mirrors) mirrored = replica.connection().write_and_ring(gradient_region, 0, mirror_slot, 0, bytes, imm);
   // The replica's refusal floor, READ behind the mirror on the same QP. A server SIGKILLed a
   // moment ago still has its writes acknowledged by the kernel, while the replica, promoted

@@ -368,6 +368,7 @@ int run_worker(const Args& a) {
   std::uint64_t torn = 0, retries = 0, last_version = 0, dropped = 0, lost = 0, expired = 0;
   std::string acked;        // the sequences of the pushes that succeeded (neither dropped nor lost)
   std::string acked_steps;  // the same, as [sequence, step]: what a sidecar-mode server cannot know
+  std::string lost_steps;   // pushes reported lost that had a sequence, as [sequence, step]
   // Pushes an aggregator took: acknowledged once delivered, as [step, the server's sequence of
   // the sum]; or not delivered (its aggregator died first), as steps.
   std::string delivered, undelivered;
@@ -387,7 +388,8 @@ int run_worker(const Args& a) {
         << ",\"delivered\":[" << delivered << "],\"undelivered\":[" << undelivered
         << "],\"unsettled\":" << (settled ? 0 : worker.members_pending()) << ",\"failovers\":" << worker.failovers()
         << ",\"bytes_copied\":" << worker.bytes_copied() << ",\"torn\":" << torn << ",\"pull_retries\":" << retries
-        << ",\"acked\":[" << acked << "],\"acked_steps\":[" << acked_steps << "],\"error\":\"" << error << "\"}\n";
+        << ",\"acked\":[" << acked << "],\"acked_steps\":[" << acked_steps << "],\"lost_steps\":[" << lost_steps
+        << "],\"error\":\"" << error << "\"}\n";
   };
   try {
     for (std::uint64_t step = first_step; step < updates; ++step) {
@@ -428,6 +430,10 @@ int run_worker(const Args& a) {
       dropped += pushed.dropped ? 1 : 0;
       lost += pushed.lost ? 1 : 0;
       take_outcomes();
+      if (pushed.lost && pushed.sequence != 0) {
+        lost_steps +=
+            (lost_steps.empty() ? "[" : ",[") + std::to_string(pushed.sequence) + "," + std::to_string(step) + "]";
+      }
       if (!pushed.dropped && !pushed.lost && !pushed.pending) {
         acked += (acked.empty() ? "" : ",") + std::to_string(pushed.sequence);
         acked_steps +=

@@ -124,6 +124,31 @@ TEST(ReplicaFollower, PromotedItTakesTheDecidedThenTheUndecidedMirrorsSkippingGa
   EXPECT_EQ(six->tag, 42u) << "one past worker 2's tag in the history";
 }
 
+TEST(ReplicaFollower, PromotedItTagsAnUndecidedMirrorAsItsWorkerSaid) {
+  // Worker 1's push tagged 11 was lost before the server decided it (its claim came too late),
+  // so its next push, mirrored here and undecided, is its step 12: one past the decided tag is
+  // wrong. What a worker said for another sequence, or another worker for this one, is not used.
+  ApplyOrder order(8);
+  ReplicaFollower following;
+  following.decided({1, 1, 10});
+  following.mirror_rang(1, 1);
+  following.mirror_rang(3, 1);
+  following.mirror_said(3, 1, 12);
+  following.mirror_rang(4, 2);
+  following.mirror_said(4, 1, 99);  // said by worker 1, rung by worker 2
+  following.mirror_said(5, 2, 50);  // never rung
+  const auto none = [](std::uint32_t) -> std::optional<std::uint64_t> { return std::nullopt; };
+  EXPECT_EQ(following.take_over(order, none), 0u);
+  EXPECT_EQ(drain(order), "a1 s2 a3 a4 ");
+  const auto three = following.take_fed(3);
+  ASSERT_TRUE(three.has_value());
+  EXPECT_EQ(three->tag, 12u) << "the tag worker 1 said, not one past its decided 10";
+  const auto four = following.take_fed(4);
+  ASSERT_TRUE(four.has_value());
+  EXPECT_EQ(four->worker, 2u);
+  EXPECT_EQ(four->tag, 0u) << "worker 2 said nothing for it and has no decided tag";
+}
+
 TEST(ReplicaFollower, EachAppliedSequenceIsAcknowledgedOnce) {
   ReplicaFollower following;
   following.acknowledged(5);  // joined running at version 5

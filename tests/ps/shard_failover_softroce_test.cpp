@@ -355,6 +355,15 @@ TEST_F(ShardRun, WithSidecarsWhenTheServerIsKilledTheReplicasSidecarTakesTheSequ
     reported_lost += report["lost"].get<std::uint64_t>();
     dropped += report["dropped"].get<std::uint64_t>();
     for (const json& pair : report["acked_steps"]) steps[pair[0].get<std::uint64_t>()] = pair[1].get<std::uint64_t>();
+    // A push reported lost that was applied all the same (a mirror the promoted replica took
+    // over undecided) is in the history as the step it was, not as a guess.
+    for (const json& pair : report["lost_steps"]) {
+      const auto sequence = pair[0].get<std::uint64_t>();
+      const auto at = applied_by.find(sequence);
+      if (at == applied_by.end() || at->second != id) continue;
+      EXPECT_EQ(history_.at(sequence - 1)["tag"].get<std::uint64_t>(), pair[1].get<std::uint64_t>())
+          << "worker " << id << "'s sequence " << sequence << " is in the history as another step";
+    }
     acked += report["acked"].size();
     for (const json& sequence : report["acked"]) {
       const auto at = applied_by.find(sequence.get<std::uint64_t>());
