@@ -1,6 +1,7 @@
 // Scheduler (scheduler.hpp): its endpoints, its inputs and what it shows. One decision is in
 // scheduler_scan.cpp (which part goes next) and scheduler_grant.cpp (booking and granting it);
-// the candidate table and transfer records in scheduler_bookkeeping.cpp.
+// the candidates' owners and transfer records in scheduler_bookkeeping.cpp, the candidates
+// themselves in CandidateTable (candidate_table.hpp).
 #include "sidecar/core/scheduler.hpp"
 
 #include <algorithm>
@@ -28,7 +29,8 @@ Scheduler::Scheduler(SchedulerConfig config)
     : config_(checked(config)),
       partitioner_(config_.partition_bytes, config_.partition_align),
       bandwidth_(config_.bandwidth),
-      bandwidth_generation_(bandwidth_.generation()) {
+      bandwidth_generation_(bandwidth_.generation()),
+      candidates_(config_.ordering, config_.ingress == IngressSharing::packed) {
   for (const AggregationConfig::Seat& seat : config_.aggregation.aggregators) add_aggregator(seat.job, seat.endpoint);
   for (const BandwidthConfig::Declared& d : config_.bandwidth.declared)
     set_rate(d.endpoint, d.direction, d.bytes_per_sec);
@@ -263,7 +265,7 @@ void Scheduler::schedule(Instant now, std::vector<Outcome>& out) {
       continue;
     }
     if (pick.index == kNone) break;
-    if (candidates_[static_cast<std::size_t>(pick.index)].aggregate) {
+    if (candidate(pick.index).aggregate) {
       grant_aggregate(pick, now, out);
     } else {
       grant_part(pick, now, out);

@@ -28,7 +28,8 @@
 //   6. Repeat until no candidate can start within now + grant_horizon.
 //
 // Cost: candidates (one per busy sender NIC, plus pending aggregates) are indexed per
-// receiver in the order of their duration and then the tie-break. A transfer starts no earlier
+// receiver in the order of their duration and then the tie-break (CandidateTable,
+// candidate_table.hpp). A transfer starts no earlier
 // than its receiver is free (T), so T + duration bounds its finish from below, and a decision
 // stops reading a receiver's index once that bound, with the candidate's tie-break, loses to
 // the best found: typically a few candidates and O(log pending) upkeep, not all of them. FIFO reads up to the
@@ -88,12 +89,11 @@
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <set>
-#include <tuple>
 #include <unordered_map>
 #include <vector>
 
 #include "sidecar/core/bandwidth.hpp"
+#include "sidecar/core/candidate_table.hpp"
 #include "sidecar/core/config.hpp"
 #include "sidecar/core/ingress_shares.hpp"
 #include "sidecar/core/outcome.hpp"
@@ -235,33 +235,6 @@ class Scheduler {
  private:
   using Index = std::uint32_t;  // dense endpoint index
   static constexpr std::int32_t kNone = -1;
-  static constexpr int kRateClasses = 64;  // binary exponents of a rate in bytes/s
-
-  // A candidate's place in its receiver's index: the decision order after the finish time
-  // (under FIFO, duration and norm are left zero: id order). Unique per candidate. Under
-  // IngressSharing::packed the index is first split by rate class (the binary exponent of the
-  // path rate in bytes/s): a class's candidates all need at least the share 2^class / the
-  // receiver's rate, so one look at the receiver's shares bounds when any of them can start.
-  struct OrderKey {
-    int rate_class = 0;
-    Nanos duration{};
-    double neg_norm = 0.0;
-    std::uint64_t id = 0;
-    std::uint32_t part = 0;
-    bool operator<(const OrderKey& o) const noexcept {
-      return std::tie(rate_class, duration, neg_norm, id, part) <
-             std::tie(o.rate_class, o.duration, o.neg_norm, o.id, o.part);
-    }
-  };
-
-  // The candidates bound for one receiver (see "Cost" above). Values are indices into
-  // candidates_, kept current by remove_candidate()'s swap.
-  struct ReceiverQueue {
-    std::map<OrderKey, std::uint32_t> parts;
-    std::map<OrderKey, std::uint32_t> aggregates;
-    std::map<std::pair<Version, std::uint64_t>, Index> deadlines;  // parts: (deadline, request) -> sender
-    bool empty() const noexcept { return parts.empty() && aggregates.empty(); }
-  };
 
   struct EndpointState {
     EndpointId id{};
@@ -269,7 +242,6 @@ class Scheduler {
     SlotBook ingress;
     IngressShares shares;                     // the same ingress under IngressSharing::packed (see ingress_free())
     TenantArbiter queue;                      // as a sender: its queued parts
-    ReceiverQueue waiting;                    // as a receiver: the candidates bound for it
     std::int32_t head = kNone;                // candidate offering queue.head()
     ReplicationWindow window;                 // as a server
     DeadlineReservations reservations;        // as a server: pending aggregates' deadlines
@@ -301,24 +273,6 @@ class Scheduler {
     Index receiver = 0;
     std::uint32_t parts_open = 0;       // parts without an outcome yet
     std::uint32_t parts_sequenced = 0;  // parts with a sequence number: `own` in staleness.hpp
-  };
-
-  // What the scan looks at; hot fields first.
-  struct Candidate {
-    Instant not_before{};  // aggregates: when the sum is ready
-    Nanos duration{};
-    Version deadline = kNoDeadline;
-    Bytes length = 0;
-    Index sender = 0;  // for an aggregate: the aggregator
-    Index receiver = 0;
-    bool aggregate = false;
-    bool direct_only = false;  // Request::direct_only: never a member of an aggregate
-    std::uint32_t part = 0;
-    std::uint64_t id = 0;  // RequestId or AggregateId
-    double norm = 0.0;
-    JobId job{};
-    TensorId tensor{};
-    Bytes offset = 0;
   };
 
   struct PendingAggregate {
@@ -384,9 +338,8 @@ class Scheduler {
   // Reads one receiver index in order until nothing further in it can beat `best`.
   void scan_index(const std::map<OrderKey, std::uint32_t>& index, Index receiver, Instant receiver_free,
                   Instant horizon_end, ScanBest& best) const;
-  // The rate class of a candidate (0 unless packed), and the earliest any candidate of that
-  // class bound for `receiver` can start there, given none starts before `receiver_free`.
-  int rate_class(const Candidate& c) const;
+  // The earliest any candidate of a rate class (candidate_table.hpp) bound for `receiver` can
+  // start there, given none starts before `receiver_free`.
   Instant class_start(Index receiver, int rate_class, Instant receiver_free) const;
   // Whether candidate c may be granted now, apart from time (credit, reservations).
   bool eligible(const Candidate& c) const;
@@ -404,11 +357,10 @@ class Scheduler {
   void refresh_head(Index sender);
   void refresh_durations();
   Candidate part_candidate(Index sender, JobId job, const QueuedPart& part) const;
-  std::int32_t add_candidate(const Candidate& c);
+  std::int32_t add_candidate(const Candidate& c) { return static_cast<std::int32_t>(candidates_.add(c)); }
+  // Removes it from the table, and points the owner of the one moved into its place there.
   void remove_candidate(std::int32_t index);
-  OrderKey order_key(const Candidate& c) const;
-  void index_candidate(std::uint32_t index);    // after candidates_[index] is written
-  void unindex_candidate(std::uint32_t index);  // before candidates_[index] changes or goes
+  const Candidate& candidate(std::int32_t index) const { return candidates_[static_cast<std::uint32_t>(index)]; }
   TransferId record_transfer(Index sender, Index receiver, Bytes bytes, Slot slot, bool credit, Seq seq = 0,
                              JobId job = {});
   void finish_request_part(RequestState& request, bool sequenced);
@@ -426,8 +378,7 @@ class Scheduler {
   std::unordered_map<TransferId, TransferRecord> transfers_;
   std::vector<Cancel> cancels_;                      // failed sequenced transfers, emitted by the next schedule()
   std::map<JobId, std::vector<Index>> aggregators_;  // sorted endpoint indices per job
-  std::vector<Candidate> candidates_;
-  std::set<Index> receivers_waited_for_;  // receivers with a non-empty `waiting`
+  CandidateTable candidates_;
 
   std::uint64_t next_transfer_ = 1;
   std::uint64_t next_aggregate_ = 1;

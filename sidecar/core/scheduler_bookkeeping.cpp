@@ -1,5 +1,5 @@
-// Scheduler's bookkeeping: each sender's head part, the candidate table and its order index,
-// and the records of granted transfers.
+// Scheduler's bookkeeping: each sender's head part and the candidates' owners (the table and
+// its order index are CandidateTable's), and the records of granted transfers.
 #include "sidecar/core/scheduler.hpp"
 
 #include <algorithm>
@@ -18,18 +18,15 @@ void Scheduler::refresh_head(Index sender) {
     return;
   }
   if (s.head != kNone) {
-    const Candidate& cur = candidates_[static_cast<std::size_t>(s.head)];
+    const Candidate& cur = candidate(s.head);
     if (cur.id == to_int(head->part.request) && cur.part == head->part.index) return;
-    const auto at = static_cast<std::uint32_t>(s.head);
-    unindex_candidate(at);
-    candidates_[at] = part_candidate(sender, head->job, head->part);
-    index_candidate(at);
+    candidates_.replace(static_cast<std::uint32_t>(s.head), part_candidate(sender, head->job, head->part));
     return;
   }
   s.head = add_candidate(part_candidate(sender, head->job, head->part));
 }
 
-Scheduler::Candidate Scheduler::part_candidate(Index sender, JobId job, const QueuedPart& part) const {
+Candidate Scheduler::part_candidate(Index sender, JobId job, const QueuedPart& part) const {
   const RequestState& q = requests_.at(part.request);
   Candidate c;
   c.duration = path_time(sender, q.receiver, part.length);
@@ -61,61 +58,19 @@ void Scheduler::refresh_durations() {
   for (std::uint32_t i = 0; i < candidates_.size(); ++i) {
     const Candidate& c = candidates_[i];
     const Nanos duration = path_time(c.sender, c.receiver, c.length);
-    if (duration == c.duration) continue;
-    unindex_candidate(i);
-    candidates_[i].duration = duration;
-    index_candidate(i);
+    if (duration != c.duration) candidates_.set_duration(i, duration);
   }
   bandwidth_generation_ = bandwidth_.generation();
 }
 
-std::int32_t Scheduler::add_candidate(const Candidate& c) {
-  candidates_.push_back(c);
-  index_candidate(static_cast<std::uint32_t>(candidates_.size() - 1));
-  return static_cast<std::int32_t>(candidates_.size() - 1);
-}
-
 void Scheduler::remove_candidate(std::int32_t index) {
-  // Swap-remove: O(1) in the array; the receiver index of the moved one is re-pointed.
-  const auto i = static_cast<std::uint32_t>(index);
-  const auto last = static_cast<std::uint32_t>(candidates_.size() - 1);
-  unindex_candidate(i);
-  if (i != last) {
-    candidates_[i] = candidates_[last];
-    const Candidate& moved = candidates_[i];
-    ReceiverQueue& waiting = endpoints_[moved.receiver].waiting;
-    (moved.aggregate ? waiting.aggregates : waiting.parts).at(order_key(moved)) = i;
-    if (moved.aggregate) {
-      aggregates_.at(AggregateId{moved.id}).candidate = index;
-    } else {
-      endpoints_[moved.sender].head = index;
-    }
+  const Candidate* moved = candidates_.remove(static_cast<std::uint32_t>(index));
+  if (moved == nullptr) return;
+  if (moved->aggregate) {
+    aggregates_.at(AggregateId{moved->id}).candidate = index;
+  } else {
+    endpoints_[moved->sender].head = index;
   }
-  candidates_.pop_back();
-}
-
-Scheduler::OrderKey Scheduler::order_key(const Candidate& c) const {
-  if (config_.ordering == Ordering::fifo) return OrderKey{rate_class(c), Nanos{0}, 0.0, c.id, c.part};
-  return OrderKey{rate_class(c), c.duration, -c.norm, c.id, c.part};
-}
-
-void Scheduler::index_candidate(std::uint32_t index) {
-  const Candidate& c = candidates_[index];
-  ReceiverQueue& waiting = endpoints_[c.receiver].waiting;
-  if (waiting.empty()) receivers_waited_for_.insert(c.receiver);
-  [[maybe_unused]] const bool added =
-      (c.aggregate ? waiting.aggregates : waiting.parts).emplace(order_key(c), index).second;
-  assert(added);
-  if (!c.aggregate) waiting.deadlines.emplace(std::pair(c.deadline, c.id), c.sender);
-}
-
-void Scheduler::unindex_candidate(std::uint32_t index) {
-  const Candidate& c = candidates_[index];
-  ReceiverQueue& waiting = endpoints_[c.receiver].waiting;
-  [[maybe_unused]] const std::size_t erased = (c.aggregate ? waiting.aggregates : waiting.parts).erase(order_key(c));
-  assert(erased == 1);
-  if (!c.aggregate) waiting.deadlines.erase(std::pair(c.deadline, c.id));
-  if (waiting.empty()) receivers_waited_for_.erase(c.receiver);
 }
 
 TransferId Scheduler::record_transfer(Index sender, Index receiver, Bytes bytes, Slot slot, bool credit, Seq seq,

@@ -13,7 +13,7 @@
 namespace gradlane::sched {
 
 void Scheduler::grant_part(const Pick& pick, Instant now, std::vector<Outcome>& out) {
-  const Candidate c = candidates_[static_cast<std::size_t>(pick.index)];
+  const Candidate c = candidate(pick.index);
   // The pick and those that would wait behind it, summed off-server, if that beats sending it.
   if (config_.aggregation.pick_joins && try_aggregate(c, now, out, /*pick_joins=*/true)) return;
   EndpointState& s = endpoints_[c.sender];
@@ -51,7 +51,7 @@ void Scheduler::grant_part(const Pick& pick, Instant now, std::vector<Outcome>& 
 }
 
 void Scheduler::grant_aggregate(const Pick& pick, Instant now, std::vector<Outcome>& out) {
-  const Candidate c = candidates_[static_cast<std::size_t>(pick.index)];
+  const Candidate c = candidate(pick.index);
   const AggregateId id{c.id};
   const auto it = aggregates_.find(id);
   PendingAggregate& g = it->second;
@@ -75,13 +75,10 @@ void Scheduler::grant_aggregate(const Pick& pick, Instant now, std::vector<Outco
     if (q == requests_.end()) continue;
     ++q->second.parts_sequenced;
     EndpointState& sender = endpoints_[q->second.sender];
-    if (sender.head != kNone) {
-      Candidate& h = candidates_[static_cast<std::size_t>(sender.head)];
-      if (h.id == to_int(m.request)) {
-        unindex_candidate(static_cast<std::uint32_t>(sender.head));
-        h.deadline = deadline(q->second.request.computed_on, q->second.parts_sequenced, config_.staleness_bound);
-        index_candidate(static_cast<std::uint32_t>(sender.head));
-      }
+    if (sender.head != kNone && candidate(sender.head).id == to_int(m.request)) {
+      candidates_.set_deadline(
+          static_cast<std::uint32_t>(sender.head),
+          deadline(q->second.request.computed_on, q->second.parts_sequenced, config_.staleness_bound));
     }
   }
 
@@ -119,7 +116,7 @@ bool Scheduler::try_aggregate(const Candidate& granted, Instant now, std::vector
 
   // Candidates for the same slice of the same tensor that would now queue behind the server.
   std::vector<GroupCandidate> waiting;
-  for (const Candidate& m : candidates_) {
+  for (const Candidate& m : candidates_.all()) {
     if (m.aggregate || m.direct_only || m.receiver != receiver || m.job != granted.job || m.tensor != granted.tensor ||
         m.offset != granted.offset || m.length != granted.length) {
       continue;
@@ -200,7 +197,7 @@ bool Scheduler::try_aggregate(const Candidate& granted, Instant now, std::vector
     const Slot& slot = plan->member_slots[i];
     const Index sender = static_cast<Index>(m.tag);
     EndpointState& s = endpoints_[sender];
-    const Candidate mc = candidates_[static_cast<std::size_t>(s.head)];
+    const Candidate mc = candidate(s.head);
     RequestState& q = requests_.at(m.request);
 
     const QueuedPart part = s.queue.pop(mc.job);

@@ -13,9 +13,9 @@ namespace gradlane::sched {
 
 Scheduler::Pick Scheduler::scan(Instant now, std::vector<Doomed>& hopeless) {
   wake_.reset();
-  for (const Index receiver : receivers_waited_for_) {
+  for (const Index receiver : candidates_.receivers()) {
     const Version version = hot_[receiver].version;
-    for (const auto& [key, sender] : endpoints_[receiver].waiting.deadlines) {
+    for (const auto& [key, sender] : candidates_.waiting(receiver).deadlines) {
       if (key.first >= version) break;  // can never make tau any more: drop
       hopeless.push_back(Doomed{RequestId{key.second}, sender});
     }
@@ -24,11 +24,11 @@ Scheduler::Pick Scheduler::scan(Instant now, std::vector<Doomed>& hopeless) {
 
   const Instant horizon_end = now + config_.grant_horizon;
   ScanBest best;
-  for (const Index receiver : receivers_waited_for_) {
+  for (const Index receiver : candidates_.receivers()) {
     const NicHot& r = hot_[receiver];
     if (!r.can_grant) continue;  // B ahead of the replica: wait for its ack
     const Instant receiver_free = std::max(now, r.ingress_tail);
-    const ReceiverQueue& waiting = endpoints_[receiver].waiting;
+    const ReceiverQueue& waiting = candidates_.waiting(receiver);
     if (r.plain_ok) scan_index(waiting.parts, receiver, receiver_free, horizon_end, best);
     scan_index(waiting.aggregates, receiver, receiver_free, horizon_end, best);
   }
@@ -46,7 +46,7 @@ void Scheduler::scan_index(const std::map<OrderKey, std::uint32_t>& index, Index
   while (it != index.end()) {
     // One rate class at a time (exclusive: the one class 0), each read in decision order.
     const int rate_class = it->first.rate_class;
-    const auto class_end = index.lower_bound(OrderKey{rate_class + 1, Nanos::min(), 0.0, 0, 0});
+    const auto class_end = index.lower_bound(OrderKey::after_class(rate_class));
     const Instant class_free = class_start(receiver, rate_class, receiver_free);
     if (class_free > receiver_free && class_free > horizon_end) {
       // Packed, and the line has no room for this class's share within the horizon: wake when
@@ -61,7 +61,7 @@ void Scheduler::scan_index(const std::map<OrderKey, std::uint32_t>& index, Index
       // duration and comes later in the tie-break: once that bound loses to the best, so does
       // the rest of the class.
       if (sjf && best.pick.index != kNone &&
-          !better(c, class_free + c.duration, candidates_[static_cast<std::size_t>(best.pick.index)], best.finish)) {
+          !better(c, class_free + c.duration, candidate(best.pick.index), best.finish)) {
         break;
       }
       if (!eligible(c)) continue;
@@ -75,8 +75,7 @@ void Scheduler::scan_index(const std::map<OrderKey, std::uint32_t>& index, Index
       }
       const Instant finish = start + c.duration;
       if (best.pick.index == kNone || (sjf && finish < best.finish) ||
-          ((!sjf || finish == best.finish) &&
-           better(c, finish, candidates_[static_cast<std::size_t>(best.pick.index)], best.finish))) {
+          ((!sjf || finish == best.finish) && better(c, finish, candidate(best.pick.index), best.finish))) {
         best.pick = Pick{static_cast<std::int32_t>(it->second), start};
         best.finish = finish;
       }
@@ -84,15 +83,6 @@ void Scheduler::scan_index(const std::map<OrderKey, std::uint32_t>& index, Index
     }
     it = class_end;
   }
-}
-
-int Scheduler::rate_class(const Candidate& c) const {
-  if (!packed()) return 0;
-  const double seconds = std::chrono::duration<double>(c.duration).count();
-  if (!(seconds > 0.0)) return kRateClasses - 1;
-  const double rate = static_cast<double>(c.length) / seconds;
-  if (!(rate >= 1.0)) return 0;
-  return std::min(std::ilogb(rate), kRateClasses - 1);  // 2^class <= rate < 2^(class + 1)
 }
 
 Instant Scheduler::class_start(Index receiver, int rate_class, Instant receiver_free) const {
@@ -129,7 +119,7 @@ Scheduler::Pick Scheduler::scan_all(Instant now, std::vector<Doomed>& hopeless, 
     // As the indexed scan: a packed rate class with no room within the horizon wakes at the
     // class's bound, eligible or not.
     const Instant receiver_free = std::max(now, r.ingress_tail);
-    const Instant class_free = class_start(c.receiver, rate_class(c), receiver_free);
+    const Instant class_free = class_start(c.receiver, candidates_.rate_class(c), receiver_free);
     if (class_free > receiver_free && class_free > horizon_end) {
       const Instant w = class_free - config_.grant_horizon;
       if (!wake || w < *wake) wake = w;
@@ -143,7 +133,7 @@ Scheduler::Pick Scheduler::scan_all(Instant now, std::vector<Doomed>& hopeless, 
       continue;
     }
     const Instant finish = start + c.duration;
-    if (best.index == kNone || better(c, finish, candidates_[static_cast<std::size_t>(best.index)], best_finish)) {
+    if (best.index == kNone || better(c, finish, candidate(best.index), best_finish)) {
       best = Pick{static_cast<std::int32_t>(i), start};
       best_finish = finish;
     }
