@@ -30,7 +30,8 @@ enum class Kind : std::uint8_t {
   ask_landed,
   landed,
   refused,
-  pushing
+  pushing,
+  dropped
 };
 // A message: its kind, then its fields.
 class Writer {
@@ -105,6 +106,7 @@ std::vector<std::byte> encode(const Message& message) {
           [](const Landed& m) { return Writer(Kind::landed).put(m.tag).put(m.sequence).put(m.computed_on).done(); },
           [](const Refused& m) { return Writer(Kind::refused).put(m.why).put(m.tag).put(m.version).done(); },
           [](const Pushing& m) { return Writer(Kind::pushing).put(m.sequence).put(m.tag).put(m.computed_on).done(); },
+          [](const Dropped& m) { return Writer(Kind::dropped).put(m.worker).done(); },
           [](const ReplicaKey& m) {
             Writer w(Kind::replica_key);
             for (const std::uint8_t b : m.key) w.put(b);
@@ -117,7 +119,7 @@ std::vector<std::byte> encode(const Message& message) {
 Message decode(std::span<const std::byte> bytes) {
   if (bytes.empty()) throw Error(Errc::protocol, "empty parameter-server message");
   const auto kind = std::to_integer<std::uint8_t>(bytes[0]);
-  if (kind < 1 || kind > static_cast<std::uint8_t>(Kind::pushing)) {
+  if (kind < 1 || kind > static_cast<std::uint8_t>(Kind::dropped)) {
     throw Error(Errc::protocol, fmt::format("unknown parameter-server message kind {}", kind));
   }
   wire::LeReader in(bytes.subspan(1), "parameter-server message of kind", kind);
@@ -266,6 +268,11 @@ Message decode_fields(Kind kind, wire::LeReader& in) {
       m.tag = in.get<std::uint64_t>();
       m.computed_on = in.get<std::uint64_t>();
       if (m.sequence == 0) throw Error(Errc::protocol, "pushing as sequence 0");
+      return m;
+    }
+    case Kind::dropped: {
+      const Dropped m{in.get<std::uint32_t>()};
+      if (m.worker == 0) throw Error(Errc::protocol, "dropped worker id 0 (ids start at 1)");
       return m;
     }
   }

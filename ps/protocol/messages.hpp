@@ -47,6 +47,12 @@
 //   Pushing   worker → server (sidecar mode) the update it writes next as `sequence` (its
 //                             sidecar's grant): its tag and version, which the doorbell cannot
 //                             carry, so the server can answer AskLanded as in direct mode
+//             worker → replica (sidecar mode) the same ahead of its mirror: a replica promoted
+//                             before the server decided that sequence names it right
+//   Dropped   server → replica  the server dropped this worker's connection (it held a claimed
+//                             sequence unwritten past ten hole timeouts, sidecar mode without
+//                             grant windows): the replica drops it too, before the skip that
+//                             follows, so its late mirror cannot land in a slot reused since
 //   Refused   server → worker  a Request it will not grant, and why: computed on a version
 //                             ahead of every one granted here (a model from another server,
 //                             or pulled before a failover from a server that got further);
@@ -180,8 +186,12 @@ struct Pushing {
   std::uint64_t computed_on = 0;
 };
 
+struct Dropped {
+  std::uint32_t worker = 0;
+};
+
 using Message = std::variant<Hello, Request, Grant, Decided, Ack, Bye, FailedOver, Forwarded, Adopted, ListeningAt,
-                             Mirroring, Claim, ReplicaKey, Opened, AskLanded, Landed, Refused, Pushing>;
+                             Mirroring, Claim, ReplicaKey, Opened, AskLanded, Landed, Refused, Pushing, Dropped>;
 
 std::vector<std::byte> encode(const Message& message);
 Message decode(std::span<const std::byte> bytes);

@@ -45,6 +45,19 @@ void ShardServer::State::tell_primary_failed_over(Peer& worker) {
   }
 }
 
+// The server dropped `worker` (Dropped): so do we, before the skip that follows. Every
+// connection of that id: the server knows one, and a restarted worker's new connection loses
+// its mirroring here (it reads as a lost replica to it) rather than a late write landing.
+void ShardServer::State::drop_as_the_server_did(std::uint32_t worker) {
+  for (Peer& peer : peers) {
+    if (peer.alive && peer.kind == PeerKind::worker && peer.worker == worker) {
+      lose(peer, Error(Errc::timeout, fmt::format("the server dropped worker {}: it held a claimed sequence "
+                                                  "unwritten past ten hole timeouts",
+                                                  worker)));
+    }
+  }
+}
+
 // Taking a sequence over in sidecar mode: the sequences the old owner may have granted are
 // skipped, in order, as they enter the window (ApplyOrder holds `slots` at a time); called until
 // the window starts at skip_below (take_over_at_sidecar).

@@ -183,6 +183,9 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
         aggregators_at[peer.worker] = *at;
         if (peer.joined_late) tell_workers(*at, peer.worker);
       }
+    } else if (const auto* dropped = std::get_if<Dropped>(&message);
+               dropped && role == Role::replica && peer.kind == PeerKind::primary) {
+      drop_as_the_server_did(dropped->worker);
     } else if (const auto* ack = std::get_if<Ack>(&message);
                ack && role == Role::server && peer.kind == PeerKind::primary) {
       stats.replica_acked = std::max(stats.replica_acked, ack->through);
@@ -385,10 +388,13 @@ std::size_t ShardServer::State::expire_holes() {
 }
 
 void ShardServer::State::tell_replica(const AppliedUpdate& record) {
+  send_to_replica(Decided{record.sequence, record.skipped ? 0 : std::max<std::uint32_t>(record.worker, 1), record.tag});
+}
+
+void ShardServer::State::send_to_replica(const Message& message) {
   if (!replica) return;
   try {
-    replica->send(
-        encode(Decided{record.sequence, record.skipped ? 0 : std::max<std::uint32_t>(record.worker, 1), record.tag}));
+    replica->send(encode(message));
   } catch (const Error& e) {
     lose_replica(e);
   }

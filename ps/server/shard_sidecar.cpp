@@ -71,6 +71,9 @@ std::size_t ShardServer::State::skip_stuck_head() {
     Peer& claimant = peers[held->second];
     const auto hold_for = options.hole_timeout * kClaimHeldTimeouts;
     if (now - *gap_since < hold_for) return 0;
+    // The replica first, on the connection our skip follows on: there too its mirror must not
+    // land once the slot can be reused, which is only after the replica followed the skip.
+    send_to_replica(Dropped{claimant.worker});
     lose(claimant, Error(Errc::timeout, fmt::format("it claimed sequence {} and wrote nothing in {} ms: dropped, so "
                                                     "that nothing it writes can land in a reused slot",
                                                     held->first, hold_for.count())));

@@ -200,6 +200,8 @@ struct ShardServer::State {
   IdleProbe idle_probe;      // probe_idle_peers
   void report_applied();
   void tell_replica(const AppliedUpdate& record);
+  void send_to_replica(const Message& message);       // a failure loses the replica
+  void drop_as_the_server_did(std::uint32_t worker);  // replica: Dropped
   void apply_update(std::uint32_t slot);
   // Between chunks of an apply: what must not wait for a whole apply.
   void between_chunks();

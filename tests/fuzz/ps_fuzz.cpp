@@ -82,6 +82,7 @@ void received_message(std::span<const std::byte> bytes) {
     require(ps::is_known(refused->why), "refused for an unknown reason");
   }
   if (const auto* next = std::get_if<ps::Pushing>(&*message)) require(next->sequence != 0, "pushing as sequence 0");
+  if (const auto* dropped = std::get_if<ps::Dropped>(&*message)) require(dropped->worker != 0, "dropped worker id 0");
   const auto again = ps::encode(*message);
   require(again.size() == bytes.size() && std::equal(again.begin(), again.end(), bytes.begin()),
           "a decoded message does not re-encode to its bytes");

@@ -33,7 +33,8 @@ std::vector<Message> one_of_each() {
           AskLanded{7},
           Landed{11, 43, 13},
           Refused{RefusedWhy::version_from_future, 11, 43},
-          Pushing{43, 11, 13}};
+          Pushing{43, 11, 13},
+          Dropped{7}};
 }
 
 TEST(PsMessages, EveryKindDecodesToWhatWasEncoded) {

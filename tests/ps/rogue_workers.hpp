@@ -35,12 +35,14 @@ class RogueWorkers : public ::testing::Test {
  protected:
   static constexpr std::size_t kFloats = 1024, kBytes = kFloats * sizeof(float);
 
-  // Connects as worker `id`: the server's slot ring as it advertised it, then our hello.
+  // Connects as worker `id`: the server's (or the replica's) slot ring as it advertised it,
+  // then our hello.
   static std::pair<Connection, RegionDescriptor> join(const Device& device, const std::string& address,
-                                                      std::uint16_t port, std::uint32_t id) {
+                                                      std::uint16_t port, std::uint32_t id,
+                                                      ps::Addressed as = ps::Addressed::server) {
     Connection c = ps::connect_with_retry(device, address, port, TransportOptions{}, 30s);
     const RegionDescriptor slots = c.wait_region(ps::kSlotRegionId, 30s);
-    c.send(ps::encode(ps::Hello{ps::PeerKind::worker, id}));
+    c.send(ps::encode(ps::Hello{ps::PeerKind::worker, id, as}));
     return {std::move(c), slots};
   }
 

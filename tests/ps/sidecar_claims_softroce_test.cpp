@@ -1,10 +1,12 @@
 // The sidecar-mode claim without grant windows, driven by the test process over rxe: a claimed
 // sequence is held for its claimant — past a hole timeout, and past its sender's gradlaned's
 // death — so that its write, however late, is applied and never lands in a slot a later
-// sequence reuses.
+// sequence reuses; a claimant dropped past ten hole timeouts is dropped at the replica too.
 #include <chrono>
+#include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -86,6 +88,89 @@ TEST_F(RogueWorkers, WithoutGrantWindowsAClaimedHeadIsHeldUntilItsClaimantWrites
   EXPECT_EQ(stats["skipped"].get<std::uint64_t>(), 1u) << "the never-written claim";
   EXPECT_EQ(stats["claimed"].get<std::uint64_t>(), 2u);
   expect_moved_by_one_update(out, "the held head was not applied, or something else was", 3);
+}
+
+TEST_F(RogueWorkers, WithoutGrantWindowsAClaimantTheServerDropsIsDroppedByTheReplicaToo) {
+  // Sidecar mode, no windows, with a replica: a worker claims its sequence and stalls past ten
+  // hole timeouts, so the server drops it and skips the sequence. Its mirror, written after
+  // that, must not land at the replica either: there the slot is reused once the skip is
+  // followed, and a late mirror would overwrite a later update's (and its worker, its server
+  // write failing, would fail over to the replica and make the live server step down).
+  const auto hosts = hosts_from_env();
+  ASSERT_GE(hosts.size(), 3u);
+  const std::string out = fresh_out("rogue-dropped-at-replica"), shm = "/gradlane-test-dropped";
+  ExternalProcess daemon({GRADLANE_GRADLANED, "--foreground", "--shm-name", shm}, out + "/gradlaned");
+  ASSERT_TRUE(wait_for_text(out + "/gradlaned.err", "gradlaned: serving", 120s));
+  const std::vector<std::string> shard = {"floats=" + std::to_string(kFloats),
+                                          "slots=8",
+                                          "workers=2",
+                                          "updates=2",
+                                          "out=" + out,
+                                          "endpoint=0",
+                                          "hole_timeout_ms=500"};
+  const auto node = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), GRADLANE_PS_NODE);
+    args.insert(args.end(), shard.begin(), shard.end());
+    return args;
+  };
+  // Its sidecar, only ever attached at a promotion, is never started.
+  ExternalProcess replica(
+      node({"role=replica", "device=" + hosts[1].device, "port=7827", "sidecar=/gradlane-test-dropped-standby"}),
+      out + "/replica");
+  ExternalProcess server(node({"role=server", "device=" + hosts[0].device, "port=7826", "sidecar=" + shm,
+                               "replica=" + hosts[1].address + ":7827"}),
+                         out + "/server");
+  Device device = Device::open({.name = hosts[2].device});
+  auto [honest, ring] = join(device, hosts[0].address, 7826, 1);
+  auto [stalled, ring3] = join(device, hosts[0].address, 7826, 3);
+  auto [honest_mirror, mirror_ring] = join(device, hosts[1].address, 7827, 1, ps::Addressed::replica);
+  auto [stalled_mirror, mirror_ring3] = join(device, hosts[1].address, 7827, 3, ps::Addressed::replica);
+  (void)ring3, (void)mirror_ring3;
+  sidecar::Client apps = attach_apps(shm);
+  const Payloads payloads(device);
+  const auto write = [&](Connection& c, const RegionDescriptor& slots, std::uint64_t sequence) {
+    c.wait(c.write_and_ring(payloads.gradient_mr, 0, slots, (sequence % 8) * kBytes, kBytes,
+                            static_cast<std::uint32_t>(sequence)),
+           30s);
+  };
+
+  const sidecar::Grant claimed = grant_from(apps, /*windows=*/false);
+  EXPECT_NE(claim(stalled, claimed.sequence, 0).window_rkey, 0u);
+  const sidecar::Grant later = grant_from(apps, /*windows=*/false);
+  write(honest_mirror, mirror_ring, later.sequence);
+  write(honest, ring, later.sequence);
+  bool dropped = false;
+  try {
+    (void)stalled.receive(20s);
+  } catch (const Error&) {
+    dropped = true;
+  }
+  ASSERT_TRUE(dropped) << "the server did not drop the stalled claimant";
+  std::this_thread::sleep_for(1s);  // the replica hears it on the server's connection meanwhile
+  bool mirror_landed = true;
+  try {
+    write(stalled_mirror, mirror_ring, claimed.sequence);
+  } catch (const Error&) {
+    mirror_landed = false;
+  }
+  EXPECT_FALSE(mirror_landed) << "the dropped worker's late mirror landed at the replica";
+  apps.complete(later.request, later.part_index, 1us);
+  apps.complete(claimed.request, claimed.part_index, 0us, /*failed=*/true);
+
+  for (Connection* c : {&honest, &stalled, &honest_mirror, &stalled_mirror}) {
+    Connection leave = std::move(*c);
+  }
+  const json stats = finished_stats(server, out);
+  EXPECT_EQ(stats["applied"].get<std::uint64_t>(), 1u);
+  EXPECT_EQ(stats["skipped"].get<std::uint64_t>(), 1u) << "the claim never written";
+  EXPECT_FALSE(stats["stepped_down"].get<bool>());
+  const auto replica_exit = replica.wait_exit(60s);
+  ASSERT_TRUE(replica_exit.has_value()) << "the replica did not finish";
+  std::ifstream replica_file(out + "/replica.stats.json");
+  const json at_replica = json::parse(replica_file);
+  EXPECT_EQ(at_replica["applied"].get<std::uint64_t>(), 1u);
+  EXPECT_EQ(at_replica["skipped"].get<std::uint64_t>(), 1u);
+  EXPECT_EQ(at_replica["refused_doorbells"].get<std::uint64_t>(), 0u) << "a late doorbell rang at the replica";
 }
 
 TEST_F(RogueWorkers, WithoutGrantWindowsASequenceClaimedBeforeItsSendersGradlanedDiedIsHeldForItsWrite) {
