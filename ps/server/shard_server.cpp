@@ -151,12 +151,13 @@ std::size_t ShardServer::State::take_from(std::size_t index) {
         peer.conn.send(encode(Opened{claim->sequence, 0}));
       }
     } else if (const auto* next = std::get_if<Pushing>(&message);
-               next && peer.kind == PeerKind::worker && options.sidecar) {
+               next && peer.kind == PeerKind::worker && (options.sidecar || role == Role::replica)) {
       // Its doorbell follows on the same QP (a replica's: its mirror's, whose tag a promotion
-      // needs). At most `slots` ahead of what we took: a worker saying more is wrong, and loses
-      // only its own history's tags. Taken while no sidecar is attached too — a replica not
-      // promoted yet, a server between gradlaneds — where dropping the worker would lose it for
-      // a message.
+      // needs; taken by a replica given no sidecar of its own too, which a sidecar-mode worker
+      // mirrors to all the same). At most `slots` ahead of what we took: a worker saying more is
+      // wrong, and loses only its own history's tags. Taken while no sidecar is attached too — a
+      // replica not promoted yet, a server between gradlaneds — where dropping the worker would
+      // lose it for a message.
       if (peer.pushing.size() >= options.slots) peer.pushing.erase(peer.pushing.begin());
       peer.pushing[next->sequence] = *next;
     } else if (const auto* ask = std::get_if<AskLanded>(&message); ask && peer.kind == PeerKind::worker) {
