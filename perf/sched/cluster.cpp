@@ -78,6 +78,7 @@ Cluster::Cluster(const ClusterParams& p, Observer* observer)
     std::iota(tree_order_.begin(), tree_order_.end(), 0U);
     std::mt19937_64 placement(p.seed ^ 0x5bd1e995ULL);
     std::shuffle(tree_order_.begin(), tree_order_.end(), placement);
+    tree_parent_ = heap_tree(p.workers);
   }
 }
 
@@ -427,41 +428,47 @@ void Cluster::join_ring(RequestId request, Instant now) {
     skipped_count_ = links_measured_ ? p_.skip_slowest : 0;
   }
   push(now + allreduce_time(), Kind::allreduce_done, 0);
-  if (skips_slowest(p_.mode)) measure_links();
+  if (skips_slowest(p_.mode) && !p_.measure_links_at_round_end) measure_links();
 }
 
 void Cluster::measure_links() {
-  // Every worker's egress as this allreduce starts: an oracle for what a scheduler probing the
-  // links between rounds would read (the same for gradlane-tree and local-ring-skip).
-  std::vector<double> measured(p_.workers);
-  for (std::uint32_t w = 0; w < p_.workers; ++w) measured[w] = worker_egress(w);
-  const std::vector<std::uint32_t> fastest_first = place_slowest_at_leaves(measured);
+  // Every worker's egress now: an oracle for what a scheduler probing the links between rounds
+  // would read (the same for gradlane-tree and local-ring-skip).
+  measured_egress_.resize(p_.workers);
+  for (std::uint32_t w = 0; w < p_.workers; ++w) measured_egress_[w] = worker_egress(w);
+  const std::vector<std::uint32_t> fastest_first = place_slowest_at_leaves(measured_egress_);
   next_skipped_.assign(p_.workers, false);
   for (std::size_t i = p_.workers - p_.skip_slowest; i < p_.workers; ++i) next_skipped_[fastest_first[i]] = true;
-  if (p_.mode == Mode::gradlane_tree) tree_order_ = fastest_first;  // the slowest at the leaves
+  if (p_.mode == Mode::gradlane_tree) {
+    tree_order_ = fastest_first;             // the slowest at the leaves
+    if (p_.tree_shape != TreeShape::heap) {  // each worker given the children its egress carries
+      std::vector<double> egress(p_.workers), ingress(p_.workers, p_.worker_gbps * kGbps);
+      for (std::size_t i = 0; i < p_.workers; ++i) egress[i] = measured_egress_[fastest_first[i]];
+      tree_parent_ = rate_aware_tree(egress, ingress, p_.workers - p_.skip_slowest);
+    }
+  }
   links_measured_ = true;
 }
 
 std::size_t Cluster::uploaders() const { return p_.workers - skipped_count_; }
 
-Nanos Cluster::allreduce_time() const {
-  if (p_.workers == 1) return Nanos{0};
-  if (reduces_by_tree(p_.mode)) {
-    std::vector<double> egress(p_.workers), ingress(p_.workers, p_.worker_gbps * kGbps);
-    for (std::size_t i = 0; i < p_.workers; ++i) egress[i] = worker_egress(tree_order_[i]);
-    const double s =
-        tree_allreduce_seconds(egress, ingress, static_cast<double>(p_.bytes), p_.ring_hop_us * 1e-6, uploaders());
-    return Nanos{static_cast<std::int64_t>(std::llround(s * 1e9))};
-  }
-  // local-ring-skip: the ring is the workers not left out; each left-out one then receives the
-  // mean from a distinct ring member, the fastest ones, all at once.
+double Cluster::tree_seconds(std::span<const double> egress_of_worker) const {
+  std::vector<double> egress(p_.workers), ingress(p_.workers, p_.worker_gbps * kGbps);
+  for (std::size_t i = 0; i < p_.workers; ++i) egress[i] = egress_of_worker[tree_order_[i]];
+  return tree_allreduce_seconds(tree_parent_, egress, ingress, static_cast<double>(p_.bytes), p_.ring_hop_us * 1e-6,
+                                p_.tree_phases, uploaders());
+}
+
+double Cluster::ring_seconds(std::span<const double> egress_of_worker) const {
+  // The ring is the workers not left out; each left-out one then receives the mean from a
+  // distinct ring member, the fastest ones, all at once.
   const double ingress = p_.worker_gbps * kGbps;  // every worker's
   double slowest = ingress;
   std::vector<double> members;
   for (std::uint32_t w = 0; w < p_.workers; ++w) {
     if (!skipped_this_round_.empty() && skipped_this_round_[w]) continue;
-    slowest = std::min(slowest, worker_egress(w));
-    members.push_back(worker_egress(w));
+    slowest = std::min(slowest, egress_of_worker[w]);
+    members.push_back(egress_of_worker[w]);
   }
   const auto n = static_cast<double>(members.size());
   const double hop = p_.ring_hop_us * 1e-6, bytes = static_cast<double>(p_.bytes);
@@ -469,6 +476,29 @@ Nanos Cluster::allreduce_time() const {
   if (skipped_count_ > 0) {
     std::sort(members.begin(), members.end(), std::greater<>());
     seconds += hop + bytes / std::min(members[std::min(skipped_count_, members.size()) - 1], ingress);
+  }
+  return seconds;
+}
+
+Nanos Cluster::allreduce_time() {
+  if (p_.workers == 1) return Nanos{0};
+  std::vector<double> egress(p_.workers);
+  for (std::uint32_t w = 0; w < p_.workers; ++w) egress[w] = worker_egress(w);
+  double seconds = 0;
+  if (p_.mode == Mode::gradlane_tree && p_.tree_shape == TreeShape::adaptive) {
+    // The shape is chosen on the measured links; the round then takes what the links give.
+    bool by_tree = false;
+    double predicted = 0;
+    if (links_measured_) {
+      const double tree = tree_seconds(measured_egress_), ring = ring_seconds(measured_egress_);
+      by_tree = tree * tree_overrun_ < ring * ring_overrun_;
+      predicted = by_tree ? tree : ring;
+    }
+    seconds = by_tree ? tree_seconds(egress) : ring_seconds(egress);
+    if (predicted > 0) (by_tree ? tree_overrun_ : ring_overrun_) = std::max(1.0, seconds / predicted);
+    if (!by_tree) ++stats_.rounds_by_ring;
+  } else {
+    seconds = reduces_by_tree(p_.mode) ? tree_seconds(egress) : ring_seconds(egress);
   }
   return Nanos{static_cast<std::int64_t>(std::llround(seconds * 1e9))};
 }
@@ -485,6 +515,7 @@ void Cluster::finish_allreduce(Instant now) {
     step_.push_back(record_applied(request, seq, now));
   }
   ring_ready_.clear();
+  if (skips_slowest(p_.mode) && p_.measure_links_at_round_end) measure_links();
   applied_[at] = seq;
   apply_step(now);
 }

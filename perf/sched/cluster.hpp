@@ -73,13 +73,14 @@
 //    needs every model), so tau does not apply. One server only.
 //  - Mode::local_ring: local SGD as it is usually run (e.g. PyTorch's post-local SGD): the
 //    models are averaged by ring's allreduce, with ring's timing, instead of through a server.
-//  - Mode::local_tree, Mode::gradlane_tree: local SGD averaged by a pipelined binary-tree
-//    allreduce (tree_allreduce.hpp: reduce up, broadcast down, the same hop cost as ring's).
-//    local-tree ranks the workers in a random order fixed for the run, as a launcher does;
-//    gradlane-tree is the scheduler's placement: each allreduce measures every worker's egress
-//    and the next one puts the slowest at the leaves, where a slow link delays only its own
-//    upload, not every phase (ring) or the broadcast (an inner node). With skip_slowest
-//    it also does not wait for that many of the slowest measured links in a round.
+//  - Mode::local_tree, Mode::gradlane_tree: local SGD averaged by a pipelined tree allreduce
+//    (tree_allreduce.hpp: reduce up and broadcast down at once, the same hop cost as ring's).
+//    local-tree is a binary tree over the workers in a random order fixed for the run, as a
+//    launcher ranks them; gradlane-tree is the scheduler's tree: each allreduce measures every
+//    worker's egress and the next one puts the slowest at the leaves, where a slow link carries
+//    only its own upload, not every phase (ring) or its children's streams (an inner node), and
+//    gives each worker as many children as its egress carries. With skip_slowest it also does
+//    not wait for that many of the slowest measured links in a round.
 //  - Mode::local_ring_skip: local-ring given gradlane-tree's measurement and skip: the ring of
 //    the workers not left out, then the mean sent to each left-out one. The baseline that
 //    separates what the tree's placement gains from what not waiting for stragglers gains.
@@ -96,6 +97,7 @@
 #include <vector>
 
 #include "perf/sched/fair_share.hpp"
+#include "perf/sched/tree_allreduce.hpp"
 #include "sidecar/core/scheduler.hpp"
 
 namespace gradlane::sched::sim {
@@ -125,6 +127,19 @@ bool averages_models(Mode mode);
 bool allreduces(Mode mode);
 // The tree modes (tree_allreduce.hpp prices their allreduce).
 bool reduces_by_tree(Mode mode);
+// The allreduce gradlane-tree runs over the workers it placed, the slowest at the leaves:
+//  - heap: a binary heap;
+//  - rate_aware: shaped to the measured links (rate_aware_tree: each worker given as many
+//    children as its egress carries; overlapped phases only);
+//  - adaptive: each round, the rate-aware tree or a ring of the workers not left out (priced as
+//    local-ring-skip's), whichever the measured links predict is sooner once each prediction is
+//    scaled by how far that shape's last round ran over its own; a ring until the links are
+//    measured, since a tree's price depends on where the unknown slow links sit. Links that
+//    change within a round overrun a shaped tree's prediction and send it back to the ring.
+enum class TreeShape { heap, rate_aware, adaptive };
+TreeShape parse_tree_shape(const std::string& name);
+const char* to_string(TreeShape shape);
+
 // Modes that, once they measured the links, leave the skip_slowest slowest out of a round.
 bool skips_slowest(Mode mode);
 // Modes whose transfers start at the scheduling core's slots (SJF, packed ingress, aggregation).
@@ -187,6 +202,14 @@ struct ClusterParams {
   // workers') and receive the mean (gradlane-tree: at the leaves; local-ring-skip: from a ring
   // member after the allreduce).
   std::uint32_t skip_slowest = 0;
+  // Tree modes: the reduce and the broadcast overlapped, as NCCL runs them, or one after the
+  // other (tree_allreduce.hpp).
+  TreePhases tree_phases = TreePhases::overlapped;
+  // gradlane-tree only (TreeShape).
+  TreeShape tree_shape = TreeShape::adaptive;
+  // gradlane-tree and local-ring-skip: measure the links as an allreduce ends (true: what a
+  // probe between rounds reads for the next one) or as it starts (false: a round staler).
+  bool measure_links_at_round_end = true;
 
   // A message naming the first unusable field, or nullopt.
   std::optional<std::string> validate() const;
@@ -234,7 +257,8 @@ struct ClusterStats {
   double latency_sum_ms = 0;          // submit -> applied, per applied gradient
   std::uint64_t straggler_applied = 0;
   std::uint64_t straggler_drops = 0;
-  double server_busy_ms = 0;  // summed over servers: time their ingress carried any transfer
+  std::uint64_t rounds_by_ring = 0;  // gradlane-tree, adaptive: allreduces it ran as a ring
+  double server_busy_ms = 0;         // summed over servers: time their ingress carried any transfer
   // Bytes that crossed a server's ingress. fair: as they cross (up to now); exclusive: a whole
   // transfer's when it starts.
   Bytes server_ingress_bytes = 0;
@@ -357,8 +381,12 @@ class Cluster {
   void arrive_for_backup_step(EndpointId at, Seq seq, RequestId request, Instant now);
   // ring: worker w's gradient is ready; the last of the step starts the allreduce.
   void join_ring(RequestId request, Instant now);
-  Nanos allreduce_time() const;
-  std::size_t uploaders() const;  // tree modes: the heap positions that send up this round
+  Nanos allreduce_time();
+  // The price of this round's tree, or of a ring of the workers it does not leave out, at the
+  // given egress per worker.
+  double tree_seconds(std::span<const double> egress_of_worker) const;
+  double ring_seconds(std::span<const double> egress_of_worker) const;
+  std::size_t uploaders() const;  // tree modes: the positions that send up this round
   void measure_links();           // skipping modes: whom the next round leaves out (and its tree)
   void finish_allreduce(Instant now);
   void change_bandwidth(Instant now);
@@ -388,11 +416,15 @@ class Cluster {
   std::map<std::uint64_t, Pending> pending_;
   std::vector<Gradient> step_;             // barrier modes: the gradients of the current step at the server
   std::vector<RequestId> ring_ready_;      // allreduce modes: the step's gradients computed so far
-  std::vector<std::uint32_t> tree_order_;  // tree modes: the worker at each heap position
+  std::vector<std::uint32_t> tree_order_;  // tree modes: the worker at each tree position
+  std::vector<std::size_t> tree_parent_;   // tree modes: each position's parent (a heap until measured)
   bool links_measured_ = false;            // skipping modes: an allreduce has measured the links
   std::vector<bool> skipped_this_round_;   // skipping modes: workers whose model the round leaves out
   std::size_t skipped_count_ = 0;
-  std::vector<bool> next_skipped_;  // skipping modes: from the last measurement
+  std::vector<bool> next_skipped_;       // skipping modes: from the last measurement
+  std::vector<double> measured_egress_;  // skipping modes: each worker's, at the last measurement
+  // gradlane-tree, adaptive: how far each shape's last round ran over its prediction (>= 1).
+  double tree_overrun_ = 1.0, ring_overrun_ = 1.0;
   // Asynchronous modes: how many workers are at each clock (the first key is the slowest), and
   // (ssp) the workers waiting for the slowest to catch up, by their clock.
   std::map<std::uint64_t, std::uint32_t> clock_counts_;

@@ -102,6 +102,25 @@ IngressSharing parse_ingress_sharing(const std::string& name) {
   throw std::invalid_argument("unknown ingress sharing '" + name + "': use packed or exclusive");
 }
 
+TreeShape parse_tree_shape(const std::string& name) {
+  if (name == "heap") return TreeShape::heap;
+  if (name == "rate-aware") return TreeShape::rate_aware;
+  if (name == "adaptive") return TreeShape::adaptive;
+  throw std::invalid_argument("unknown tree shape '" + name + "': use heap, rate-aware or adaptive");
+}
+
+const char* to_string(TreeShape shape) {
+  switch (shape) {
+    case TreeShape::heap:
+      return "heap";
+    case TreeShape::rate_aware:
+      return "rate-aware";
+    case TreeShape::adaptive:
+      return "adaptive";
+  }
+  return "?";
+}
+
 const char* to_string(PullCost pulls) { return pulls == PullCost::priced ? "priced" : "free"; }
 
 PullCost parse_pull_cost(const std::string& name) {
@@ -129,6 +148,9 @@ std::optional<std::string> ClusterParams::validate() const {
   if (skip_slowest >= workers) return "skip fewer of the slowest links than there are workers";
   if (mode == Mode::gradlane_tree && 2 * (std::uint64_t{workers} - skip_slowest) + 1 < workers) {
     return "gradlane-tree can skip at most half the workers (those it skips are leaves)";
+  }
+  if (mode == Mode::gradlane_tree && tree_shape != TreeShape::heap && tree_phases != TreePhases::overlapped) {
+    return "gradlane-tree shapes its tree for overlapped phases: with sequential ones, use the heap shape";
   }
   if (bytes == 0) return "bytes must be positive";
   if (!(compute_ms > 0) || !(worker_gbps > 0) || !(server_gbps > 0)) {

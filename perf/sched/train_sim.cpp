@@ -75,6 +75,7 @@ int main(int argc, char** argv) try {
   sim::TrainParams t;
   std::string network = sim::to_string(c.network);
   std::string pulls = sim::to_string(c.pulls);
+  std::string tree_phases = "overlapped", tree_shape = sim::to_string(c.tree_shape), measure_links = "end";
   std::string ingress = sim::to_string(c.ingress);
   std::string mode = "gradlane", model_name = "softmax", eval = "test", data_dir = train::kDefaultFashionMnistDir;
   std::string json_path, csv_path;
@@ -115,6 +116,17 @@ int main(int argc, char** argv) try {
   app.add_option("--ring-hop-us", c.ring_hop_us,
                  "ring and tree modes: the fixed cost of each hop (ring: each of its 2(N-1) phases)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--tree-phases", tree_phases,
+                 "tree modes: overlapped (reduce and broadcast at once, as NCCL's tree) or sequential")
+      ->check(CLI::IsMember({"sequential", "overlapped"}));
+  app.add_option("--tree-shape", tree_shape,
+                 "gradlane-tree: heap (a binary heap, slowest at the leaves), rate-aware (each worker given the "
+                 "children its measured egress carries) or adaptive (each round the rate-aware tree or a ring, "
+                 "whichever the measured links predict is sooner, corrected by each one's last overrun)")
+      ->check(CLI::IsMember({"heap", "rate-aware", "adaptive"}));
+  app.add_option("--measure-links", measure_links,
+                 "gradlane-tree, local-ring-skip: measure the links as an allreduce ends (end) or starts (start)")
+      ->check(CLI::IsMember({"start", "end"}));
   app.add_flag("--data-shards", t.data_shards, "each worker samples only its own contiguous part of the data");
   app.add_option("--network", network,
                  "fair: each NIC shared max-min fairly by the transfers crossing it; "
@@ -164,6 +176,9 @@ int main(int argc, char** argv) try {
   CLI11_PARSE(app, argc, argv);
 
   c.mode = sim::parse_mode(mode);
+  c.tree_phases = tree_phases == "overlapped" ? sim::TreePhases::overlapped : sim::TreePhases::sequential;
+  c.tree_shape = sim::parse_tree_shape(tree_shape);
+  c.measure_links_at_round_end = measure_links == "end";
   c.network = sim::parse_network_model(network);
   c.pulls = sim::parse_pull_cost(pulls);
   c.ingress = sim::parse_ingress_sharing(ingress);
@@ -206,9 +221,11 @@ int main(int argc, char** argv) try {
     fmt::print("  ssp bound {}: waits {}, max clock lead {}\n", c.ssp_bound, s.ssp_waits, s.max_clock_lead);
   if (c.mode == sim::Mode::sync) fmt::print("  steps {}\n", s.steps);
   if (sim::allreduces(c.mode)) {
+    const bool adapts = c.mode == sim::Mode::gradlane_tree && c.tree_shape == sim::TreeShape::adaptive;
     fmt::print(
-        "  {} hop {} us: steps {}{}\n", sim::reduces_by_tree(c.mode) ? "tree" : "ring", c.ring_hop_us, s.steps,
-        c.skip_slowest > 0 ? fmt::format(", not waiting for the {} slowest links", c.skip_slowest) : std::string());
+        "  {} hop {} us: steps {}{}{}\n", sim::reduces_by_tree(c.mode) ? "tree" : "ring", c.ring_hop_us, s.steps,
+        c.skip_slowest > 0 ? fmt::format(", not waiting for the {} slowest links", c.skip_slowest) : std::string(),
+        adapts ? fmt::format(", {} of them by ring", s.rounds_by_ring) : std::string());
   }
   if (sim::averages_models(c.mode)) fmt::print("  local steps {}: averages {}\n", c.local_steps, s.steps);
   if (c.bytes != model_bytes)
@@ -248,6 +265,9 @@ int main(int argc, char** argv) try {
                    {"ring_hop_us", c.ring_hop_us},
                    {"local_steps", c.local_steps},
                    {"skip_slowest", c.skip_slowest},
+                   {"tree_phases", tree_phases},
+                   {"tree_shape", tree_shape},
+                   {"measure_links", measure_links},
                    {"data_shards", t.data_shards},
                    {"workers", c.workers},
                    {"compute_ms", c.compute_ms},
@@ -313,6 +333,7 @@ int main(int argc, char** argv) try {
         {"delay_gradients_p99", percentile(r.gradient_delays, 0.99)},
         {"straggler_applied", s.straggler_applied},
         {"straggler_drops", s.straggler_drops},
+        {"rounds_by_ring", s.rounds_by_ring},
         {"schedule_calls", s.schedule_calls},
         {"peak_pending_aggregates", s.peak_pending_aggregates},
         {"wall_s", r.wall_s}};
