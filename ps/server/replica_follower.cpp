@@ -35,7 +35,6 @@ std::size_t ReplicaFollower::feed(ApplyOrder& order, Clock::time_point now, Cloc
     fed_[head] = decision->second;
     decisions_.erase(decision);
     mirrored_.erase(head);
-    said_.erase(said_.begin(), said_.upper_bound(head));
     ++fed;
   }
   return fed;
@@ -69,11 +68,10 @@ std::uint64_t ReplicaFollower::take_over(ApplyOrder& order, const EarlierTag& ea
     return earlier ? *earlier + 1 : 0;
   };
   const auto take_mirror = [&](std::uint64_t sequence) {
-    const std::uint32_t worker = std::max<std::uint32_t>(mirrored_.at(sequence), 1);
+    const Mirror& mirror = mirrored_.at(sequence);
+    const std::uint32_t worker = std::max<std::uint32_t>(mirror.worker, 1);
     order.arrived(sequence, static_cast<std::uint32_t>(sequence % slots));
-    const auto said = said_.find(sequence);
-    const bool known = said != said_.end() && said->second.worker == worker;
-    fed_[sequence] = Decided{sequence, worker, known ? said->second.tag : next_tag(worker)};
+    fed_[sequence] = Decided{sequence, worker, mirror.tag ? *mirror.tag : next_tag(worker)};
   };
   std::uint64_t head = order.next_sequence() + order.pending();
   for (; mirrored_.contains(head) && !decisions_.contains(head); ++head) take_mirror(head);
@@ -89,10 +87,9 @@ std::uint64_t ReplicaFollower::take_over(ApplyOrder& order, const EarlierTag& ea
       }
     }
   }
-  for (const auto& [sequence, worker] : mirrored_) lost += sequence >= head ? 1 : 0;
+  for (const auto& [sequence, mirror] : mirrored_) lost += sequence >= head ? 1 : 0;
   decisions_.clear();
   mirrored_.clear();
-  said_.clear();
   head_waiting_since_.reset();
   return lost;
 }

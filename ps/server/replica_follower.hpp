@@ -27,15 +27,13 @@ class ReplicaFollower {
   // Every decision that came was handed to the apply order.
   bool all_fed() const noexcept { return decisions_.empty(); }
 
-  // A mirror's doorbell for `sequence` from `worker` (the caller checked its window and claim).
-  void mirror_rang(std::uint64_t sequence, std::uint32_t worker) { mirrored_[sequence] = worker; }
-  bool mirrored(std::uint64_t sequence) const { return mirrored_.contains(sequence); }
-  // What `worker` said its mirror of `sequence` is (sidecar mode: Pushing, sent ahead of the
-  // mirror; the caller checked the sequence is in the window). Kept until the sequence is fed;
-  // a promotion tags an undecided mirror with it.
-  void mirror_said(std::uint64_t sequence, std::uint32_t worker, std::uint64_t tag) {
-    said_[sequence] = Decided{sequence, worker, tag};
+  // A mirror's doorbell for `sequence` from `worker` (the caller checked its window and claim),
+  // with the tag its worker said it is, if it did (sidecar mode: Pushing, sent ahead of the
+  // mirror). Kept until the sequence is fed; a promotion tags an undecided mirror with it.
+  void mirror_rang(std::uint64_t sequence, std::uint32_t worker, std::optional<std::uint64_t> tag = std::nullopt) {
+    mirrored_[sequence] = Mirror{worker, tag};
   }
+  bool mirrored(std::uint64_t sequence) const { return mirrored_.contains(sequence); }
 
   // Workers mirror every update to a replica they started with (unless told to let it read
   // them from the server's slot); to one that joined running, only from the sequence each
@@ -61,7 +59,7 @@ class ReplicaFollower {
   // Promoted, the server gone: the decided sequences are fed as decided, but one whose mirror
   // is not here is skipped (lost: counted). Then every mirror here that the server had not
   // decided, in order — acknowledged to its worker — arrives; the gaps before them are skipped,
-  // up to the ring's end. Such an update's tag is the one its worker said (mirror_said); else one
+  // up to the ring's end. Such an update's tag is the one its worker said (mirror_rang); else one
   // past its worker's last decided tag (here, or else earlier_tag(worker), or 0), which is wrong
   // after a push of that worker's was dropped or lost. Returns the updates lost.
   using EarlierTag = std::function<std::optional<std::uint64_t>(std::uint32_t worker)>;
@@ -73,10 +71,13 @@ class ReplicaFollower {
   void acknowledged(std::uint64_t through) noexcept { acked_ = through; }
 
  private:
-  std::map<std::uint64_t, Decided> decisions_;           // decided, not yet fed to the order
-  std::map<std::uint64_t, Decided> fed_;                 // fed, until applied
-  std::map<std::uint64_t, std::uint32_t> mirrored_;      // sequence -> the worker whose mirror rang
-  std::map<std::uint64_t, Decided> said_;                // sequence -> what its mirror's worker said it is
+  std::map<std::uint64_t, Decided> decisions_;  // decided, not yet fed to the order
+  std::map<std::uint64_t, Decided> fed_;        // fed, until applied
+  struct Mirror {
+    std::uint32_t worker = 0;          // whose mirror rang
+    std::optional<std::uint64_t> tag;  // what its worker said it is
+  };
+  std::map<std::uint64_t, Mirror> mirrored_;             // by sequence
   std::optional<Clock::time_point> head_waiting_since_;  // head decided "apply", its data not here
   std::map<std::uint32_t, std::uint64_t> mirrors_from_;
   bool joined_running_ = false;

@@ -215,10 +215,9 @@ std::size_t ShardServer::State::take_doorbells(Peer& peer) {
       // only from the worker that claimed its slot here.
       const bool claimant = rung_by_claimant(peer, sequence);
       if (claimant && sequence >= order.next_sequence() && sequence < order.next_sequence() + options.slots) {
-        following.mirror_rang(sequence, peer.worker);
-        if (const auto said = peer.pushing.extract(sequence); !said.empty()) {
-          following.mirror_said(sequence, peer.worker, said.mapped().tag);
-        }
+        const auto said = peer.pushing.extract(sequence);
+        following.mirror_rang(sequence, peer.worker,
+                              said.empty() ? std::nullopt : std::optional<std::uint64_t>(said.mapped().tag));
         peer.pushing.erase(peer.pushing.begin(), peer.pushing.lower_bound(sequence));  // never rung
       } else {
         ++stats.refused_doorbells;

@@ -127,16 +127,13 @@ TEST(ReplicaFollower, PromotedItTakesTheDecidedThenTheUndecidedMirrorsSkippingGa
 TEST(ReplicaFollower, PromotedItTagsAnUndecidedMirrorAsItsWorkerSaid) {
   // Worker 1's push tagged 11 was lost before the server decided it (its claim came too late),
   // so its next push, mirrored here and undecided, is its step 12: one past the decided tag is
-  // wrong. What a worker said for another sequence, or another worker for this one, is not used.
+  // wrong. A mirror whose worker said nothing gets one past that worker's last decided tag.
   ApplyOrder order(8);
   ReplicaFollower following;
   following.decided({1, 1, 10});
   following.mirror_rang(1, 1);
-  following.mirror_rang(3, 1);
-  following.mirror_said(3, 1, 12);
+  following.mirror_rang(3, 1, 12);
   following.mirror_rang(4, 2);
-  following.mirror_said(4, 1, 99);  // said by worker 1, rung by worker 2
-  following.mirror_said(5, 2, 50);  // never rung
   const auto none = [](std::uint32_t) -> std::optional<std::uint64_t> { return std::nullopt; };
   EXPECT_EQ(following.take_over(order, none), 0u);
   EXPECT_EQ(drain(order), "a1 s2 a3 a4 ");
