@@ -4,6 +4,7 @@
 
 #include <sys/wait.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -44,6 +45,18 @@ class RogueWorkers : public ::testing::Test {
     const RegionDescriptor slots = c.wait_region(ps::kSlotRegionId, 30s);
     c.send(ps::encode(ps::Hello{ps::PeerKind::worker, id, as}));
     return {std::move(c), slots};
+  }
+
+  // Whether `c`'s peer dropped it: the next receive, within `within`, fails (printed) instead of
+  // bringing a message.
+  static bool dropped_within(Connection& c, std::chrono::milliseconds within) {
+    try {
+      (void)c.receive(within);
+      return false;
+    } catch (const Error& e) {
+      std::printf("  [dropped] %s\n", e.what());
+      return true;
+    }
   }
 
   // The server's stats once it finished (every worker gone), after a clean exit.
