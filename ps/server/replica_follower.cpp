@@ -6,6 +6,7 @@
 namespace gradlane::ps {
 
 bool ReplicaFollower::mirror_coming(const Decided& decision, bool workers_mirror) const {
+  if (stopped_.contains(decision.worker)) return false;
   if (!joined_running_) return workers_mirror;
   const auto from = mirrors_from_.find(decision.worker);
   return from != mirrors_from_.end() && decision.sequence >= from->second;

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "ps/protocol/messages.hpp"
 #include "ps/receiving/apply_order.hpp"
@@ -37,10 +38,15 @@ class ReplicaFollower {
 
   // Workers mirror every update to a replica they started with (unless told to let it read
   // them from the server's slot); to one that joined running, only from the sequence each
-  // announced (Mirroring) on, and a lost worker mirrors nothing more.
+  // announced (Mirroring) on. A worker whose connection here was lost mirrors nothing more
+  // until it connects again (and, here joined running, says from where).
   void joined_running() noexcept { joined_running_ = true; }
   void mirrors_from(std::uint32_t worker, std::uint64_t from) { mirrors_from_[worker] = from; }
-  void mirrors_stopped(std::uint32_t worker) { mirrors_from_.erase(worker); }
+  void mirrors_stopped(std::uint32_t worker) {
+    mirrors_from_.erase(worker);
+    stopped_.insert(worker);
+  }
+  void mirrors_resumed(std::uint32_t worker) { stopped_.erase(worker); }
   bool mirror_coming(const Decided& decision, bool workers_mirror) const;
 
   // Hands `order` the decided sequences at its head, in order: a skip is cancelled, a mirrored
@@ -80,6 +86,7 @@ class ReplicaFollower {
   std::map<std::uint64_t, Mirror> mirrored_;             // by sequence
   std::optional<Clock::time_point> head_waiting_since_;  // head decided "apply", its data not here
   std::map<std::uint32_t, std::uint64_t> mirrors_from_;
+  std::set<std::uint32_t> stopped_;  // workers whose connection here was lost
   bool joined_running_ = false;
   std::uint64_t acked_ = 0;
 };

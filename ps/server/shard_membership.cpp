@@ -95,6 +95,7 @@ void ShardServer::State::admit(Connection&& conn, const Hello& hello) {
   peers.back().addressed = hello.addressed;
   ++stats.peers_joined;
   awaiting_rejoin.erase(hello.worker);
+  following.mirrors_resumed(hello.worker);
   if (role == Role::server) {
     if (replica_at) tell_workers(*replica_at, 0, &peers.back());
     for (const auto& [aggregator, at] : aggregators_at) tell_workers(at, aggregator, &peers.back());

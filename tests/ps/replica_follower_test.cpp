@@ -97,6 +97,30 @@ TEST(ReplicaFollower, NoMirrorIsAwaitedFromWorkersThatDoNotMirrorHere) {
   EXPECT_EQ(fetched, (std::vector<std::uint64_t>{1}));
 }
 
+// A replica the workers started with: one whose connection here was lost goes on pushing to
+// the server, and each of its updates is read from the server's slot at once, not after the
+// patience (a job whose replica lost its workers crawled at one update per hole timeout).
+TEST(ReplicaFollower, AWorkerLostHereMirrorsNothingMoreUntilItConnectsAgain) {
+  ReplicaFollower following;
+  following.mirrors_stopped(3);
+  EXPECT_FALSE(following.mirror_coming({4, 3, 0}, true)) << "lost at a replica it started with";
+  EXPECT_TRUE(following.mirror_coming({4, 2, 0}, true)) << "the other workers still mirror";
+  following.mirrors_resumed(3);
+  EXPECT_TRUE(following.mirror_coming({5, 3, 0}, true)) << "connected again";
+
+  ApplyOrder order(4);
+  std::vector<std::uint64_t> fetched;
+  const auto fetch = [&](std::uint64_t s) { fetched.push_back(s); };
+  following.mirrors_stopped(3);
+  following.decided({1, 3, 0});
+  EXPECT_EQ(following.feed(order, Clock::now(), 1h, true, true, fetch), 1u);
+  EXPECT_EQ(fetched, (std::vector<std::uint64_t>{1}));
+  EXPECT_EQ(drain(order), "a1 ");
+  following.joined_running();
+  following.mirrors_resumed(3);
+  EXPECT_FALSE(following.mirror_coming({6, 3, 0}, true)) << "joined running: not before it says from where";
+}
+
 TEST(ReplicaFollower, PromotedItTakesTheDecidedThenTheUndecidedMirrorsSkippingGapsUpToTheRingsEnd) {
   ApplyOrder order(8);
   ReplicaFollower following;
