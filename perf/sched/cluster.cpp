@@ -73,6 +73,7 @@ Cluster::Cluster(const ClusterParams& p, Observer* observer)
     start_compute(w, Instant{});
   }
   if (p.change_ms > 0) push(Instant{} + from_ms(p.change_ms), Kind::bandwidth_change, 0);
+  if (skips_slowest(p.mode) && p.probe_bytes > 0) probe_links();
   if (reduces_by_tree(p.mode)) {  // ranks in an order the rates do not know: a random one, fixed
     tree_order_.resize(p.workers);
     std::iota(tree_order_.begin(), tree_order_.end(), 0U);
@@ -239,6 +240,11 @@ void Cluster::handle(const Event& e, Instant now) {
       break;
     case Kind::bandwidth_change:
       change_bandwidth(now);
+      break;
+    case Kind::links_probed:
+      probing_ = false;
+      measure_links();
+      if (ring_ready_.size() == p_.workers) start_round(now);
       break;
   }
 }
@@ -422,13 +428,28 @@ void Cluster::arrive_for_backup_step(EndpointId at, Seq seq, RequestId request, 
 void Cluster::join_ring(RequestId request, Instant now) {
   ++stats_.submitted;
   ring_ready_.push_back(request);
-  if (ring_ready_.size() != p_.workers) return;
+  if (ring_ready_.size() != p_.workers || probing_) return;
+  start_round(now);
+}
+
+void Cluster::start_round(Instant now) {
   if (skips_slowest(p_.mode)) {  // the last measurement decides whom this round leaves out
     skipped_this_round_ = links_measured_ ? next_skipped_ : std::vector<bool>(p_.workers, false);
     skipped_count_ = links_measured_ ? p_.skip_slowest : 0;
   }
   push(now + allreduce_time(), Kind::allreduce_done, 0);
   if (skips_slowest(p_.mode) && !p_.measure_links_at_round_end) measure_links();
+}
+
+void Cluster::probe_links() {
+  // Every worker sends probe_bytes at once while it computes; the slowest egress decides when
+  // the measurement is complete. The links are read as the probe ends.
+  double slowest = 0;
+  for (std::uint32_t w = 0; w < p_.workers; ++w) {
+    slowest = std::max(slowest, p_.ring_hop_us * 1e-6 + static_cast<double>(p_.probe_bytes) / worker_egress(w));
+  }
+  probing_ = true;
+  push(Instant{} + Nanos{static_cast<std::int64_t>(std::llround(slowest * 1e9))}, Kind::links_probed, 0);
 }
 
 void Cluster::measure_links() {

@@ -210,6 +210,11 @@ struct ClusterParams {
   // gradlane-tree and local-ring-skip: measure the links as an allreduce ends (true: what a
   // probe between rounds reads for the next one) or as it starts (false: a round staler).
   bool measure_links_at_round_end = true;
+  // gradlane-tree and local-ring-skip: before the first round every worker sends this many bytes
+  // at once to measure its egress, during its first minibatch; the first round starts once the
+  // slowest probe has ended, on measured links. 0: no probe (the first round waits for every
+  // worker, on a ring).
+  std::uint64_t probe_bytes = 0;
 
   // A message naming the first unusable field, or nullopt.
   std::optional<std::string> validate() const;
@@ -295,6 +300,7 @@ class Cluster {
     wake,
     bandwidth_change,
     allreduce_done,  // ring: the step's allreduce finished
+    links_probed,    // skipping modes: the probe before the first round ended
   };
   struct Event {
     Instant at;
@@ -381,6 +387,8 @@ class Cluster {
   void arrive_for_backup_step(EndpointId at, Seq seq, RequestId request, Instant now);
   // ring: worker w's gradient is ready; the last of the step starts the allreduce.
   void join_ring(RequestId request, Instant now);
+  void start_round(Instant now);  // allreduce modes: every gradient of the step is ready
+  void probe_links();             // skipping modes, probe_bytes: the first measurement
   Nanos allreduce_time();
   // The price of this round's tree, or of a ring of the workers it does not leave out, at the
   // given egress per worker.
@@ -418,7 +426,8 @@ class Cluster {
   std::vector<RequestId> ring_ready_;      // allreduce modes: the step's gradients computed so far
   std::vector<std::uint32_t> tree_order_;  // tree modes: the worker at each tree position
   std::vector<std::size_t> tree_parent_;   // tree modes: each position's parent (a heap until measured)
-  bool links_measured_ = false;            // skipping modes: an allreduce has measured the links
+  bool links_measured_ = false;            // skipping modes: a probe or an allreduce measured the links
+  bool probing_ = false;                   // skipping modes: the first round waits for the probe
   std::vector<bool> skipped_this_round_;   // skipping modes: workers whose model the round leaves out
   std::size_t skipped_count_ = 0;
   std::vector<bool> next_skipped_;       // skipping modes: from the last measurement

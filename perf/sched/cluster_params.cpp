@@ -146,6 +146,7 @@ std::optional<std::string> ClusterParams::validate() const {
   if (mode == Mode::backup && backup_workers >= workers) return "backup workers must be fewer than workers";
   if (skip_slowest > 0 && !skips_slowest(mode)) return "only gradlane-tree and local-ring-skip skip the slowest links";
   if (skip_slowest >= workers) return "skip fewer of the slowest links than there are workers";
+  if (probe_bytes > 0 && !skips_slowest(mode)) return "only gradlane-tree and local-ring-skip probe the links";
   if (mode == Mode::gradlane_tree && 2 * (std::uint64_t{workers} - skip_slowest) + 1 < workers) {
     return "gradlane-tree can skip at most half the workers (those it skips are leaves)";
   }

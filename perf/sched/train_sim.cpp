@@ -79,9 +79,10 @@ int main(int argc, char** argv) try {
   std::string ingress = sim::to_string(c.ingress);
   std::string mode = "gradlane", model_name = "softmax", eval = "test", data_dir = train::kDefaultFashionMnistDir;
   std::string json_path, csv_path;
-  std::int64_t tau = -1;             // -1: default_tau(workers); 0: unbounded
-  std::int64_t backup_workers = -1;  // -1: default_backup_workers(workers)
-  std::int64_t skip = -1;            // -1: default_backup_workers(workers) where the mode skips, else 0
+  std::int64_t tau = -1;               // -1: default_tau(workers); 0: unbounded
+  std::int64_t backup_workers = -1;    // -1: default_backup_workers(workers)
+  std::int64_t skip = -1;              // -1: default_backup_workers(workers) where the mode skips, else 0
+  Bytes probe_bytes = Bytes{1} << 20;  // where the mode skips; else no probe
   bool no_aggregation = false, quiet = false;
   std::size_t train_rows = 50'000;
   Bytes update_bytes = 0;  // 0: the model's own size
@@ -127,6 +128,10 @@ int main(int argc, char** argv) try {
   app.add_option("--measure-links", measure_links,
                  "gradlane-tree, local-ring-skip: measure the links as an allreduce ends (end) or starts (start)")
       ->check(CLI::IsMember({"start", "end"}));
+  app.add_option("--probe-bytes", probe_bytes,
+                 "gradlane-tree, local-ring-skip: before the first round every worker sends this many bytes to "
+                 "measure its egress, during its first minibatch; 0: no probe (the first round is a ring of every "
+                 "worker)");
   app.add_flag("--data-shards", t.data_shards, "each worker samples only its own contiguous part of the data");
   app.add_option("--network", network,
                  "fair: each NIC shared max-min fairly by the transfers crossing it; "
@@ -188,6 +193,7 @@ int main(int argc, char** argv) try {
   c.backup_workers = static_cast<std::uint32_t>(std::min<std::int64_t>(backup_workers, c.workers));
   if (skip < 0) skip = sim::skips_slowest(c.mode) ? default_backup_workers(c.workers) : 0;
   c.skip_slowest = static_cast<std::uint32_t>(std::min<std::int64_t>(skip, c.workers));
+  c.probe_bytes = sim::skips_slowest(c.mode) ? probe_bytes : 0;
   c.tau = tau == 0 ? std::nullopt : std::optional<std::uint32_t>(static_cast<std::uint32_t>(tau));
   t.seed = c.seed;
   if (const auto bad = c.validate()) {
@@ -268,6 +274,7 @@ int main(int argc, char** argv) try {
                    {"tree_phases", tree_phases},
                    {"tree_shape", tree_shape},
                    {"measure_links", measure_links},
+                   {"probe_bytes", c.probe_bytes},
                    {"data_shards", t.data_shards},
                    {"workers", c.workers},
                    {"compute_ms", c.compute_ms},

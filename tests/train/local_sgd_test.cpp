@@ -251,6 +251,28 @@ TEST(LocalRingSkip, LaterRoundsRingTheRestThenSendTheMeanToTheLeftOut) {
   EXPECT_EQ(ring.stats().straggler_drops, 2U);
 }
 
+// With a probe before the first round (10 MB from every worker: 10 us + 4 ms at the straggler's
+// 2.5 GB/s, longer than the 2 ms compute), the first round starts as the probe ends and already
+// leaves the straggler out: rounds end at 4.01 ms + k x 2,406,908 ns + (k - 1) x 2 ms.
+TEST(LocalRingSkip, AProbeBeforeTheFirstRoundMeasuresTheLinksForIt) {
+  ClusterParams c = ring_of_eight(Mode::local_ring_skip);
+  c.local_steps = 1;
+  c.skip_slowest = 1;
+  c.probe_bytes = 10'000'000;
+  Cluster ring(c);
+  ring.run_until(Instant{} + Nanos{6'416'907});
+  EXPECT_EQ(ring.stats().steps, 0U) << "the first round started before the probe ended";
+  ring.run_until(Instant{} + Nanos{6'416'908});
+  EXPECT_EQ(ring.stats().steps, 1U);
+  ring.run_until(Instant{} + Nanos{15'230'724});
+  ASSERT_EQ(ring.stats().steps, 3U);
+  EXPECT_EQ(ring.stats().drops, 3U) << "the straggler left out of every round, the first too";
+  EXPECT_EQ(ring.stats().straggler_drops, 3U);
+  c.mode = Mode::local_ring;
+  c.skip_slowest = 0;
+  EXPECT_TRUE(c.validate().has_value()) << "only the modes that measure the links probe them";
+}
+
 // Each pulled model is released once, whatever leaves it out: SgdObserver throws on a second
 // release. Rounds that skip, and backup's priced pulls, over real training.
 TEST(Pulls, EverySkippedOrAbandonedModelIsReleasedOnce) {

@@ -222,6 +222,12 @@ TEST(TreeAllreduce, TheAdaptiveShapeTakesTheTreeWhileTheLinksHoldAndTheRingWhenT
   steady.run_until(Instant{} + std::chrono::milliseconds(400));
   ASSERT_GE(steady.stats().steps, 3U);
   EXPECT_EQ(steady.stats().rounds_by_ring, 1U) << "only the first, before any measurement";
+  c.probe_bytes = 1 << 20;
+  Cluster probed(c);
+  probed.run_until(Instant{} + std::chrono::milliseconds(400));
+  EXPECT_EQ(probed.stats().rounds_by_ring, 0U) << "the probe measured the links for the first round";
+  EXPECT_EQ(probed.stats().drops, probed.stats().steps * 3) << "every round leaves 3 out, the first too";
+  c.probe_bytes = 0;
   c.change_ms = 0.1;
   c.change_fraction = 1.0;
   Cluster churning(c);
