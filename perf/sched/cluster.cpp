@@ -1,14 +1,11 @@
 // The simulated cluster (cluster.hpp): its events, workers' steps, decisions through the
 // scheduling core, and applying what arrives. Its settings are in cluster_params.cpp, its wire
-// in cluster_wire.cpp.
+// in cluster_wire.cpp, what its allreduce rounds decide in allreduce_rounds.cpp.
 #include "perf/sched/cluster.hpp"
-
-#include "perf/sched/tree_allreduce.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <numeric>
 #include <stdexcept>
 #include <variant>
 
@@ -29,7 +26,7 @@ constexpr std::uint64_t kPullIdBase = std::uint64_t{1} << 62;
 EndpointId Cluster::server(std::uint32_t s) { return EndpointId{kServerBase + s}; }
 
 Cluster::Cluster(const ClusterParams& p, Observer* observer)
-    : p_(p), observer_(observer), rng_(p.seed), net_rng_(p.seed ^ 0x9e3779b97f4a7c15ULL) {
+    : p_(p), observer_(observer), rng_(p.seed), net_rng_(p.seed ^ 0x9e3779b97f4a7c15ULL), rounds_(p) {
   if (const auto bad = p.validate()) throw std::invalid_argument(*bad);
   SchedulerConfig c;
   const bool gradlane_grants = uses_gradlane_grants(p.mode);
@@ -74,13 +71,12 @@ Cluster::Cluster(const ClusterParams& p, Observer* observer)
   }
   if (p.change_ms > 0) push(Instant{} + from_ms(p.change_ms), Kind::bandwidth_change, 0);
   if (skips_slowest(p.mode) && p.probe_bytes > 0) probe_links();
-  if (reduces_by_tree(p.mode)) {  // ranks in an order the rates do not know: a random one, fixed
-    tree_order_.resize(p.workers);
-    std::iota(tree_order_.begin(), tree_order_.end(), 0U);
-    std::mt19937_64 placement(p.seed ^ 0x5bd1e995ULL);
-    std::shuffle(tree_order_.begin(), tree_order_.end(), placement);
-    tree_parent_ = heap_tree(p.workers);
-  }
+}
+
+double server_ingress_byte_utilisation(const ClusterParams& p, const ClusterStats& s, double elapsed_ms) {
+  if (!(elapsed_ms > 0)) return 0.0;
+  const double line_bytes = p.server_gbps * kGbps * p.servers * elapsed_ms / 1e3;
+  return static_cast<double>(s.server_ingress_bytes) / line_bytes;
 }
 
 double Cluster::draw_factor() {
@@ -90,6 +86,12 @@ double Cluster::draw_factor() {
 
 double Cluster::worker_egress(std::uint32_t w) const {
   return p_.worker_gbps * kGbps * factor_[w] / (w < p_.stragglers ? p_.straggler_slowdown : 1.0);
+}
+
+std::vector<double> Cluster::workers_egress() const {
+  std::vector<double> egress(p_.workers);
+  for (std::uint32_t w = 0; w < p_.workers; ++w) egress[w] = worker_egress(w);
+  return egress;
 }
 
 void Cluster::push(Instant at, Kind kind, std::uint64_t a, std::uint64_t b) {
@@ -118,6 +120,7 @@ const ClusterStats& Cluster::stats() {
   for (std::uint32_t s = 0; s < p_.servers; ++s) stats_.server_slots += scheduler_->server_version(server(s));
   stats_.aggregates = scheduler_->stats().aggregates;
   stats_.aggregated = scheduler_->stats().redirects;
+  stats_.rounds_by_ring = rounds_.rounds_by_ring();
   if (p_.network == NetworkModel::fair) {
     stats_.server_ingress_bytes = static_cast<Bytes>(std::llround(server_bytes_carried_));
     stats_.server_egress_bytes = static_cast<Bytes>(std::llround(server_bytes_sent_));
@@ -243,7 +246,7 @@ void Cluster::handle(const Event& e, Instant now) {
       break;
     case Kind::links_probed:
       probing_ = false;
-      measure_links();
+      rounds_.measure(workers_egress());
       if (ring_ready_.size() == p_.workers) start_round(now);
       break;
   }
@@ -433,12 +436,9 @@ void Cluster::join_ring(RequestId request, Instant now) {
 }
 
 void Cluster::start_round(Instant now) {
-  if (skips_slowest(p_.mode)) {  // the last measurement decides whom this round leaves out
-    skipped_this_round_ = links_measured_ ? next_skipped_ : std::vector<bool>(p_.workers, false);
-    skipped_count_ = links_measured_ ? p_.skip_slowest : 0;
-  }
-  push(now + allreduce_time(), Kind::allreduce_done, 0);
-  if (skips_slowest(p_.mode) && !p_.measure_links_at_round_end) measure_links();
+  const double seconds = rounds_.start_round(workers_egress());
+  push(now + Nanos{static_cast<std::int64_t>(std::llround(seconds * 1e9))}, Kind::allreduce_done, 0);
+  if (skips_slowest(p_.mode) && !p_.measure_links_at_round_end) rounds_.measure(workers_egress());
 }
 
 void Cluster::probe_links() {
@@ -452,91 +452,19 @@ void Cluster::probe_links() {
   push(Instant{} + Nanos{static_cast<std::int64_t>(std::llround(slowest * 1e9))}, Kind::links_probed, 0);
 }
 
-void Cluster::measure_links() {
-  // Every worker's egress now: an oracle for what a scheduler probing the links between rounds
-  // would read (the same for gradlane-tree and local-ring-skip).
-  measured_egress_.resize(p_.workers);
-  for (std::uint32_t w = 0; w < p_.workers; ++w) measured_egress_[w] = worker_egress(w);
-  const std::vector<std::uint32_t> fastest_first = place_slowest_at_leaves(measured_egress_);
-  next_skipped_.assign(p_.workers, false);
-  for (std::size_t i = p_.workers - p_.skip_slowest; i < p_.workers; ++i) next_skipped_[fastest_first[i]] = true;
-  if (p_.mode == Mode::gradlane_tree) {
-    tree_order_ = fastest_first;             // the slowest at the leaves
-    if (p_.tree_shape != TreeShape::heap) {  // each worker given the children its egress carries
-      std::vector<double> egress(p_.workers), ingress(p_.workers, p_.worker_gbps * kGbps);
-      for (std::size_t i = 0; i < p_.workers; ++i) egress[i] = measured_egress_[fastest_first[i]];
-      tree_parent_ = rate_aware_tree(egress, ingress, p_.workers - p_.skip_slowest);
-    }
-  }
-  links_measured_ = true;
-}
-
-std::size_t Cluster::uploaders() const { return p_.workers - skipped_count_; }
-
-double Cluster::tree_seconds(std::span<const double> egress_of_worker) const {
-  std::vector<double> egress(p_.workers), ingress(p_.workers, p_.worker_gbps * kGbps);
-  for (std::size_t i = 0; i < p_.workers; ++i) egress[i] = egress_of_worker[tree_order_[i]];
-  return tree_allreduce_seconds(tree_parent_, egress, ingress, static_cast<double>(p_.bytes), p_.ring_hop_us * 1e-6,
-                                p_.tree_phases, uploaders());
-}
-
-double Cluster::ring_seconds(std::span<const double> egress_of_worker) const {
-  // The ring is the workers not left out; each left-out one then receives the mean from a
-  // distinct ring member, the fastest ones, all at once.
-  const double ingress = p_.worker_gbps * kGbps;  // every worker's
-  double slowest = ingress;
-  std::vector<double> members;
-  for (std::uint32_t w = 0; w < p_.workers; ++w) {
-    if (!skipped_this_round_.empty() && skipped_this_round_[w]) continue;
-    slowest = std::min(slowest, egress_of_worker[w]);
-    members.push_back(egress_of_worker[w]);
-  }
-  const auto n = static_cast<double>(members.size());
-  const double hop = p_.ring_hop_us * 1e-6, bytes = static_cast<double>(p_.bytes);
-  double seconds = n > 1 ? 2 * (n - 1) * (hop + bytes / n / slowest) : 0.0;
-  if (skipped_count_ > 0) {
-    std::sort(members.begin(), members.end(), std::greater<>());
-    seconds += hop + bytes / std::min(members[std::min(skipped_count_, members.size()) - 1], ingress);
-  }
-  return seconds;
-}
-
-Nanos Cluster::allreduce_time() {
-  if (p_.workers == 1) return Nanos{0};
-  std::vector<double> egress(p_.workers);
-  for (std::uint32_t w = 0; w < p_.workers; ++w) egress[w] = worker_egress(w);
-  double seconds = 0;
-  if (p_.mode == Mode::gradlane_tree && p_.tree_shape == TreeShape::adaptive) {
-    // The shape is chosen on the measured links; the round then takes what the links give.
-    bool by_tree = false;
-    double predicted = 0;
-    if (links_measured_) {
-      const double tree = tree_seconds(measured_egress_), ring = ring_seconds(measured_egress_);
-      by_tree = tree * tree_overrun_ < ring * ring_overrun_;
-      predicted = by_tree ? tree : ring;
-    }
-    seconds = by_tree ? tree_seconds(egress) : ring_seconds(egress);
-    if (predicted > 0) (by_tree ? tree_overrun_ : ring_overrun_) = std::max(1.0, seconds / predicted);
-    if (!by_tree) ++stats_.rounds_by_ring;
-  } else {
-    seconds = reduces_by_tree(p_.mode) ? tree_seconds(egress) : ring_seconds(egress);
-  }
-  return Nanos{static_cast<std::int64_t>(std::llround(seconds * 1e9))};
-}
-
 void Cluster::finish_allreduce(Instant now) {
   // The model's version is kept under server 0's name, as in sync: one version per step.
   const EndpointId at = server(0);
   const Seq seq = applied_[at] + 1;
   for (const RequestId request : ring_ready_) {
-    if (!skipped_this_round_.empty() && skipped_this_round_[gradients_.at(request).worker]) {
+    if (rounds_.leaves_out(gradients_.at(request).worker)) {
       drop_submitted(request);  // the round did not wait for it (skip_slowest)
       continue;
     }
     step_.push_back(record_applied(request, seq, now));
   }
   ring_ready_.clear();
-  if (skips_slowest(p_.mode) && p_.measure_links_at_round_end) measure_links();
+  if (skips_slowest(p_.mode) && p_.measure_links_at_round_end) rounds_.measure(workers_egress());
   applied_[at] = seq;
   apply_step(now);
 }

@@ -1,9 +1,9 @@
 // The simulated cluster's settings: the modes, network models and pull costs by name, and
-// ClusterParams::validate (cluster.hpp).
+// ClusterParams::validate (cluster_params.hpp).
 #include <stdexcept>
 #include <string>
 
-#include "perf/sched/cluster.hpp"
+#include "perf/sched/cluster_params.hpp"
 
 namespace gradlane::sched::sim {
 
@@ -127,12 +127,6 @@ PullCost parse_pull_cost(const std::string& name) {
   if (name == "priced") return PullCost::priced;
   if (name == "free") return PullCost::free;
   throw std::invalid_argument("unknown pull cost '" + name + "': use priced or free");
-}
-
-double server_ingress_byte_utilisation(const ClusterParams& p, const ClusterStats& s, double elapsed_ms) {
-  if (!(elapsed_ms > 0)) return 0.0;
-  const double line_bytes = p.server_gbps * kGbps * p.servers * elapsed_ms / 1e3;
-  return static_cast<double>(s.server_ingress_bytes) / line_bytes;
 }
 
 std::optional<std::string> ClusterParams::validate() const {
