@@ -7,7 +7,6 @@
 
 #include "common/overloaded.hpp"
 #include "gradlane/sidecar.hpp"
-#include "sidecar/core/partition.hpp"
 
 namespace gradlane::peer {
 namespace {
@@ -134,7 +133,7 @@ sched::SubmitStatus DistributedPolicy::submit_here_or_forward(const sched::Reque
   if (request.sender == request.receiver) return sched::SubmitStatus::sender_is_receiver;
   const auto id = static_cast<std::uint64_t>(request.id);
   if (forwarded_.contains(id)) return sched::SubmitStatus::duplicate_id;
-  forwarded_[id] = Forwarded{peer, request, 0, 0, 0, {}};
+  forwarded_.add(id, peer, request);
   ++stats_.forwarded;
   send(peer, SlotRequest{id, sched::to_int(request.job), sched::to_int(request.sender), sched::to_int(request.receiver),
                          sched::to_int(request.tensor), request.bytes, request.computed_on, request.gradient_norm,
@@ -158,13 +157,13 @@ void DistributedPolicy::schedule(sched::Instant now, std::vector<sched::Outcome>
   for (const sched::Outcome& outcome : decided_) {
     if (decision_hook_) decision_hook_(outcome, now, "here");
     // Outcomes for our own applications go to the daemon; those for a peer's go back to it.
-    const bool local = std::visit(
-        detail::Overloaded{
-            [&](const sched::AggregateGrant& a) { return is_local(a.aggregator); },
-            // This sidecar owns the receiver's sequence, so its server app is here.
-            [&](const sched::Cancel&) { return true; },
-            [&](const auto& part) { return !remote_requests_.contains(static_cast<std::uint64_t>(part.request)); }},
-        outcome);
+    const bool local =
+        std::visit(detail::Overloaded{
+                       [&](const sched::AggregateGrant& a) { return is_local(a.aggregator); },
+                       // This sidecar owns the receiver's sequence, so its server app is here.
+                       [&](const sched::Cancel&) { return true; },
+                       [&](const auto& part) { return !remote_.contains(static_cast<std::uint64_t>(part.request)); }},
+                   outcome);
     if (local) {
       out.push_back(outcome);
     } else {
@@ -230,14 +229,9 @@ void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched
                      throw Error(Errc::protocol,
                                  fmt::format("slot request for endpoint {}, which is not on this host", m.receiver));
                    }
-                   if (m.bytes > max_request_bytes_ || pending_from_[peer] >= max_pending_per_peer_ ||
-                       m.bytes > max_pending_bytes_per_peer_ - pending_bytes_from_[peer]) {  // never above the max
+                   if (!remote_.admits(peer, m.bytes)) {
                      if (stats_.remote_refused++ == 0) {
-                       note(fmt::format(
-                           "peer {} asked for {} bytes with {} requests ({} bytes) pending here: requests over {} "
-                           "bytes, or past {} requests or {} bytes pending, are dropped",
-                           transport_.describe(peer), m.bytes, pending_from_[peer], pending_bytes_from_[peer],
-                           max_request_bytes_, max_pending_per_peer_, max_pending_bytes_per_peer_));
+                       note(fmt::format("peer {} {}", transport_.describe(peer), remote_.refusal(peer, m.bytes)));
                      }
                      return refuse(DropCause::refused);
                    }
@@ -263,9 +257,7 @@ void DistributedPolicy::on_message(PeerIndex peer, const Message& message, sched
                                    : status == sched::SubmitStatus::version_from_future ? DropCause::version_from_future
                                                                                         : DropCause::stale);
                    }
-                   remote_requests_[ours] = RemoteRequest{peer, m.request, m.bytes};
-                   ++pending_from_[peer];
-                   pending_bytes_from_[peer] += m.bytes;
+                   remote_.add(ours, RemoteRequests::Request{peer, m.request, m.bytes});
                    ++stats_.remote_requests;
                  },
                  [&](const SlotAnswer& m) { on_answer(peer, m, now, out); },
@@ -290,27 +282,6 @@ sched::Slot DistributedPolicy::book_egress(sched::EndpointId sender, sched::Slot
   if (egress.reserve(slot)) return slot;
   ++stats_.egress_moves;  // another receiver's slot holds our NIC then: go right after it
   return egress.grant(slot.start, slot.length());
-}
-
-// An answer must describe a part of the request it names, as the first answer split it: the
-// decoder can only check a message against itself, and `decided` is indexed by part.
-void DistributedPolicy::check_answer_fits(const Forwarded& f, const SlotAnswer& m) {
-  const sched::Request& r = f.request;
-  if (!f.decided.empty() && m.part_count != f.parts) {
-    throw Error(Errc::protocol, fmt::format("answer for request {} splits it into {} parts, an earlier answer into {}",
-                                            m.request, m.part_count, f.parts));
-  }
-  if (const auto most = std::min<sched::Bytes>(r.bytes, sched::Partitioner::kMaxParts); m.part_count > most) {
-    throw Error(Errc::protocol, fmt::format("answer for request {} splits its {} bytes into {} parts (at most {})",
-                                            m.request, r.bytes, m.part_count, most));
-  }
-  if (m.length > r.bytes || m.offset > r.bytes - m.length) {
-    throw Error(Errc::protocol, fmt::format("answer for request {} names bytes [{}, +{}) of its {}", m.request,
-                                            m.offset, m.length, r.bytes));
-  }
-  if (!f.decided.empty() && f.decided[m.part]) {
-    throw Error(Errc::protocol, fmt::format("a second answer for part {} of request {}", m.part, m.request));
-  }
 }
 
 void DistributedPolicy::on_answer(PeerIndex peer, const SlotAnswer& m, sched::Instant now,
@@ -342,13 +313,7 @@ void DistributedPolicy::on_answer(PeerIndex peer, const SlotAnswer& m, sched::In
     out.push_back(std::move(a));
     return;
   }
-  const auto it = forwarded_.find(m.request);
-  if (it == forwarded_.end() || it->second.peer != peer) {
-    throw Error(Errc::protocol, fmt::format("answer for request {}, which was not forwarded to this peer", m.request));
-  }
-  Forwarded& f = it->second;
-  const sched::Request& r = f.request;
-  check_answer_fits(f, m);
+  const sched::Request r = forwarded_.decide(peer, m);
   switch (m.kind) {
     case AnswerKind::go:
       out.push_back(sched::Grant{proxy(), r.id, m.part, m.part_count, m.offset, m.length, r.job, r.tensor, r.sender,
@@ -366,18 +331,6 @@ void DistributedPolicy::on_answer(PeerIndex peer, const SlotAnswer& m, sched::In
     case AnswerKind::aggregate:
       break;  // handled above
   }
-  if (f.decided.empty()) {
-    f.parts = m.part_count;
-    f.decided.resize(m.part_count);
-  }
-  f.decided[m.part] = true;  // check_answer_fits: part < parts == decided.size()
-  // The peer's split is its partitioner's: every part but the last has the same length.
-  if (m.part + 1 < m.part_count) {
-    f.chunk = m.length;
-  } else if (m.part > 0) {
-    f.chunk = m.offset / m.part;
-  }
-  if (++f.answered >= f.parts) forwarded_.erase(it);
 }
 
 std::uint64_t DistributedPolicy::token_for(sched::EndpointId receiver, sched::Seq seq) const {
@@ -385,24 +338,16 @@ std::uint64_t DistributedPolicy::token_for(sched::EndpointId receiver, sched::Se
   return key == grant_keys_.end() ? 0 : sidecar::grant_token(key->second, seq);
 }
 
-void DistributedPolicy::forget_remote(std::uint64_t id) {
-  const auto it = remote_requests_.find(id);
-  if (it == remote_requests_.end()) return;
-  --pending_from_[it->second.peer];
-  pending_bytes_from_[it->second.peer] -= it->second.bytes;
-  remote_requests_.erase(it);
-}
-
 void DistributedPolicy::answer_remote(const sched::Outcome& outcome, sched::Instant now) {
   const auto relative = [&](const sched::Slot& s) {
     return std::pair<std::int64_t, std::int64_t>{std::max<std::int64_t>(0, (s.start - now).count()),
                                                  s.length().count()};
   };
-  const auto remote = [&](sched::RequestId id) { return remote_requests_.at(static_cast<std::uint64_t>(id)); };
+  const auto remote = [&](sched::RequestId id) { return remote_.at(static_cast<std::uint64_t>(id)); };
   // A Grant or a Redirect for a peer's application: answer it; if the peer is gone, release
   // the transfer so its slot and credit are not held.
   const auto move_part = [&](AnswerKind kind, const sched::PartMove& m) {
-    const RemoteRequest rr = remote(m.request);
+    const RemoteRequests::Request rr = remote(m.request);
     const auto [start_in, length] = relative(m.slot);
     const auto transfer = static_cast<std::uint64_t>(m.transfer);
     granted_to_peer_[transfer] = rr.peer;
@@ -426,16 +371,16 @@ void DistributedPolicy::answer_remote(const sched::Outcome& outcome, sched::Inst
       granted_to_peer_.erase(transfer);
       finish(m.transfer, now, sched::Nanos{0}, sched::TransferResult::failed);
     }
-    if (m.last_part()) forget_remote(static_cast<std::uint64_t>(m.request));
+    if (m.last_part()) remote_.forget(static_cast<std::uint64_t>(m.request));
   };
   std::visit(detail::Overloaded{
                  [&](const sched::Grant& g) { move_part(AnswerKind::go, sched::part_move(g)); },
                  [&](const sched::Redirect& r) { move_part(AnswerKind::redirect, sched::part_move(r)); },
                  [&](const sched::Drop& d) {
-                   const RemoteRequest rr = remote(d.request);
+                   const RemoteRequests::Request rr = remote(d.request);
                    send(rr.peer, drop_answer(rr.their_id, d.part, d.part_count, d.offset, d.length, d.delay,
                                              drop_cause(d.reason)));
-                   if (d.part + 1 == d.part_count) forget_remote(static_cast<std::uint64_t>(d.request));
+                   if (d.part + 1 == d.part_count) remote_.forget(static_cast<std::uint64_t>(d.request));
                  },
                  [&](const sched::Cancel&) {},  // always local (see schedule())
                  [&](const sched::AggregateGrant& a) {
@@ -498,28 +443,7 @@ void DistributedPolicy::lose_peer(PeerIndex peer, sched::Instant now, std::vecto
                   "(receiver_unreachable) and its transfers failed",
                   transport_.describe(peer)));
   // Our requests it was scheduling: every undecided part is dropped so the application hears.
-  for (auto it = forwarded_.begin(); it != forwarded_.end();) {
-    const Forwarded& f = it->second;
-    if (f.peer != peer) {
-      ++it;
-      continue;
-    }
-    const sched::Request& r = f.request;
-    const auto drop = [&](std::uint32_t part, std::uint32_t parts, std::uint64_t offset, std::uint64_t length) {
-      out.push_back(
-          sched::Drop{r.id, part, parts, offset, length, r.job, r.sender, r.receiver, sched::DropReason::peer_lost, 0});
-    };
-    if (f.parts == 0) {
-      drop(0, 1, 0, r.bytes);  // never answered: the split is the peer's and unknown; all of it
-    } else {
-      for (std::uint32_t part = 0; part < f.parts; ++part) {
-        if (f.decided[part]) continue;
-        const std::uint64_t offset = std::min<std::uint64_t>(std::uint64_t{part} * f.chunk, r.bytes);
-        drop(part, f.parts, offset, std::min(f.chunk, r.bytes - offset));
-      }
-    }
-    it = forwarded_.erase(it);
-  }
+  forwarded_.drop_undecided(peer, out);
   // Transfers we granted it will never report: release their credit and slots. Their senders
   // live on its host and may be writing still.
   for (auto it = granted_to_peer_.begin(); it != granted_to_peer_.end();) {

@@ -44,8 +44,10 @@
 
 #include "sidecar/core/policy.hpp"
 #include "sidecar/core/scheduler.hpp"
+#include "sidecar/peer/forwarded_requests.hpp"
 #include "sidecar/peer/messages.hpp"
 #include "sidecar/peer/peer_transport.hpp"
+#include "sidecar/peer/remote_requests.hpp"
 
 namespace gradlane::peer {
 
@@ -67,16 +69,6 @@ struct DistributedStats {
 // before its exit shows here, most of all on a loaded host; a server alive past this is a
 // replica promoted while its server lives, and the sequence stays with the server.
 inline constexpr sched::Nanos kTakeoverHold{10'000'000'000};
-
-// A peer's requests this sidecar holds at once, at most: what a peer's gradlaned lets its apps
-// have outstanding at its defaults (64 apps x 4,096), so an honest peer never meets it, and a
-// hostile or broken one cannot grow this daemon's memory without bound.
-inline constexpr std::size_t kMaxPendingPerPeer = 64 * 4096;
-// The same for bytes, which become 4 MiB parts in the scheduler: one request at most what a
-// gradlaned lets an app request (DaemonConfig::max_update_bytes, 16 GiB), and a peer's pending
-// requests together what its apps may have owed at its defaults (64 apps x 256 GiB).
-inline constexpr std::uint64_t kMaxPeerRequestBytes = std::uint64_t{16} << 30;
-inline constexpr std::uint64_t kMaxPendingBytesPerPeer = 64 * (std::uint64_t{256} << 30);
 
 class DistributedPolicy final : public sched::Policy {
  public:
@@ -146,13 +138,10 @@ class DistributedPolicy final : public sched::Policy {
   }
   bool hands_out(sched::EndpointId receiver) const override { return schedules_here(receiver); }
   // Requests past `limit` pending from one peer are answered with a drop (tests set it low).
-  void limit_pending_per_peer(std::size_t limit) { max_pending_per_peer_ = limit; }
+  void limit_pending_per_peer(std::size_t limit) { remote_.limit_requests(limit); }
   // Bytes: one request at most `request`, a peer's pending ones together at most `pending`
   // (gradlaned sets them from --max-update-bytes and --max-apps x --max-owed-bytes).
-  void limit_peer_bytes(std::uint64_t request, std::uint64_t pending) {
-    max_request_bytes_ = request;
-    max_pending_bytes_per_peer_ = pending;
-  }
+  void limit_peer_bytes(std::uint64_t request, std::uint64_t pending) { remote_.limit_bytes(request, pending); }
 
   const DistributedStats& stats() const noexcept { return stats_; }
   sched::Scheduler& scheduler() noexcept { return scheduler_; }
@@ -161,19 +150,6 @@ class DistributedPolicy final : public sched::Policy {
   // The request to this sidecar's scheduler, or forwarded to the receiver's sidecar.
   sched::SubmitStatus submit_here_or_forward(const sched::Request& request, sched::Instant now);
 
-  struct Forwarded {  // a local request a peer schedules
-    PeerIndex peer = 0;
-    sched::Request request;
-    std::uint32_t answered = 0;
-    std::uint32_t parts = 0;    // known from the first answer
-    std::uint64_t chunk = 0;    // every part's length but maybe the last's, once an answer shows it
-    std::vector<bool> decided;  // by part index, sized by the first answer
-  };
-  struct RemoteRequest {  // a peer's request in our scheduler
-    PeerIndex peer = 0;
-    std::uint64_t their_id = 0;
-    std::uint64_t bytes = 0;
-  };
   struct ProxyTransfer {  // a transfer a peer granted to one of our applications
     PeerIndex peer = 0;
     std::uint64_t their_transfer = 0;
@@ -195,7 +171,6 @@ class DistributedPolicy final : public sched::Policy {
   void settle_held_takeovers(sched::Instant now);
   Hello hello() const;
   void learn(const TakeoverMark& mark);
-  static void check_answer_fits(const Forwarded& f, const SlotAnswer& answer);
   void answer_remote(const sched::Outcome& outcome, sched::Instant now);
   void lose_peer(PeerIndex peer, sched::Instant now, std::vector<sched::Outcome>& out);
   void admit_joined();
@@ -236,14 +211,8 @@ class DistributedPolicy final : public sched::Policy {
   ServerAlive server_alive_;
   std::set<PeerIndex> greeted_;
   std::set<PeerIndex> lost_;
-  std::unordered_map<std::uint64_t, Forwarded> forwarded_;            // by our RequestId
-  std::unordered_map<std::uint64_t, RemoteRequest> remote_requests_;  // by our RequestId
-  std::map<PeerIndex, std::size_t> pending_from_;                     // remote_requests_ per peer
-  std::size_t max_pending_per_peer_ = kMaxPendingPerPeer;
-  std::map<PeerIndex, std::uint64_t> pending_bytes_from_;  // their bytes
-  std::uint64_t max_pending_bytes_per_peer_ = kMaxPendingBytesPerPeer;
-  std::uint64_t max_request_bytes_ = kMaxPeerRequestBytes;
-  void forget_remote(std::uint64_t id);
+  ForwardedRequests forwarded_;                                   // our apps' requests a peer schedules
+  RemoteRequests remote_;                                         // peers' requests in our scheduler
   std::unordered_map<std::uint64_t, PeerIndex> granted_to_peer_;  // our TransferId -> peer
   std::unordered_map<std::uint64_t, ProxyTransfer> proxies_;      // proxy TransferId -> peer's
   std::map<std::uint32_t, sched::SlotBook> egress_;               // our NICs' egress
