@@ -17,12 +17,15 @@
 // an app keeps of its own speed among N; 1.0 = sharing the daemon costs it nothing). Figures
 // are median [min-max] over the repetitions (requests/s per app: over every app of every rep).
 //
-// --hostile runs every repetition twice, alternated: as above, and with one more app of another
-// job that abuses the daemon as far as it lets an app — it asks for the largest update gradlaned
-// takes (--max-update-bytes, 16 GiB: 4,096 parts each) from a region it declares that large,
-// again and again past its owed-bytes bound (each refusal is an error answer), and never
-// completes a grant, so its credit is never returned. It then reports the polite apps' request
-// latency (request -> answer) median and p99 with and without it: the target is within 1.2x.
+// --hostile runs every repetition three times, alternated: as above (quiet); with one more app
+// of another job that abuses the daemon as far as it lets an app — it asks for the largest
+// update gradlaned takes (--max-update-bytes, 16 GiB: 4,096 parts each) from a region it
+// declares that large, again and again past its owed-bytes bound (each refusal is an error
+// answer), and never completes a grant, so its credit is never returned; and, the control, with
+// that app attached and waking as often but asking for nothing (what one more process costs the
+// others on this machine, whatever it asks). It reports the polite apps' request latency
+// (request -> answer) median and p99 in each: the target is within 1.2x of quiet; hostile /
+// control is what the abuse costs beyond a polite neighbour.
 //
 // --pin-daemon CPU puts gradlaned on that CPU alone and the apps on every other one, as a
 // sidecar is deployed (a core of its own, like eRPC's or Snap's dispatch threads). Unpinned, on
@@ -73,8 +76,10 @@ struct Options {
   std::optional<int> pin_daemon;  // gradlaned on this CPU, the apps on the others
   bool hostile = false;
   std::uint32_t hostile_refill_us = 100;  // the hostile app's sleep between two refills of its queue
-  bool hostile_idle = false;              // the control: it wakes as often but asks for nothing
 };
+
+// Who shares the daemon with the polite apps in a repetition (--hostile).
+enum class Neighbour { none, idle, hostile };
 
 constexpr std::uint64_t kHostileUpdateBytes = std::uint64_t{16} << 30;  // gradlaned's --max-update-bytes default
 
@@ -232,7 +237,7 @@ struct HostileRun {
 // updates, never completed, until told to stop. It keeps its request
 // queue full for the daemon and sleeps --hostile-refill-us (100) between refills, so what it
 // costs the others is the daemon's work, not a spinning core.
-HostileRun run_hostile(const std::string& shm, const Options& o, std::atomic<bool>& start,
+HostileRun run_hostile(const std::string& shm, const Options& o, bool idle, std::atomic<bool>& start,
                        const std::atomic<bool>& stop) {
   sc::AttachOptions attach;
   attach.shm_name = shm;
@@ -254,7 +259,7 @@ HostileRun run_hostile(const std::string& shm, const Options& o, std::atomic<boo
   while (!stop.load(std::memory_order_acquire)) {
     // Fill the request queue (each one a 16 GiB update), take what came back, sleep: a queue
     // kept full for the daemon, at little CPU of its own.
-    for (; !o.hostile_idle;) {
+    for (; !idle;) {
       try {
         (void)client.request(update, std::chrono::nanoseconds(0));
         ++run.requests;
@@ -283,8 +288,8 @@ struct RepResult {
   std::optional<HostileRun> hostile;
 };
 
-RepResult run_rep(std::uint32_t apps, const Options& o, int rep, bool with_hostile) {
-  const std::string shm = fmt::format("/gradlane-load-{}-{}-{}-{}", ::getpid(), apps, rep, with_hostile ? "h" : "q");
+RepResult run_rep(std::uint32_t apps, const Options& o, int rep, Neighbour neighbour) {
+  const std::string shm = fmt::format("/gradlane-load-{}-{}-{}-{}", ::getpid(), apps, rep, static_cast<int>(neighbour));
   DaemonProcess daemon(o, shm);
   std::atomic<bool> start{false}, stop_hostile{false};
   std::vector<AppRun> runs(apps);
@@ -292,10 +297,10 @@ RepResult run_rep(std::uint32_t apps, const Options& o, int rep, bool with_hosti
   std::optional<HostileRun> hostile_run;
   std::string hostile_failure;
   std::optional<std::jthread> hostile;
-  if (with_hostile) {
+  if (neighbour != Neighbour::none) {
     hostile.emplace([&] {
       try {
-        hostile_run = run_hostile(shm, o, start, stop_hostile);
+        hostile_run = run_hostile(shm, o, neighbour == Neighbour::idle, start, stop_hostile);
       } catch (const std::exception& e) {
         hostile_failure = e.what();
       }
@@ -364,22 +369,26 @@ std::string spread(std::vector<double> v, const char* format) {
   return fmt::format("{} [{}-{}]", f(v[v.size() / 2]), f(v.front()), f(v.back()));
 }
 
-// --hostile: per app count, quiet and hostile repetitions alternated, the polite apps' latency.
+// --hostile: per app count, quiet, control and hostile repetitions alternated, the polite apps'
+// latency.
 int hostile_comparison(const Options& o) {
   fmt::print(
-      "| apps | latency p50 quiet (us) | p50 with a hostile app | p50 ratio | latency p99 quiet (us) | p99 with a "
-      "hostile app | p99 ratio | requests/s total quiet / hostile | hostile app: requests, refused, granted per rep "
+      "| apps | latency p50 quiet / control / hostile (us) | p50 hostile / quiet | p50 hostile / control | latency "
+      "p99 quiet / control / hostile (us) | p99 hostile / quiet | p99 hostile / control | gradlaned CPU (cores) "
+      "quiet / control / hostile | hostile app: requests, refused, granted per rep "
       "|\n|---|---|---|---|---|---|---|---|---|\n");
+  constexpr Neighbour kOrder[] = {Neighbour::none, Neighbour::idle, Neighbour::hostile};
   for (const std::uint32_t apps : o.apps) {
-    std::vector<double> p50[2], p99[2], rate[2];
+    std::vector<double> p50[3], p99[3], cpu[3];
     HostileRun abuse;
     for (std::uint32_t rep = 0; rep < o.reps; ++rep) {
-      for (const bool with_hostile : {false, true}) {
-        const RepResult r = run_rep(apps, o, static_cast<int>(rep), with_hostile);
-        p50[with_hostile].push_back(quantile(r.latency_us, 0.5));
-        p99[with_hostile].push_back(quantile(r.latency_us, 0.99));
-        rate[with_hostile].push_back(r.total_per_s);
-        if (r.hostile) {
+      for (const Neighbour neighbour : kOrder) {
+        const RepResult r = run_rep(apps, o, static_cast<int>(rep), neighbour);
+        const auto i = static_cast<std::size_t>(neighbour);
+        p50[i].push_back(quantile(r.latency_us, 0.5));
+        p99[i].push_back(quantile(r.latency_us, 0.99));
+        cpu[i].push_back(r.daemon_cpu_share);
+        if (r.hostile && neighbour == Neighbour::hostile) {
           abuse.requests += r.hostile->requests;
           abuse.refused += r.hostile->refused;
           abuse.granted += r.hostile->granted;
@@ -387,10 +396,13 @@ int hostile_comparison(const Options& o) {
       }
     }
     const auto median = [](std::vector<double> v) { return quantile(std::move(v), 0.5); };
-    fmt::print("| {} | {} | {} | {:.2f} | {} | {} | {:.2f} | {:.0f} / {:.0f} | {}, {}, {} |\n", apps,
-               spread(p50[0], "{:.0f}"), spread(p50[1], "{:.0f}"), median(p50[1]) / median(p50[0]),
-               spread(p99[0], "{:.0f}"), spread(p99[1], "{:.0f}"), median(p99[1]) / median(p99[0]), median(rate[0]),
-               median(rate[1]), abuse.requests / o.reps, abuse.refused / o.reps, abuse.granted / o.reps);
+    const auto three = [](const std::vector<double>* v, const char* format) {
+      return fmt::format("{} / {} / {}", spread(v[0], format), spread(v[1], format), spread(v[2], format));
+    };
+    fmt::print("| {} | {} | {:.2f} | {:.2f} | {} | {:.2f} | {:.2f} | {} | {}, {}, {} |\n", apps, three(p50, "{:.0f}"),
+               median(p50[2]) / median(p50[0]), median(p50[2]) / median(p50[1]), three(p99, "{:.0f}"),
+               median(p99[2]) / median(p99[0]), median(p99[2]) / median(p99[1]), three(cpu, "{:.2f}"),
+               abuse.requests / o.reps, abuse.refused / o.reps, abuse.granted / o.reps);
   }
   return 0;
 }
@@ -415,10 +427,8 @@ int main(int argc, char** argv) try {
       ->check(CLI::NonNegativeNumber);
   cli.add_flag("--hostile", o.hostile,
                "also run every repetition with one hostile app of another job (largest updates, never completed, "
-               "asked again past every refusal) and compare the other apps' request latency");
-  cli.add_flag("--hostile-idle", o.hostile_idle,
-               "the control: the hostile app attaches and wakes as often but asks for nothing (what its thread "
-               "alone costs the others on this machine)");
+               "asked again past every refusal), and with that app waking as often but asking for nothing (the "
+               "control), and compare the other apps' request latency");
   cli.add_option("--hostile-refill-us", o.hostile_refill_us,
                  "the hostile app sleeps this long between two refills of its request queue")
       ->capture_default_str();
@@ -434,7 +444,7 @@ int main(int argc, char** argv) try {
     std::vector<double> totals, per_app, min_ratio, min_alone, rss, cpu, per_cpu;
     std::uint64_t go = 0, dropped = 0;
     for (std::uint32_t rep = 0; rep < o.reps; ++rep) {
-      const RepResult r = run_rep(apps, o, static_cast<int>(rep), false);
+      const RepResult r = run_rep(apps, o, static_cast<int>(rep), Neighbour::none);
       totals.push_back(r.total_per_s);
       per_app.insert(per_app.end(), r.app_per_s.begin(), r.app_per_s.end());
       if (baseline) {
