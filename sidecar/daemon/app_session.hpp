@@ -88,9 +88,11 @@ struct AppSession {
   std::unordered_map<std::uint64_t, OwedRequest> owed;  // by the app's request id
   std::uint64_t owed_bytes = 0;                         // the sum of owed's bytes
   // Refused past its bounds (max_outstanding, max_owed_bytes): until something it owes is
-  // settled, one of its entries is taken per loop pass instead of batch_per_app, so an app
-  // that keeps asking past its bound costs the other jobs one check per pass.
+  // settled, one of its entries is taken at a time instead of batch_per_app, no sooner than
+  // `read_again_at` (DaemonConfig::over_bound_every after the last), so an app that keeps
+  // asking past its bound costs the other jobs neither a batch per pass nor a busy loop.
   bool over_bound = false;
+  sched::Instant read_again_at{};
   std::unordered_map<std::uint64_t, sched::TransferId> aggregates;  // forwarded by this app
   bool notify = false;  // grants were published this pass: wake the app if it sleeps
 };

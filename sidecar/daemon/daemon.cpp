@@ -59,8 +59,9 @@ void DaemonConfig::validate() const {
   if (max_owed_bytes < max_update_bytes) bad("--max-owed-bytes must be at least --max-update-bytes");
   if (batch_per_app == 0) bad("batch_per_app must be positive");
   if (heartbeat_every <= std::chrono::nanoseconds::zero() || liveness_every <= std::chrono::nanoseconds::zero() ||
-      idle_sleep <= std::chrono::nanoseconds::zero() || idle_spin < std::chrono::nanoseconds::zero()) {
-    bad("daemon intervals must be positive (idle spin may be 0)");
+      idle_sleep <= std::chrono::nanoseconds::zero() || idle_spin < std::chrono::nanoseconds::zero() ||
+      over_bound_every < std::chrono::nanoseconds::zero()) {
+    bad("daemon intervals must be positive (idle spin and over_bound_every may be 0)");
   }
 }
 
@@ -216,14 +217,26 @@ std::size_t Daemon::step(sched::Instant now) {
   return work;
 }
 
-bool Daemon::work_visible() {
+bool Daemon::work_visible(sched::Instant now) {
   for (const Served& served : served_) {
     if (served.header->attach_epoch.load(std::memory_order_acquire) != served.seen_attach_epoch) return true;
   }
   for (const std::uint32_t slot : active_) {
-    if (apps_[slot]->requests.ready()) return true;
+    AppSession& app = *apps_[slot];
+    if (app.requests.ready() && !(app.over_bound && now < app.read_again_at)) return true;
   }
   return false;
+}
+
+std::optional<sched::Instant> Daemon::next_over_bound_read() {
+  std::optional<sched::Instant> earliest;
+  for (const std::uint32_t slot : active_) {
+    AppSession& app = *apps_[slot];
+    if (app.over_bound && app.requests.ready() && (!earliest || app.read_again_at < *earliest)) {
+      earliest = app.read_again_at;
+    }
+  }
+  return earliest;
 }
 
 void Daemon::wait_for_work(std::chrono::nanoseconds timeout) {
@@ -234,7 +247,7 @@ void Daemon::wait_for_work(std::chrono::nanoseconds timeout) {
     h.daemon_sleeping.store(1, std::memory_order_relaxed);
   }
   std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the fence in ring_bell()
-  if (!work_visible()) shm::futex_wait_any(std::span(bells.data(), served_.size()), timeout);
+  if (!work_visible(clock_now())) shm::futex_wait_any(std::span(bells.data(), served_.size()), timeout);
   for (const Served& served : served_) served.header->daemon_sleeping.store(0, std::memory_order_relaxed);
 }
 
@@ -254,6 +267,7 @@ void Daemon::run(const std::function<bool()>& stop_requested) {
     }
     auto sleep = config_.idle_sleep;
     if (const auto wake = policy_->next_wakeup()) sleep = std::min<std::chrono::nanoseconds>(sleep, *wake - now);
+    if (const auto read = next_over_bound_read()) sleep = std::min<std::chrono::nanoseconds>(sleep, *read - now);
     // Grants waiting in an outbox move only when the app pops; it does not ring us for that.
     const bool backlog =
         std::any_of(active_.begin(), active_.end(), [this](std::uint32_t s) { return !apps_[s]->outbox.empty(); });

@@ -116,6 +116,7 @@ class Daemon {
 
   // routing.cpp — entries in, outcomes out
   std::size_t drain(AppSession& app, sched::Instant now);
+  std::size_t take_entries(AppSession& app, sched::Instant now);  // drain(), once it may read the app
   void handle(AppSession& app, const shm::AppEntry& entry, sched::Instant now);
   void submit(AppSession& app, const shm::AppEntry& entry, sched::Instant now);
   void complete(AppSession& app, const shm::AppEntry& entry, sched::Instant now);
@@ -127,7 +128,9 @@ class Daemon {
   void settle(AppSession& app, std::uint64_t app_request, sched::Instant now);
   std::size_t publish(sched::Instant now);
 
-  bool work_visible();
+  bool work_visible(sched::Instant now);
+  // The earliest time an app refused past its bounds may be read again, if one has entries waiting.
+  std::optional<sched::Instant> next_over_bound_read();
   shm::AppSlot& slot_ref(std::uint32_t index) const noexcept;
 
   struct Route {

@@ -60,6 +60,12 @@ struct DaemonConfig {
   // Entries taken from one app per loop pass, so a flooding app cannot starve the others (one
   // per pass from an app refused past its bounds, until it settles something it owes).
   std::uint32_t batch_per_app = 64;
+  // An app refused past its bounds has its next entry read no sooner than this after the last,
+  // until it settles something it owes: one that keeps its queue full past its bound would
+  // otherwise keep the loop busy for good, a core taken from the other jobs' apps. Asking past
+  // the bound is a bug or abuse, and the wait falls on that app (its completions queued behind
+  // refused requests wait too). 0: one entry per pass.
+  std::chrono::nanoseconds over_bound_every = std::chrono::milliseconds(1);
   // How often the heartbeat in the header is refreshed. Clients call a daemon dead after
   // kClientStaleHeartbeat (sidecar client) without one, which must be much larger.
   std::chrono::nanoseconds heartbeat_every = std::chrono::milliseconds(10);

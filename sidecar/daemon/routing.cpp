@@ -87,6 +87,13 @@ sched::Nanos wire_time(std::uint64_t ns) {
 }  // namespace
 
 std::size_t Daemon::drain(AppSession& app, sched::Instant now) {
+  if (app.over_bound && now < app.read_again_at) return 0;
+  const std::size_t taken = take_entries(app, now);
+  if (app.over_bound) app.read_again_at = now + config_.over_bound_every;
+  return taken;
+}
+
+std::size_t Daemon::take_entries(AppSession& app, sched::Instant now) {
   std::size_t taken = 0;
   shm::AppEntry entry;
   // Stop while answers back up: the app is not reading, so its requests wait in its own ring.

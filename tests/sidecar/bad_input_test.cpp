@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <limits>
+#include <thread>
 #include <vector>
 
 #include "harness.hpp"
@@ -170,12 +171,13 @@ TEST(SidecarBadInput, PastItsOwedBytesAnAppIsRefusedUntilItCompletes) {
 
 // An app that keeps asking past its bound costs the others one entry per loop pass: refused
 // once, it is read one entry a pass (another app's ten entries are all taken in one) until
-// something it owes is settled.
+// something it owes is settled. (With over_bound_every 0; the next test spaces those reads.)
 TEST(SidecarBadInput, AnAppRefusedPastItsBoundIsReadOneEntryAPassUntilItSettles) {
   const std::string name = unique_shm_name();
   DaemonConfig config = test_config(name);
   config.max_update_bytes = 4096;
   config.max_owed_bytes = 4096;  // one small update at a time
+  config.over_bound_every = std::chrono::nanoseconds::zero();
   DaemonDriver driver(config);
   Client greedy = Client::attach(test_attach(name, 1));
   AttachOptions polite_options = test_attach(name, 2);
@@ -219,6 +221,54 @@ TEST(SidecarBadInput, AnAppRefusedPastItsBoundIsReadOneEntryAPassUntilItSettles)
   answers(greedy, greedy_got);
   EXPECT_EQ(greedy_got.granted.size(), 2U);
   EXPECT_EQ(greedy_got.refused, 11);
+}
+
+// Past its bound, an app is read one entry per over_bound_every, not per pass: the passes in
+// between take nothing of it (a loop kept busy by it would take a core from the other jobs'
+// apps), while another app's entries are all taken in each.
+TEST(SidecarBadInput, AnAppRefusedPastItsBoundIsReadOnceAnIntervalWhileTheOthersAreServed) {
+  const std::string name = unique_shm_name();
+  DaemonConfig config = test_config(name);
+  config.max_update_bytes = 4096;
+  config.max_owed_bytes = 4096;  // one small update at a time
+  config.over_bound_every = 300ms;
+  DaemonDriver driver(config);
+  Client greedy = Client::attach(test_attach(name, 1));
+  AttachOptions polite_options = test_attach(name, 2);
+  polite_options.endpoint = 3;
+  Client polite = Client::attach(polite_options);
+  auto hold = driver.hold();
+  for (int i = 0; i < 5; ++i) greedy.request(small_update());
+  Update tiny = small_update();
+  tiny.bytes = 64;
+  const auto refusals = [](Client& app) {
+    int n = 0;
+    while (auto g = app.poll()) n += g->kind == GrantKind::error && g->reason == Reason::too_many_outstanding ? 1 : 0;
+    return n;
+  };
+  const auto granted = [](Client& app) {
+    int n = 0;
+    while (auto g = app.poll()) n += g->kind == GrantKind::go ? 1 : 0;
+    return n;
+  };
+  const auto first_pass = std::chrono::steady_clock::now();
+  driver.step();
+  EXPECT_EQ(refusals(greedy), 1) << "its first request granted, the second refused";
+  int refused = 0;
+  for (int pass = 0; pass < 5; ++pass) {
+    for (int i = 0; i < 4; ++i) polite.request(tiny);
+    driver.step();
+    refused += refusals(greedy);
+    EXPECT_EQ(granted(polite), 4) << "pass " << pass;
+  }
+  // The five passes took well under the interval (checked, so a stalled machine cannot pass
+  // this for the wrong reason).
+  ASSERT_LT(std::chrono::steady_clock::now() - first_pass, 300ms);
+  EXPECT_EQ(refused, 0) << "read again within the interval";
+  EXPECT_EQ(driver.daemon().step(Daemon::clock_now()), 0U) << "nothing to do: the loop may sleep";
+  std::this_thread::sleep_for(310ms);
+  driver.step();
+  EXPECT_EQ(refusals(greedy), 1) << "one entry once the interval has passed";
 }
 
 TEST(SidecarBadInput, CorruptedQueueEvictsThatAppOnly) {
