@@ -5,6 +5,7 @@
 #include <chrono>
 #include <limits>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "harness.hpp"
@@ -169,21 +170,43 @@ TEST(SidecarBadInput, PastItsOwedBytesAnAppIsRefusedUntilItCompletes) {
   EXPECT_EQ(g.kind, GrantKind::go) << reason_name(g.reason);
 }
 
+// A daemon that takes one small update at a time from an app, held for the test to step it;
+// an app that will ask past that bound (greedy) and another on a NIC of its own (polite).
+class GreedyAndPolite {
+ public:
+  explicit GreedyAndPolite(std::chrono::nanoseconds over_bound_every)
+      : driver_(config(name_, over_bound_every)),
+        greedy_(Client::attach(test_attach(name_, 1))),
+        polite_(Client::attach(polite_options(name_))),
+        hold_(driver_.hold()) {}
+  std::tuple<DaemonDriver&, Client&, Client&> parts() { return {driver_, greedy_, polite_}; }
+
+ private:
+  static DaemonConfig config(const std::string& name, std::chrono::nanoseconds over_bound_every) {
+    DaemonConfig c = test_config(name);
+    c.max_update_bytes = 4096;
+    c.max_owed_bytes = 4096;
+    c.over_bound_every = over_bound_every;
+    return c;
+  }
+  static AttachOptions polite_options(const std::string& name) {
+    AttachOptions o = test_attach(name, 2);
+    o.endpoint = 3;
+    return o;
+  }
+  const std::string name_ = unique_shm_name();
+  DaemonDriver driver_;
+  Client greedy_;
+  Client polite_;
+  std::unique_lock<std::mutex> hold_;
+};
+
 // An app that keeps asking past its bound costs the others one entry per loop pass: refused
 // once, it is read one entry a pass (another app's ten entries are all taken in one) until
 // something it owes is settled. (With over_bound_every 0; the next test spaces those reads.)
 TEST(SidecarBadInput, AnAppRefusedPastItsBoundIsReadOneEntryAPassUntilItSettles) {
-  const std::string name = unique_shm_name();
-  DaemonConfig config = test_config(name);
-  config.max_update_bytes = 4096;
-  config.max_owed_bytes = 4096;  // one small update at a time
-  config.over_bound_every = std::chrono::nanoseconds::zero();
-  DaemonDriver driver(config);
-  Client greedy = Client::attach(test_attach(name, 1));
-  AttachOptions polite_options = test_attach(name, 2);
-  polite_options.endpoint = 3;
-  Client polite = Client::attach(polite_options);
-  auto hold = driver.hold();
+  GreedyAndPolite apps(std::chrono::nanoseconds::zero());
+  auto [driver, greedy, polite] = apps.parts();  // references to its members
   for (int i = 0; i < 11; ++i) greedy.request(small_update());
   Update tiny = small_update();
   tiny.bytes = 64;
@@ -227,17 +250,8 @@ TEST(SidecarBadInput, AnAppRefusedPastItsBoundIsReadOneEntryAPassUntilItSettles)
 // between take nothing of it (a loop kept busy by it would take a core from the other jobs'
 // apps), while another app's entries are all taken in each.
 TEST(SidecarBadInput, AnAppRefusedPastItsBoundIsReadOnceAnIntervalWhileTheOthersAreServed) {
-  const std::string name = unique_shm_name();
-  DaemonConfig config = test_config(name);
-  config.max_update_bytes = 4096;
-  config.max_owed_bytes = 4096;  // one small update at a time
-  config.over_bound_every = 300ms;
-  DaemonDriver driver(config);
-  Client greedy = Client::attach(test_attach(name, 1));
-  AttachOptions polite_options = test_attach(name, 2);
-  polite_options.endpoint = 3;
-  Client polite = Client::attach(polite_options);
-  auto hold = driver.hold();
+  GreedyAndPolite apps(300ms);
+  auto [driver, greedy, polite] = apps.parts();  // references to its members
   for (int i = 0; i < 5; ++i) greedy.request(small_update());
   Update tiny = small_update();
   tiny.bytes = 64;
