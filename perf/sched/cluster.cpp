@@ -436,9 +436,10 @@ void Cluster::join_ring(RequestId request, Instant now) {
 }
 
 void Cluster::start_round(Instant now) {
-  const double seconds = rounds_.start_round(workers_egress());
+  const std::vector<double> egress = workers_egress();
+  const double seconds = rounds_.start_round(egress);
   push(now + Nanos{static_cast<std::int64_t>(std::llround(seconds * 1e9))}, Kind::allreduce_done, 0);
-  if (skips_slowest(p_.mode) && !p_.measure_links_at_round_end) rounds_.measure(workers_egress());
+  if (skips_slowest(p_.mode) && !p_.measure_links_at_round_end) rounds_.measure(egress);
 }
 
 void Cluster::probe_links() {

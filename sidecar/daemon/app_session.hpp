@@ -93,6 +93,8 @@ struct AppSession {
   // asking past its bound costs the other jobs neither a batch per pass nor a busy loop.
   bool over_bound = false;
   sched::Instant read_again_at{};
+  // Over its bound and not to be read before `read_again_at`: its entries wait.
+  bool deferred(sched::Instant now) const noexcept { return over_bound && now < read_again_at; }
   std::unordered_map<std::uint64_t, sched::TransferId> aggregates;  // forwarded by this app
   bool notify = false;  // grants were published this pass: wake the app if it sleeps
 };

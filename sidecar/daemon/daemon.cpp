@@ -223,7 +223,7 @@ bool Daemon::work_visible(sched::Instant now) {
   }
   for (const std::uint32_t slot : active_) {
     AppSession& app = *apps_[slot];
-    if (app.requests.ready() && !(app.over_bound && now < app.read_again_at)) return true;
+    if (app.requests.ready() && !app.deferred(now)) return true;
   }
   return false;
 }

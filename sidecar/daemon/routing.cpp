@@ -87,7 +87,7 @@ sched::Nanos wire_time(std::uint64_t ns) {
 }  // namespace
 
 std::size_t Daemon::drain(AppSession& app, sched::Instant now) {
-  if (app.over_bound && now < app.read_again_at) return 0;
+  if (app.deferred(now)) return 0;
   const std::size_t taken = take_entries(app, now);
   if (app.over_bound) app.read_again_at = now + config_.over_bound_every;
   return taken;
